@@ -1,0 +1,64 @@
+"""Parley's exception tree (agent_core).
+
+::
+
+    ParleyError
+    ├── ConfigError                 settings are invalid; one readable line per problem
+    ├── StoreError                  Redis unreachable or misbehaving
+    │   ├── StoreUnavailable        cannot connect (transient)
+    │   └── VersionConflict         optimistic concurrency: someone saved first
+    ├── LockLost                    the thread lock expired or was taken: stop sending
+    ├── LLMError                    see agent_core.llm.errors for the subtree
+    └── ChannelError                a platform call failed
+        ├── SendRateLimited         429 with retry_after (transient)
+        ├── SendFailed              permanent failure for this message
+        └── FormattingRejected      the platform refused our markup; resend plain
+
+Transient vs permanent is a type, never a string match at the call site.
+"""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Base of everything Parley raises on purpose."""
+
+
+class ConfigError(ParleyError):
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class StoreError(ParleyError):
+    pass
+
+
+class StoreUnavailable(StoreError):
+    pass
+
+
+class VersionConflict(StoreError):
+    pass
+
+
+class LockLost(ParleyError):
+    pass
+
+
+class ChannelError(ParleyError):
+    pass
+
+
+class SendRateLimited(ChannelError):
+    def __init__(self, retry_after: float, message: str = "rate limited") -> None:
+        self.retry_after = retry_after
+        super().__init__(f"{message} (retry after {retry_after:.1f}s)")
+
+
+class SendFailed(ChannelError):
+    pass
+
+
+class FormattingRejected(ChannelError):
+    pass

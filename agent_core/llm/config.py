@@ -1,0 +1,153 @@
+"""One backend's resolved configuration: where to send requests, with which key.
+
+:func:`backend_config` turns :class:`LLMSettings` plus a backend name (and an
+optional model override, for fallbacks and the cheap model) into a
+:class:`BackendConfig`, raising :class:`ConfigError` when a required key or URL
+is missing.  Backends are built from a BackendConfig, never from raw settings,
+so a fallback on another backend or model is the same code path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+from agent_core.errors import ConfigError
+from agent_core.llm.settings import ALIASES, PRESETS, LLMSettings
+
+
+@dataclass(frozen=True, slots=True)
+class BackendConfig:
+    backend: str  # openai | anthropic | ollama | openai_compatible | demo | a preset name
+    kind: str  # wire format: openai | anthropic | ollama | demo
+    model: str
+    base_url: str
+    api_key: str = field(default="", repr=False)
+    extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    timeout_secs: float = 120.0
+    connect_timeout_secs: float = 10.0
+    pool_size: int = 100
+    max_tokens: int = 4096
+    vision: bool | None = None
+    strict_tools: bool = False
+    flatten_tools: bool = False
+    local: bool = False  # zero cost
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}:{self.model}"
+
+
+def _key(v: SecretStr | None) -> str:
+    return v.get_secret_value().strip() if v is not None else ""
+
+
+def _make(
+    settings: LLMSettings,
+    backend: str,
+    kind: str,
+    model: str,
+    base_url: str,
+    api_key: str = "",
+    headers: dict[str, str] | None = None,
+    *,
+    strict_tools: bool = False,
+    local: bool = False,
+) -> BackendConfig:
+    return BackendConfig(
+        backend=backend,
+        kind=kind,
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        extra_headers=headers or {},
+        timeout_secs=settings.llm_timeout_secs,
+        connect_timeout_secs=settings.llm_connect_timeout_secs,
+        pool_size=settings.llm_pool_size,
+        max_tokens=settings.llm_max_tokens,
+        vision=settings.llm_vision,
+        strict_tools=strict_tools,
+        flatten_tools=settings.llm_flatten_tools,
+        local=local,
+    )
+
+
+def backend_config(
+    settings: LLMSettings, backend: str | None = None, model: str | None = None
+) -> BackendConfig:
+    """Resolve ``backend`` (default: the configured one) into a BackendConfig."""
+    name = backend or settings.resolve_backend()[0]
+    name = ALIASES.get(name, name)
+    problems: list[str] = []
+    if name == "openai":
+        key = _key(settings.openai_api_key)
+        if not key:
+            problems.append("OPENAI_API_KEY: required when LLM_BACKEND=openai")
+        cfg = _make(
+            settings,
+            name,
+            "openai",
+            model or settings.openai_model,
+            settings.openai_base_url.rstrip("/"),
+            key,
+            strict_tools=settings.llm_strict_tools,
+        )
+    elif name == "anthropic":
+        key = _key(settings.anthropic_api_key)
+        if not key:
+            problems.append("ANTHROPIC_API_KEY: required when LLM_BACKEND=anthropic")
+        cfg = _make(
+            settings,
+            name,
+            "anthropic",
+            model or settings.anthropic_model,
+            settings.anthropic_base_url.rstrip("/"),
+            key,
+        )
+    elif name == "ollama":
+        cfg = _make(
+            settings,
+            name,
+            "ollama",
+            model or settings.ollama_model,
+            settings.ollama_base_url.rstrip("/"),
+            local=True,
+        )
+    elif name == "openai_compatible":
+        if not settings.llm_base_url.strip():
+            problems.append("LLM_BASE_URL: required when LLM_BACKEND=openai_compatible")
+        if not (model or settings.llm_model):
+            problems.append("LLM_MODEL: required when LLM_BACKEND=openai_compatible")
+        cfg = _make(
+            settings,
+            name,
+            "openai",
+            model or settings.llm_model,
+            settings.llm_base_url.strip().rstrip("/"),
+            _key(settings.llm_api_key),
+            settings.extra_headers(),
+        )
+    elif name in PRESETS:
+        url, var = PRESETS[name]
+        key = _key(settings.preset_key(name))
+        if not key:
+            problems.append(f"{var}: required when LLM_BACKEND={name}")
+        if not (model or settings.llm_model):
+            problems.append(f"LLM_MODEL: required when LLM_BACKEND={name}")
+        cfg = _make(
+            settings,
+            name,
+            "openai",
+            model or settings.llm_model,
+            (settings.llm_base_url.strip() or url).rstrip("/"),
+            key,
+            settings.extra_headers(),
+        )
+    elif name == "demo":
+        cfg = _make(settings, name, "demo", model or settings.llm_model or "demo", "", local=True)
+    else:
+        raise ConfigError([f"LLM_BACKEND: unknown backend {name!r}"])
+    if problems:
+        raise ConfigError(problems)
+    return cfg

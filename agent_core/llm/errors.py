@@ -1,0 +1,83 @@
+"""LLM errors: one tree for every backend.
+
+::
+
+    LLMError (agent_core.errors.ParleyError)
+    ├── RateLimited(retry_after)   429; transient, honour retry_after
+    ├── AuthFailed                 401/403; permanent
+    ├── ContextLengthExceeded      the prompt does not fit; compact and retry once
+    ├── ModelNotAvailable          404 / unknown model; permanent
+    ├── BadRequest                 other 4xx: the request itself is wrong; permanent
+    ├── RequestFailed              5xx, connection refused, transport errors; transient
+    ├── InvalidResponse            malformed JSON, stream cut mid-way; transient
+    ├── Timeout                    read / connect timeout; transient
+    └── CircuitOpen                the breaker rejected the call without trying
+
+Messages never contain API keys: backends build them from status codes and the
+provider's error text, which is scrubbed with :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent_core.errors import ParleyError
+
+
+class LLMError(ParleyError):
+    transient = False
+
+
+class RateLimited(LLMError):
+    transient = True
+
+    def __init__(self, message: str = "rate limited", retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class AuthFailed(LLMError):
+    pass
+
+
+class ContextLengthExceeded(LLMError):
+    pass
+
+
+class ModelNotAvailable(LLMError):
+    pass
+
+
+class BadRequest(LLMError):
+    pass
+
+
+class RequestFailed(LLMError):
+    transient = True
+
+
+class InvalidResponse(LLMError):
+    transient = True
+
+
+class Timeout(LLMError):
+    transient = True
+
+
+class CircuitOpen(LLMError):
+    pass
+
+
+_SECRETISH = re.compile(
+    r"(sk-[A-Za-z0-9_\-]{8,}|sk-ant-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9._\-]{8,}|"
+    r"(?:api[_-]?key|token|secret)[\"'=:\s]+[A-Za-z0-9._\-]{8,})",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str, *secrets: str) -> str:
+    """Remove known secrets and anything that looks like a key from ``text``."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "***")
+    return _SECRETISH.sub("***", text)

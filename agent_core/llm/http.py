@@ -1,0 +1,286 @@
+"""What every HTTP backend shares: the long-lived client, error mapping, SSE.
+
+A backend subclasses :class:`HTTPBackend` and supplies the wire format
+(building the body, parsing the answer and the stream).  Everything that can
+go wrong on the wire is translated here into the tree in
+:mod:`agent_core.llm.errors`, with secrets scrubbed from the text.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import EventSource, ServerSentEvent, SSEError
+
+from agent_core.llm.base import ModelInfo
+from agent_core.llm.config import BackendConfig
+from agent_core.llm.errors import (
+    AuthFailed,
+    BadRequest,
+    ContextLengthExceeded,
+    InvalidResponse,
+    LLMError,
+    ModelNotAvailable,
+    RateLimited,
+    RequestFailed,
+    Timeout,
+    redact,
+)
+from agent_core.llm.prices import PriceTable
+
+log = logging.getLogger(__name__)
+
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "context length",
+    "context_length",
+    "prompt is too long",
+    "maximum context",
+    "context window",
+    "too many tokens",
+    "input is too long",
+    "reduce the length",
+    "string_above_max_length",
+)
+_MODEL_MARKERS = ("model_not_found", "does not exist", "not found", "unknown model", "no such model")
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def error_detail(body: bytes) -> tuple[str, str]:
+    """(code/type, message) from an error body in OpenAI, Anthropic or Ollama form."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "", body[:300].decode("utf-8", "replace").strip()
+    if not isinstance(data, dict):
+        return "", str(data)[:300]
+    err = data.get("error", data)
+    if isinstance(err, str):
+        return "", err
+    if isinstance(err, dict):
+        code = str(err.get("code") or err.get("type") or "")
+        return code, str(err.get("message") or err.get("detail") or "")
+    return "", str(data.get("message", ""))[:300]
+
+
+def status_error(
+    label: str, status: int, body: bytes, headers: Mapping[str, str], secrets: tuple[str, ...]
+) -> LLMError:
+    """Translate an HTTP error answer into the error tree."""
+    code, message = error_detail(body)
+    text = redact(f"{label}: HTTP {status}" + (f": {message[:300]}" if message else ""), *secrets)
+    low = f"{code} {message}".lower()
+    if status == 429:
+        if "insufficient_quota" in low:
+            return AuthFailed(text + " (the account is out of credit)")
+        return RateLimited(text, retry_after(headers))
+    if status in (401, 403):
+        return AuthFailed(text)
+    if any(m in low for m in _CONTEXT_MARKERS) or status == 413:
+        return ContextLengthExceeded(text)
+    if status == 404 or (status == 400 and "model" in low and any(m in low for m in _MODEL_MARKERS)):
+        return ModelNotAvailable(text)
+    if status == 408:
+        return Timeout(text)
+    if status >= 500 or status == 409:
+        return RequestFailed(text)
+    return BadRequest(text)
+
+
+def transport_error(label: str, base_url: str, exc: httpx.HTTPError) -> LLMError:
+    """Translate an httpx transport failure (no answer, or an answer cut short)."""
+    if isinstance(exc, httpx.TimeoutException):
+        kind = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for an answer"
+        return Timeout(f"{label}: timed out {kind} ({base_url})")
+    if isinstance(exc, httpx.ConnectError):
+        return RequestFailed(f"{label}: cannot connect to {base_url}")
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return InvalidResponse(f"{label}: the connection closed mid-answer ({type(exc).__name__})")
+    return RequestFailed(f"{label}: {type(exc).__name__} talking to {base_url}")
+
+
+def parse_model_list(data: Any) -> list[str]:
+    """Model names from ``{data:[...]}``, ``{models:[...]}`` or a bare list."""
+    items: Any = data
+    if isinstance(data, dict):
+        items = data.get("data", data.get("models", []))
+    if not isinstance(items, list):
+        return []
+    names: list[str] = []
+    for item in items:
+        name: Any = None
+        if isinstance(item, str):
+            name = item
+        elif isinstance(item, dict):
+            for k in ("id", "name", "model", "model_name", "model_id"):
+                if isinstance(item.get(k), str) and item[k]:
+                    name = item[k]
+                    break
+            else:
+                meta = item.get("metadata")
+                if isinstance(meta, dict):
+                    name = meta.get("name")
+        if isinstance(name, str) and name and name not in names:
+            names.append(name)
+    return names
+
+
+def loads(body: bytes, label: str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidResponse(f"{label}: the answer is not valid JSON") from None
+
+
+class HTTPBackend:
+    """A backend over one long-lived ``httpx.AsyncClient`` (created in initialize)."""
+
+    def __init__(
+        self,
+        config: BackendConfig,
+        prices: PriceTable | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.prices = prices or PriceTable()
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._secrets = tuple(s for s in (config.api_key, *config.extra_headers.values()) if s)
+
+    # --- lifecycle ---------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.config.label
+
+    def headers(self) -> dict[str, str]:
+        """Headers of every request (auth goes here)."""
+        return dict(self.config.extra_headers)
+
+    @property
+    def api_root(self) -> str:
+        return self.config.base_url
+
+    async def initialize(self) -> None:
+        if self._client is not None:
+            return
+        c = self.config
+        self._client = httpx.AsyncClient(
+            base_url=self.api_root,
+            headers=self.headers(),
+            timeout=httpx.Timeout(c.timeout_secs, connect=c.connect_timeout_secs),
+            limits=httpx.Limits(
+                max_connections=c.pool_size,
+                max_keepalive_connections=c.pool_size,
+                keepalive_expiry=60.0,
+            ),
+            transport=self._transport,
+        )
+
+    async def shutdown(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError(f"{self.name}: initialize() was not awaited")
+        return self._client
+
+    def model_info(self, model: str | None = None) -> ModelInfo:
+        info = self.prices.lookup(model or self.config.model, local=self.config.local)
+        if self.config.vision is not None and (model is None or model == self.config.model):
+            from dataclasses import replace
+
+            info = replace(info, supports_vision=self.config.vision)
+        return info
+
+    # --- the wire ----------------------------------------------------------
+    def error(self, exc: httpx.HTTPError) -> LLMError:
+        return transport_error(self.name, self.config.base_url, exc)
+
+    def status_error(self, response: httpx.Response, body: bytes) -> LLMError:
+        return status_error(self.name, response.status_code, body, response.headers, self._secrets)
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body``; the decoded JSON answer, or the mapped error."""
+        try:
+            response = await self.client.post(
+                path, content=orjson.dumps(body), headers={"content-type": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            raise self.error(exc) from exc
+        if response.status_code >= 400:
+            raise self.status_error(response, response.content)
+        return loads(response.content, self.name)
+
+    async def get_json(self, path: str) -> Any:
+        try:
+            response = await self.client.get(path)
+        except httpx.HTTPError as exc:
+            raise self.error(exc) from exc
+        if response.status_code >= 400:
+            raise self.status_error(response, response.content)
+        return loads(response.content, self.name)
+
+    @asynccontextmanager
+    async def sse(self, path: str, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+        """POST ``body`` and yield its server-sent events (errors mapped)."""
+        request = self.client.build_request(
+            "POST",
+            path,
+            content=orjson.dumps(body),
+            headers={"content-type": "application/json", "accept": "text/event-stream"},
+        )
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise self.error(exc) from exc
+        try:
+            if response.status_code >= 400:
+                raise self.status_error(response, await response.aread())
+            yield self._events(response)
+        except httpx.HTTPError as exc:
+            raise self.error(exc) from exc
+        finally:
+            await response.aclose()
+
+    async def _events(self, response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
+        try:
+            async for event in EventSource(response).aiter_sse():
+                yield event
+        except SSEError as exc:
+            raise InvalidResponse(f"{self.name}: expected an event stream ({exc})") from None
+        except httpx.HTTPError as exc:
+            raise self.error(exc) from exc
+
+    async def list_models(self) -> list[str]:
+        return parse_model_list(await self.get_json("models"))

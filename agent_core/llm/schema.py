@@ -1,0 +1,164 @@
+"""Tool schemas and tool messages: what each backend needs to see.
+
+* :func:`strict_schema` — OpenAI strict mode wants every object closed
+  (``additionalProperties: false``) with every property required; a property that
+  was optional becomes nullable instead.  Applied recursively.
+* :func:`normalize_tool_name` — some proxies prefix tool names with ``proxy_``.
+* :func:`tool_call_id` — a stable id for a tool call that arrived without one.
+* :func:`flatten_tools` — tool calls and results rewritten as text, for backends
+  without tool support.
+* :func:`sanitize_tool_messages` — tool results whose call is not in the history
+  (after switching provider mid-conversation) become plain user text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from agent_core.llm.base import ChatMessage, ToolCall
+
+# keywords OpenAI strict mode rejects
+_UNSUPPORTED = ("default",)
+_NESTED_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_NESTED_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` in OpenAI strict-mode form (see module doc)."""
+    return _strict(schema)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    t = schema.get("type")
+    if isinstance(t, str):
+        return t == "null" and schema or {**schema, "type": [t, "null"]}
+    if isinstance(t, list):
+        return schema if "null" in t else {**schema, "type": [*t, "null"]}
+    if "anyOf" in schema:
+        branches = schema["anyOf"]
+        if any(isinstance(b, dict) and b.get("type") == "null" for b in branches):
+            return schema
+        return {**schema, "anyOf": [*branches, {"type": "null"}]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _strict(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strict(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k in _UNSUPPORTED:
+            continue
+        if k in _NESTED_MAPS and isinstance(v, dict):
+            out[k] = {name: _strict(sub) for name, sub in v.items()}
+        elif k in _NESTED_LISTS and isinstance(v, list):
+            out[k] = [_strict(sub) for sub in v]
+        elif k in ("items", "additionalItems", "not") and isinstance(v, dict):
+            out[k] = _strict(v)
+        else:
+            out[k] = v
+    t = out.get("type")
+    is_object = t == "object" or (isinstance(t, list) and "object" in t) or "properties" in out
+    if is_object:
+        props: dict[str, Any] = out.get("properties", {})
+        required = set(node.get("required", ()))
+        out["properties"] = {
+            name: sub if name in required else _nullable(sub) for name, sub in props.items()
+        }
+        out["required"] = list(props)
+        out["additionalProperties"] = False
+    return out
+
+
+PROXY_PREFIX = "proxy_"
+
+
+def normalize_tool_name(name: str, known: Iterable[str] = ()) -> str:
+    """Drop a ``proxy_`` prefix a proxy added, unless a tool really has that name."""
+    known_set = set(known)
+    if name.startswith(PROXY_PREFIX) and name not in known_set:
+        bare = name[len(PROXY_PREFIX) :]
+        if not known_set or bare in known_set:
+            return bare
+    return name
+
+
+def tool_call_id(name: str, arguments: dict[str, Any], index: int = 0) -> str:
+    """A stable id for a call that arrived without one (same call, same id)."""
+    blob = orjson.dumps([index, name, arguments], option=orjson.OPT_SORT_KEYS)
+    return "call_" + hashlib.sha256(blob).hexdigest()[:24]
+
+
+def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Tool arguments from a JSON string (or already a dict); junk becomes {}."""
+    if isinstance(raw, dict):
+        return raw
+    if not raw or not raw.strip():
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {"_raw": raw}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def fix_tool_calls(calls: Sequence[ToolCall], known: Iterable[str] = ()) -> tuple[ToolCall, ...]:
+    """Normalise names and fill missing ids of calls parsed from a response."""
+    known_list = list(known)
+    out = []
+    for i, c in enumerate(calls):
+        name = normalize_tool_name(c.name, known_list)
+        out.append(ToolCall(c.id or tool_call_id(name, c.arguments, i), name, c.arguments))
+    return tuple(out)
+
+
+def _call_text(call: ToolCall) -> str:
+    args = orjson.dumps(call.arguments, option=orjson.OPT_SORT_KEYS).decode()
+    return f"[called tool {call.name} with {args}]"
+
+
+def _result_text(msg: ChatMessage) -> str:
+    label = msg.name or msg.tool_call_id or "tool"
+    return f"[result of tool {label}]\n{msg.content}"
+
+
+def flatten_tools(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """Tool calls and results as plain text, for backends without tool support."""
+    out: list[ChatMessage] = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            parts = [m.content] if m.content else []
+            parts += [_call_text(c) for c in m.tool_calls]
+            out.append(ChatMessage("assistant", "\n".join(parts)))
+        elif m.role == "tool":
+            out.append(ChatMessage("user", _result_text(m)))
+        else:
+            out.append(m)
+    return tuple(out)
+
+
+def sanitize_tool_messages(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """Rewrite orphaned tool results (no matching call before them) as user text,
+    and drop calls that never got a result (stating them as text instead)."""
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    open_calls: set[str] = set()
+    out: list[ChatMessage] = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            kept = tuple(c for c in m.tool_calls if c.id in answered)
+            dropped = [c for c in m.tool_calls if c.id not in answered]
+            open_calls.update(c.id for c in kept)
+            text = "\n".join([m.content, *(_call_text(c) for c in dropped)]).strip()
+            if kept or text:
+                out.append(ChatMessage("assistant", text, kept))
+        elif m.role == "tool" and m.tool_call_id not in open_calls:
+            out.append(ChatMessage("user", _result_text(m)))
+        else:
+            out.append(m)
+    return tuple(out)

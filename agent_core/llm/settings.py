@@ -1,0 +1,142 @@
+"""LLM settings: which backend, which model, which keys, and every reliability knob."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+
+from agent_core.settings import ParleySettings
+
+BACKENDS = ("openai", "anthropic", "ollama", "openai_compatible", "demo")
+ALIASES = {"claude": "anthropic", "compatible": "openai_compatible"}
+
+
+class LLMSettings(ParleySettings):
+    llm_backend: str = ""  # empty: chosen from the keys present (see resolve_backend)
+    llm_model: str = ""
+    llm_base_url: str = ""
+    llm_api_key: SecretStr | None = None
+    llm_extra_headers: str = ""
+    llm_timeout_secs: float = Field(default=120.0, gt=0)
+    llm_connect_timeout_secs: float = Field(default=10.0, gt=0)
+    llm_pool_size: int = Field(default=100, ge=1)
+    llm_max_tokens: int = Field(default=4096, ge=1)  # default answer budget (Anthropic needs one)
+    llm_vision: bool | None = None  # force vision support on/off; unset: from the price table
+
+    openai_api_key: SecretStr | None = None
+    openai_model: str = "gpt-4o"
+    openai_base_url: str = "https://api.openai.com/v1"
+
+    anthropic_api_key: SecretStr | None = None
+    anthropic_model: str = "claude-sonnet-4-20250514"
+    anthropic_base_url: str = "https://api.anthropic.com"
+
+    ollama_base_url: str = "http://localhost:11434"
+    ollama_model: str = "llama3.2"
+
+    # keys of the openai_compatible presets (see PRESETS)
+    openrouter_api_key: SecretStr | None = None
+    nearai_api_key: SecretStr | None = None
+    tinfoil_api_key: SecretStr | None = None
+    groq_api_key: SecretStr | None = None
+    together_api_key: SecretStr | None = None
+
+    # --- reliability ----------------------------------------------------------
+    llm_max_retries: int = Field(default=3, ge=0, le=20)
+    circuit_breaker_threshold: int = Field(default=5, ge=1)
+    circuit_breaker_recovery_secs: float = Field(default=30.0, gt=0)
+    response_cache_enabled: bool = False
+    response_cache_ttl_secs: int = Field(default=3600, ge=1)
+    response_cache_max_entries: int = Field(default=1000, ge=1)
+    llm_fallback_model: str = ""  # same backend, another model
+    llm_fallbacks: str = ""  # backend:model,backend:model
+    llm_failover_threshold: int = Field(default=3, ge=1)
+    llm_failover_cooldown_secs: float = Field(default=300.0, ge=0)
+    llm_cheap_model: str = ""  # empty: smart routing off
+    smart_routing_cascade: bool = True
+
+    # --- costs and tools ------------------------------------------------------
+    llm_prices_file: str = ""  # TOML or JSON price overrides
+    llm_flatten_tools: bool = False  # tool calls/results as text for tool-less backends
+    llm_strict_tools: bool = True  # OpenAI strict-mode schema normalisation
+
+    @field_validator("llm_backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        v = v.strip().lower()
+        v = ALIASES.get(v, v)
+        if v and v not in BACKENDS and v not in PRESETS:
+            known = ", ".join((*BACKENDS, *PRESETS))
+            raise ValueError(f"unknown backend {v!r}; use one of: {known}")
+        return v
+
+    @field_validator("llm_extra_headers")
+    @classmethod
+    def _headers(cls, v: str) -> str:
+        parse_headers(v)  # raises ValueError on a malformed pair
+        return v
+
+    @field_validator("llm_fallbacks")
+    @classmethod
+    def _fallbacks(cls, v: str) -> str:
+        parse_fallbacks(v)
+        return v
+
+    def resolve_backend(self) -> tuple[str, str]:
+        """(backend, why) — the start-up summary prints the why."""
+        if self.llm_backend:
+            return self.llm_backend, "LLM_BACKEND"
+        if self.openai_api_key is not None:
+            return "openai", "OPENAI_API_KEY is set"
+        if self.anthropic_api_key is not None:
+            return "anthropic", "ANTHROPIC_API_KEY is set"
+        return "demo", "no LLM_BACKEND and no API key set"
+
+    def extra_headers(self) -> dict[str, str]:
+        return parse_headers(self.llm_extra_headers)
+
+    def fallbacks(self) -> list[tuple[str, str]]:
+        return parse_fallbacks(self.llm_fallbacks)
+
+    def preset_key(self, backend: str) -> SecretStr | None:
+        """The API key of a preset backend (``<PROVIDER>_API_KEY``), else LLM_API_KEY."""
+        key: SecretStr | None = getattr(self, f"{backend}_api_key", None)
+        return key if key is not None else self.llm_api_key
+
+
+def parse_headers(raw: str) -> dict[str, str]:
+    """``Key:Value,Key2:Value2`` -> dict; a value may itself contain ':'."""
+    out: dict[str, str] = {}
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition(":")
+        if not sep or not key.strip():
+            raise ValueError(f"expected Key:Value pairs separated by commas, got {key.strip()!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_fallbacks(raw: str) -> list[tuple[str, str]]:
+    """``backend:model,backend:model`` -> [(backend, model)]; a bare name is a backend."""
+    out: list[tuple[str, str]] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        backend, _, model = part.partition(":")
+        backend = ALIASES.get(backend.strip().lower(), backend.strip().lower())
+        if backend not in BACKENDS and backend not in PRESETS:
+            raise ValueError(f"unknown backend {backend!r} in fallback {part!r}")
+        out.append((backend, model.strip()))
+    return out
+
+
+# openai_compatible presets: backend name -> (base URL, key variable)
+PRESETS: dict[str, tuple[str, str]] = {
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "nearai": ("https://cloud-api.near.ai/v1", "NEARAI_API_KEY"),
+    "tinfoil": ("https://inference.tinfoil.sh/v1", "TINFOIL_API_KEY"),
+    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY"),
+    "together": ("https://api.together.xyz/v1", "TOGETHER_API_KEY"),
+}

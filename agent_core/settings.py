@@ -1,0 +1,193 @@
+"""Settings: every option from the environment (and an optional ``.env``).
+
+Each component has its own settings class (core, LLM, each channel) built on
+:class:`ParleySettings`, which adds two things to pydantic-settings:
+
+* every secret (a ``SecretStr`` field) can also come from ``<NAME>_FILE``, the
+  path of a file holding it (Docker / Kubernetes secrets).  Precedence is
+  environment > file > ``.env``;
+* a secret read from the plaintext ``.env`` file is reported once, so an
+  operator knows where their keys live.
+
+:func:`load` turns a validation failure into :class:`ConfigError` with one
+readable line per problem (the variable, the shape expected, never the value).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from agent_core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ENV_FILE = os.environ.get("PARLEY_ENV_FILE", ".env")
+
+# Secrets that were found in the plaintext .env file, reported by the runtime.
+PLAINTEXT_SECRETS: set[str] = set()
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    ann = field.annotation
+    return ann is SecretStr or (
+        hasattr(ann, "__args__") and SecretStr in getattr(ann, "__args__", ())
+    )
+
+
+class SecretFileSource(PydanticBaseSettingsSource):
+    """Reads ``<NAME>_FILE`` for every secret field whose ``NAME`` is not set."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            if not _is_secret(field):
+                continue
+            env_name = (field.alias or name).upper()
+            if os.environ.get(env_name):
+                continue
+            path = os.environ.get(env_name + "_FILE")
+            if not path:
+                continue
+            try:
+                out[name] = Path(path).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(
+                    [f"{env_name}_FILE: cannot read {path!r} ({exc.strerror or exc})"]
+                ) from None
+        return out
+
+
+class WarningDotEnvSource(DotEnvSettingsSource):
+    """The ``.env`` source, remembering which secrets it supplied."""
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        for name, field in self.settings_cls.model_fields.items():
+            if name in data and _is_secret(field):
+                PLAINTEXT_SECRETS.add((field.alias or name).upper())
+        return data
+
+
+class ParleySettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=ENV_FILE,
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        populate_by_name=True,
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        dotenv = WarningDotEnvSource(
+            settings_cls,
+            env_file=cls.model_config.get("env_file"),
+            env_file_encoding=cls.model_config.get("env_file_encoding"),
+            case_sensitive=False,
+        )
+        return (init_settings, env_settings, SecretFileSource(settings_cls), dotenv)
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+_SHAPES: dict[str, str] = {
+    "int_parsing": "a whole number",
+    "float_parsing": "a number",
+    "bool_parsing": "true or false",
+    "greater_than": "a larger number",
+    "greater_than_equal": "a larger number",
+    "less_than_equal": "a smaller number",
+    "missing": "a value (it is required)",
+    "literal_error": "one of the listed values",
+    "url_parsing": "a URL",
+    "string_pattern_mismatch": "a value of the documented form",
+}
+
+
+def _env_name(cls: type[BaseSettings], loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return cls.__name__
+    name = str(loc[0])
+    field = cls.model_fields.get(name)
+    return ((field.alias if field and field.alias else None) or name).upper()
+
+
+def load(cls: type[S], **overrides: Any) -> S:
+    """Build ``cls`` from the environment; raise ConfigError with readable lines."""
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False, include_input=False):
+            name = _env_name(cls, tuple(err["loc"]))
+            shape = _SHAPES.get(err["type"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(f"{name}: {msg}" + (f" (expected {shape})" if shape else ""))
+        raise ConfigError(problems) from None
+
+
+class CoreSettings(ParleySettings):
+    """Options of the runtime core: Redis, data, the web port, the agent basics."""
+
+    redis_url: SecretStr | None = Field(default=None, description="Redis URL; unset = embedded")
+    redis_tls_insecure: bool = False
+    parley_data_dir: Path = Path(".parley")
+    port: int = Field(default=8000, ge=1, le=65535)
+    host: str = ""  # empty: 127.0.0.1 on a laptop, 0.0.0.0 when $PORT comes from the platform
+    public_url: str = ""
+    log_level: str = "INFO"
+    log_format: str = "text"  # text | json
+
+    group_reply: str = "mention"  # mention | all
+    agent_name: str = "Parley"
+    system_prompt: str = ""
+    max_history_messages: int = Field(default=200, ge=2)
+    worker_concurrency: int = Field(default=256, ge=1)
+    lock_ttl_secs: float = Field(default=30.0, gt=1)
+    reclaim_idle_secs: float = Field(default=15.0, gt=0)
+    sweep_interval_secs: float = Field(default=2.0, gt=0)
+    stream_maxlen: int = Field(default=100_000, ge=1000)
+    dedup_ttl_secs: int = Field(default=86_400, ge=60)
+    session_idle_ttl_secs: int = Field(default=30 * 86_400, ge=60)
+    shutdown_grace_secs: float = Field(default=20.0, ge=0)
+
+    @field_validator("log_format")
+    @classmethod
+    def _fmt(cls, v: str) -> str:
+        v = v.lower()
+        if v not in ("text", "json"):
+            raise ValueError("must be text or json")
+        return v
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value().strip():
+            return None
+        url = v.get_secret_value().strip()
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return SecretStr(url)
+

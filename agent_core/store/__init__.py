@@ -1,0 +1,1 @@
+"""Everything Parley keeps in Redis: keys, scripts, the client, the embedded server."""

@@ -1,0 +1,229 @@
+"""The Redis side of delivery: stream, mailboxes, locks, completion.
+
+This module holds no policy, only the atomic steps of the design in
+docs/architecture.md ("Delivery"):
+
+1. ``read`` / ``reclaim``: XREADGROUP (own blocking connection) / XAUTOCLAIM.
+2. ``handoff``: one script per entry appends it to its thread's mailbox
+   (idempotent on event id) and tries the thread lock; then ZADD to the active
+   index and XACK, in one pipeline.  The entry is durable in the mailbox before
+   it leaves the stream.
+3. ``begin``: mailbox + session + sent records, one round trip.
+4. ``record_sent``: a reply part, right after it reached the platform.
+5. ``complete``: save session (version-checked), drop consumed entries, release
+   the lock if the mailbox is empty (one script).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from agent_core.events import InboundEvent, MessageRef, ThreadKey
+from agent_core.store import keys, scripts
+
+
+@dataclass
+class TurnState:
+    """What a lock holder reads at the start of a turn."""
+
+    mailbox: list[InboundEvent]
+    session_version: int
+    session_data: bytes | None
+    sent: dict[str, MessageRef] = field(default_factory=dict)
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Delivery:
+    def __init__(
+        self,
+        redis: Redis,
+        blocking: Redis,
+        *,
+        lock_ttl_ms: int = 30_000,
+        seen_ttl_ms: int = 86_400_000,
+        session_ttl_ms: int = 30 * 86_400_000,
+    ) -> None:
+        self.redis = redis
+        self.blocking = blocking
+        self.lock_ttl_ms = lock_ttl_ms
+        self.seen_ttl_ms = seen_ttl_ms
+        self.session_ttl_ms = session_ttl_ms
+        self._handoff = redis.register_script(scripts.HANDOFF)
+        self._complete = redis.register_script(scripts.COMPLETE)
+        self._renew = redis.register_script(scripts.RENEW)
+        self._release = redis.register_script(scripts.RELEASE)
+        self._save = redis.register_script(scripts.SAVE_SESSION)
+
+    # -- stream ------------------------------------------------------------
+    async def ensure_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(keys.INBOX_STREAM, keys.INBOX_GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read(
+        self, consumer: str, *, count: int = 100, block_ms: int = 2000
+    ) -> list[tuple[bytes, InboundEvent | None]]:
+        resp = await self.blocking.xreadgroup(
+            keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: ">"}, count=count, block=block_ms
+        )
+        out: list[tuple[bytes, InboundEvent | None]] = []
+        for _stream, entries in resp or ():
+            for entry_id, fields in entries:
+                out.append((entry_id, _decode(fields)))
+        return out
+
+    async def reclaim(
+        self, consumer: str, *, min_idle_ms: int, count: int = 100
+    ) -> list[tuple[bytes, InboundEvent | None]]:
+        resp = await self.redis.xautoclaim(
+            keys.INBOX_STREAM, keys.INBOX_GROUP, consumer, min_idle_ms, "0-0", count=count
+        )
+        entries = resp[1] if resp else []
+        return [(eid, _decode(f)) for eid, f in entries if f is not None]
+
+    async def handoff(
+        self, entries: list[tuple[bytes, InboundEvent | None]], owner: str
+    ) -> list[ThreadKey]:
+        """Move entries into their mailboxes; return the threads whose lock we got."""
+        now = _ms()
+        valid = [(eid, ev) for eid, ev in entries if ev is not None]
+        acquired: list[ThreadKey] = []
+        if valid:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _eid, ev in valid:
+                    assert ev is not None
+                    t = ev.thread
+                    await self._handoff(
+                        keys=[keys.mailbox(t), keys.seen(t), keys.lock(t)],
+                        args=[ev.event_id, ev.to_json(), now, owner, self.lock_ttl_ms, self.seen_ttl_ms],
+                        client=pipe,
+                    )
+                results = await pipe.execute()
+            for (_eid, ev), res in zip(valid, results, strict=True):
+                assert ev is not None
+                if int(res[1]) == 1 and ev.thread not in acquired:
+                    acquired.append(ev.thread)
+        if not entries:
+            return acquired
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _eid, ev in valid:
+                assert ev is not None
+                pipe.zadd(keys.ACTIVE_THREADS, {str(ev.thread): now}, nx=True)
+            pipe.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])
+            await pipe.execute()
+        return acquired
+
+    # -- turns -------------------------------------------------------------
+    async def begin(self, thread: ThreadKey) -> TurnState:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lrange(keys.mailbox(thread), 0, -1)
+            pipe.hmget(keys.session(thread), "v", "d")
+            pipe.hgetall(keys.sent(thread))
+            raw_box, (ver, data), raw_sent = await pipe.execute()
+        mailbox = [InboundEvent.from_json(r) for r in raw_box]
+        sent = {k.decode(): MessageRef.from_dict(orjson.loads(v)) for k, v in raw_sent.items()}
+        return TurnState(mailbox, int(ver or 0), data, sent)
+
+    async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
+        """Mailbox entries from index ``start`` (arrivals during a turn)."""
+        raw = await self.redis.lrange(keys.mailbox(thread), start, -1)
+        return [InboundEvent.from_json(r) for r in raw]
+
+    async def record_sent(self, thread: ThreadKey, field_name: str, ref: MessageRef) -> None:
+        await self.redis.hset(keys.sent(thread), field_name, orjson.dumps(ref.to_dict()))
+
+    async def complete(
+        self,
+        thread: ThreadKey,
+        owner: str,
+        *,
+        consumed: int,
+        session_json: bytes | None,
+        version: int,
+        sent_fields: list[str],
+    ) -> int:
+        res = await self._complete(
+            keys=[keys.mailbox(thread), keys.session(thread), keys.lock(thread), keys.sent(thread)],
+            args=[
+                owner,
+                consumed,
+                session_json if session_json is not None else b"",
+                version,
+                self.session_ttl_ms,
+                self.lock_ttl_ms,
+                *sent_fields,
+            ],
+        )
+        return int(res)
+
+    async def save_session(self, thread: ThreadKey, data: bytes, version: int) -> int:
+        return int(
+            await self._save(keys=[keys.session(thread)], args=[data, version, self.session_ttl_ms])
+        )
+
+    async def load_session(self, thread: ThreadKey) -> tuple[int, bytes | None]:
+        ver, data = await self.redis.hmget(keys.session(thread), "v", "d")
+        return int(ver or 0), data
+
+    # -- locks -------------------------------------------------------------
+    async def try_lock(self, thread: ThreadKey, owner: str) -> bool:
+        return bool(await self.redis.set(keys.lock(thread), owner, nx=True, px=self.lock_ttl_ms))
+
+    async def renew(self, held: list[ThreadKey], owner: str) -> list[bool]:
+        if not held:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for t in held:
+                await self._renew(keys=[keys.lock(t)], args=[owner, self.lock_ttl_ms], client=pipe)
+            res = await pipe.execute()
+        return [bool(r) for r in res]
+
+    async def release(self, thread: ThreadKey, owner: str) -> None:
+        await self._release(keys=[keys.lock(thread)], args=[owner])
+
+    # -- recovery index ----------------------------------------------------
+    async def active_threads(self, limit: int = 200) -> list[ThreadKey]:
+        raw = await self.redis.zrange(keys.ACTIVE_THREADS, 0, limit - 1)
+        out = []
+        for r in raw:
+            try:
+                out.append(ThreadKey.parse(r.decode()))
+            except ValueError:
+                await self.redis.zrem(keys.ACTIVE_THREADS, r)
+        return out
+
+    async def deactivate(self, thread: ThreadKey) -> None:
+        """Drop ``thread`` from the active index unless its mailbox refilled.
+
+        ZREM before LLEN: a hand-off RPUSHes before it ZADDs, so any push this
+        LLEN misses has its ZADD after our ZREM.
+        """
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(keys.ACTIVE_THREADS, str(thread))
+            pipe.llen(keys.mailbox(thread))
+            _, left = await pipe.execute()
+        if left:
+            await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
+
+    async def pending_count(self) -> int:
+        info = await self.redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
+        return int(info["pending"]) if info else 0
+
+
+def _decode(fields: dict[bytes, bytes] | None) -> InboundEvent | None:
+    if not fields or b"e" not in fields:
+        return None
+    try:
+        return InboundEvent.from_json(fields[b"e"])
+    except (ValueError, KeyError, TypeError):
+        return None

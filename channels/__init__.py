@@ -1,0 +1,1 @@
+"""Platform adapters: raw platform event -> InboundEvent, OutboundMessage -> platform call."""
