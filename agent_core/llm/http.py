@@ -49,7 +49,13 @@ _CONTEXT_MARKERS = (
     "reduce the length",
     "string_above_max_length",
 )
-_MODEL_MARKERS = ("model_not_found", "does not exist", "not found", "unknown model", "no such model")
+_MODEL_MARKERS = (
+    "model_not_found",
+    "does not exist",
+    "not found",
+    "unknown model",
+    "no such model",
+)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -106,7 +112,9 @@ def status_error(
         return AuthFailed(text)
     if any(m in low for m in _CONTEXT_MARKERS) or status == 413:
         return ContextLengthExceeded(text)
-    if status == 404 or (status == 400 and "model" in low and any(m in low for m in _MODEL_MARKERS)):
+    if status == 404 or (
+        status == 400 and "model" in low and any(m in low for m in _MODEL_MARKERS)
+    ):
         return ModelNotAvailable(text)
     if status == 408:
         return Timeout(text)
@@ -252,7 +260,9 @@ class HTTPBackend:
         return loads(response.content, self.name)
 
     @asynccontextmanager
-    async def sse(self, path: str, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+    async def sse(
+        self, path: str, body: dict[str, Any]
+    ) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
         """POST ``body`` and yield its server-sent events (errors mapped)."""
         request = self.client.build_request(
             "POST",

@@ -29,13 +29,16 @@ _NESTED_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``schema`` in OpenAI strict-mode form (see module doc)."""
-    return _strict(schema)
+    out: dict[str, Any] = _strict(schema)
+    return out
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     t = schema.get("type")
     if isinstance(t, str):
-        return t == "null" and schema or {**schema, "type": [t, "null"]}
+        if t == "null":
+            return schema
+        return {**schema, "type": [t, "null"]}
     if isinstance(t, list):
         return schema if "null" in t else {**schema, "type": [*t, "null"]}
     if "anyOf" in schema:

@@ -42,6 +42,7 @@ class LLMSettings(ParleySettings):
 
     # --- reliability ----------------------------------------------------------
     llm_max_retries: int = Field(default=3, ge=0, le=20)
+    llm_retry_after_max_secs: float = Field(default=60.0, ge=0)  # longer waits: give up
     circuit_breaker_threshold: int = Field(default=5, ge=1)
     circuit_breaker_recovery_secs: float = Field(default=30.0, gt=0)
     response_cache_enabled: bool = False

@@ -86,11 +86,12 @@ def make_clients(url: str, *, tls_insecure: bool = False, max_connections: int =
         max_connections=max_connections,
         **kw,
     )
+    if parts.scheme != "unix":
+        kw["socket_keepalive"] = True
     blocking = Redis.from_url(
         url,
         socket_timeout=None,
         socket_connect_timeout=SOCKET_TIMEOUT,
-        socket_keepalive=True,
         max_connections=max_connections,
         **kw,
     )

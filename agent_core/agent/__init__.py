@@ -1,0 +1,1 @@
+"""The agent: sessions, the loop, the submission parser, commands, turns."""

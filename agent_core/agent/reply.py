@@ -1,0 +1,125 @@
+"""Sending a turn's replies exactly once, streaming included.
+
+Every message a turn sends is a numbered *part* of the event that caused it.
+Right after a part reaches the platform its MessageRef is recorded in Redis
+(``{thread}:sent``, field ``<event_id>:<n>``).  If the turn is run again
+(crash and rerun, stream redelivery), a part already recorded is *edited* to
+the new text instead of sent again, so the user never sees a second reply.
+
+A turn whose lock was lost stops before sending anything more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from agent_core.errors import ChannelError, LockLost
+from agent_core.events import MessageRef, OutboundMessage, ThreadKey
+from agent_core.outbox import Outbox
+from agent_core.store.delivery import Delivery
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LockGuard:
+    """Flipped by the worker's heartbeat when the thread lock is lost."""
+
+    lost: bool = False
+
+    def check(self) -> None:
+        if self.lost:
+            raise LockLost("thread lock lost; another worker owns this thread now")
+
+
+class ReplyWriter:
+    def __init__(
+        self,
+        outbox: Outbox,
+        delivery: Delivery,
+        thread: ThreadKey,
+        event_id: str,
+        sent: dict[str, MessageRef],
+        guard: LockGuard,
+        reply_to: MessageRef | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.delivery = delivery
+        self.thread = thread
+        self.event_id = event_id
+        self.sent = sent
+        self.guard = guard
+        self.reply_to = reply_to
+        self.parts = 0
+        self.fields: list[str] = []  # sent-record fields this turn wrote or reused
+
+    async def say(self, message: OutboundMessage) -> MessageRef:
+        """Send a new part (or converge the recorded one on a rerun)."""
+        field = f"{self.event_id}:{self.parts}"
+        self.parts += 1
+        self.fields.append(field)
+        self.guard.check()
+        known = self.sent.get(field)
+        if known is not None:
+            log.info("[%s] part %s already sent; editing it instead", self.thread, field)
+            return await self.outbox.edit(known, message)
+        ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
+        self.sent[field] = ref
+        await self.delivery.record_sent(self.thread, field, ref)
+        return ref
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        self.guard.check()
+        return await self.outbox.edit(ref, message)
+
+    def stream(self) -> StreamingReply:
+        return StreamingReply(self)
+
+
+class StreamingReply:
+    """An answer that grows while the model streams.
+
+    The first text is sent at once; later text edits the same message at most
+    once per ``outbox.stream_interval``; ``finish`` makes the final edit with the
+    whole text.  Channels that do not stream get only the final message.
+    """
+
+    def __init__(self, writer: ReplyWriter) -> None:
+        self.w = writer
+        self.text = ""
+        self.ref: MessageRef | None = None
+        self._last_edit = 0.0
+        self._shown = ""
+
+    @property
+    def streaming(self) -> bool:
+        return self.w.outbox.stream_interval is not None
+
+    async def feed(self, delta: str) -> None:
+        self.text += delta
+        interval = self.w.outbox.stream_interval
+        if interval is None or not self.text.strip():
+            return
+        now = time.monotonic()
+        if self.ref is None:
+            self.ref = await self.w.say(OutboundMessage(self.text, final=False))
+            self._last_edit, self._shown = now, self.text
+        elif now - self._last_edit >= interval and self.text != self._shown:
+            self._last_edit, self._shown = now, self.text
+            try:
+                self.ref = await self.w.edit(self.ref, OutboundMessage(self.text, final=False))
+            except ChannelError as exc:  # an intermediate edit is droppable
+                log.debug("[%s] streaming edit skipped: %s", self.w.thread, exc)
+
+    async def finish(self, final_text: str | None = None) -> MessageRef | None:
+        text = self.text if final_text is None else final_text
+        if not text.strip():
+            return self.ref
+        if self.ref is None:
+            self.ref = await self.w.say(OutboundMessage(text))
+        else:
+            self.ref = await self.w.edit(self.ref, OutboundMessage(text))
+        self._shown = text
+        return self.ref

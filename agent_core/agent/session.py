@@ -1,0 +1,111 @@
+"""A thread's session: its history and settings, stored as versioned JSON.
+
+The session lives in one Redis hash per thread (``v`` version, ``d`` JSON) and
+is only written by the holder of the thread's lock, version-checked, so a lost
+update is detected (:class:`~agent_core.errors.VersionConflict`), never silent.
+
+History kept here is bounded (``max_history_messages`` and compaction), so
+loading and saving a session costs the same on day 1 and day 300.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from agent_core.llm.base import ChatMessage, TokenUsage
+
+
+class ThreadState(StrEnum):
+    IDLE = "idle"
+    PROCESSING = "processing"
+    AWAITING_APPROVAL = "awaiting_approval"
+
+
+@dataclass
+class Session:
+    thread: str
+    history: list[ChatMessage] = field(default_factory=list)
+    state: ThreadState = ThreadState.IDLE
+    model: str = ""  # per-session model override ('' = default)
+    profile: str = ""  # agent profile name ('' = default)
+    always_approved: set[str] = field(default_factory=set)  # tools approved with "Always"
+    pending_approval: str = ""  # approval id while AWAITING_APPROVAL
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cost_usd: float = 0.0
+    turns: int = 0
+    conversation: int = 1  # bumped by /new
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    extra: dict[str, Any] = field(default_factory=dict)  # room for later features
+    version: int = 0  # not serialised: the Redis hash carries it
+
+    def to_json(self) -> bytes:
+        u = self.usage
+        d: dict[str, Any] = {
+            "t": self.thread,
+            "h": [m.to_dict() for m in self.history],
+            "s": self.state.value,
+            "u": [u.input, u.output, u.cache_read, u.cache_write, u.total],
+            "c": self.cost_usd,
+            "n": self.turns,
+            "cv": self.conversation,
+            "ca": self.created_at,
+            "ua": self.updated_at,
+        }
+        if self.model:
+            d["m"] = self.model
+        if self.profile:
+            d["p"] = self.profile
+        if self.always_approved:
+            d["aa"] = sorted(self.always_approved)
+        if self.pending_approval:
+            d["pa"] = self.pending_approval
+        if self.extra:
+            d["x"] = self.extra
+        return orjson.dumps(d)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str, version: int = 0) -> Session:
+        d = orjson.loads(raw)
+        u = d.get("u") or [0, 0, 0, 0, 0]
+        return cls(
+            thread=d["t"],
+            history=[ChatMessage.from_dict(m) for m in d.get("h", ())],
+            state=ThreadState(d.get("s", "idle")),
+            model=d.get("m", ""),
+            profile=d.get("p", ""),
+            always_approved=set(d.get("aa", ())),
+            pending_approval=d.get("pa", ""),
+            usage=TokenUsage(*u),
+            cost_usd=d.get("c", 0.0),
+            turns=d.get("n", 0),
+            conversation=d.get("cv", 1),
+            created_at=d.get("ca", 0.0),
+            updated_at=d.get("ua", 0.0),
+            extra=d.get("x", {}),
+            version=version,
+        )
+
+    @classmethod
+    def load(cls, thread: str, version: int, data: bytes | None) -> Session:
+        if data is None:
+            return cls(thread=thread, version=version)
+        return cls.from_json(data, version)
+
+    def trim(self, max_messages: int) -> list[ChatMessage]:
+        """Drop the oldest messages beyond ``max_messages``; return what was dropped.
+
+        Never starts the kept history with a tool result whose call was dropped.
+        """
+        if len(self.history) <= max_messages:
+            return []
+        cut = len(self.history) - max_messages
+        while cut < len(self.history) and self.history[cut].role == "tool":
+            cut += 1
+        dropped, self.history = self.history[:cut], self.history[cut:]
+        return dropped

@@ -1,0 +1,235 @@
+"""Anthropic Messages API (``POST /v1/messages``).
+
+The system prompt travels apart from the messages; tool calls are ``tool_use``
+blocks in the assistant turn and results are ``tool_result`` blocks in the
+next user turn; images are base64 ``image`` blocks.  Roles must alternate, so
+consecutive messages of one role are merged.  Streaming events:
+``message_start`` (input usage), ``content_block_start`` / ``_delta``
+(``text_delta``, ``input_json_delta``) / ``_stop``, ``message_delta`` (stop
+reason, output usage), ``message_stop``, ``error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from agent_core.llm.base import (
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    StreamItem,
+    TextDelta,
+    ToolCall,
+)
+from agent_core.llm.errors import InvalidResponse, LLMError
+from agent_core.llm.http import HTTPBackend, status_error
+from agent_core.llm.openai import NO_VISION_NOTE
+from agent_core.llm.schema import fix_tool_calls, flatten_tools, parse_arguments
+from agent_core.llm.usage import normalize_usage
+
+API_VERSION = "2023-06-01"
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
+def _blocks(m: ChatMessage, vision: bool) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id,
+                "content": m.content or "(no output)",
+            }
+        ]
+    blocks: list[dict[str, Any]] = []
+    if m.images and m.role == "user":
+        for img in m.images:
+            if vision:
+                blocks.append(
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": img.mime, "data": img.data_b64},
+                    }
+                )
+            else:
+                blocks.append({"type": "text", "text": NO_VISION_NOTE})
+    if m.content:
+        blocks.append({"type": "text", "text": m.content})
+    for c in m.tool_calls:
+        blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+    return blocks
+
+
+class AnthropicProvider(HTTPBackend):
+    def headers(self) -> dict[str, str]:
+        h = super().headers()
+        h["anthropic-version"] = API_VERSION
+        if self.config.api_key:
+            h["x-api-key"] = self.config.api_key
+        return h
+
+    @property
+    def api_root(self) -> str:
+        return self.config.base_url.removesuffix("/v1") + "/v1"
+
+    def build_body(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
+        model = request.model or self.config.model
+        info = self.model_info(model)
+        use_tools = bool(request.tools) and info.supports_tools and not self.config.flatten_tools
+        source = request.messages if use_tools else flatten_tools(request.messages)
+        system = "\n\n".join(m.content for m in source if m.role == "system" and m.content)
+        messages: list[dict[str, Any]] = []
+        for m in source:
+            if m.role == "system":
+                continue
+            role = "assistant" if m.role == "assistant" else "user"
+            blocks = _blocks(m, info.supports_vision)
+            if not blocks:
+                continue
+            if messages and messages[-1]["role"] == role:
+                # tool results must come first in their user turn
+                prev: list[dict[str, Any]] = messages[-1]["content"]
+                if m.role == "tool":
+                    n = sum(1 for b in prev if b["type"] == "tool_result")
+                    prev[n:n] = blocks
+                else:
+                    prev.extend(blocks)
+            else:
+                messages.append({"role": role, "content": blocks})
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": request.max_tokens or self.config.max_tokens,
+            "messages": messages,
+        }
+        if system:
+            body["system"] = system
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.stop:
+            body["stop_sequences"] = list(request.stop)
+        if use_tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in request.tools
+            ]
+        if stream:
+            body["stream"] = True
+        return body
+
+    def _error_event(self, err: Any) -> LLMError:
+        kind = err.get("type", "") if isinstance(err, dict) else ""
+        body = orjson.dumps({"type": "error", "error": err})
+        return status_error(self.name, _ERROR_STATUS.get(kind, 500), body, {}, self._secrets)
+
+    def parse_completion(self, data: Any, request: CompletionRequest) -> Completion:
+        if not isinstance(data, dict):
+            raise InvalidResponse(f"{self.name}: the answer is not a JSON object")
+        if data.get("type") == "error":
+            raise self._error_event(data.get("error"))
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise InvalidResponse(f"{self.name}: the answer has no content")
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for b in content:
+            if not isinstance(b, dict):
+                continue
+            if b.get("type") == "text":
+                text.append(str(b.get("text", "")))
+            elif b.get("type") == "tool_use":
+                calls.append(
+                    ToolCall(
+                        str(b.get("id") or ""),
+                        str(b.get("name") or ""),
+                        parse_arguments(b.get("input")),
+                    )
+                )
+        return Completion(
+            text="".join(text),
+            tool_calls=fix_tool_calls(calls, (t.name for t in request.tools)),
+            usage=normalize_usage(data.get("usage")),
+            model=str(data.get("model") or request.model or self.config.model),
+            finish_reason=str(data.get("stop_reason") or ""),
+            provider=self.name,
+        )
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        data = await self.post_json("messages", self.build_body(request, stream=False))
+        return self.parse_completion(data, request)
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        body = self.build_body(request, stream=True)
+        text: list[str] = []
+        blocks: dict[int, dict[str, str]] = {}  # index -> tool_use id, name, json so far
+        usage: dict[str, Any] = {}
+        model = str(body["model"])
+        finish = ""
+        stopped = False
+        async with self.sse("messages", body) as events:
+            async for event in events:
+                if not event.data.strip():
+                    continue
+                try:
+                    data = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise InvalidResponse(f"{self.name}: a stream event is not JSON") from None
+                kind = data.get("type") or event.event
+                if kind == "error":
+                    raise self._error_event(data.get("error"))
+                if kind == "message_start":
+                    msg = data.get("message") or {}
+                    model = str(msg.get("model") or model)
+                    usage.update(msg.get("usage") or {})
+                elif kind == "content_block_start":
+                    block = data.get("content_block") or {}
+                    if block.get("type") == "tool_use":
+                        blocks[int(data.get("index", len(blocks)))] = {
+                            "id": str(block.get("id") or ""),
+                            "name": str(block.get("name") or ""),
+                            "json": "",
+                        }
+                    elif block.get("type") == "text" and block.get("text"):
+                        text.append(block["text"])
+                        yield TextDelta(block["text"])
+                elif kind == "content_block_delta":
+                    delta = data.get("delta") or {}
+                    if delta.get("type") == "text_delta" and delta.get("text"):
+                        text.append(delta["text"])
+                        yield TextDelta(delta["text"])
+                    elif delta.get("type") == "input_json_delta":
+                        slot = blocks.get(int(data.get("index", -1)))
+                        if slot is not None:
+                            slot["json"] += str(delta.get("partial_json") or "")
+                elif kind == "message_delta":
+                    finish = str((data.get("delta") or {}).get("stop_reason") or finish)
+                    usage.update(
+                        {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
+                    )
+                elif kind == "message_stop":
+                    stopped = True
+                    break
+        if not stopped:
+            raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
+        calls = [
+            ToolCall(b["id"], b["name"], parse_arguments(b["json"]))
+            for _, b in sorted(blocks.items())
+        ]
+        yield Completion(
+            text="".join(text),
+            tool_calls=fix_tool_calls(calls, (t.name for t in request.tools)),
+            usage=normalize_usage(usage),
+            model=model,
+            finish_reason=finish,
+            provider=self.name,
+        )

@@ -1,0 +1,189 @@
+"""Failover: an ordered list of providers; a failing one cools down.
+
+A provider with ``threshold`` consecutive retryable failures is skipped for
+``cooldown_secs``.  If every provider is cooling down, the one that started
+cooling first is used anyway: failover never blocks entirely.  A conversation
+(``CompletionRequest.session_id``) stays on the provider it started on while that
+provider is healthy.  When a conversation moves to another provider, tool
+results whose call is not in the history are rewritten as plain user text, and
+the request's model override is dropped (each fallback uses its own model).
+
+A permanent error about the request itself (prompt too long, bad request) is
+raised at once; a permanent error about the provider (bad key, unknown model)
+moves on to the next provider without cooling the first one down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+
+from agent_core.llm.base import (
+    Completion,
+    CompletionRequest,
+    LLMProvider,
+    ModelInfo,
+    StreamItem,
+    TextDelta,
+)
+from agent_core.llm.errors import AuthFailed, CircuitOpen, ModelNotAvailable
+from agent_core.llm.retry import is_retryable
+from agent_core.llm.schema import sanitize_tool_messages
+from agent_core.llm.wrapper import aclose
+
+log = logging.getLogger(__name__)
+
+MAX_SESSIONS = 10_000
+_PROVIDER_PROBLEMS = (AuthFailed, ModelNotAvailable, CircuitOpen)
+
+
+@dataclass(slots=True)
+class _Health:
+    failures: int = 0
+    cooling_until: float = 0.0
+    cooled_at: float = 0.0
+
+
+class Failover:
+    def __init__(
+        self,
+        providers: Sequence[LLMProvider],
+        threshold: int = 3,
+        cooldown_secs: float = 300.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not providers:
+            raise ValueError("Failover needs at least one provider")
+        self.providers = list(providers)
+        self.threshold = threshold
+        self.cooldown_secs = cooldown_secs
+        self._clock = clock
+        self._health = [_Health() for _ in self.providers]
+        self._sessions: OrderedDict[str, int] = OrderedDict()
+
+    @property
+    def name(self) -> str:
+        return self.providers[0].name
+
+    async def initialize(self) -> None:
+        for p in self.providers:
+            await p.initialize()
+
+    async def shutdown(self) -> None:
+        for p in self.providers:
+            await p.shutdown()
+
+    def model_info(self, model: str | None = None) -> ModelInfo:
+        return self.providers[0].model_info(model)
+
+    async def list_models(self) -> list[str]:
+        return await self.providers[0].list_models()
+
+    # --- choosing ----------------------------------------------------------
+    def cooling(self, index: int) -> bool:
+        return self._health[index].cooling_until > self._clock()
+
+    def order(self, session_id: str = "") -> list[int]:
+        """Indexes to try, best first."""
+        healthy = [i for i in range(len(self.providers)) if not self.cooling(i)]
+        sticky = self._sessions.get(session_id) if session_id else None
+        if sticky is not None and sticky in healthy:
+            healthy.remove(sticky)
+            healthy.insert(0, sticky)
+        if healthy:
+            return healthy
+        first = min(range(len(self.providers)), key=lambda i: self._health[i].cooled_at)
+        return [first]
+
+    def _request_for(
+        self, index: int, request: CompletionRequest, moved: bool
+    ) -> CompletionRequest:
+        if index != 0 and request.model is not None:
+            request = replace(request, model=None)
+        if moved:
+            request = replace(request, messages=sanitize_tool_messages(request.messages))
+        return request
+
+    def _moved(self, index: int, session_id: str, attempt: int) -> bool:
+        previous = self._sessions.get(session_id) if session_id else None
+        return attempt > 0 or (previous is not None and previous != index)
+
+    # --- bookkeeping -------------------------------------------------------
+    def _ok(self, index: int, session_id: str) -> None:
+        self._health[index].failures = 0
+        if session_id:
+            self._sessions[session_id] = index
+            self._sessions.move_to_end(session_id)
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+
+    def _failed(self, index: int, exc: BaseException) -> None:
+        if not is_retryable(exc):
+            return
+        h = self._health[index]
+        h.failures += 1
+        if h.failures >= self.threshold:
+            now = self._clock()
+            h.failures = 0
+            h.cooling_until = now + self.cooldown_secs
+            h.cooled_at = now
+            log.warning(
+                "%s: %d failures in a row, cooling down for %.0fs",
+                self.providers[index].name,
+                self.threshold,
+                self.cooldown_secs,
+            )
+
+    def _can_move_on(self, exc: BaseException) -> bool:
+        return is_retryable(exc) or isinstance(exc, _PROVIDER_PROBLEMS)
+
+    # --- calls -------------------------------------------------------------
+    async def complete(self, request: CompletionRequest) -> Completion:
+        order = self.order(request.session_id)
+        last: BaseException | None = None
+        for attempt, index in enumerate(order):
+            sub = self._request_for(index, request, self._moved(index, request.session_id, attempt))
+            try:
+                result = await self.providers[index].complete(sub)
+            except Exception as exc:
+                self._failed(index, exc)
+                if not self._can_move_on(exc):
+                    raise
+                last = exc
+                if attempt + 1 < len(order):
+                    log.warning(
+                        "%s failed (%s); trying the next provider", self.providers[index].name, exc
+                    )
+                continue
+            self._ok(index, request.session_id)
+            return result
+        assert last is not None
+        raise last
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        order = self.order(request.session_id)
+        for attempt, index in enumerate(order):
+            sub = self._request_for(index, request, self._moved(index, request.session_id, attempt))
+            shown = False
+            it = self.providers[index].stream(sub)
+            try:
+                async for item in it:
+                    if isinstance(item, TextDelta) and item.text:
+                        shown = True
+                    if isinstance(item, Completion):
+                        self._ok(index, request.session_id)
+                    yield item
+                return
+            except Exception as exc:
+                self._failed(index, exc)
+                if shown or not self._can_move_on(exc) or attempt + 1 == len(order):
+                    raise
+                log.warning(
+                    "%s failed (%s); trying the next provider", self.providers[index].name, exc
+                )
+            finally:
+                await aclose(it)

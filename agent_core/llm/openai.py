@@ -1,0 +1,227 @@
+"""OpenAI chat completions (also every OpenAI-compatible server).
+
+Used for ``openai``, ``openai_compatible``, the presets (OpenRouter, Groq ...)
+and, through :mod:`agent_core.llm.ollama`, Ollama's ``/v1`` endpoint.
+Native tools (strict-mode schemas on api.openai.com), images as ``image_url``
+data URLs, SSE streaming with tool-call deltas assembled into whole calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from agent_core.llm.base import (
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    StreamItem,
+    TextDelta,
+    ToolCall,
+)
+from agent_core.llm.errors import InvalidResponse
+from agent_core.llm.http import HTTPBackend, status_error
+from agent_core.llm.schema import fix_tool_calls, flatten_tools, parse_arguments, strict_schema
+from agent_core.llm.usage import normalize_usage
+
+NO_VISION_NOTE = "[an image was attached, but this model cannot see images]"
+
+
+def _text_of(content: Any) -> str:
+    """Message content as text: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+class OpenAIProvider(HTTPBackend):
+    """Chat completions over ``{base_url}/chat/completions``."""
+
+    def headers(self) -> dict[str, str]:
+        h = super().headers()
+        if self.config.api_key:
+            h["authorization"] = f"Bearer {self.config.api_key}"
+        return h
+
+    # --- request -----------------------------------------------------------
+    def _message(self, m: ChatMessage, vision: bool) -> dict[str, Any]:
+        if m.role == "tool":
+            return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+        if m.role == "assistant" and m.tool_calls:
+            return {
+                "role": "assistant",
+                "content": m.content or None,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {
+                            "name": c.name,
+                            "arguments": orjson.dumps(c.arguments).decode(),
+                        },
+                    }
+                    for c in m.tool_calls
+                ],
+            }
+        if m.images and m.role == "user":
+            if not vision:
+                notes = "\n".join([NO_VISION_NOTE] * len(m.images))
+                return {"role": "user", "content": f"{m.content}\n{notes}".strip()}
+            parts: list[dict[str, Any]] = []
+            if m.content:
+                parts.append({"type": "text", "text": m.content})
+            for img in m.images:
+                url = f"data:{img.mime};base64,{img.data_b64}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            return {"role": "user", "content": parts}
+        return {"role": m.role, "content": m.content}
+
+    def build_body(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
+        model = request.model or self.config.model
+        info = self.model_info(model)
+        use_tools = bool(request.tools) and info.supports_tools and not self.config.flatten_tools
+        messages = request.messages if use_tools else flatten_tools(request.messages)
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [self._message(m, info.supports_vision) for m in messages],
+        }
+        if request.max_tokens is not None:
+            key = "max_completion_tokens" if self.config.backend == "openai" else "max_tokens"
+            body[key] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.stop:
+            body["stop"] = list(request.stop)
+        if use_tools:
+            tools = []
+            for t in request.tools:
+                fn: dict[str, Any] = {"name": t.name, "description": t.description}
+                if self.config.strict_tools:
+                    fn["parameters"] = strict_schema(t.parameters)
+                    fn["strict"] = True
+                else:
+                    fn["parameters"] = t.parameters
+                tools.append({"type": "function", "function": fn})
+            body["tools"] = tools
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    # --- answer ------------------------------------------------------------
+    def parse_completion(self, data: Any, request: CompletionRequest) -> Completion:
+        if not isinstance(data, dict):
+            raise InvalidResponse(f"{self.name}: the answer is not a JSON object")
+        if data.get("error"):
+            raise self._body_error(data["error"])
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise InvalidResponse(f"{self.name}: the answer has no choices")
+        msg = choices[0].get("message") or {}
+        calls = []
+        for tc in msg.get("tool_calls") or ():
+            fn = tc.get("function") or {}
+            calls.append(
+                ToolCall(
+                    tc.get("id") or "", fn.get("name") or "", parse_arguments(fn.get("arguments"))
+                )
+            )
+        return Completion(
+            text=_text_of(msg.get("content")),
+            tool_calls=fix_tool_calls(calls, (t.name for t in request.tools)),
+            usage=normalize_usage(data.get("usage")),
+            model=str(data.get("model") or request.model or self.config.model),
+            finish_reason=str(choices[0].get("finish_reason") or ""),
+            provider=self.name,
+        )
+
+    def _body_error(self, err: Any) -> Exception:
+        """An error object inside a 200 answer or a stream chunk."""
+        code = err.get("code") if isinstance(err, dict) else None
+        status = code if isinstance(code, int) and 400 <= code < 600 else 500
+        body = orjson.dumps({"error": err})
+        return status_error(self.name, status, body, {}, self._secrets)
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        data = await self.post_json("chat/completions", self.build_body(request, stream=False))
+        return self.parse_completion(data, request)
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        body = self.build_body(request, stream=True)
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage: dict[str, Any] | None = None
+        model = str(body["model"])
+        finish = ""
+        done = False
+        async with self.sse("chat/completions", body) as events:
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    done = True
+                    break
+                if not event.data.strip():
+                    continue
+                try:
+                    chunk = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise InvalidResponse(f"{self.name}: a stream chunk is not JSON") from None
+                if not isinstance(chunk, dict):
+                    continue
+                if chunk.get("error"):
+                    raise self._body_error(chunk["error"])
+                model = str(chunk.get("model") or model)
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    piece = _text_of(delta.get("content"))
+                    if piece:
+                        text.append(piece)
+                        yield TextDelta(piece)
+                    for tc in delta.get("tool_calls") or ():
+                        _merge_call(calls, tc)
+                    if choice.get("finish_reason"):
+                        finish = str(choice["finish_reason"])
+        if not done and not finish:
+            raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
+        assembled = [
+            ToolCall(c["id"], c["name"], parse_arguments(c["args"]))
+            for _, c in sorted(calls.items())
+        ]
+        yield Completion(
+            text="".join(text),
+            tool_calls=fix_tool_calls(assembled, (t.name for t in request.tools)),
+            usage=normalize_usage(usage),
+            model=model,
+            finish_reason=finish,
+            provider=self.name,
+        )
+
+
+def _merge_call(calls: dict[int, dict[str, str]], tc: dict[str, Any]) -> None:
+    """Fold one streamed tool-call delta into the calls assembled so far."""
+    index = tc.get("index")
+    if not isinstance(index, int):
+        index = len(calls)
+    slot = calls.setdefault(index, {"id": "", "name": "", "args": ""})
+    if tc.get("id"):
+        slot["id"] = str(tc["id"])
+    fn = tc.get("function") or {}
+    name = fn.get("name")
+    if name:
+        # most servers send the name once; a few repeat it whole in every chunk
+        if not slot["name"] or name.startswith(slot["name"]):
+            slot["name"] = name
+        else:
+            slot["name"] += name
+    args = fn.get("arguments")
+    if isinstance(args, dict):
+        slot["args"] = orjson.dumps(args).decode()
+    elif args:
+        slot["args"] += args

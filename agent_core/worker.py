@@ -1,0 +1,277 @@
+"""The worker: consume the inbox stream, run turns, one thread at a time.
+
+Loops (all owned by :meth:`Worker.run`, all stopped by its ``stop`` event):
+
+* **consume**  XREADGROUP (own blocking connection) -> hand-off -> spawn the
+  threads whose lock we got.  Reading pauses while ``worker_concurrency``
+  threads are running.
+* **heartbeat** renews every held thread lock in one pipeline every TTL/3; a
+  thread whose lock is gone is flagged so its turn stops sending.
+* **sweeper**  reclaims stream entries left pending by a dead worker
+  (XAUTOCLAIM) and runs threads with a non-empty mailbox whose lock expired.
+
+A thread task runs turns until its mailbox is empty: begin (one round trip)
+-> agent turn -> complete (one script: save session, drop consumed entries,
+release the lock only if nothing is left).
+
+On stop: no new reads; running turns get ``shutdown_grace_secs`` to finish;
+what is left is cancelled and its lock released, its entries stay in the
+mailbox for another worker (nothing is acknowledged that was not handled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from agent_core.agent.agent import Agent
+from agent_core.agent.reply import LockGuard
+from agent_core.errors import LockLost
+from agent_core.events import InboundEvent, ThreadKey
+from agent_core.settings import CoreSettings
+from agent_core.store.delivery import Delivery
+
+log = logging.getLogger(__name__)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: CoreSettings,
+        delivery: Delivery,
+        agent: Agent,
+        *,
+        name: str | None = None,
+        on_turn: Callable[[ThreadKey, str, float], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.delivery = delivery
+        self.agent = agent
+        self.name = name or worker_name()
+        self.owner = self.name  # lock owner token
+        self.on_turn = on_turn
+        self.running: dict[ThreadKey, asyncio.Task[None]] = {}
+        self.guards: dict[ThreadKey, LockGuard] = {}
+        self.ready = False
+        self.stopping = False
+        self.turns_done = 0
+        self.reclaimed = 0
+        self._slots = asyncio.Semaphore(settings.worker_concurrency)
+
+    # -- lifecycle ---------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._with_backoff(self.delivery.ensure_group, stop)
+        self.ready = True
+        log.info("worker %s consuming (concurrency %d)", self.name, self.settings.worker_concurrency)
+        loops = [
+            asyncio.create_task(self._consume(stop), name="consume"),
+            asyncio.create_task(self._heartbeat(stop), name="heartbeat"),
+            asyncio.create_task(self._sweep(stop), name="sweeper"),
+        ]
+        try:
+            await stop.wait()
+        finally:
+            self.stopping = True
+            self.ready = False
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._drain()
+
+    async def _drain(self) -> None:
+        if not self.running:
+            return
+        grace = self.settings.shutdown_grace_secs
+        log.info("draining %d running thread(s), up to %.0f s", len(self.running), grace)
+        heartbeat = asyncio.create_task(self._heartbeat_forever())
+        try:
+            _, pending = await asyncio.wait(list(self.running.values()), timeout=grace)
+        finally:
+            heartbeat.cancel()
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        # tasks release their own locks in `finally`; anything still held expires by TTL
+
+    async def _with_backoff(self, fn: Callable[[], object], stop: asyncio.Event) -> None:
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                res = fn()
+                if asyncio.iscoroutine(res):
+                    await res
+                return
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("Redis unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 5.0)
+
+    # -- consume -----------------------------------------------------------
+    async def _consume(self, stop: asyncio.Event) -> None:
+        delay = 0.2
+        while not stop.is_set():
+            free = self.settings.worker_concurrency - len(self.running)
+            if free <= 0:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                entries = await self.delivery.read(self.name, count=min(free, 100), block_ms=1000)
+                if entries:
+                    await self._hand_off(entries)
+                delay = 0.2
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    await self.delivery.ensure_group()
+                    continue
+                log.exception("unexpected Redis error while consuming")
+                await asyncio.sleep(delay)
+            except (RedisError, OSError) as exc:
+                log.warning("consume: Redis unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _hand_off(self, entries: list[tuple[bytes, InboundEvent | None]]) -> None:
+        bad = [eid for eid, ev in entries if ev is None]
+        if bad:
+            log.error("dropping %d malformed stream entries %s", len(bad), bad[:5])
+        acquired = await self.delivery.handoff(entries, self.owner)
+        for thread in acquired:
+            self._spawn(thread)
+
+    def _spawn(self, thread: ThreadKey) -> None:
+        if thread in self.running:
+            return
+        guard = LockGuard()
+        self.guards[thread] = guard
+        task = asyncio.create_task(self._run_thread(thread, guard), name=f"thread {thread}")
+        self.running[thread] = task
+
+    # -- a thread ----------------------------------------------------------
+    async def _run_thread(self, thread: ThreadKey, guard: LockGuard) -> None:
+        released = False
+        try:
+            while True:
+                state = await self.delivery.begin(thread)
+                if not state.mailbox:
+                    await self.delivery.release(thread, self.owner)
+                    released = True
+                    await self.delivery.deactivate(thread)
+                    return
+                started = time.perf_counter()
+                try:
+                    result = await self.agent.run_turn(thread, state, guard)
+                except LockLost:
+                    released = True  # not ours any more
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("[%s] turn failed on event %s; skipping it", thread, state.mailbox[0].event_id)
+                    left = await self.delivery.complete(
+                        thread, self.owner, consumed=1, session_json=None, version=state.session_version, sent_fields=[]
+                    )
+                    if left <= 0:
+                        released = left == 0
+                        if left == 0:
+                            await self.delivery.deactivate(thread)
+                        return
+                    continue
+                left = await self.delivery.complete(
+                    thread,
+                    self.owner,
+                    consumed=result.consumed,
+                    session_json=result.session.to_json(),
+                    version=state.session_version,
+                    sent_fields=result.sent_fields,
+                )
+                self.turns_done += 1
+                if self.on_turn is not None:
+                    self.on_turn(thread, result.outcome, time.perf_counter() - started)
+                if left == -1:
+                    log.warning("[%s] lock lost before completion; another worker reruns it", thread)
+                    released = True
+                    return
+                if left == -2:
+                    log.error("[%s] session changed under the lock (version conflict); rerunning", thread)
+                    continue
+                if left == 0:
+                    released = True
+                    await self.delivery.deactivate(thread)
+                    return
+        except asyncio.CancelledError:
+            log.info("[%s] turn cancelled (shutdown); its message stays queued", thread)
+            raise
+        except (RedisError, OSError) as exc:
+            log.warning("[%s] Redis error in thread task (%s); lock will expire", thread, type(exc).__name__)
+        finally:
+            self.running.pop(thread, None)
+            self.guards.pop(thread, None)
+            if not released:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.delivery.release(thread, self.owner))
+
+    # -- heartbeat and sweeper ---------------------------------------------
+    async def _renew_once(self) -> None:
+        held = list(self.guards)
+        if not held:
+            return
+        ok = await self.delivery.renew(held, self.owner)
+        for thread, renewed in zip(held, ok, strict=True):
+            if not renewed and thread in self.guards:
+                log.warning("[%s] lock lost (renewal refused)", thread)
+                self.guards[thread].lost = True
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        await self._heartbeat_forever()
+
+    async def _heartbeat_forever(self) -> None:
+        interval = self.settings.lock_ttl_secs / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._renew_once()
+            except (RedisError, OSError) as exc:
+                log.warning("heartbeat: Redis unavailable (%s)", type(exc).__name__)
+
+    async def sweep_once(self) -> int:
+        """Reclaim orphaned stream entries and run orphaned threads; return how many."""
+        n = 0
+        entries = await self.delivery.reclaim(
+            self.name, min_idle_ms=int(self.settings.reclaim_idle_secs * 1000)
+        )
+        if entries:
+            self.reclaimed += len(entries)
+            log.info("reclaimed %d stream entries from dead consumers", len(entries))
+            await self._hand_off(entries)
+            n += len(entries)
+        for thread in await self.delivery.active_threads():
+            if thread in self.running or len(self.running) >= self.settings.worker_concurrency:
+                continue
+            if await self.delivery.try_lock(thread, self.owner):
+                self._spawn(thread)
+                n += 1
+        return n
+
+    async def _sweep(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.sweep_once()
+            except (RedisError, OSError) as exc:
+                log.warning("sweeper: Redis unavailable (%s)", type(exc).__name__)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.sweep_interval_secs)

@@ -1,0 +1,1 @@
+"""Processes and wiring: settings -> runtime, ASGI app, worker, gateway, CLI."""

@@ -1,0 +1,176 @@
+"""The `parley` command line (typer + rich).
+
+Every failure a user can cause (bad settings, unreachable Redis, port in use)
+ends with one clear line per problem on stderr and exit code 2, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from agent_core import __version__
+from agent_core.errors import ConfigError
+from bots.logs import setup_logging
+from bots.runtime import ROLES, Runtime, check_port_free
+from bots.settings import Settings, load_settings
+
+app = typer.Typer(
+    name="parley",
+    help="Parley: one AI agent in Telegram, Slack, Discord and a local web chat.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False)
+log = logging.getLogger("parley")
+
+
+def _fail(problems: list[str]) -> None:
+    for p in problems:
+        err.print(f"[bold red]parley:[/] {p}", markup=True, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _settings() -> Settings:
+    try:
+        s = load_settings()
+    except ConfigError as exc:
+        _fail(exc.problems)
+        raise  # unreachable
+    setup_logging(s.core.log_level, s.core.log_format, s.secret_values())
+    return s
+
+
+def _run_async(main: Callable[[], Awaitable[None]]) -> None:
+    try:
+        asyncio.run(main())
+    except ConfigError as exc:
+        _fail(exc.problems)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"parley {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Without a command: `parley run` (everything in one process)."""
+    if ctx.invoked_subcommand is None:
+        run("all")
+
+
+def host_for(s: Settings) -> str:
+    if s.core.host:
+        return s.core.host
+    return "0.0.0.0" if s.hosted else "127.0.0.1"
+
+
+def print_summary(rt: Runtime, host: str, port: int) -> None:
+    sm = rt.summary
+    err.print(f"[bold]Parley {__version__}[/] — process role: [bold]{rt.role}[/]")
+    err.print(f"  redis:   {sm.redis}")
+    if sm.llm:
+        err.print(f"  llm:     {sm.llm}")
+    for name, on, why in sm.channels:
+        mark = "[green]on[/]" if on else "[dim]off[/]"
+        err.print(f"  {name + ':':9}{mark} ({why})")
+    if rt.runs_web:
+        shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
+        err.print(f"  web:     http://{shown}:{port}/")
+    for name in rt.settings.plaintext_secrets:
+        err.print(f"  [yellow]warning:[/] {name} is read from the plaintext .env file; "
+                  f"prefer the environment or {name}_FILE")
+
+
+def _install_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    hits = {"n": 0}
+
+    def on_signal() -> None:
+        hits["n"] += 1
+        if hits["n"] == 1:
+            err.print("[dim]stopping: finishing turns in hand (Ctrl-C again to force)…[/]")
+            stop.set()
+        else:
+            os._exit(130)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal)
+
+
+@app.command()
+def run(
+    role: Annotated[str, typer.Argument(help="all | web | worker | gateway")] = "all",
+) -> None:
+    """Run Parley: `all` (default) runs web, worker and gateway in one process."""
+    if role not in ROLES or role == "chat":
+        _fail([f"unknown role {role!r}; use one of: all, web, worker, gateway"])
+    s = _settings()
+    host, port = host_for(s), s.core.port
+
+    async def main() -> None:
+        if role in ("all", "web"):
+            check_port_free(host, port)
+        async with Runtime(s, role) as rt:
+            print_summary(rt, host, port)
+            stop = asyncio.Event()
+            _install_signals(stop)
+            await rt.serve(stop, host=host, port=port)
+        err.print("[dim]stopped[/]")
+
+    _run_async(main)
+
+
+@app.command()
+def chat() -> None:
+    """Chat in the terminal. With piped input: one message per line, answers on stdout."""
+    from channels.console.chat import ConsoleChat, run_console
+
+    s = _settings()
+    if not sys.stdin.isatty():
+        logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
+
+    async def main() -> None:
+        async with Runtime(s, "chat") as rt:
+            if sys.stdin.isatty():
+                print_summary(rt, "", 0)
+            stop = asyncio.Event()
+            assert rt.worker is not None and rt.clients is not None and rt.ingest is not None
+            worker = asyncio.create_task(rt.worker.run(stop))
+            try:
+                console = ConsoleChat(rt.clients.redis, rt.clients.blocking, rt.ingest)
+                await run_console(console)
+            finally:
+                stop.set()
+                await worker
+
+    _run_async(main)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    return app(args=argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""The runtime: settings -> Redis, LLM, channels, agent, worker; owns their lifecycle.
+
+Roles (``parley run ROLE``):
+
+* ``web``     ASGI app: webhooks, the web chat, health, metrics.  Publishes only.
+* ``worker``  consumes the inbox stream and runs turns.
+* ``gateway`` long-lived platform connections (Discord gateway, Slack Socket
+              Mode, Telegram polling).  Publishes only.
+* ``all``     everything in one process (the default on a laptop).
+
+Without ``REDIS_URL`` an embedded Valkey is started under ``PARLEY_DATA_DIR``
+(or joined, if another parley process on that dir already runs one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from agent_core.agent.agent import Agent
+from agent_core.errors import ConfigError
+from agent_core.ingest import Ingest
+from agent_core.llm.base import LLMProvider
+from agent_core.outbox import Outbox
+from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
+from agent_core.store.delivery import Delivery
+from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.pacing import Pacer
+from agent_core.worker import Worker
+from bots.settings import Settings
+from channels.base import Channel, ChannelDeps
+from channels.web import channel as web_channel
+from channels.web.outbox import LocalOutbox
+
+log = logging.getLogger(__name__)
+
+ROLES = ("all", "web", "worker", "gateway", "chat")
+
+
+@dataclass
+class Summary:
+    redis: str = ""
+    llm: str = ""
+    channels: list[tuple[str, bool, str]] = field(default_factory=list)
+    role: str = ""
+    url: str = ""
+
+
+def build_llm(settings: Settings, clients: RedisClients | None) -> LLMProvider:
+    from agent_core.llm.factory import build_provider
+
+    return build_provider(settings.llm, clients.redis if clients else None)
+
+
+def describe_llm(settings: Settings) -> str:
+    from agent_core.llm.factory import describe
+
+    return describe(settings.llm)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, role: str = "all", *, llm: LLMProvider | None = None) -> None:
+        if role not in ROLES:
+            raise ConfigError([f"role: unknown process role {role!r}; use one of {', '.join(ROLES)}"])
+        self.settings = settings
+        self.role = role
+        self.embedded: EmbeddedValkey | None = None
+        self.clients: RedisClients | None = None
+        self.llm: LLMProvider | None = llm
+        self._llm_given = llm is not None
+        self.channels: dict[str, Channel] = {}
+        self.outboxes: dict[str, Outbox] = {}
+        self.ingest: Ingest | None = None
+        self.delivery: Delivery | None = None
+        self.worker: Worker | None = None
+        self.agent: Agent | None = None
+        self.summary = Summary(role=role)
+        self.started_at = time.time()
+        self.draining = False
+
+    # -- properties ---------------------------------------------------------
+    @property
+    def runs_worker(self) -> bool:
+        return self.role in ("all", "worker", "chat")
+
+    @property
+    def runs_web(self) -> bool:
+        return self.role in ("all", "web")
+
+    @property
+    def runs_gateway(self) -> bool:
+        return self.role in ("all", "gateway")
+
+    # -- lifecycle ----------------------------------------------------------
+    async def __aenter__(self) -> Runtime:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stop()
+
+    async def _start(self) -> None:
+        core = self.settings.core
+        if core.redis_url is not None:
+            url = core.redis_url.get_secret_value()
+            self.clients = make_clients(url, tls_insecure=core.redis_tls_insecure)
+            await check_reachable(self.clients)
+            self.summary.redis = redact_url(url)
+        else:
+            self.embedded = EmbeddedValkey(core.parley_data_dir)
+            await self.embedded.start()
+            self.clients = make_clients(self.embedded.url)
+            await check_reachable(self.clients)
+            self.summary.redis = self.embedded.describe()
+        redis = self.clients.redis
+        pacer = Pacer(redis)
+        self.ingest = Ingest(redis, dedup_ttl_secs=core.dedup_ttl_secs, stream_maxlen=core.stream_maxlen)
+        self.delivery = Delivery(
+            redis,
+            self.clients.blocking,
+            lock_ttl_ms=int(core.lock_ttl_secs * 1000),
+            seen_ttl_ms=core.dedup_ttl_secs * 1000,
+            session_ttl_ms=core.session_idle_ttl_secs * 1000,
+        )
+        await self.delivery.ensure_group()
+
+        # channels
+        deps = ChannelDeps(
+            redis=redis, pacer=pacer, public_url=core.public_url.rstrip("/"), group_reply=core.group_reply
+        )
+        status = self.settings.platform_status()
+        any_platform = any(on for on, _ in status.values())
+        for name, (on, why) in status.items():
+            self.summary.channels.append((name, on, why))
+            if on:
+                mod = self.settings.modules[name]
+                self.channels[name] = mod.create(self.settings.platforms[name], deps)
+        web_on, web_why = web_channel.status(self.settings.web, any_platform, hosted=self.settings.hosted)
+        if self.role == "chat":
+            web_on, web_why = False, "not served by `parley chat`"
+        self.summary.channels.append(("web", web_on, web_why))
+        web = web_channel.create(self.settings.web, deps)
+        web.use_blocking_client(self.clients.blocking)
+        if web_on:
+            self.channels["web"] = web
+        for ch in self.channels.values():
+            await ch.initialize()
+        self.outboxes = {name: ch.outbox() for name, ch in self.channels.items()}
+        # Answers to the local channels can be written by any worker, enabled here or not.
+        self.outboxes.setdefault("web", LocalOutbox(redis, "web"))
+        self.outboxes["console"] = LocalOutbox(redis, "console", stream_interval=None)
+
+        # LLM + agent + worker
+        if self.runs_worker:
+            if self.llm is None:
+                self.llm = build_llm(self.settings, self.clients)
+            self.summary.llm = describe_llm(self.settings) if not self._llm_given else self.llm.name
+            await self.llm.initialize()
+            self.agent = Agent(core, self.llm, self.delivery, self.outboxes)
+            self.worker = Worker(core, self.delivery, self.agent)
+
+    async def _stop(self) -> None:
+        for ch in list(self.channels.values()):
+            with contextlib.suppress(Exception):
+                await ch.shutdown()
+        if self.llm is not None and not self._llm_given:
+            with contextlib.suppress(Exception):
+                await self.llm.shutdown()
+        if self.clients is not None:
+            with contextlib.suppress(Exception):
+                await self.clients.close()
+            self.clients = None
+        if self.embedded is not None:
+            await self.embedded.stop()
+            self.embedded = None
+
+    # -- the web app --------------------------------------------------------
+    def web_app(self) -> Starlette:
+        assert self.ingest is not None
+        routes: list[BaseRoute] = [
+            Route("/healthz", self._healthz, methods=["GET"]),
+            Route("/readyz", self._readyz, methods=["GET"]),
+        ]
+        for ch in self.channels.values():
+            routes.extend(ch.routes(self.ingest))
+        if "web" not in self.channels:
+            routes.append(Route("/", self._index, methods=["GET"]))
+        return Starlette(routes=routes)
+
+    async def _index(self, request: Request) -> Response:
+        return PlainTextResponse(
+            "Parley is running. The local web chat is off here "
+            "(set WEB_CHAT_ENABLED=true to serve it).\n"
+        )
+
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse({"ok": True, "role": self.role, "uptime_s": round(time.time() - self.started_at)})
+
+    async def _readyz(self, request: Request) -> Response:
+        problems: list[str] = []
+        if self.draining:
+            problems.append("shutting down")
+        try:
+            assert self.clients is not None
+            await self.clients.redis.ping()
+        except (RedisError, OSError, AssertionError):
+            problems.append("redis unreachable")
+        if self.runs_worker and (self.worker is None or not self.worker.ready):
+            problems.append("worker not consuming")
+        if problems:
+            return JSONResponse({"ready": False, "problems": problems}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    # -- running --------------------------------------------------------------
+    async def serve(self, stop: asyncio.Event, *, host: str, port: int) -> None:
+        """Run this process's role until ``stop`` is set, then drain."""
+        tasks: list[asyncio.Task[Any]] = []
+        server = None
+        if self.runs_worker and self.worker is not None:
+            tasks.append(asyncio.create_task(self.worker.run(stop), name="worker"))
+        if self.runs_gateway:
+            assert self.ingest is not None
+            for ch in self.channels.values():
+                if ch.has_gateway:
+                    tasks.append(asyncio.create_task(ch.run_gateway(self.ingest, stop), name=f"gateway-{ch.name}"))
+        if self.runs_web:
+            server = make_server(self.web_app(), host, port)
+            tasks.append(asyncio.create_task(server.serve(), name="web"))
+        await stop.wait()
+        self.draining = True
+        if server is not None:
+            server.should_exit = True
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for t, r in zip(tasks, results, strict=True):
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                log.error("%s stopped with %s: %s", t.get_name(), type(r).__name__, r)
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                [f"PORT: cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to a free port"]
+            ) from None
+
+
+def make_server(app: Starlette, host: str, port: int) -> Any:
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            yield  # the runtime owns SIGTERM / SIGINT
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+    )
+    return _Server(config)

@@ -1,0 +1,110 @@
+"""discord.py's REST client, pointed where the settings say.
+
+discord.py builds every REST URL from the class attribute ``Route.BASE`` and
+connects the gateway to ``DiscordWebSocket.DEFAULT_GATEWAY`` (or the READY
+``resume_gateway_url``) without asking REST.  Rather than changing those
+globals, :class:`ParleyHTTPClient` rewrites URLs per instance:
+
+* ``request`` swaps the ``Route.BASE`` prefix for ``DISCORD_API_BASE_URL``;
+* ``ws_connect`` replaces the scheme/host/path of every gateway URL with
+  ``DISCORD_GATEWAY_URL`` (keeping discord.py's ``v``/``encoding``/``compress``
+  query), so IDENTIFY, RESUME and re-IDENTIFY after an invalid session all go
+  to the configured gateway.
+
+Both settings also serve proxies.  A 429 seen on the wire is reported to an
+optional async hook (the shared :class:`~agent_core.store.pacing.Pacer`), so
+every worker backs off, not only the one discord.py's bucket lives in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import discord
+import yarl
+from discord.http import HTTPClient, Route
+
+log = logging.getLogger(__name__)
+
+RateLimitHook = Callable[[str, float], Awaitable[None]]  # (channel id or "", retry_after)
+
+_CHANNEL_IN_PATH = re.compile(r"/channels/(\d+)")
+
+
+def _retry_after(headers: Any) -> float:
+    for name in ("Retry-After", "X-RateLimit-Reset-After"):
+        value = headers.get(name)
+        if value:
+            try:
+                return float(value)
+            except ValueError:
+                continue
+    return 1.0
+
+
+class ParleyHTTPClient(HTTPClient):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop | Any,
+        *,
+        api_base: str = "",
+        gateway_url: str = "",
+        on_rate_limited: RateLimitHook | None = None,
+        max_ratelimit_timeout: float | None = None,
+        connector: aiohttp.BaseConnector | None = None,
+    ) -> None:
+        trace: aiohttp.TraceConfig | None = None
+        if on_rate_limited is not None:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_end.append(self._trace_end)
+        super().__init__(
+            loop,
+            connector,
+            http_trace=trace,
+            max_ratelimit_timeout=max_ratelimit_timeout,
+        )
+        self.api_base = api_base.rstrip("/")
+        self.gateway_url = yarl.URL(gateway_url) if gateway_url else None
+        self._on_rate_limited = on_rate_limited
+
+    async def _trace_end(
+        self,
+        session: aiohttp.ClientSession,
+        ctx: SimpleNamespace,
+        params: aiohttp.TraceRequestEndParams,
+    ) -> None:
+        if params.response.status != 429 or self._on_rate_limited is None:
+            return
+        m = _CHANNEL_IN_PATH.search(params.url.path)
+        try:
+            await self._on_rate_limited(m.group(1) if m else "", _retry_after(params.response.headers))
+        except Exception:  # never break the request because the hook failed
+            log.warning("rate-limit hook failed", exc_info=True)
+
+    def rewrite(self, url: str) -> str:
+        base = Route.BASE
+        if self.api_base and self.api_base != base and url.startswith(base):
+            return self.api_base + url[len(base) :]
+        return url
+
+    async def request(self, route: Route, **kwargs: Any) -> Any:
+        route.url = self.rewrite(route.url)
+        return await super().request(route, **kwargs)
+
+    async def ws_connect(self, url: str, *, compress: int = 0) -> Any:
+        if self.gateway_url is not None:
+            target = yarl.URL(url)
+            url = str(self.gateway_url.with_query(target.query))
+        return await super().ws_connect(url, compress=compress)
+
+
+def is_unauthorized(exc: BaseException) -> bool:
+    return isinstance(exc, discord.LoginFailure) or (
+        isinstance(exc, discord.HTTPException) and exc.status == 401
+    )

@@ -1,0 +1,198 @@
+"""Discord payloads -> InboundEvent (pure).
+
+``parse_message`` takes a MESSAGE_CREATE payload (gateway) or a message from
+``GET /channels/{id}/messages`` (catch-up; these lack ``guild_id``, which the
+context supplies) and decides whether Parley is addressed:
+
+* a DM                                   -> thread = the DM channel
+* a guild message that mentions the bot or replies to it (or any message
+  when ``group_reply == "all"``)         -> thread = the channel
+* any message inside a Discord thread the bot started or was mentioned in
+                                         -> thread = that Discord thread
+
+``ThreadKey("discord", guild id or "dm", channel id, thread id or "")``: for a
+message in a Discord thread the conversation is the parent channel.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from agent_core.events import (
+    Action,
+    Attachment,
+    EventKind,
+    InboundEvent,
+    MessageRef,
+    ThreadKey,
+)
+
+from .render import encode_extra
+
+CHANNEL = "discord"
+DM_TENANT = "dm"
+
+# message types a person writes: DEFAULT, REPLY, CHAT_INPUT_COMMAND excluded, THREAD_STARTER excluded
+_USER_MESSAGE_TYPES = {0, 19}
+
+
+class RawUser(TypedDict):
+    id: str
+    username: NotRequired[str]
+    global_name: NotRequired[str | None]
+    bot: NotRequired[bool]
+
+
+class RawAttachment(TypedDict):
+    id: str
+    filename: str
+    url: NotRequired[str]
+    content_type: NotRequired[str]
+    size: NotRequired[int]
+
+
+class RawMessage(TypedDict):
+    id: str
+    channel_id: str
+    author: RawUser
+    content: NotRequired[str]
+    guild_id: NotRequired[str]
+    type: NotRequired[int]
+    mentions: NotRequired[list[RawUser]]
+    mention_everyone: NotRequired[bool]
+    attachments: NotRequired[list[RawAttachment]]
+    referenced_message: NotRequired[dict[str, Any] | None]
+    webhook_id: NotRequired[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageContext:
+    """What the gateway knows beyond the payload."""
+
+    bot_id: str
+    group_reply: str = "mention"  # mention | all
+    guild_id: str = ""  # fallback when the payload has none (REST catch-up)
+    thread_parent: str = ""  # the channel is a Discord thread under this parent
+    thread_active: bool = False  # ... which the bot started or was mentioned in
+
+
+def display_name(user: RawUser | dict[str, Any]) -> str:
+    return str(user.get("global_name") or user.get("username") or "")
+
+
+def _mention_re(bot_id: str) -> re.Pattern[str]:
+    return re.compile(rf"<@!?{re.escape(bot_id)}>")
+
+
+def mentions_bot(raw: RawMessage, bot_id: str) -> bool:
+    if any(u.get("id") == bot_id for u in raw.get("mentions") or ()):
+        return True
+    return bool(_mention_re(bot_id).search(raw.get("content") or ""))
+
+
+def replies_to_bot(raw: RawMessage, bot_id: str) -> bool:
+    ref = raw.get("referenced_message")
+    return bool(ref) and str((ref or {}).get("author", {}).get("id", "")) == bot_id
+
+
+def attachment_kind(mime: str) -> str:
+    major = mime.split("/", 1)[0]
+    if major in ("image", "audio", "video"):
+        return major
+    return "document" if mime else "other"
+
+
+def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
+    """The event for ``raw``, or None when Parley is not addressed / must ignore it."""
+    author = raw.get("author") or {}
+    if author.get("bot") or raw.get("webhook_id") or not author.get("id"):
+        return None
+    if raw.get("type", 0) not in _USER_MESSAGE_TYPES:
+        return None
+    if author["id"] == ctx.bot_id:
+        return None
+    guild_id = raw.get("guild_id") or ctx.guild_id
+    channel_id = raw["channel_id"]
+    is_dm = not guild_id
+    addressed = mentions_bot(raw, ctx.bot_id) or replies_to_bot(raw, ctx.bot_id)
+    in_thread = bool(ctx.thread_parent)
+    if not is_dm and not addressed and ctx.group_reply != "all":
+        if not (in_thread and ctx.thread_active):
+            return None
+    text = _mention_re(ctx.bot_id).sub("", raw.get("content") or "").strip()
+    attachments = tuple(
+        Attachment(
+            kind=attachment_kind(a.get("content_type", "")),
+            name=a.get("filename", ""),
+            mime=a.get("content_type", ""),
+            size=int(a.get("size", 0) or 0),
+            ref=a.get("url", ""),
+        )
+        for a in raw.get("attachments") or ()
+    )
+    if not text and not attachments:
+        return None
+    if in_thread:
+        conversation, thread = ctx.thread_parent, channel_id
+    else:
+        conversation, thread = channel_id, ""
+    key = ThreadKey(CHANNEL, guild_id or DM_TENANT, conversation, thread)
+    return InboundEvent(
+        event_id=raw["id"],
+        kind=EventKind.MESSAGE,
+        channel=CHANNEL,
+        thread=key,
+        user_id=author["id"],
+        user_name=display_name(author),
+        text=text,
+        is_direct=is_dm,
+        mentions_bot=addressed,
+        attachments=attachments,
+        reply_ref=MessageRef(CHANNEL, conversation, raw["id"], thread),
+        received_at=time.time(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Press:
+    """A component interaction, in the fields Parley needs (from INTERACTION_CREATE)."""
+
+    interaction_id: str
+    application_id: str
+    token: str
+    payload: str  # the Button.payload carried in custom_id
+    user_id: str
+    user_name: str
+    channel_id: str  # where the message with the button lives
+    message_id: str
+    guild_id: str = ""
+    thread_parent: str = ""  # channel_id is a Discord thread under this parent
+
+
+def parse_press(press: Press) -> InboundEvent:
+    if press.thread_parent:
+        conversation, thread = press.thread_parent, press.channel_id
+    else:
+        conversation, thread = press.channel_id, ""
+    key = ThreadKey(CHANNEL, press.guild_id or DM_TENANT, conversation, thread)
+    return InboundEvent(
+        event_id=press.interaction_id,
+        kind=EventKind.ACTION,
+        channel=CHANNEL,
+        thread=key,
+        user_id=press.user_id,
+        user_name=press.user_name,
+        is_direct=not press.guild_id,
+        action=Action(token=press.payload),
+        reply_ref=MessageRef(
+            CHANNEL,
+            conversation,
+            press.message_id,
+            thread,
+            extra=encode_extra(interaction=(press.application_id, press.token)),
+        ),
+        received_at=time.time(),
+    )

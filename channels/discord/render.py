@@ -1,0 +1,264 @@
+"""OutboundMessage -> Discord message payloads (pure).
+
+Discord renders most markdown natively (bold, italics, code, fenced blocks,
+quotes, ``#``/``##``/``###`` headings, lists, masked links).  What it lacks is
+adapted: deeper headings become bold, tables go into a code block, images
+become links, rules become a line.  Text is split at 2,000 characters on
+paragraph / line / word boundaries; a code block cut in two is closed at the
+end of one part and reopened (same language) at the start of the next.
+
+Every payload carries ``allowed_mentions: {"parse": []}``: whatever the LLM
+writes, the bot can never ping @everyone, a role or a user.
+
+Buttons become components whose ``custom_id`` is ``parley:<payload>``; the
+gateway registers a persistent dynamic item matching that template, so a
+press works after any restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from agent_core.events import Button, ButtonStyle, MessageRef, OutboundMessage
+
+log = logging.getLogger(__name__)
+
+LIMIT = 2000
+CUSTOM_ID_PREFIX = "parley:"
+# A persistent DynamicItem template: the payload is any ASCII (Button guarantees
+# <= 64 bytes), so custom_id stays <= 71 of Discord's 100 characters.
+CUSTOM_ID_TEMPLATE = r"parley:(?P<payload>[\x00-\x7f]{1,64})"
+NO_MENTIONS: dict[str, Any] = {"parse": [], "replied_user": False}
+EMPTY = "\u200b"  # Discord refuses empty content; a zero-width space is invisible
+
+# Discord button styles: 1 primary (blurple), 2 secondary (grey), 3 success (green), 4 danger (red)
+# The core marks Approve primary, Always secondary, Deny danger: primary is shown
+# as Discord's green "success" style.
+_STYLE = {ButtonStyle.PRIMARY: 3, ButtonStyle.SECONDARY: 2, ButtonStyle.DANGER: 4}
+
+_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+_DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.+?)\s*#*\s*$")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)[^)]*\)")
+_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+
+
+def custom_id(payload: str) -> str:
+    return CUSTOM_ID_PREFIX + payload
+
+
+def button_style(button: Button) -> int:
+    """Approve (primary) -> success (green), Always -> secondary, Deny -> danger (red)."""
+    return _STYLE.get(button.style, 2)
+
+
+def components(buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for start in range(0, min(len(buttons), 25), 5):
+        rows.append(
+            {
+                "type": 1,
+                "components": [
+                    {
+                        "type": 2,
+                        "style": button_style(b),
+                        "label": (b.label or "?")[:80],
+                        "custom_id": custom_id(b.payload),
+                    }
+                    for b in buttons[start : start + 5]
+                ],
+            }
+        )
+    return rows
+
+
+# --- markdown -------------------------------------------------------------
+
+
+def to_discord_markdown(text: str) -> str:
+    """Adapt common markdown to what Discord shows; code blocks pass untouched."""
+    out: list[str] = []
+    in_fence = False
+    table: list[str] = []
+
+    def flush_table() -> None:
+        if table:
+            out.append("```")
+            out.extend(table)
+            out.append("```")
+            table.clear()
+
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            flush_table()
+            in_fence = not in_fence
+            out.append(line)
+            continue
+        if in_fence:
+            out.append(line)
+            continue
+        if _TABLE_ROW.match(line):
+            table.append(line.strip())
+            continue
+        flush_table()
+        m = _DEEP_HEADING.match(line)
+        if m:
+            out.append(f"**{m.group(1)}**")
+            continue
+        if _RULE.match(line):
+            out.append("──────────")
+            continue
+        out.append(_IMAGE.sub(lambda im: f"[{im.group(1) or 'image'}]({im.group(2)})", line))
+    flush_table()
+    return "\n".join(out)
+
+
+# --- splitting ------------------------------------------------------------
+
+
+def _split_line(line: str, width: int) -> list[str]:
+    if len(line) <= width:
+        return [line]
+    pieces: list[str] = []
+    while len(line) > width:
+        cut = line.rfind(" ", width // 2, width)
+        if cut <= 0:
+            cut = width
+            pieces.append(line[:cut])
+            line = line[cut:]
+        else:
+            pieces.append(line[:cut])
+            line = line[cut + 1 :]
+    pieces.append(line)
+    return pieces
+
+
+def _fence_open(line: str) -> str | None:
+    m = _FENCE.match(line)
+    if not m:
+        return None
+    return m.group(1)[:3] + m.group(2).strip()[:20]
+
+
+def split_text(text: str, limit: int = LIMIT) -> list[str]:
+    """Split into parts of at most ``limit`` characters, code blocks kept whole-looking."""
+    if len(text) <= limit:
+        return [text]
+    width = limit - 40  # room for a reopened fence line and a closing fence
+    lines: list[str] = []
+    for raw in text.split("\n"):
+        lines.extend(_split_line(raw, width))
+    # open_before[i]: the fence opening line in force before line i (None outside code)
+    open_before: list[str | None] = []
+    fence: str | None = None
+    for ln in lines:
+        open_before.append(fence)
+        opened = _fence_open(ln)
+        if opened is not None:
+            fence = None if fence is not None else opened
+    open_before.append(fence)
+
+    parts: list[str] = []
+    n = len(lines)
+    i = 0
+    while i < n:
+        prefix = (open_before[i] + "\n") if open_before[i] else ""
+        size = len(prefix)
+        j = i
+        best: int | None = None  # a paragraph break outside code
+        best_size = 0
+        while j < n:
+            add = len(lines[j]) + (1 if j > i else 0)
+            suffix = 4 if open_before[j + 1] else 0
+            if size + add + suffix > limit:
+                break
+            size += add
+            j += 1
+            if j < n and not lines[j - 1].strip() and not open_before[j]:
+                best, best_size = j, size
+        if j == i:  # cannot happen (lines fit by construction); stay safe
+            j = i + 1
+        end = j
+        if j < n and best is not None and best_size >= limit // 2:
+            end = best
+        elif j < n and open_before[j] and not open_before[i]:
+            # prefer cutting just before the code block when enough text precedes it
+            k = j
+            while k > i and open_before[k]:
+                k -= 1
+            if k > i and sum(len(x) + 1 for x in lines[i:k]) >= limit // 2:
+                end = k
+        body = "\n".join(lines[i:end])
+        part = prefix + body + ("\n```" if open_before[end] else "")
+        if part.strip():
+            parts.append(part.rstrip("\n") if not open_before[end] else part)
+        i = end
+        while i < n and not lines[i].strip() and not open_before[i]:
+            i += 1
+    return parts or [text[:limit]]
+
+
+def render_text(text: str) -> list[str]:
+    """Markdown -> Discord parts; falls back to plain splitting, never raises."""
+    try:
+        parts = split_text(to_discord_markdown(text))
+    except Exception:  # a renderer bug must not lose the answer
+        log.exception("discord markdown rendering failed; sending plain text")
+        parts = [text[k : k + LIMIT] for k in range(0, len(text), LIMIT)] or [""]
+    return [p if p.strip() else EMPTY for p in parts]
+
+
+def render(message: OutboundMessage) -> list[dict[str, Any]]:
+    """The JSON bodies of POST/PATCH /channels/{id}/messages, in order.
+
+    Buttons ride on the last part; an edit without buttons sends an empty
+    component list, which removes the old buttons.
+    """
+    text = message.text
+    if message.notice and text.strip():
+        text = "\n".join(f"-# {ln}" if ln.strip() else ln for ln in text.split("\n"))
+    parts = render_text(text)
+    payloads: list[dict[str, Any]] = []
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        payloads.append(
+            {
+                "content": part,
+                "allowed_mentions": NO_MENTIONS,
+                "components": components(message.buttons) if last else [],
+            }
+        )
+    return payloads
+
+
+# --- MessageRef.extra -----------------------------------------------------
+# "p=<id>,<id>"         ids of continuation parts after message_id (long answers)
+# "i=<app id>/<token>"  an interaction to answer privately (button presses)
+# joined with ";"
+
+
+def encode_extra(parts: list[str] | None = None, interaction: tuple[str, str] | None = None) -> str:
+    items = []
+    if parts:
+        items.append("p=" + ",".join(parts))
+    if interaction:
+        items.append(f"i={interaction[0]}/{interaction[1]}")
+    return ";".join(items)
+
+
+def decode_extra(extra: str) -> tuple[list[str], tuple[str, str] | None]:
+    parts: list[str] = []
+    interaction: tuple[str, str] | None = None
+    for item in extra.split(";"):
+        if item.startswith("p="):
+            parts = [p for p in item[2:].split(",") if p]
+        elif item.startswith("i=") and "/" in item:
+            app, token = item[2:].split("/", 1)
+            interaction = (app, token)
+    return parts, interaction
+
+
+def message_ids(ref: MessageRef) -> list[str]:
+    return [ref.message_id, *decode_extra(ref.extra)[0]]

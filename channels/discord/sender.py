@@ -1,0 +1,224 @@
+"""The worker side: send, edit, type and answer presses over Discord's REST API.
+
+No gateway connection is needed: discord.py's HTTP client logs in with the bot
+token (``GET /users/@me``) and every call goes through its per-route bucket
+handling.  On top of that every message passes the shared
+:class:`~agent_core.store.pacing.Pacer` (one pace per channel, one for the
+whole bot), so any number of workers together stay under Discord's limits, and
+a 429 seen by any worker pauses the channel's pace for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+import discord
+from discord.http import Route
+
+from agent_core.errors import ChannelError, SendFailed, SendRateLimited
+from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.store.pacing import Pacer, pace_key
+
+from .http import ParleyHTTPClient
+from .render import NO_MENTIONS, decode_extra, encode_extra, message_ids, render
+from .settings import DiscordSettings
+
+log = logging.getLogger(__name__)
+
+GLOBAL_PACE = pace_key("discord", "global")
+TYPING_EVERY = 8.0  # Discord shows "typing" for 10 s per call
+
+
+def channel_pace(channel_id: str) -> str:
+    return pace_key("discord", "ch", channel_id)
+
+
+class DiscordOutbox:
+    """Implements :class:`agent_core.outbox.Outbox` for Discord."""
+
+    def __init__(self, settings: DiscordSettings, pacer: Pacer) -> None:
+        self.stream_interval: float | None = settings.discord_stream_interval
+        self._settings = settings
+        self._pacer = pacer
+        self._http: ParleyHTTPClient | None = None
+        self._login_lock = asyncio.Lock()
+        self._typing_at: dict[str, float] = {}
+
+    # --- client -------------------------------------------------------------
+
+    async def http(self) -> ParleyHTTPClient:
+        if self._http is not None:
+            return self._http
+        async with self._login_lock:
+            if self._http is None:
+                token = self._settings.discord_bot_token
+                if token is None:
+                    raise SendFailed("DISCORD_BOT_TOKEN is not set")
+                client = ParleyHTTPClient(
+                    asyncio.get_running_loop(),
+                    api_base=self._settings.discord_api_base_url,
+                    on_rate_limited=self._rate_limited,
+                    max_ratelimit_timeout=self._settings.discord_max_retry_wait,
+                )
+                try:
+                    await client.static_login(token.get_secret_value())
+                except discord.LoginFailure as exc:
+                    await client.close()
+                    raise SendFailed("Discord refused the bot token (401)") from None
+                except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+                    await client.close()
+                    raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
+                self._http = client
+        assert self._http is not None
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _rate_limited(self, channel_id: str, retry_after: float) -> None:
+        key = channel_pace(channel_id) if channel_id else GLOBAL_PACE
+        log.info("discord 429 on %s: pausing %.2fs for every worker", channel_id or "bot", retry_after)
+        await self._pacer.pause(key, retry_after)
+
+    async def _pace(self, channel_id: str, *, droppable: bool = False) -> bool:
+        paces = [
+            (channel_pace(channel_id), self._settings.discord_channel_pace_secs),
+            (GLOBAL_PACE, self._settings.discord_global_pace_secs),
+        ]
+        delay = await self._pacer.reserve(paces, max_wait=0.25 if droppable else None)
+        if delay is None:
+            return False
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return True
+
+    async def _call(self, route: Route, **kwargs: Any) -> Any:
+        http = await self.http()
+        try:
+            return await http.request(route, **kwargs)
+        except discord.RateLimited as exc:
+            raise SendRateLimited(exc.retry_after) from exc
+        except discord.HTTPException as exc:
+            raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
+
+    # --- Outbox -------------------------------------------------------------
+
+    async def send(
+        self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
+    ) -> MessageRef:
+        dest = thread.thread or thread.conversation
+        ids: list[str] = []
+        for k, payload in enumerate(render(message)):
+            if k == 0 and reply_to is not None and reply_to.message_id:
+                payload = {
+                    **payload,
+                    "message_reference": {
+                        "message_id": reply_to.message_id,
+                        "fail_if_not_exists": False,
+                    },
+                }
+            await self._pace(dest)
+            data = await self._call(
+                Route("POST", "/channels/{channel_id}/messages", channel_id=dest), json=payload
+            )
+            ids.append(str(data["id"]))
+        return MessageRef("discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:]))
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        dest = ref.thread or ref.conversation
+        old = message_ids(ref)
+        payloads = render(message)
+        droppable = not message.final
+        # While streaming, parts before the last one already shown only grow at the
+        # end; the final edit rewrites every part.
+        first = len(old) - 1 if droppable else 0
+        ids: list[str] = []
+        for k, payload in enumerate(payloads):
+            if k < len(old):
+                ids.append(old[k])
+                if k < first:
+                    continue
+                if not await self._pace(dest, droppable=droppable):
+                    return ref if k == 0 else self._ref(ref, ids + old[len(ids) :])
+                await self._call(
+                    Route(
+                        "PATCH",
+                        "/channels/{channel_id}/messages/{message_id}",
+                        channel_id=dest,
+                        message_id=old[k],
+                    ),
+                    json=payload,
+                )
+            else:
+                if not await self._pace(dest, droppable=droppable):
+                    return self._ref(ref, ids)
+                data = await self._call(
+                    Route("POST", "/channels/{channel_id}/messages", channel_id=dest), json=payload
+                )
+                ids.append(str(data["id"]))
+        if not droppable:
+            for extra_id in old[len(payloads) :]:
+                try:
+                    await self._call(
+                        Route(
+                            "DELETE",
+                            "/channels/{channel_id}/messages/{message_id}",
+                            channel_id=dest,
+                            message_id=extra_id,
+                        )
+                    )
+                except ChannelError:
+                    log.warning("could not delete surplus part %s in %s", extra_id, dest)
+        return self._ref(ref, ids)
+
+    @staticmethod
+    def _ref(ref: MessageRef, ids: list[str]) -> MessageRef:
+        _, interaction = decode_extra(ref.extra)
+        return MessageRef(
+            ref.channel, ref.conversation, ids[0], ref.thread, encode_extra(ids[1:], interaction)
+        )
+
+    async def typing(self, thread: ThreadKey) -> None:
+        dest = thread.thread or thread.conversation
+        now = time.monotonic()
+        if now - self._typing_at.get(dest, -TYPING_EVERY) < TYPING_EVERY:
+            return
+        self._typing_at[dest] = now
+        if len(self._typing_at) > 10_000:
+            self._typing_at.clear()
+        try:
+            await self._call(Route("POST", "/channels/{channel_id}/typing", channel_id=dest))
+        except Exception as exc:  # best effort
+            log.debug("[%s] typing failed: %s", thread, exc)
+
+    async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
+        # Discord clears "typing" by itself when the bot posts (or after 10 s).
+        self._typing_at.pop(thread.thread or thread.conversation, None)
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """An ephemeral follow-up to the press, seen only by its presser."""
+        interaction = decode_extra(event.reply_ref.extra)[1] if event.reply_ref else None
+        if interaction is None:
+            log.warning("[%s] press %s carries no interaction token", event.thread, event.event_id)
+            return
+        app_id, token = interaction
+        try:
+            await self._call(
+                Route(
+                    "POST",
+                    "/webhooks/{webhook_id}/{webhook_token}",
+                    webhook_id=app_id,
+                    webhook_token=token,
+                ),
+                json={"content": text[:2000], "flags": 64, "allowed_mentions": NO_MENTIONS},
+            )
+        except ChannelError as exc:
+            log.warning("[%s] could not answer press %s: %s", event.thread, event.event_id, exc)

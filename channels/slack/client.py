@@ -1,0 +1,105 @@
+"""The long-lived Slack Web API client (slack_sdk AsyncWebClient on one aiohttp session)."""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from typing import Any
+
+import aiohttp
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent_core.store.pacing import Pacer, pace_key
+
+log = logging.getLogger(__name__)
+
+
+def channel_pace(channel: str) -> str:
+    """The shared pace of one Slack channel (all worker processes)."""
+    return pace_key("slack", channel)
+
+
+# The Slack channel the current Web API call is about, set by the sender: the
+# retry handler sees only the HTTP request (JSON bodies are not exposed to it).
+current_channel: ContextVar[str] = ContextVar("slack_current_channel", default="")
+
+
+def _request_channel(request: HttpRequest) -> str:
+    params: Any = request.body_params
+    if isinstance(params, dict) and params.get("channel"):
+        return str(params["channel"])
+    return current_channel.get()
+
+
+def _retry_after(response: HttpResponse) -> float:
+    for k, v in response.headers.items():
+        if k.lower() == "retry-after":
+            try:
+                return float(v[0] if isinstance(v, list) else v)
+            except (TypeError, ValueError):
+                return 1.0
+    return 1.0
+
+
+class PacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
+    """Honours Retry-After (sleep, retry once) and pauses the channel's shared pace,
+    so every worker process backs off from that channel, not only this one."""
+
+    def __init__(self, pacer: Pacer | None, max_retry_count: int = 1) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self._pacer = pacer
+
+    async def prepare_for_next_attempt_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        if response is not None and self._pacer is not None:
+            channel = _request_channel(request)
+            if channel:
+                try:
+                    await self._pacer.pause(channel_pace(channel), _retry_after(response))
+                except Exception as exc:  # pacing is advisory; the retry still waits
+                    log.debug("could not pause Slack pace: %s", exc)
+        await super().prepare_for_next_attempt_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
+def make_web_client(
+    token: str,
+    base_url: str,
+    session: aiohttp.ClientSession,
+    *,
+    pacer: Pacer | None = None,
+    timeout: int = 15,
+) -> AsyncWebClient:
+    handlers: list[AsyncRetryHandler] = [
+        AsyncConnectionErrorRetryHandler(),
+        PacedRateLimitRetryHandler(pacer),
+    ]
+    return AsyncWebClient(
+        token=token or None,
+        base_url=base_url,
+        session=session,
+        timeout=timeout,
+        retry_handlers=handlers,
+    )
+
+
+def make_session(limit: int = 100) -> aiohttp.ClientSession:
+    """One keep-alive pool for every Web API call of this process."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
+    )

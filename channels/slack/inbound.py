@@ -1,0 +1,162 @@
+"""Inbound: Slack payloads -> Ingest, shared by the Events API route and Socket Mode.
+
+Nothing is acknowledged to Slack before :meth:`Ingest.submit` returned: the
+HTTP route answers 2xx (the Socket Mode loop sends the envelope ack) only
+after the event is durably in the inbox stream, or was a duplicate / refused.
+If Redis is unreachable the route answers 503 (Socket Mode does not ack) and
+Slack delivers again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from redis.exceptions import RedisError
+from slack_sdk.signature import SignatureVerifier
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from agent_core.errors import StoreUnavailable
+from agent_core.events import InboundEvent
+from agent_core.ingest import Ingest, Submitted
+
+from .parse import Payload, followup_candidate, is_dm, parse_action, parse_command, parse_event
+from .state import SlackState
+
+log = logging.getLogger(__name__)
+
+EVENTS_PATH = "/slack/events"
+
+
+class SlackInbound:
+    """Turns the three Slack payload shapes into submitted InboundEvents."""
+
+    def __init__(
+        self,
+        ingest: Ingest,
+        state: SlackState,
+        *,
+        bot_user_id: Callable[[], str],
+        group_reply: str = "mention",
+        slash_command: str = "/parley",
+    ) -> None:
+        self.ingest = ingest
+        self.state = state
+        self._bot_user_id = bot_user_id
+        self.group_reply = group_reply
+        self.slash_command = slash_command
+
+    async def on_event(self, body: Payload) -> Submitted | None:
+        """An ``event_callback`` body. Raises StoreUnavailable (answer 5xx / do not ack)."""
+        bot = self._bot_user_id()
+        in_thread = False
+        cand = followup_candidate(body, bot)
+        if cand is not None:
+            try:
+                in_thread = await self.state.in_thread(*cand)
+            except RedisError as exc:
+                raise StoreUnavailable(f"cannot reach Redis: {type(exc).__name__}") from exc
+        event = parse_event(
+            body, bot_user_id=bot, group_reply=self.group_reply, in_bot_thread=in_thread
+        )
+        if event is None:
+            return None
+        return await self._submit(event)
+
+    async def on_action(self, payload: Payload) -> Submitted | None:
+        event = parse_action(payload)
+        if event is None:
+            return None
+        return await self.ingest.submit(event)
+
+    async def on_command(self, form: Payload) -> dict[str, Any]:
+        """A slash command; returns the ephemeral acknowledgement shown to its user."""
+        event = parse_command(form, command=self.slash_command)
+        if event is None:
+            return {"response_type": "ephemeral", "text": "Unknown command."}
+        result = await self.ingest.submit(event)
+        if result == Submitted.REFUSED:
+            return {"response_type": "ephemeral", "text": "Parley cannot take this request now."}
+        shown = event.text if len(event.text) <= 200 else event.text[:199] + "…"
+        return {
+            "response_type": "ephemeral",
+            "text": f"{self.slash_command} {shown}\n_On it…_",
+        }
+
+    async def _submit(self, event: InboundEvent) -> Submitted:
+        result = await self.ingest.submit(event)
+        if result != Submitted.ACCEPTED or event.reply_ref is None:
+            return result
+        thread = event.thread
+        join = None
+        if thread.thread and not is_dm(thread.conversation):
+            join = (thread.tenant, thread.conversation, thread.thread)
+        try:
+            await self.state.remember(
+                join=join, last=(thread, f"{event.reply_ref.conversation} {event.reply_ref.message_id}")
+            )
+        except RedisError as exc:  # the event is safely queued; only follow-ups/indicator suffer
+            log.warning("[%s] could not record Slack thread state: %s", thread, type(exc).__name__)
+        return result
+
+
+class EventsEndpoint:
+    """POST /slack/events: events, interactivity and slash commands, signed by Slack."""
+
+    def __init__(self, inbound: SlackInbound, signing_secret: str) -> None:
+        self.inbound = inbound
+        self.verifier = SignatureVerifier(signing_secret)
+
+    def routes(self) -> list[BaseRoute]:
+        return [Route(EVENTS_PATH, self.handle, methods=["POST"], name="slack_events")]
+
+    async def handle(self, request: Request) -> Response:
+        body = await request.body()
+        ts = request.headers.get("x-slack-request-timestamp")
+        sig = request.headers.get("x-slack-signature")
+        try:
+            valid = self.verifier.is_valid(body, ts, sig)
+        except (ValueError, TypeError):  # e.g. a non-numeric timestamp
+            valid = False
+        if not valid:
+            log.warning("Slack request with a bad or stale signature rejected")
+            return PlainTextResponse("invalid signature", status_code=401)
+        retry = request.headers.get("x-slack-retry-num")
+        if retry:
+            log.info(
+                "Slack retry #%s (%s)", retry, request.headers.get("x-slack-retry-reason", "")
+            )
+        try:
+            return await self._dispatch(request.headers.get("content-type", ""), body)
+        except StoreUnavailable as exc:
+            log.error("Slack event not accepted, Slack will retry: %s", exc)
+            return PlainTextResponse("store unavailable", status_code=503)
+        except (ValueError, KeyError, orjson.JSONDecodeError):
+            log.warning("malformed Slack request", exc_info=True)
+            return PlainTextResponse("bad request", status_code=400)
+
+    async def _dispatch(self, content_type: str, body: bytes) -> Response:
+        if content_type.startswith("application/x-www-form-urlencoded"):
+            form = {k: v[0] for k, v in parse_qs(body.decode(), keep_blank_values=True).items()}
+            if "payload" in form:
+                payload = orjson.loads(form["payload"])
+                if payload.get("type") == "block_actions":
+                    await self.inbound.on_action(payload)
+                return Response(status_code=200)
+            if form.get("ssl_check"):
+                return Response(status_code=200)
+            if "command" in form:
+                return JSONResponse(await self.inbound.on_command(form))
+            raise ValueError("unknown form payload")
+        data = orjson.loads(body)
+        kind = data.get("type")
+        if kind == "url_verification":
+            return JSONResponse({"challenge": str(data.get("challenge", ""))})
+        if kind == "event_callback":
+            await self.inbound.on_event(data)
+        return Response(status_code=200)

@@ -1,0 +1,254 @@
+"""Slack payloads -> InboundEvent (pure functions, no I/O).
+
+Three inbound shapes reach Parley, over HTTP or Socket Mode alike:
+
+* Events API ``event_callback`` bodies (DMs, mentions, thread follow-ups),
+* interactivity ``block_actions`` payloads (approval button presses),
+* slash commands (``/parley <text>``).
+
+Thread rules: a DM is one conversation (or the thread if the user replies in
+one); a channel conversation lives in a thread: ``thread_ts`` of the mention,
+or the mention's own ``ts`` when it starts one.  Event ids are chosen so that
+one Slack message yields one event whatever the path: ``m:<channel>:<ts>``
+for messages (a retried delivery, and the ``message`` copy of an
+``app_mention``, share it), ``a:<channel>:<message_ts>:<action_ts>`` for
+presses, ``c:<trigger_id>`` for slash commands.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from agent_core.events import Action, Attachment, EventKind, InboundEvent, MessageRef, ThreadKey
+
+from .render import ACTION_PREFIX
+
+CHANNEL = "slack"
+RESPONSE_URL_PREFIX = "ru:"  # MessageRef.extra holding a response_url
+
+# Message subtypes that carry a user's words; every other subtype (message_changed,
+# message_deleted, channel_join, bot_message, ...) is ignored.
+_USER_SUBTYPES = (None, "", "file_share", "thread_broadcast")
+
+_SPECIAL = re.compile(r"<([@#!])([^>|]+)(?:\|([^>]*))?>")
+_LINK = re.compile(r"<((?:https?|mailto):[^>|]+)(?:\|([^>]*))?>")
+
+Payload = dict[str, Any]
+
+
+def is_dm(channel_id: str) -> bool:
+    return channel_id.startswith("D")
+
+
+def plain_text(text: str, bot_user_id: str = "") -> str:
+    """Slack's wire text -> what the user typed (mentions of the bot removed)."""
+
+    def special(m: re.Match[str]) -> str:
+        kind, ident, label = m.group(1), m.group(2), m.group(3)
+        if kind == "@":
+            return "" if bot_user_id and ident == bot_user_id else "@" + (label or ident)
+        if kind == "#":
+            return "#" + (label or ident)
+        return "@" + (label or ident.split("^")[0])  # <!here>, <!channel>, <!subteam^S1>
+
+    text = _SPECIAL.sub(special, text)
+    text = _LINK.sub(lambda m: m.group(1) if not m.group(2) else f"{m.group(2)} ({m.group(1)})", text)
+    text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+def _attachments(files: Any) -> tuple[Attachment, ...]:
+    out: list[Attachment] = []
+    for f in files if isinstance(files, list) else ():
+        if not isinstance(f, dict) or f.get("mode") == "tombstone":
+            continue
+        mime = str(f.get("mimetype") or "")
+        major = mime.split("/", 1)[0]
+        kind = major if major in ("image", "audio", "video") else "document"
+        out.append(
+            Attachment(
+                kind=kind,
+                name=str(f.get("name") or f.get("title") or ""),
+                mime=mime,
+                size=int(f.get("size") or 0),
+                ref=str(f.get("url_private") or f.get("id") or ""),
+            )
+        )
+    return tuple(out)
+
+
+def bot_user_of(body: Payload, default: str = "") -> str:
+    """The bot's own user id: from auth.test (default) or the event's authorizations."""
+    if default:
+        return default
+    for auth in body.get("authorizations") or ():
+        if isinstance(auth, dict) and auth.get("is_bot") and auth.get("user_id"):
+            return str(auth["user_id"])
+    return ""
+
+
+def followup_candidate(body: Payload, bot_user_id: str = "") -> tuple[str, str, str] | None:
+    """(team, channel, thread_ts) when this is a plain channel message in a thread.
+
+    Whether Parley answers it depends on whether it takes part in that thread,
+    which the caller looks up and passes to :func:`parse_event`.
+    """
+    if body.get("type") != "event_callback":
+        return None
+    ev = body.get("event") or {}
+    if ev.get("type") != "message" or ev.get("channel_type") == "im":
+        return None
+    if ev.get("subtype") not in _USER_SUBTYPES or ev.get("bot_id") or not ev.get("user"):
+        return None
+    thread_ts = ev.get("thread_ts")
+    if not thread_ts:
+        return None
+    return _team(body, ev), str(ev.get("channel") or ""), str(thread_ts)
+
+
+def _team(body: Payload, ev: Payload) -> str:
+    return str(body.get("team_id") or ev.get("team") or ev.get("user_team") or "")
+
+
+def parse_event(
+    body: Payload,
+    *,
+    bot_user_id: str = "",
+    group_reply: str = "mention",
+    in_bot_thread: bool = False,
+    received_at: float | None = None,
+) -> InboundEvent | None:
+    """An Events API ``event_callback`` body -> InboundEvent, or None to ignore it."""
+    if body.get("type") != "event_callback":
+        return None
+    ev = body.get("event")
+    if not isinstance(ev, dict):
+        return None
+    bot = bot_user_of(body, bot_user_id)
+    etype = ev.get("type")
+    if etype not in ("message", "app_mention"):
+        return None
+    user = str(ev.get("user") or "")
+    # never answer ourselves or another bot (loops), nor edits / deletions / joins
+    if ev.get("bot_id") or ev.get("bot_profile") or not user or (bot and user == bot):
+        return None
+    if ev.get("subtype") not in _USER_SUBTYPES or ev.get("hidden"):
+        return None
+    channel = str(ev.get("channel") or "")
+    ts = str(ev.get("ts") or ev.get("event_ts") or "")
+    if not channel or not ts:
+        return None
+    raw_text = str(ev.get("text") or "")
+    thread_ts = str(ev.get("thread_ts") or "")
+    team = _team(body, ev)
+    mention = bool(bot) and f"<@{bot}>" in raw_text
+
+    if etype == "app_mention":
+        thread, direct, mentions = thread_ts or ts, False, True
+    elif ev.get("channel_type") == "im" or (is_dm(channel) and ev.get("channel_type") is None):
+        thread, direct, mentions = thread_ts, True, mention
+    else:
+        if mention:
+            return None  # the app_mention event for this message is the one we answer
+        if thread_ts and in_bot_thread:
+            thread = thread_ts  # a follow-up in a thread Parley takes part in
+        elif group_reply == "all":
+            thread = thread_ts or ts
+        else:
+            return None
+        direct, mentions = False, False
+
+    profile = ev.get("user_profile") or {}
+    name = str(profile.get("display_name") or profile.get("real_name") or profile.get("name") or "")
+    return InboundEvent(
+        event_id=f"m:{channel}:{ts}",
+        kind=EventKind.MESSAGE,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, team, channel, thread),
+        user_id=user,
+        user_name=name,
+        text=plain_text(raw_text, bot),
+        is_direct=direct,
+        mentions_bot=mentions,
+        attachments=_attachments(ev.get("files")),
+        reply_ref=MessageRef(CHANNEL, channel, ts, thread=thread),
+        received_at=time.time() if received_at is None else received_at,
+    )
+
+
+def parse_action(payload: Payload, *, received_at: float | None = None) -> InboundEvent | None:
+    """A ``block_actions`` payload (a press on one of our buttons) -> action event."""
+    if payload.get("type") != "block_actions":
+        return None
+    action = next(
+        (
+            a
+            for a in payload.get("actions") or ()
+            if isinstance(a, dict) and str(a.get("action_id", "")).startswith(ACTION_PREFIX)
+        ),
+        None,
+    )
+    if action is None or not action.get("value"):
+        return None
+    user = payload.get("user") or {}
+    container = payload.get("container") or {}
+    message = payload.get("message") or {}
+    channel = str((payload.get("channel") or {}).get("id") or container.get("channel_id") or "")
+    msg_ts = str(container.get("message_ts") or message.get("ts") or "")
+    if not channel or not msg_ts or not user.get("id"):
+        return None
+    thread = str(message.get("thread_ts") or container.get("thread_ts") or "")
+    if thread == msg_ts:
+        thread = ""  # the prompt is itself a top-level message: its thread is the channel's
+    team = str((payload.get("team") or {}).get("id") or user.get("team_id") or "")
+    extra = ""
+    if container.get("is_ephemeral") and payload.get("response_url"):
+        extra = RESPONSE_URL_PREFIX + str(payload["response_url"])
+    action_ts = str(action.get("action_ts") or payload.get("trigger_id") or "")
+    return InboundEvent(
+        event_id=f"a:{channel}:{msg_ts}:{action_ts}",
+        kind=EventKind.ACTION,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, team, channel, thread),
+        user_id=str(user["id"]),
+        user_name=str(user.get("username") or user.get("name") or ""),
+        is_direct=is_dm(channel),
+        mentions_bot=True,
+        action=Action(token=str(action["value"])),
+        reply_ref=MessageRef(CHANNEL, channel, msg_ts, thread=thread, extra=extra),
+        received_at=time.time() if received_at is None else received_at,
+    )
+
+
+def parse_command(
+    form: Payload, *, command: str = "/parley", received_at: float | None = None
+) -> InboundEvent | None:
+    """A slash command (``/parley <text>``) -> a message event answered in its channel."""
+    name = str(form.get("command") or "")
+    if command and name != command:
+        return None
+    channel = str(form.get("channel_id") or "")
+    user = str(form.get("user_id") or "")
+    trigger = str(form.get("trigger_id") or "")
+    if not channel or not user or not trigger:
+        return None
+    text = plain_text(str(form.get("text") or "")) or "/help"
+    response_url = str(form.get("response_url") or "")
+    team = str(form.get("team_id") or "")
+    return InboundEvent(
+        event_id=f"c:{trigger}",
+        kind=EventKind.MESSAGE,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, team, channel, ""),
+        user_id=user,
+        user_name=str(form.get("user_name") or ""),
+        text=text,
+        is_direct=is_dm(channel),
+        mentions_bot=True,
+        reply_ref=MessageRef(
+            CHANNEL, channel, "", extra=RESPONSE_URL_PREFIX + response_url if response_url else ""
+        ),
+        received_at=time.time() if received_at is None else received_at,
+    )

@@ -1,0 +1,182 @@
+"""Socket Mode: Slack events over a websocket held by the gateway process.
+
+One small loop, on aiohttp (the same session as the Web API client):
+
+1. ``apps.connections.open`` (slack_sdk AsyncWebClient, app-level token) gives a
+   ``wss://`` URL;
+2. the websocket is opened with a heartbeat: a ping every
+   ``SLACK_SOCKET_PING_INTERVAL`` seconds, and a socket whose pong does not come
+   back in time is closed and replaced (never left silently half-open);
+3. each envelope is handed to :class:`SlackInbound`; its ``envelope_id`` is
+   acknowledged only after ``Ingest.submit`` returned (not at all when Redis is
+   unreachable: Slack redelivers);
+4. on ``disconnect`` (Slack refreshes sockets every few hours) the loop
+   reconnects at once; on errors with exponential backoff and jitter.
+
+A rejected app token is one error line, then the loop waits for shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Any
+
+import aiohttp
+import orjson
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent_core.errors import StoreUnavailable
+
+from .inbound import SlackInbound
+
+log = logging.getLogger(__name__)
+
+_AUTH_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "token_revoked",
+        "token_expired",
+        "account_inactive",
+        "not_allowed_token_type",
+        "missing_scope",
+    }
+)
+
+
+class SocketModeGateway:
+    def __init__(
+        self,
+        inbound: SlackInbound,
+        web: AsyncWebClient,
+        session: aiohttp.ClientSession,
+        app_token: str,
+        *,
+        ping_interval: float = 10.0,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.inbound = inbound
+        self.web = web
+        self.session = session
+        self._app_token = app_token
+        self.ping_interval = ping_interval
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.connects = 0  # sockets opened so far (tests, metrics)
+        self.connected = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _backoff(self, attempt: int) -> float:
+        delay = min(self.backoff_max, self.backoff_base * 2 ** min(attempt, 16))
+        return delay * (0.5 + random.random() / 2)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        while not stop.is_set():
+            try:
+                url = str((await self.web.apps_connections_open(app_token=self._app_token))["url"])
+            except SlackApiError as exc:
+                error = str(exc.response.get("error", "")) if exc.response is not None else ""
+                if error in _AUTH_ERRORS:
+                    log.error(
+                        "SLACK_APP_TOKEN rejected by Slack (%s): Socket Mode is off until restart",
+                        error,
+                    )
+                    await stop.wait()
+                    return
+                log.warning("Slack apps.connections.open failed (%s); retrying", error or exc)
+                attempt += 1
+                await self._sleep(stop, self._backoff(attempt))
+                continue
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.warning("cannot reach Slack for Socket Mode (%s); retrying", type(exc).__name__)
+                attempt += 1
+                await self._sleep(stop, self._backoff(attempt))
+                continue
+            graceful = False
+            try:
+                graceful = await self._hold(url, stop)
+                if graceful:
+                    attempt = 0
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.warning("Slack socket failed (%s); reconnecting", type(exc).__name__)
+            finally:
+                self.connected.clear()
+            if not graceful:
+                attempt += 1
+                await self._sleep(stop, self._backoff(attempt))
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+
+    @staticmethod
+    async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+    async def _hold(self, url: str, stop: asyncio.Event) -> bool:
+        """Hold one socket; True when it ended gracefully (reconnect at once)."""
+        async with self.session.ws_connect(
+            url, heartbeat=self.ping_interval, autoping=True, max_msg_size=0
+        ) as ws:
+            self.connects += 1
+            log.info("Slack Socket Mode connected")
+            stopper = asyncio.create_task(stop.wait())
+            try:
+                while True:
+                    receiver = asyncio.create_task(ws.receive())
+                    done, _ = await asyncio.wait(
+                        {receiver, stopper}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if stopper in done:
+                        receiver.cancel()
+                        return True
+                    msg = receiver.result()
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        # CLOSE / CLOSED / ERROR (a missed pong closes the socket too)
+                        log.info("Slack socket closed (%s); reconnecting", msg.type.name)
+                        return False
+                    data = orjson.loads(msg.data)
+                    kind = data.get("type")
+                    if kind == "hello":
+                        self.connected.set()
+                    elif kind == "disconnect":
+                        reason = data.get("reason", "")
+                        if reason == "link_disabled":
+                            log.error("Slack disabled Socket Mode for this app; stopping it")
+                            await stop.wait()
+                        log.info("Slack asked to reconnect (%s)", reason)
+                        return True
+                    elif data.get("envelope_id"):
+                        task = asyncio.create_task(self._envelope(ws, data))
+                        self._tasks.add(task)
+                        task.add_done_callback(self._tasks.discard)
+            finally:
+                stopper.cancel()
+
+    async def _envelope(self, ws: aiohttp.ClientWebSocketResponse, data: dict[str, Any]) -> None:
+        envelope_id = str(data["envelope_id"])
+        kind = data.get("type")
+        payload = data.get("payload") or {}
+        ack: dict[str, Any] = {"envelope_id": envelope_id}
+        try:
+            if kind == "events_api":
+                await self.inbound.on_event(payload)
+            elif kind == "interactive":
+                if payload.get("type") == "block_actions":
+                    await self.inbound.on_action(payload)
+            elif kind == "slash_commands":
+                ack["payload"] = await self.inbound.on_command(payload)
+        except StoreUnavailable as exc:
+            log.error("Slack envelope not acknowledged, Slack will redeliver: %s", exc)
+            return
+        except Exception:
+            log.exception("could not handle a Slack %s envelope; acknowledging it", kind)
+        try:
+            await ws.send_str(orjson.dumps(ack).decode())
+        except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
+            log.info("Slack ack lost with its socket (%s); Slack will redeliver", exc)

@@ -1,0 +1,144 @@
+"""TelegramChannel: the Bot, the webhook route, the poller and the outbox, wired."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from starlette.routing import BaseRoute, Route
+from telegram import Bot
+from telegram.error import InvalidToken, NetworkError, TelegramError
+from telegram.request import HTTPXRequest
+
+from agent_core.errors import ConfigError
+from agent_core.events import Attachment
+from agent_core.ingest import Ingest
+from channels.base import Channel, ChannelDeps
+from channels.telegram.parse import ParseContext
+from channels.telegram.polling import Poller
+from channels.telegram.sender import Limits, TelegramOutbox
+from channels.telegram.settings import TelegramSettings
+from channels.telegram.webhook import PATH, make_endpoint
+
+log = logging.getLogger(__name__)
+
+
+def make_bot(settings: TelegramSettings, *, pool_size: int | None = None) -> Bot:
+    """A long-lived Bot with a connection pool sized for concurrency."""
+    size = pool_size or settings.telegram_connection_pool_size
+    return Bot(
+        settings.token,
+        base_url=settings.telegram_api_base_url,
+        base_file_url=settings.file_url,
+        request=HTTPXRequest(connection_pool_size=size, pool_timeout=5.0),
+        # getUpdates holds its own connection for the long poll.
+        get_updates_request=HTTPXRequest(
+            connection_pool_size=1, read_timeout=settings.telegram_poll_timeout + 10.0
+        ),
+    )
+
+
+async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
+    """Bot.initialize() (getMe); one clear ConfigError line when the token is bad."""
+    for attempt in range(attempts):
+        try:
+            await bot.initialize()
+            return
+        except InvalidToken:
+            raise ConfigError(
+                [
+                    "TELEGRAM_BOT_TOKEN: rejected by Telegram (revoked or mistyped); "
+                    "get a new one from @BotFather (/token)"
+                ]
+            ) from None
+        except NetworkError as exc:
+            if attempt == attempts - 1:
+                raise ConfigError(
+                    [f"TELEGRAM_API_BASE_URL: Telegram Bot API unreachable ({type(exc).__name__})"]
+                ) from None
+            await asyncio.sleep(1.0 + attempt)
+        except TelegramError as exc:
+            raise ConfigError([f"TELEGRAM_BOT_TOKEN: getMe failed: {exc.message}"]) from None
+
+
+class TelegramChannel(Channel):
+    name = "telegram"
+
+    def __init__(
+        self, settings: TelegramSettings, deps: ChannelDeps, *, limits: Limits | None = None
+    ) -> None:
+        self.settings = settings
+        self.deps = deps
+        self.mode = settings.resolved_mode(deps.public_url)
+        self.bot = make_bot(settings)
+        self._limits = limits or Limits(max_retry_wait=settings.telegram_max_retry_wait)
+        self._outbox: TelegramOutbox | None = None
+        self._ctx = ParseContext(
+            bot_id=settings.bot_id,
+            group_reply=deps.group_reply,
+            edited_messages=settings.telegram_edited_messages,
+        )
+        self.poller: Poller | None = None
+
+    @property
+    def context(self) -> ParseContext:
+        return self._ctx
+
+    async def initialize(self) -> None:
+        if self.mode == "webhook" and self.settings.telegram_webhook_secret is None:
+            raise ConfigError(
+                [
+                    "TELEGRAM_WEBHOOK_SECRET: required in webhook mode "
+                    "(1-256 characters of A-Z, a-z, 0-9, _ and -)"
+                ]
+            )
+        await check_bot(self.bot)
+        self._ctx = ParseContext(
+            bot_id=str(self.bot.id),
+            username=self.bot.username or "",
+            group_reply=self.deps.group_reply,
+            edited_messages=self.settings.telegram_edited_messages,
+        )
+        log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
+
+    async def shutdown(self) -> None:
+        if self._outbox is not None:
+            await self._outbox.close()
+        with contextlib.suppress(TelegramError):
+            await self.bot.shutdown()
+
+    def routes(self, ingest: Ingest) -> list[BaseRoute]:
+        if self.mode != "webhook":
+            return []
+        secret = self.settings.telegram_webhook_secret
+        endpoint = make_endpoint(
+            secret=secret.get_secret_value() if secret else "",
+            ingest=ingest,
+            bot=lambda: self.bot,
+            context=lambda: self._ctx,
+            max_body_bytes=self.settings.telegram_max_body_bytes,
+        )
+        return [Route(PATH, endpoint, methods=["POST"], name="telegram_webhook")]
+
+    @property
+    def has_gateway(self) -> bool:
+        return self.mode == "polling"
+
+    async def run_gateway(self, ingest: Ingest, stop: asyncio.Event) -> None:
+        if self.mode != "polling":
+            return
+        self.poller = Poller(
+            self.bot, lambda: self._ctx, timeout=self.settings.telegram_poll_timeout
+        )
+        await self.poller.run(ingest, stop)
+
+    def outbox(self) -> TelegramOutbox:
+        if self._outbox is None:
+            self._outbox = TelegramOutbox(
+                self.bot, self.deps.pacer, self.settings.bot_id, self._limits
+            )
+        return self._outbox
+
+    async def download(self, attachment: Attachment) -> bytes:
+        return await self.outbox().download(attachment)

@@ -1,0 +1,208 @@
+"""Telegram Update -> InboundEvent (pure).
+
+* private chat: thread = the chat;
+* group / supergroup: only messages that mention the bot (``@botname``, a text
+  mention, or a reply to one of the bot's messages) or commands, unless
+  ``GROUP_REPLY=all``; ``@botname`` is stripped from the text;
+* forum supergroup: thread = ``message_thread_id`` (replies go to the topic);
+* edited messages are ignored unless ``TELEGRAM_EDITED_MESSAGES=reply``;
+* photos / documents / voice / audio / video become attachments (file id, not
+  downloaded);
+* a ``callback_query`` (inline keyboard press) is an action event whose
+  ``reply_ref`` points at the pressed message and carries the callback query
+  id in ``reply_ref.extra`` (see :mod:`channels.telegram.refs`).
+
+``event_id`` is ``"<bot_id>:<update_id>"``: Ingest de-duplicates redeliveries.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from telegram import Chat, Message, MessageEntity, Update, User
+
+from agent_core.events import Action, Attachment, EventKind, InboundEvent, MessageRef, ThreadKey
+from channels.telegram import refs
+
+CHANNEL = "telegram"
+
+
+@dataclass(frozen=True, slots=True)
+class ParseContext:
+    bot_id: str
+    username: str = ""  # without '@'
+    group_reply: str = "mention"  # mention | all
+    edited_messages: str = "ignore"  # ignore | reply
+    _mention_re: re.Pattern[str] | None = field(default=None, compare=False)
+
+    def mention_re(self) -> re.Pattern[str] | None:
+        if not self.username:
+            return None
+        if self._mention_re is None:
+            pat = re.compile(rf"(?<![\w@])@{re.escape(self.username)}\b", re.IGNORECASE)
+            object.__setattr__(self, "_mention_re", pat)
+        return self._mention_re
+
+
+def _user_name(user: User | None, chat: Chat | None) -> str:
+    if user is not None:
+        return user.full_name or user.username or str(user.id)
+    if chat is not None:
+        return chat.title or chat.username or str(chat.id)
+    return ""
+
+
+def _thread_of(msg: Message) -> str:
+    if msg.is_topic_message and msg.message_thread_id:
+        return str(msg.message_thread_id)
+    return ""
+
+
+def _attachments(msg: Message) -> tuple[Attachment, ...]:
+    out: list[Attachment] = []
+    if msg.photo:
+        p = msg.photo[-1]  # the largest size
+        out.append(Attachment("image", "photo.jpg", "image/jpeg", p.file_size or 0, p.file_id))
+    if msg.document is not None:
+        d = msg.document
+        mime = d.mime_type or ""
+        kind = mime.split("/", 1)[0] if mime.startswith(("image/", "audio/", "video/")) else ""
+        out.append(
+            Attachment(kind or "document", d.file_name or "", mime, d.file_size or 0, d.file_id)
+        )
+    if msg.voice is not None:
+        v = msg.voice
+        out.append(
+            Attachment(
+                "audio", "voice.ogg", v.mime_type or "audio/ogg", v.file_size or 0, v.file_id
+            )
+        )
+    if msg.audio is not None:
+        a = msg.audio
+        out.append(
+            Attachment("audio", a.file_name or "", a.mime_type or "", a.file_size or 0, a.file_id)
+        )
+    if msg.video is not None:
+        vd = msg.video
+        out.append(
+            Attachment(
+                "video", vd.file_name or "", vd.mime_type or "", vd.file_size or 0, vd.file_id
+            )
+        )
+    if msg.video_note is not None:
+        vn = msg.video_note
+        out.append(Attachment("video", "", "video/mp4", vn.file_size or 0, vn.file_id))
+    return tuple(out)
+
+
+def _mentions(msg: Message, ctx: ParseContext, text: str) -> bool:
+    ents = msg.entities or msg.caption_entities or ()
+    for e in ents:
+        if (
+            e.type == MessageEntity.TEXT_MENTION
+            and e.user is not None
+            and str(e.user.id) == ctx.bot_id
+        ):
+            return True
+    pat = ctx.mention_re()
+    if pat is not None and pat.search(text):
+        return True
+    reply = msg.reply_to_message
+    return bool(
+        reply is not None
+        and reply.forum_topic_created is None  # topic messages "reply" to the topic head
+        and reply.from_user is not None
+        and str(reply.from_user.id) == ctx.bot_id
+    )
+
+
+def _strip_mention(text: str, ctx: ParseContext) -> str:
+    pat = ctx.mention_re()
+    if pat is None:
+        return text.strip()
+    return re.sub(r"[ \t]{2,}", " ", pat.sub("", text)).strip()
+
+
+def _parse_callback(update: Update, ctx: ParseContext) -> InboundEvent | None:
+    cq = update.callback_query
+    if cq is None or cq.data is None or cq.message is None:
+        return None  # inline-mode or game buttons: not ours
+    msg = cq.message
+    chat = msg.chat
+    thread = _thread_of(msg) if isinstance(msg, Message) else ""
+    return InboundEvent(
+        event_id=f"{ctx.bot_id}:{update.update_id}",
+        kind=EventKind.ACTION,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, ctx.bot_id, str(chat.id), thread),
+        user_id=str(cq.from_user.id),
+        user_name=_user_name(cq.from_user, None),
+        is_direct=chat.type == Chat.PRIVATE,
+        mentions_bot=True,
+        action=Action(token=cq.data),
+        reply_ref=MessageRef(
+            CHANNEL,
+            str(chat.id),
+            str(msg.message_id),
+            thread,
+            extra=refs.encode_callback(cq.id),
+        ),
+        received_at=time.time(),
+    )
+
+
+def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
+    """The event this update means to Parley, or None when it is not for us."""
+    if update.callback_query is not None:
+        return _parse_callback(update, ctx)
+    msg = update.message
+    if msg is None and ctx.edited_messages == "reply":
+        msg = update.edited_message
+    if msg is None:
+        return None  # edits (by default), channel posts, polls, member updates ...
+    user = msg.from_user
+    if user is not None and user.is_bot:
+        return None  # never answer bots (loops)
+    raw_text = msg.text or msg.caption or ""
+    attachments = _attachments(msg)
+    if not raw_text.strip() and not attachments:
+        return None  # service messages, stickers, ...
+    chat = msg.chat
+    is_direct = chat.type == Chat.PRIVATE
+    kind = EventKind.MESSAGE
+    mentioned = is_direct or _mentions(msg, ctx, raw_text)
+    text = raw_text
+    if raw_text.startswith("/"):
+        head, _, rest = raw_text.partition(" ")
+        cmd, _, target = head.partition("@")
+        if target and ctx.username and target.lower() != ctx.username.lower():
+            return None  # a command for another bot in this group
+        kind = EventKind.COMMAND
+        mentioned = True
+        text = f"{cmd} {rest}".strip() if rest else cmd
+    if not is_direct and not mentioned and ctx.group_reply != "all":
+        return None
+    text = _strip_mention(text, ctx)
+    thread = _thread_of(msg)
+    if user is not None:
+        user_id = str(user.id)
+    elif msg.sender_chat is not None:
+        user_id = f"chat{msg.sender_chat.id}"  # anonymous admin / linked channel
+    else:
+        return None
+    return InboundEvent(
+        event_id=f"{ctx.bot_id}:{update.update_id}",
+        kind=kind,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, ctx.bot_id, str(chat.id), thread),
+        user_id=user_id,
+        user_name=_user_name(user, msg.sender_chat),
+        text=text,
+        is_direct=is_direct,
+        mentions_bot=mentioned and not is_direct,
+        attachments=attachments,
+        reply_ref=MessageRef(CHANNEL, str(chat.id), str(msg.message_id), thread),
+        received_at=time.time(),
+    )

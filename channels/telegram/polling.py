@@ -1,0 +1,170 @@
+"""Long polling (``getUpdates``) for the gateway process.
+
+The offset sent to Telegram - which is what confirms updates - only moves past
+an update after :meth:`Ingest.submit` returned for it.  If Ingest fails, the
+same update is fetched again after a pause.  A 409 Conflict (a webhook is set,
+or another process polls with this token) is explained in one log line and
+retried quietly, never a crash loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from telegram import Bot, Update
+from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
+
+from agent_core.errors import StoreUnavailable
+from agent_core.ingest import Ingest
+from channels.telegram.parse import ParseContext, parse_update
+
+log = logging.getLogger(__name__)
+
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+CONFLICT_HINT = (
+    "Telegram polling refused (409 Conflict): a webhook is set for this bot or another "
+    "process is polling with the same token. Fix: run `parley telegram delete-webhook`, "
+    "stop the other poller, or use TELEGRAM_MODE=webhook. Retrying quietly."
+)
+
+
+async def _sleep(stop: asyncio.Event, secs: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=secs)
+
+
+class Poller:
+    def __init__(
+        self,
+        bot: Bot,
+        context: Callable[[], ParseContext],
+        *,
+        timeout: int = 30,
+        retry_secs: float = 5.0,
+        conflict_retry_secs: float = 30.0,
+        max_skips: int = 5,
+    ) -> None:
+        self._bot = bot
+        self._context = context
+        self._timeout = timeout
+        self._retry = retry_secs
+        self._conflict_retry = conflict_retry_secs
+        self._max_skips = max_skips
+        self.offset: int | None = None
+
+    async def _fetch(self, stop: asyncio.Event) -> tuple[Update, ...] | None:
+        poll = asyncio.ensure_future(
+            self._bot.get_updates(
+                offset=self.offset,
+                timeout=self._timeout,
+                allowed_updates=list(ALLOWED_UPDATES),
+                read_timeout=self._timeout + 10,
+            )
+        )
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({poll, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if not poll.done():
+            poll.cancel()  # nothing is confirmed by a getUpdates that never returned
+            with contextlib.suppress(BaseException):
+                await poll
+            return None
+        return poll.result()
+
+    async def _publish(self, ingest: Ingest, update: Update, stop: asyncio.Event) -> bool:
+        """Publish one update; True when the offset may move past it."""
+        try:
+            event = parse_update(update, self._context())
+        except Exception:
+            log.exception("telegram update %s could not be parsed; skipped", update.update_id)
+            return True
+        if event is None:
+            return True
+        failures = 0
+        while not stop.is_set():
+            try:
+                await ingest.submit(event)
+                return True
+            except StoreUnavailable as exc:
+                log.warning(
+                    "[%s] telegram update %s not stored (%s); retrying in %.0fs",
+                    event.thread,
+                    update.update_id,
+                    exc,
+                    self._retry,
+                )
+            except Exception:
+                failures += 1
+                log.exception(
+                    "[%s] ingest failed for telegram update %s", event.thread, update.update_id
+                )
+                if failures >= self._max_skips:
+                    log.error(
+                        "[%s] telegram update %s skipped after %d failures",
+                        event.thread,
+                        update.update_id,
+                        failures,
+                    )
+                    return True
+            await _sleep(stop, self._retry)
+        return False
+
+    async def run(self, ingest: Ingest, stop: asyncio.Event) -> None:
+        conflicted = False
+        log.info("telegram polling started")
+        while not stop.is_set():
+            try:
+                updates = await self._fetch(stop)
+            except Conflict:
+                if not conflicted:
+                    log.error(CONFLICT_HINT)
+                    conflicted = True
+                await _sleep(stop, self._conflict_retry)
+                continue
+            except InvalidToken:
+                log.error(
+                    "Telegram rejected TELEGRAM_BOT_TOKEN (revoked?); polling stopped. "
+                    "Get a new token from @BotFather."
+                )
+                return
+            except RetryAfter as exc:
+                await _sleep(
+                    stop,
+                    float(
+                        exc.retry_after
+                        if isinstance(exc.retry_after, int)
+                        else exc.retry_after.total_seconds()
+                    ),
+                )
+                continue
+            except TelegramError as exc:
+                log.warning("telegram getUpdates failed (%s); retrying in %.0fs", exc, self._retry)
+                await _sleep(stop, self._retry)
+                continue
+            if updates is None:
+                break
+            if conflicted:
+                log.info("telegram polling resumed")
+                conflicted = False
+            for update in updates:
+                if self.offset is not None and update.update_id < self.offset:
+                    continue
+                if not await self._publish(ingest, update, stop):
+                    break  # stopping: the offset stays on the unpublished update
+                self.offset = update.update_id + 1
+        await self._confirm()
+        log.info("telegram polling stopped")
+
+    async def _confirm(self) -> None:
+        """Tell Telegram which updates are done (the next getUpdates would)."""
+        if self.offset is None:
+            return
+        try:
+            await self._bot.get_updates(offset=self.offset, timeout=0, limit=1)
+        except TelegramError as exc:
+            log.info("telegram: could not confirm offset on shutdown (%s); dedup covers it", exc)

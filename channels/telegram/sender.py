@@ -1,0 +1,394 @@
+"""The Telegram Outbox: render, split, pace and send through python-telegram-bot.
+
+Pacing (shared by every worker through Redis, see ``agent_core.store.pacing``):
+
+* one message (send or edit) per second per chat,
+* one per 3 s per group (Telegram's 20 per minute),
+* 30 per second per bot overall.
+
+A 429 pauses the chat's pace (all sends, when several chats are hit at once)
+for exactly ``retry_after`` and the call is retried.  Streamed (non-final)
+edits never wait for a slot: with none free they are skipped, so an approval
+prompt or a final answer is never queued behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dtm
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
+from telegram.constants import ChatAction
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+
+from agent_core.errors import ChannelError, FormattingRejected, SendFailed, SendRateLimited
+from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.store.pacing import Pacer, pace_key
+from channels.telegram import refs
+from channels.telegram.render import Part, keyboard, render_text
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CHANNEL = "telegram"
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # Bot API getFile limit
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    chat_interval: float = 1.0
+    group_interval: float = 3.0
+    global_interval: float = 1 / 30
+    typing_interval: float = 4.0
+    typing_max_secs: float = 600.0
+    edit_max_wait: float = 0.0  # a non-final edit waits at most this for a slot
+    max_retry_wait: float = 60.0
+
+
+class _Skipped(Exception):
+    """A droppable call found no slot (or was rate limited): skip it."""
+
+
+class _NotModified(Exception):
+    pass
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _seconds(value: int | float | dtm.timedelta) -> float:
+    if isinstance(value, dtm.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def _retry_after(exc: RetryAfter) -> float:
+    raw = getattr(exc, "_retry_after", None)  # exact (PTB keeps a timedelta)
+    if isinstance(raw, dtm.timedelta):
+        return max(raw.total_seconds(), 0.0)
+    return max(_seconds(exc.retry_after), 0.0)
+
+
+def _target(thread: ThreadKey) -> tuple[int, int | None]:
+    topic = int(thread.thread) if thread.thread.lstrip("-").isdigit() else None
+    return int(thread.conversation), topic
+
+
+class TelegramOutbox:
+    """Implements :class:`agent_core.outbox.Outbox` for Telegram."""
+
+    stream_interval: float | None = 1.0
+
+    def __init__(self, bot: Bot, pacer: Pacer, bot_id: str, limits: Limits | None = None) -> None:
+        self._bot = bot
+        self._pacer = pacer
+        self._bot_id = bot_id
+        self.limits = limits or Limits()
+        self.stream_interval = max(self.limits.chat_interval, 0.0) or None
+        self._typing: dict[ThreadKey, asyncio.Task[None]] = {}
+        self._recent_429: dict[int, float] = {}
+        self._global_key = pace_key(CHANNEL, bot_id, "all")
+
+    # -- pacing and error translation ------------------------------------------
+
+    def _paces(self, chat_id: int) -> list[tuple[str, float]]:
+        lim = self.limits
+        paces = [
+            (pace_key(CHANNEL, self._bot_id, "chat", str(chat_id)), lim.chat_interval),
+            (self._global_key, lim.global_interval),
+        ]
+        if chat_id < 0:  # groups, supergroups, channels
+            paces.append(
+                (pace_key(CHANNEL, self._bot_id, "group", str(chat_id)), lim.group_interval)
+            )
+        return paces
+
+    async def _reserve(self, chat_id: int, droppable: bool) -> None:
+        try:
+            delay = await self._pacer.reserve(
+                self._paces(chat_id), max_wait=self.limits.edit_max_wait if droppable else None
+            )
+        except RedisError:
+            log.warning("telegram pacing unavailable (Redis); sending unpaced")
+            return
+        if delay is None:
+            raise _Skipped
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _on_429(self, chat_id: int, seconds: float) -> bool:
+        """Pause the chat (or everything); False when the shared pacer is unreachable."""
+        now = time.monotonic()
+        others = [c for c, t in self._recent_429.items() if c != chat_id and now - t < 1.0]
+        self._recent_429 = {c: t for c, t in self._recent_429.items() if now - t < 1.0}
+        self._recent_429[chat_id] = now
+        keys = [pace_key(CHANNEL, self._bot_id, "chat", str(chat_id))]
+        if others:  # several chats limited at once: the bot as a whole is
+            keys.append(self._global_key)
+        log.warning(
+            "telegram rate limited chat %s for %.1fs%s",
+            chat_id,
+            seconds,
+            " (all chats)" if others else "",
+        )
+        try:
+            for key in keys:
+                await self._pacer.pause(key, seconds)
+        except RedisError:
+            return False
+        return True
+
+    async def _call(
+        self, chat_id: int, fn: Callable[[], Awaitable[T]], *, droppable: bool = False
+    ) -> T:
+        waited = 0.0
+        while True:
+            await self._reserve(chat_id, droppable)
+            try:
+                return await fn()
+            except RetryAfter as exc:
+                secs = _retry_after(exc)
+                paused = await self._on_429(chat_id, secs)
+                if droppable:
+                    raise _Skipped from exc
+                waited += secs
+                if waited > self.limits.max_retry_wait:
+                    raise SendRateLimited(secs, "Telegram flood control") from exc
+                # Loop: the paused pace makes the next reserve wait exactly `secs`.
+                if not paused:
+                    await asyncio.sleep(secs)
+            except BadRequest as exc:
+                msg = exc.message.lower()
+                if "not modified" in msg:
+                    raise _NotModified from exc
+                if "message to edit not found" in msg:
+                    raise _NotFound from exc
+                if "parse entities" in msg or "entity" in msg:
+                    raise FormattingRejected(exc.message) from exc
+                raise SendFailed(f"Telegram refused the message: {exc.message}") from exc
+            except ChatMigrated as exc:
+                raise SendFailed(
+                    f"the group became supergroup {exc.new_chat_id}; write there instead"
+                ) from exc
+            except Forbidden as exc:
+                raise SendFailed(
+                    f"the bot cannot write to chat {chat_id} (blocked, or removed from the group)"
+                ) from exc
+            except InvalidToken as exc:
+                raise SendFailed("Telegram rejected the bot token") from exc
+            except TimedOut as exc:
+                # It may have reached Telegram: do not blindly send it twice.
+                raise SendFailed("Telegram did not answer in time") from exc
+            except TelegramError as exc:
+                raise SendFailed(f"Telegram call failed: {exc.message}") from exc
+
+    # -- primitives ----------------------------------------------------------
+
+    async def _send_part(
+        self,
+        chat_id: int,
+        topic: int | None,
+        part: Part,
+        markup: InlineKeyboardMarkup | None,
+        reply_to: MessageRef | None,
+        droppable: bool,
+    ) -> tuple[int, Part]:
+        reply = None
+        if (
+            reply_to is not None
+            and reply_to.conversation == str(chat_id)
+            and reply_to.message_id.isdigit()
+        ):
+            reply = ReplyParameters(
+                message_id=int(reply_to.message_id), allow_sending_without_reply=True
+            )
+
+        async def go(p: Part) -> Message:
+            return await self._bot.send_message(
+                chat_id=chat_id,
+                text=p.text,
+                entities=list(p.entities) or None,
+                reply_markup=markup,
+                message_thread_id=topic,
+                reply_parameters=reply,
+            )
+
+        try:
+            msg = await self._call(chat_id, lambda: go(part), droppable=droppable)
+            return msg.message_id, part
+        except FormattingRejected:
+            log.warning("telegram refused formatting in chat %s; resending plain", chat_id)
+            plain = part.plain()
+            msg = await self._call(chat_id, lambda: go(plain), droppable=droppable)
+            return msg.message_id, plain
+
+    async def _edit_part(
+        self,
+        chat_id: int,
+        message_id: int,
+        part: Part,
+        markup: InlineKeyboardMarkup | None,
+        droppable: bool,
+    ) -> Part:
+        async def go(p: Part) -> object:
+            return await self._bot.edit_message_text(
+                chat_id=chat_id,
+                message_id=message_id,
+                text=p.text,
+                entities=list(p.entities) or None,
+                reply_markup=markup,  # None removes the keyboard
+            )
+
+        try:
+            try:
+                await self._call(chat_id, lambda: go(part), droppable=droppable)
+                return part
+            except FormattingRejected:
+                log.warning("telegram refused formatting in chat %s; editing plain", chat_id)
+                plain = part.plain()
+                await self._call(chat_id, lambda: go(plain), droppable=droppable)
+                return plain
+        except _NotModified:
+            return part
+
+    # -- Outbox ----------------------------------------------------------------
+
+    async def send(
+        self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
+    ) -> MessageRef:
+        chat_id, topic = _target(thread)
+        markup = keyboard(message.buttons)
+        parts = render_text(message.text)
+        sent: list[tuple[int, str]] = []
+        for i, part in enumerate(parts):
+            m = markup if i == len(parts) - 1 else None
+            try:
+                mid, shown = await self._send_part(
+                    chat_id, topic, part, m, reply_to if i == 0 else None, droppable=False
+                )
+            except _Skipped as exc:  # cannot happen for non-droppable sends
+                raise SendFailed("send skipped") from exc
+            except (_NotModified, _NotFound) as exc:
+                raise SendFailed(str(exc)) from exc
+            sent.append((mid, shown.digest(m)))
+        return MessageRef(
+            CHANNEL, str(chat_id), str(sent[0][0]), thread.thread, refs.encode_parts(sent)
+        )
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        chat_id = int(ref.conversation)
+        topic = int(ref.thread) if ref.thread.lstrip("-").isdigit() else None
+        old = refs.decode_parts(ref.extra, ref.message_id)
+        parts = render_text(message.text)
+        markup = keyboard(message.buttons)
+        droppable = not message.final
+        new: list[tuple[int, str]] = []
+        try:
+            for i, part in enumerate(parts):
+                m = markup if i == len(parts) - 1 else None
+                digest = part.digest(m)
+                if i < len(old):
+                    mid, old_digest = old[i]
+                    if old_digest == digest:
+                        new.append((mid, old_digest))
+                        continue
+                    try:
+                        shown = await self._edit_part(chat_id, mid, part, m, droppable)
+                    except _NotFound:
+                        # The user deleted it: send this part anew.
+                        mid, shown = await self._send_part(chat_id, topic, part, m, None, droppable)
+                    new.append((mid, shown.digest(m)))
+                else:
+                    mid, shown = await self._send_part(chat_id, topic, part, m, None, droppable)
+                    new.append((mid, shown.digest(m)))
+            for mid, _ in old[len(parts) :]:
+                await self._delete(chat_id, mid)
+        except _Skipped:
+            new.extend(old[len(new) :])  # what is not redone still shows the old text
+        if not new:
+            return ref
+        return MessageRef(
+            CHANNEL, ref.conversation, str(new[0][0]), ref.thread, refs.encode_parts(new)
+        )
+
+    async def _delete(self, chat_id: int, message_id: int) -> None:
+        try:
+            await self._call(
+                chat_id, lambda: self._bot.delete_message(chat_id=chat_id, message_id=message_id)
+            )
+        except (ChannelError, _NotModified, _NotFound):
+            log.info("could not delete surplus message %s in chat %s", message_id, chat_id)
+
+    async def typing(self, thread: ThreadKey) -> None:
+        task = self._typing.get(thread)
+        if task is not None and not task.done():
+            return
+        self._typing[thread] = asyncio.create_task(
+            self._typing_loop(thread), name=f"telegram-typing-{thread}"
+        )
+
+    async def _typing_loop(self, thread: ThreadKey) -> None:
+        chat_id, topic = _target(thread)
+        deadline = time.monotonic() + self.limits.typing_max_secs
+        while time.monotonic() < deadline:
+            delay = self.limits.typing_interval
+            try:
+                await self._bot.send_chat_action(
+                    chat_id=chat_id, action=ChatAction.TYPING, message_thread_id=topic
+                )
+            except RetryAfter as exc:
+                delay = max(delay, _retry_after(exc))
+            except TelegramError as exc:
+                log.debug("[%s] typing indicator failed: %s", thread, exc)
+                if isinstance(exc, (Forbidden, InvalidToken)):
+                    return
+            except Exception:  # best effort: never kill anything over a typing dot
+                log.debug("[%s] typing indicator failed", thread, exc_info=True)
+            await asyncio.sleep(delay)
+
+    async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
+        task = self._typing.pop(thread, None)
+        if task is not None:
+            task.cancel()
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
+        if not cq:
+            return
+        try:
+            await self._bot.answer_callback_query(cq, text=text[:200] or None)
+        except TelegramError as exc:
+            # Too old (over ~15 s) or already answered: nothing left to do.
+            log.info("[%s] could not answer button press: %s", event.thread, exc)
+
+    async def download(self, attachment: Attachment) -> bytes:
+        """Fetch an attachment's bytes (on demand; Bot API files up to 20 MB)."""
+        if attachment.size and attachment.size > MAX_DOWNLOAD_BYTES:
+            raise SendFailed("file is larger than the 20 MB Telegram lets bots download")
+        try:
+            f = await self._bot.get_file(attachment.ref)
+            return bytes(await f.download_as_bytearray())
+        except TelegramError as exc:
+            raise SendFailed(f"could not download the file: {exc.message}") from exc
+
+    async def close(self) -> None:
+        tasks = list(self._typing.values())
+        self._typing.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,95 @@
+"""Telegram settings: every ``TELEGRAM_*`` variable (see docs/telegram.md)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, SecretStr, field_validator
+
+from agent_core.settings import ParleySettings
+
+_TOKEN_RE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
+_SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+DEFAULT_BASE_URL = "https://api.telegram.org/bot"
+
+
+class TelegramSettings(ParleySettings):
+    telegram_bot_token: SecretStr | None = Field(
+        default=None, description="Bot token from @BotFather; enables the channel"
+    )
+    # "" = automatic: webhook when PUBLIC_URL is set, polling otherwise.
+    telegram_mode: str = ""
+    telegram_webhook_secret: SecretStr | None = None
+    telegram_api_base_url: str = DEFAULT_BASE_URL
+    # Where files are downloaded from; "" = derived from TELEGRAM_API_BASE_URL
+    # (".../bot" -> ".../file/bot").
+    telegram_api_file_url: str = ""
+    telegram_connection_pool_size: int = Field(default=64, ge=1, le=4096)
+    telegram_edited_messages: str = "ignore"  # ignore | reply
+    telegram_max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    telegram_poll_timeout: int = Field(default=30, ge=0, le=50)
+    # A send that Telegram rate-limits is retried while the total wait stays
+    # under this; beyond it the sender raises SendRateLimited.
+    telegram_max_retry_wait: float = Field(default=60.0, ge=0)
+
+    @field_validator("telegram_bot_token")
+    @classmethod
+    def _token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value().strip():
+            return None
+        raw = v.get_secret_value().strip()
+        if not _TOKEN_RE.match(raw):
+            raise ValueError(
+                "malformed bot token: expected <digits>:<letters> as given by @BotFather"
+            )
+        return SecretStr(raw)
+
+    @field_validator("telegram_webhook_secret")
+    @classmethod
+    def _secret(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value():
+            return None
+        if not _SECRET_RE.match(v.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
+        return v
+
+    @field_validator("telegram_mode")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in ("", "webhook", "polling"):
+            raise ValueError("must be webhook or polling (or empty for automatic)")
+        return v
+
+    @field_validator("telegram_edited_messages")
+    @classmethod
+    def _edited(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in ("ignore", "reply"):
+            raise ValueError("must be ignore or reply")
+        return v
+
+    @property
+    def token(self) -> str:
+        return self.telegram_bot_token.get_secret_value() if self.telegram_bot_token else ""
+
+    @property
+    def bot_id(self) -> str:
+        """The bot's numeric id: the part of the token before ':' (not secret)."""
+        return self.token.split(":", 1)[0]
+
+    @property
+    def file_url(self) -> str:
+        if self.telegram_api_file_url:
+            return self.telegram_api_file_url
+        base = self.telegram_api_base_url
+        if base.endswith("/bot"):
+            return base[: -len("/bot")] + "/file/bot"
+        return base.rstrip("/") + "/file/bot"
+
+    def resolved_mode(self, public_url: str) -> str:
+        """webhook | polling: explicit TELEGRAM_MODE, else webhook iff PUBLIC_URL is set."""
+        if self.telegram_mode:
+            return self.telegram_mode
+        return "webhook" if public_url else "polling"

@@ -1,0 +1,330 @@
+"""The local web chat: a page at ``/``, a JSON API, live updates over SSE.
+
+Each browser gets its own conversation: a signed cookie carries a random
+session id, and the thread is ``web:local:<session id>``.  Messages go through
+the same Ingest -> stream -> worker path as every platform; answers come back
+through the thread's out stream (see ``outbox.py``), which the page follows
+with Server-Sent Events and replays on refresh.
+
+Bad input: a body that is not JSON, too large, or without text -> 4xx and
+nothing is published.  With ``WEB_CHAT_TOKEN`` set every API call needs the
+token (asked once by the page, then kept in the signed cookie).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from itsdangerous import BadSignature, URLSafeSerializer
+from pydantic import SecretStr
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from agent_core.errors import StoreUnavailable
+from agent_core.events import Action, EventKind, InboundEvent, ThreadKey
+from agent_core.ingest import Ingest, Submitted
+from agent_core.outbox import Outbox
+from agent_core.settings import ParleySettings
+from agent_core.store import keys
+from channels.base import Channel, ChannelDeps
+from channels.web.outbox import LocalOutbox, fold_transcript
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+COOKIE = "parley_web"
+MAX_BODY = 64 * 1024
+MAX_TEXT = 16_000
+SECRET_KEY = keys.PREFIX + "web:cookie-secret"
+
+
+class WebSettings(ParleySettings):
+    web_chat_enabled: bool | None = None  # None: on when no platform channel is configured
+    web_chat_token: SecretStr | None = None
+    web_chat_secret: SecretStr | None = None  # cookie signing key; default: generated, kept in Redis
+
+
+def thread_for(session_id: str) -> ThreadKey:
+    return ThreadKey("web", "local", session_id, "")
+
+
+class WebChannel(Channel):
+    name = "web"
+
+    def __init__(self, settings: WebSettings, deps: ChannelDeps) -> None:
+        self.settings = settings
+        self.redis: Redis = deps.redis
+        self.blocking: Redis | None = None
+        self._outbox = LocalOutbox(deps.redis, "web")
+        self._signer: URLSafeSerializer | None = None
+
+    def outbox(self) -> Outbox:
+        return self._outbox
+
+    def use_blocking_client(self, blocking: Redis) -> None:
+        self.blocking = blocking
+
+    async def initialize(self) -> None:
+        if self.settings.web_chat_secret is not None:
+            secret = self.settings.web_chat_secret.get_secret_value()
+        else:
+            # One secret shared by every web process, created once.
+            await self.redis.set(SECRET_KEY, secrets.token_urlsafe(32), nx=True)
+            raw = await self.redis.get(SECRET_KEY)
+            secret = raw.decode() if raw else secrets.token_urlsafe(32)
+        self._signer = URLSafeSerializer(secret, salt="parley-web")
+
+    # -- cookie session ----------------------------------------------------
+    def _read_cookie(self, request: Request) -> dict[str, Any]:
+        raw = request.cookies.get(COOKIE)
+        if not raw or self._signer is None:
+            return {}
+        try:
+            data = self._signer.loads(raw)
+        except BadSignature:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _set_cookie(self, response: Response, data: dict[str, Any]) -> None:
+        assert self._signer is not None
+        response.set_cookie(
+            COOKIE, self._signer.dumps(data), httponly=True, samesite="strict", max_age=30 * 86400
+        )
+
+    def _authorized(self, data: dict[str, Any]) -> bool:
+        token = self.settings.web_chat_token
+        return token is None or data.get("auth") is True
+
+    def _session(self, request: Request) -> tuple[dict[str, Any], bool]:
+        data = self._read_cookie(request)
+        fresh = False
+        if not isinstance(data.get("sid"), str):
+            data = {"sid": secrets.token_urlsafe(12), **({"auth": data["auth"]} if "auth" in data else {})}
+            fresh = True
+        return data, fresh
+
+    # -- routes ------------------------------------------------------------
+    def routes(self, ingest: Ingest) -> list[BaseRoute]:
+        async def page(request: Request) -> Response:
+            data, fresh = self._session(request)
+            resp = FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+            if fresh:
+                self._set_cookie(resp, data)
+            return resp
+
+        async def me(request: Request) -> Response:
+            data, fresh = self._session(request)
+            resp = JSONResponse(
+                {
+                    "needs_token": not self._authorized(data),
+                    "thread": str(thread_for(data["sid"])),
+                }
+            )
+            if fresh:
+                self._set_cookie(resp, data)
+            return resp
+
+        async def login(request: Request) -> Response:
+            body = await _json_body(request)
+            if isinstance(body, Response):
+                return body
+            data, _ = self._session(request)
+            token = self.settings.web_chat_token
+            given = body.get("token")
+            if token is not None and not (
+                isinstance(given, str)
+                and hmac.compare_digest(given.encode(), token.get_secret_value().encode())
+            ):
+                return JSONResponse({"error": "wrong token"}, status_code=403)
+            data["auth"] = True
+            resp = JSONResponse({"ok": True})
+            self._set_cookie(resp, data)
+            return resp
+
+        async def history(request: Request) -> Response:
+            data = self._read_cookie(request)
+            if not isinstance(data.get("sid"), str):
+                return JSONResponse({"messages": [], "last": "0-0"})
+            if not self._authorized(data):
+                return JSONResponse({"error": "token required"}, status_code=401)
+            thread = thread_for(data["sid"])
+            entries = await self.redis.xrange(keys.outbox_stream(thread))
+            last = entries[-1][0].decode() if entries else "0-0"
+            return JSONResponse({"messages": fold_transcript(entries), "last": last})
+
+        async def post_message(request: Request) -> Response:
+            data = self._read_cookie(request)
+            if not isinstance(data.get("sid"), str):
+                return JSONResponse({"error": "no session; load the page first"}, status_code=400)
+            if not self._authorized(data):
+                return JSONResponse({"error": "token required"}, status_code=401)
+            body = await _json_body(request)
+            if isinstance(body, Response):
+                return body
+            text = body.get("text")
+            if not isinstance(text, str) or not text.strip():
+                return JSONResponse({"error": "'text' must be a non-empty string"}, status_code=400)
+            if len(text) > MAX_TEXT:
+                return JSONResponse({"error": f"message longer than {MAX_TEXT} characters"}, status_code=413)
+            thread = thread_for(data["sid"])
+            event = InboundEvent(
+                event_id=secrets.token_hex(8),
+                kind=EventKind.MESSAGE,
+                channel="web",
+                thread=thread,
+                user_id=data["sid"],
+                user_name="you",
+                text=text,
+            )
+            return await self._submit(ingest, event, record=True)
+
+        async def post_action(request: Request) -> Response:
+            data = self._read_cookie(request)
+            if not isinstance(data.get("sid"), str) or not self._authorized(data):
+                return JSONResponse({"error": "token required"}, status_code=401)
+            body = await _json_body(request)
+            if isinstance(body, Response):
+                return body
+            token = body.get("token")
+            if not isinstance(token, str) or not token or len(token) > 64 or not token.isascii():
+                return JSONResponse({"error": "'token' must be a button payload"}, status_code=400)
+            thread = thread_for(data["sid"])
+            event = InboundEvent(
+                event_id=secrets.token_hex(8),
+                kind=EventKind.ACTION,
+                channel="web",
+                thread=thread,
+                user_id=data["sid"],
+                user_name="you",
+                action=Action(token),
+            )
+            return await self._submit(ingest, event, record=False)
+
+        async def events(request: Request) -> Response:
+            data = self._read_cookie(request)
+            if not isinstance(data.get("sid"), str):
+                return JSONResponse({"error": "no session"}, status_code=400)
+            if not self._authorized(data):
+                return JSONResponse({"error": "token required"}, status_code=401)
+            after = request.headers.get("last-event-id") or request.query_params.get("after") or "$"
+            if after != "$" and not _valid_entry_id(after):
+                return JSONResponse({"error": "bad 'after' id"}, status_code=400)
+            thread = thread_for(data["sid"])
+            return StreamingResponse(
+                self._sse(thread, after, request),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            )
+
+        return [
+            Route("/", page, methods=["GET"]),
+            Route("/api/me", me, methods=["GET"]),
+            Route("/api/login", login, methods=["POST"]),
+            Route("/api/history", history, methods=["GET"]),
+            Route("/api/messages", post_message, methods=["POST"]),
+            Route("/api/actions", post_action, methods=["POST"]),
+            Route("/api/events", events, methods=["GET"]),
+            Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+        ]
+
+    async def _submit(self, ingest: Ingest, event: InboundEvent, *, record: bool) -> Response:
+        try:
+            result = await ingest.submit(event)
+        except StoreUnavailable:
+            return JSONResponse({"error": "the server cannot store messages right now"}, status_code=503)
+        if result == Submitted.ACCEPTED and record:
+            try:
+                await self._outbox.record_user(event.thread, event)
+            except RedisError:
+                log.warning("[%s] could not record the user message in the transcript", event.thread)
+        return JSONResponse({"ok": True, "id": event.event_id, "result": result.value}, status_code=202)
+
+    async def _sse(self, thread: ThreadKey, after: str, request: Request) -> AsyncIterator[bytes]:
+        client = self.blocking or self.redis
+        stream = keys.outbox_stream(thread)
+        last = after
+        if last == "$":
+            # Resolve '$' now, so nothing added between two blocking reads is missed.
+            info = await self.redis.xrevrange(stream, count=1)
+            last = info[0][0].decode() if info else "0-0"
+        yield b"retry: 2000\n\n"
+        while True:
+            if await request.is_disconnected():
+                return
+            try:
+                resp = await client.xread({stream: last}, block=15_000, count=100)
+            except RedisError:
+                await asyncio.sleep(1.0)
+                continue
+            if not resp:
+                yield b": ping\n\n"
+                continue
+            for _name, entries in resp:
+                for entry_id, fields in entries:
+                    last = entry_id.decode()
+                    payload = {k.decode(): _maybe_json(v) for k, v in fields.items()}
+                    yield b"id: " + entry_id + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _maybe_json(v: bytes) -> Any:
+    if v[:1] in (b"{", b"["):
+        try:
+            return orjson.loads(v)
+        except orjson.JSONDecodeError:
+            pass
+    return v.decode(errors="replace")
+
+
+def _valid_entry_id(s: str) -> bool:
+    a, _, b = s.partition("-")
+    return a.isdigit() and (b == "" or b.isdigit()) and len(s) < 40
+
+
+async def _json_body(request: Request) -> dict[str, Any] | Response:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        return JSONResponse({"error": "body too large"}, status_code=413)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return JSONResponse({"error": "body too large"}, status_code=413)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return JSONResponse({"error": "body must be JSON"}, status_code=400)
+    if not isinstance(data, dict):
+        return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
+    return data
+
+
+def status(settings: WebSettings, platforms_enabled: bool, *, hosted: bool = False) -> tuple[bool, str]:
+    if settings.web_chat_enabled is True:
+        return True, "WEB_CHAT_ENABLED=true"
+    if settings.web_chat_enabled is False:
+        return False, "WEB_CHAT_ENABLED=false"
+    if platforms_enabled:
+        return False, "a platform channel is configured (set WEB_CHAT_ENABLED=true to keep it)"
+    if hosted:
+        return False, "running on a platform ($PORT set); set WEB_CHAT_ENABLED=true to expose it"
+    return True, "no platform configured"
+
+
+def create(settings: WebSettings, deps: ChannelDeps) -> WebChannel:
+    return WebChannel(settings, deps)
+
+
+SETTINGS = WebSettings
+_ = time
