@@ -24,7 +24,6 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
-    DotEnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -72,11 +71,18 @@ class SecretFileSource(PydanticBaseSettingsSource):
         return out
 
 
-class WarningDotEnvSource(DotEnvSettingsSource):
-    """The ``.env`` source, remembering which secrets it supplied."""
+class WarningDotEnvSource(PydanticBaseSettingsSource):
+    """Wraps the ``.env`` source, remembering which secrets it supplied."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self.inner = inner
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        data = super().__call__()
+        data = self.inner()
         for name, field in self.settings_cls.model_fields.items():
             if name in data and _is_secret(field):
                 PLAINTEXT_SECRETS.add((field.alias or name).upper())
@@ -101,12 +107,7 @@ class ParleySettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        dotenv = WarningDotEnvSource(
-            settings_cls,
-            env_file=cls.model_config.get("env_file"),
-            env_file_encoding=cls.model_config.get("env_file_encoding"),
-            case_sensitive=False,
-        )
+        dotenv = WarningDotEnvSource(settings_cls, dotenv_settings)
         return (init_settings, env_settings, SecretFileSource(settings_cls), dotenv)
 
 
@@ -165,7 +166,7 @@ class CoreSettings(ParleySettings):
     system_prompt: str = ""
     max_history_messages: int = Field(default=200, ge=2)
     worker_concurrency: int = Field(default=256, ge=1)
-    lock_ttl_secs: float = Field(default=30.0, gt=1)
+    lock_ttl_secs: float = Field(default=30.0, ge=0.5)
     reclaim_idle_secs: float = Field(default=15.0, gt=0)
     sweep_interval_secs: float = Field(default=2.0, gt=0)
     stream_maxlen: int = Field(default=100_000, ge=1000)
@@ -190,4 +191,3 @@ class CoreSettings(ParleySettings):
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return SecretStr(url)
-

@@ -70,13 +70,14 @@ class Worker:
         self.stopping = False
         self.turns_done = 0
         self.reclaimed = 0
-        self._slots = asyncio.Semaphore(settings.worker_concurrency)
 
     # -- lifecycle ---------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         await self._with_backoff(self.delivery.ensure_group, stop)
         self.ready = True
-        log.info("worker %s consuming (concurrency %d)", self.name, self.settings.worker_concurrency)
+        log.info(
+            "worker %s consuming (concurrency %d)", self.name, self.settings.worker_concurrency
+        )
         loops = [
             asyncio.create_task(self._consume(stop), name="consume"),
             asyncio.create_task(self._heartbeat(stop), name="heartbeat"),
@@ -104,7 +105,8 @@ class Worker:
             heartbeat.cancel()
         for task in pending:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        if pending:
+            await asyncio.wait(pending, timeout=3.0)
         # tasks release their own locks in `finally`; anything still held expires by TTL
 
     async def _with_backoff(self, fn: Callable[[], object], stop: asyncio.Event) -> None:
@@ -141,7 +143,9 @@ class Worker:
                 log.exception("unexpected Redis error while consuming")
                 await asyncio.sleep(delay)
             except (RedisError, OSError) as exc:
-                log.warning("consume: Redis unavailable (%s); retrying in %.1f s", type(exc).__name__, delay)
+                log.warning(
+                    "consume: Redis unavailable (%s); retrying in %.1f s", type(exc).__name__, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -181,9 +185,18 @@ class Worker:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("[%s] turn failed on event %s; skipping it", thread, state.mailbox[0].event_id)
+                    log.exception(
+                        "[%s] turn failed on event %s; skipping it",
+                        thread,
+                        state.mailbox[0].event_id,
+                    )
                     left = await self.delivery.complete(
-                        thread, self.owner, consumed=1, session_json=None, version=state.session_version, sent_fields=[]
+                        thread,
+                        self.owner,
+                        consumed=1,
+                        session_json=None,
+                        version=state.session_version,
+                        sent_fields=[],
                     )
                     if left <= 0:
                         released = left == 0
@@ -203,11 +216,15 @@ class Worker:
                 if self.on_turn is not None:
                     self.on_turn(thread, result.outcome, time.perf_counter() - started)
                 if left == -1:
-                    log.warning("[%s] lock lost before completion; another worker reruns it", thread)
+                    log.warning(
+                        "[%s] lock lost before completion; another worker reruns it", thread
+                    )
                     released = True
                     return
                 if left == -2:
-                    log.error("[%s] session changed under the lock (version conflict); rerunning", thread)
+                    log.error(
+                        "[%s] session changed under the lock (version conflict); rerunning", thread
+                    )
                     continue
                 if left == 0:
                     released = True
@@ -217,7 +234,9 @@ class Worker:
             log.info("[%s] turn cancelled (shutdown); its message stays queued", thread)
             raise
         except (RedisError, OSError) as exc:
-            log.warning("[%s] Redis error in thread task (%s); lock will expire", thread, type(exc).__name__)
+            log.warning(
+                "[%s] Redis error in thread task (%s); lock will expire", thread, type(exc).__name__
+            )
         finally:
             self.running.pop(thread, None)
             self.guards.pop(thread, None)

@@ -98,8 +98,10 @@ def print_summary(rt: Runtime, host: str, port: int) -> None:
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
         err.print(f"  web:     http://{shown}:{port}/")
     for name in rt.settings.plaintext_secrets:
-        err.print(f"  [yellow]warning:[/] {name} is read from the plaintext .env file; "
-                  f"prefer the environment or {name}_FILE")
+        err.print(
+            f"  [yellow]warning:[/] {name} is read from the plaintext .env file; "
+            f"prefer the environment or {name}_FILE"
+        )
 
 
 def _install_signals(stop: asyncio.Event) -> None:

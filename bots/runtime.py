@@ -70,9 +70,13 @@ def describe_llm(settings: Settings) -> str:
 
 
 class Runtime:
-    def __init__(self, settings: Settings, role: str = "all", *, llm: LLMProvider | None = None) -> None:
+    def __init__(
+        self, settings: Settings, role: str = "all", *, llm: LLMProvider | None = None
+    ) -> None:
         if role not in ROLES:
-            raise ConfigError([f"role: unknown process role {role!r}; use one of {', '.join(ROLES)}"])
+            raise ConfigError(
+                [f"role: unknown process role {role!r}; use one of {', '.join(ROLES)}"]
+            )
         self.settings = settings
         self.role = role
         self.embedded: EmbeddedValkey | None = None
@@ -129,7 +133,9 @@ class Runtime:
             self.summary.redis = self.embedded.describe()
         redis = self.clients.redis
         pacer = Pacer(redis)
-        self.ingest = Ingest(redis, dedup_ttl_secs=core.dedup_ttl_secs, stream_maxlen=core.stream_maxlen)
+        self.ingest = Ingest(
+            redis, dedup_ttl_secs=core.dedup_ttl_secs, stream_maxlen=core.stream_maxlen
+        )
         self.delivery = Delivery(
             redis,
             self.clients.blocking,
@@ -141,7 +147,10 @@ class Runtime:
 
         # channels
         deps = ChannelDeps(
-            redis=redis, pacer=pacer, public_url=core.public_url.rstrip("/"), group_reply=core.group_reply
+            redis=redis,
+            pacer=pacer,
+            public_url=core.public_url.rstrip("/"),
+            group_reply=core.group_reply,
         )
         status = self.settings.platform_status()
         any_platform = any(on for on, _ in status.values())
@@ -150,7 +159,9 @@ class Runtime:
             if on:
                 mod = self.settings.modules[name]
                 self.channels[name] = mod.create(self.settings.platforms[name], deps)
-        web_on, web_why = web_channel.status(self.settings.web, any_platform, hosted=self.settings.hosted)
+        web_on, web_why = web_channel.status(
+            self.settings.web, any_platform, hosted=self.settings.hosted
+        )
         if self.role == "chat":
             web_on, web_why = False, "not served by `parley chat`"
         self.summary.channels.append(("web", web_on, web_why))
@@ -209,7 +220,9 @@ class Runtime:
         )
 
     async def _healthz(self, request: Request) -> Response:
-        return JSONResponse({"ok": True, "role": self.role, "uptime_s": round(time.time() - self.started_at)})
+        return JSONResponse(
+            {"ok": True, "role": self.role, "uptime_s": round(time.time() - self.started_at)}
+        )
 
     async def _readyz(self, request: Request) -> Response:
         problems: list[str] = []
@@ -237,7 +250,11 @@ class Runtime:
             assert self.ingest is not None
             for ch in self.channels.values():
                 if ch.has_gateway:
-                    tasks.append(asyncio.create_task(ch.run_gateway(self.ingest, stop), name=f"gateway-{ch.name}"))
+                    tasks.append(
+                        asyncio.create_task(
+                            ch.run_gateway(self.ingest, stop), name=f"gateway-{ch.name}"
+                        )
+                    )
         if self.runs_web:
             server = make_server(self.web_app(), host, port)
             tasks.append(asyncio.create_task(server.serve(), name="web"))
@@ -258,7 +275,9 @@ def check_port_free(host: str, port: int) -> None:
             s.bind((host, port))
         except OSError as exc:
             raise ConfigError(
-                [f"PORT: cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to a free port"]
+                [
+                    f"PORT: cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to a free port"
+                ]
             ) from None
 
 
@@ -271,6 +290,12 @@ def make_server(app: Starlette, host: str, port: int) -> Any:
             yield  # the runtime owns SIGTERM / SIGINT
 
     config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
     )
     return _Server(config)

@@ -83,11 +83,15 @@ def friendly_llm_error(exc: Exception) -> str:
     if isinstance(exc, llm_errors.AuthFailed):
         return "The AI model refused our credentials. The operator needs to check the API key."
     if isinstance(exc, llm_errors.ModelNotAvailable):
-        return "The configured AI model is not available. The operator needs to check the model name."
+        return (
+            "The configured AI model is not available. The operator needs to check the model name."
+        )
     if isinstance(exc, llm_errors.ContextLengthExceeded):
         return "This conversation is too long for the model. Send /new to start a fresh one."
     if isinstance(exc, llm_errors.CircuitOpen):
-        return "The AI model is failing right now, so I paused calls to it. Please try again shortly."
+        return (
+            "The AI model is failing right now, so I paused calls to it. Please try again shortly."
+        )
     if isinstance(exc, llm_errors.Timeout):
         return "The AI model took too long to answer. Please try again."
     return "I couldn't reach the AI model just now. Please try again in a moment."
@@ -134,9 +138,16 @@ class Agent:
         session = Session.load(str(thread), state.session_version, state.session_data)
         outbox = self.outbox_for(head.channel)
         if outbox is None:
-            log.error("[%s] no outbox for channel %r; event %s dropped", thread, head.channel, head.event_id)
+            log.error(
+                "[%s] no outbox for channel %r; event %s dropped",
+                thread,
+                head.channel,
+                head.event_id,
+            )
             return TurnResult(session, 1, [], "no-channel")
-        writer = ReplyWriter(outbox, self.delivery, thread, head.event_id, state.sent, guard, head.reply_ref)
+        writer = ReplyWriter(
+            outbox, self.delivery, thread, head.event_id, state.sent, guard, head.reply_ref
+        )
         turn = _Turn(self, thread, state, session, writer, guard)
         started = time.perf_counter()
         outcome = await turn.run(head)
@@ -215,9 +226,7 @@ class _Turn:
         self.session.state = ThreadState.PROCESSING
         self.session.history.append(ChatMessage("user", user_message_text(head)))
         try:
-            outcome: LoopOutcome = await run_loop(
-                self, self.session.history, max_iterations=50
-            )
+            outcome: LoopOutcome = await run_loop(self, self.session.history, max_iterations=50)
         except llm_errors.LLMError as exc:
             log.warning("[%s] LLM call failed: %s: %s", self.thread, type(exc).__name__, exc)
             await self.say_notice(friendly_llm_error(exc))

@@ -145,7 +145,9 @@ def backend_config(
             settings.extra_headers(),
         )
     elif name == "demo":
-        cfg = _make(settings, name, "demo", model or settings.llm_model or "demo", "", local=True)
+        cfg = _make(
+            settings, name, "demo", model or settings.llm_model or "parley-demo", "", local=True
+        )
     else:
         raise ConfigError([f"LLM_BACKEND: unknown backend {name!r}"])
     if problems:

@@ -12,6 +12,8 @@ always there so callers can ask it for :meth:`SmartRouting.cheap`.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,7 +31,7 @@ from agent_core.llm.failover import Failover
 from agent_core.llm.ollama import OllamaProvider
 from agent_core.llm.openai import OpenAIProvider
 from agent_core.llm.prices import PriceTable
-from agent_core.llm.retry import Retry
+from agent_core.llm.retry import Retry, Sleep
 from agent_core.llm.routing import SmartRouting
 from agent_core.llm.settings import LLMSettings
 
@@ -40,6 +42,8 @@ class Context:
 
     settings: LLMSettings
     redis: Redis | None
+    sleep: Sleep = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
 
 
 Layer = Callable[[LLMProvider, Context], LLMProvider]
@@ -52,12 +56,14 @@ def _routing(p: LLMProvider, ctx: Context) -> LLMProvider:
 
 def _retry(p: LLMProvider, ctx: Context) -> LLMProvider:
     s = ctx.settings
-    return Retry(p, s.llm_max_retries, max_retry_after=s.llm_retry_after_max_secs)
+    return Retry(p, s.llm_max_retries, max_retry_after=s.llm_retry_after_max_secs, sleep=ctx.sleep)
 
 
 def _breaker(p: LLMProvider, ctx: Context) -> LLMProvider:
     s = ctx.settings
-    return CircuitBreaker(p, s.circuit_breaker_threshold, s.circuit_breaker_recovery_secs)
+    return CircuitBreaker(
+        p, s.circuit_breaker_threshold, s.circuit_breaker_recovery_secs, clock=ctx.clock
+    )
 
 
 def _cache(p: LLMProvider, ctx: Context) -> LLMProvider:
@@ -103,10 +109,14 @@ def build_provider(
     redis: Redis | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    sleep: Sleep = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> SmartRouting:
     """The whole chain for ``settings``; ``await provider.initialize()`` before use.
 
     Raises ConfigError (one line per missing key or URL) before anything starts.
+    ``transport``, ``sleep`` and ``clock`` are for tests (a MockTransport, a fake clock).
+    The result is an LLMProvider; ``.cheap()`` gives the provider for light work.
     """
     configs = backend_configs(settings)
     prices = PriceTable(settings.llm_prices_file)
@@ -116,9 +126,12 @@ def build_provider(
         provider = backends[0]
     else:
         provider = Failover(
-            backends, settings.llm_failover_threshold, settings.llm_failover_cooldown_secs
+            backends,
+            settings.llm_failover_threshold,
+            settings.llm_failover_cooldown_secs,
+            clock=clock,
         )
-    ctx = Context(settings, redis)
+    ctx = Context(settings, redis, sleep, clock)
     for layer in reversed(CHAIN):
         provider = layer(provider, ctx)
     assert isinstance(provider, SmartRouting)

@@ -155,9 +155,7 @@ class Failover:
                     raise
                 last = exc
                 if attempt + 1 < len(order):
-                    log.warning(
-                        "%s failed (%s); trying the next provider", self.providers[index].name, exc
-                    )
+                    log.warning("%s; trying the next provider", exc)
                 continue
             self._ok(index, request.session_id)
             return result
@@ -182,8 +180,6 @@ class Failover:
                 self._failed(index, exc)
                 if shown or not self._can_move_on(exc) or attempt + 1 == len(order):
                     raise
-                log.warning(
-                    "%s failed (%s); trying the next provider", self.providers[index].name, exc
-                )
+                log.warning("%s; trying the next provider", exc)
             finally:
                 await aclose(it)

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -226,8 +227,6 @@ class HTTPBackend:
     def model_info(self, model: str | None = None) -> ModelInfo:
         info = self.prices.lookup(model or self.config.model, local=self.config.local)
         if self.config.vision is not None and (model is None or model == self.config.model):
-            from dataclasses import replace
-
             info = replace(info, supports_vision=self.config.vision)
         return info
 

@@ -78,8 +78,7 @@ class Retry(Wrapper):
         assert exc is not None
         seconds = self.delay(exc, state.attempt_number - 1)
         log.warning(
-            "%s: %s; retry %d/%d in %.2fs",
-            self.inner.name,
+            "%s; retry %d/%d in %.2fs",
             exc,
             state.attempt_number,
             self.max_retries,
@@ -117,8 +116,7 @@ class Retry(Wrapper):
                 seconds = self.delay(exc, attempt)
                 attempt += 1
                 log.warning(
-                    "%s: stream failed before any text (%s); retry %d/%d in %.2fs",
-                    self.inner.name,
+                    "stream failed before any text (%s); retry %d/%d in %.2fs",
                     exc,
                     attempt,
                     self.max_retries,

@@ -1,15 +1,23 @@
 """Building redis-py asyncio clients from settings.
 
-Two clients share one server:
+Two clients (two pools) share one server:
 
-* ``redis``    the general client (pool, default socket timeout);
-* ``blocking`` for ``XREADGROUP BLOCK`` / ``XREAD BLOCK`` only: no socket
-  timeout, so a long block is not mistaken for a dead connection (redis-py 8
-  sets a 5 s socket timeout by default).
+* ``redis``    the general client;
+* ``blocking`` for ``XREADGROUP BLOCK`` / ``XREAD BLOCK`` only, so long blocking
+  reads never starve the general pool.
+
+Neither sets a socket (read) timeout.  redis-py 8 defaults to 5 s, which is
+wrong for blocking reads, and it implements the timeout by wrapping every read
+in ``asyncio.timeout``, which on Python 3.11 swallows the cancellation of the
+task doing the read (measured: a cancelled task kept running its Redis loop),
+so a worker could not stop a turn at shutdown.  Dead connections are found
+instead by TCP keepalive (idle 10 s, 3 probes 5 s apart: ~25 s), redis-py's
+health check, and the connect timeout.
 """
 
 from __future__ import annotations
 
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +31,16 @@ from redis.retry import Retry
 
 from agent_core.errors import ConfigError
 
-SOCKET_TIMEOUT = 5.0
+SOCKET_TIMEOUT = 5.0  # connect timeout
+_KEEPALIVE: dict[int, int] = {
+    k: v
+    for k, v in (
+        (getattr(socket, "TCP_KEEPIDLE", -1), 10),
+        (getattr(socket, "TCP_KEEPINTVL", -1), 5),
+        (getattr(socket, "TCP_KEEPCNT", -1), 3),
+    )
+    if k >= 0
+}
 
 
 def redact_url(url: str) -> str:
@@ -63,7 +80,9 @@ class RedisClients:
         await self.blocking.aclose()
 
 
-def make_clients(url: str, *, tls_insecure: bool = False, max_connections: int = 200) -> RedisClients:
+def make_clients(
+    url: str, *, tls_insecure: bool = False, max_connections: int = 200
+) -> RedisClients:
     try:
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss", "unix"):
@@ -79,15 +98,16 @@ def make_clients(url: str, *, tls_insecure: bool = False, max_connections: int =
             ]
         ) from None
     kw = _kwargs(url, tls_insecure)
+    if parts.scheme != "unix":
+        kw["socket_keepalive"] = True
+        kw["socket_keepalive_options"] = _KEEPALIVE
     redis = Redis.from_url(
         url,
-        socket_timeout=SOCKET_TIMEOUT,
+        socket_timeout=None,
         socket_connect_timeout=SOCKET_TIMEOUT,
         max_connections=max_connections,
         **kw,
     )
-    if parts.scheme != "unix":
-        kw["socket_keepalive"] = True
     blocking = Redis.from_url(
         url,
         socket_timeout=None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -65,7 +66,9 @@ class Delivery:
     # -- stream ------------------------------------------------------------
     async def ensure_group(self) -> None:
         try:
-            await self.redis.xgroup_create(keys.INBOX_STREAM, keys.INBOX_GROUP, id="0", mkstream=True)
+            await self.redis.xgroup_create(
+                keys.INBOX_STREAM, keys.INBOX_GROUP, id="0", mkstream=True
+            )
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -73,7 +76,7 @@ class Delivery:
     async def read(
         self, consumer: str, *, count: int = 100, block_ms: int = 2000
     ) -> list[tuple[bytes, InboundEvent | None]]:
-        resp = await self.blocking.xreadgroup(
+        resp: Any = await self.blocking.xreadgroup(
             keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: ">"}, count=count, block=block_ms
         )
         out: list[tuple[bytes, InboundEvent | None]] = []
@@ -105,7 +108,14 @@ class Delivery:
                     t = ev.thread
                     await self._handoff(
                         keys=[keys.mailbox(t), keys.seen(t), keys.lock(t)],
-                        args=[ev.event_id, ev.to_json(), now, owner, self.lock_ttl_ms, self.seen_ttl_ms],
+                        args=[
+                            ev.event_id,
+                            ev.to_json(),
+                            now,
+                            owner,
+                            self.lock_ttl_ms,
+                            self.seen_ttl_ms,
+                        ],
                         client=pipe,
                     )
                 results = await pipe.execute()
@@ -173,7 +183,7 @@ class Delivery:
 
     async def load_session(self, thread: ThreadKey) -> tuple[int, bytes | None]:
         ver, data = await self.redis.hmget(keys.session(thread), "v", "d")
-        return int(ver or 0), data
+        return int(ver or 0), cast(bytes | None, data)
 
     # -- locks -------------------------------------------------------------
     async def try_lock(self, thread: ThreadKey, owner: str) -> bool:
@@ -193,7 +203,7 @@ class Delivery:
 
     # -- recovery index ----------------------------------------------------
     async def active_threads(self, limit: int = 200) -> list[ThreadKey]:
-        raw = await self.redis.zrange(keys.ACTIVE_THREADS, 0, limit - 1)
+        raw = cast(list[bytes], await self.redis.zrange(keys.ACTIVE_THREADS, 0, limit - 1))
         out = []
         for r in raw:
             try:

@@ -113,7 +113,11 @@ class EmbeddedValkey:
                     ) from None
                 self._server = server
                 self.started_here = True
-                log.info("embedded Valkey started at %s (pid data in %s)", self.socket_path, self.data_dir)
+                log.info(
+                    "embedded Valkey started at %s (pid data in %s)",
+                    self.socket_path,
+                    self.data_dir,
+                )
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 

@@ -43,7 +43,9 @@ def render_plain(message: dict[str, object]) -> str:
 
 
 class ConsoleChat:
-    def __init__(self, redis: Redis, blocking: Redis, ingest: Ingest, thread: ThreadKey | None = None) -> None:
+    def __init__(
+        self, redis: Redis, blocking: Redis, ingest: Ingest, thread: ThreadKey | None = None
+    ) -> None:
         self.redis = redis
         self.blocking = blocking
         self.ingest = ingest
@@ -89,7 +91,9 @@ class ConsoleChat:
         return [*(texts[m] for m in order), "(no answer within the time limit)"]
 
 
-async def run_console(chat: ConsoleChat, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> None:
+async def run_console(
+    chat: ConsoleChat, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout
+) -> None:
     interactive = stdin.isatty()
     if interactive:
         print("Parley chat — type a message, /help for commands, Ctrl-D to quit.", file=sys.stderr)

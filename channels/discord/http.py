@@ -83,7 +83,9 @@ class ParleyHTTPClient(HTTPClient):
             return
         m = _CHANNEL_IN_PATH.search(params.url.path)
         try:
-            await self._on_rate_limited(m.group(1) if m else "", _retry_after(params.response.headers))
+            await self._on_rate_limited(
+                m.group(1) if m else "", _retry_after(params.response.headers)
+            )
         except Exception:  # never break the request because the hook failed
             log.warning("rate-limit hook failed", exc_info=True)
 

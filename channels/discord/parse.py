@@ -119,9 +119,9 @@ def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
     is_dm = not guild_id
     addressed = mentions_bot(raw, ctx.bot_id) or replies_to_bot(raw, ctx.bot_id)
     in_thread = bool(ctx.thread_parent)
-    if not is_dm and not addressed and ctx.group_reply != "all":
-        if not (in_thread and ctx.thread_active):
-            return None
+    followed = in_thread and ctx.thread_active
+    if not is_dm and not addressed and not followed and ctx.group_reply != "all":
+        return None
     text = _mention_re(ctx.bot_id).sub("", raw.get("content") or "").strip()
     attachments = tuple(
         Attachment(

@@ -164,7 +164,8 @@ def split_text(text: str, limit: int = LIMIT) -> list[str]:
     n = len(lines)
     i = 0
     while i < n:
-        prefix = (open_before[i] + "\n") if open_before[i] else ""
+        opener = open_before[i]
+        prefix = (opener + "\n") if opener else ""
         size = len(prefix)
         j = i
         best: int | None = None  # a paragraph break outside code

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 GLOBAL_PACE = pace_key("discord", "global")
 TYPING_EVERY = 8.0  # Discord shows "typing" for 10 s per call
+TYPING_TIMEOUT = 3.0  # never hold a turn up for an indicator
 
 
 def channel_pace(channel_id: str) -> str:
@@ -66,7 +67,7 @@ class DiscordOutbox:
                 )
                 try:
                     await client.static_login(token.get_secret_value())
-                except discord.LoginFailure as exc:
+                except discord.LoginFailure:
                     await client.close()
                     raise SendFailed("Discord refused the bot token (401)") from None
                 except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
@@ -83,7 +84,9 @@ class DiscordOutbox:
 
     async def _rate_limited(self, channel_id: str, retry_after: float) -> None:
         key = channel_pace(channel_id) if channel_id else GLOBAL_PACE
-        log.info("discord 429 on %s: pausing %.2fs for every worker", channel_id or "bot", retry_after)
+        log.info(
+            "discord 429 on %s: pausing %.2fs for every worker", channel_id or "bot", retry_after
+        )
         await self._pacer.pause(key, retry_after)
 
     async def _pace(self, channel_id: str, *, droppable: bool = False) -> bool:
@@ -106,7 +109,7 @@ class DiscordOutbox:
             raise SendRateLimited(exc.retry_after) from exc
         except discord.HTTPException as exc:
             raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
 
     # --- Outbox -------------------------------------------------------------
@@ -130,7 +133,9 @@ class DiscordOutbox:
                 Route("POST", "/channels/{channel_id}/messages", channel_id=dest), json=payload
             )
             ids.append(str(data["id"]))
-        return MessageRef("discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:]))
+        return MessageRef(
+            "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])
+        )
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         dest = ref.thread or ref.conversation
@@ -195,7 +200,10 @@ class DiscordOutbox:
         if len(self._typing_at) > 10_000:
             self._typing_at.clear()
         try:
-            await self._call(Route("POST", "/channels/{channel_id}/typing", channel_id=dest))
+            await asyncio.wait_for(
+                self._call(Route("POST", "/channels/{channel_id}/typing", channel_id=dest)),
+                TYPING_TIMEOUT,
+            )
         except Exception as exc:  # best effort
             log.debug("[%s] typing failed: %s", thread, exc)
 

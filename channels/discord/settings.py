@@ -41,6 +41,9 @@ class DiscordSettings(ParleySettings):
     discord_catchup_window_secs: int = Field(default=86_400, ge=60)
     # Messages fetched per conversation at most during one catch-up.
     discord_catchup_max_messages: int = Field(default=200, ge=1, le=1000)
+    # Seconds to wait before a new IDENTIFY after a session was lost (Discord allows
+    # one IDENTIFY per 5 s per rate-limit bucket).
+    discord_reidentify_delay: float = Field(default=5.0, ge=0.0)
     # Seconds the gateway waits for the GUILD_CREATE burst after READY.
     discord_guild_ready_timeout: float = Field(default=2.0, ge=0.0)
 

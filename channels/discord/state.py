@@ -14,6 +14,7 @@ Global keys only, never touched by a per-thread script (Redis Cluster safe).
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -67,7 +68,8 @@ class DiscordState:
         """(channel id, last message id, guild id, parent id) of recent conversations."""
         cutoff = int((time.time() - window_secs) * 1000)
         await self._redis.zremrangebyscore(ACTIVE, "-inf", cutoff)
-        channels = [_s(c) for c in await self._redis.zrange(ACTIVE, 0, -1)]
+        members = await self._redis.zrange(ACTIVE, 0, -1)
+        channels = [_s(cast(bytes, c)) for c in members]
         if not channels:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -98,7 +98,8 @@ class SlackInbound:
             join = (thread.tenant, thread.conversation, thread.thread)
         try:
             await self.state.remember(
-                join=join, last=(thread, f"{event.reply_ref.conversation} {event.reply_ref.message_id}")
+                join=join,
+                last=(thread, f"{event.reply_ref.conversation} {event.reply_ref.message_id}"),
             )
         except RedisError as exc:  # the event is safely queued; only follow-ups/indicator suffer
             log.warning("[%s] could not record Slack thread state: %s", thread, type(exc).__name__)
@@ -128,9 +129,7 @@ class EventsEndpoint:
             return PlainTextResponse("invalid signature", status_code=401)
         retry = request.headers.get("x-slack-retry-num")
         if retry:
-            log.info(
-                "Slack retry #%s (%s)", retry, request.headers.get("x-slack-retry-reason", "")
-            )
+            log.info("Slack retry #%s (%s)", retry, request.headers.get("x-slack-retry-reason", ""))
         try:
             return await self._dispatch(request.headers.get("content-type", ""), body)
         except StoreUnavailable as exc:

@@ -54,7 +54,9 @@ def plain_text(text: str, bot_user_id: str = "") -> str:
         return "@" + (label or ident.split("^")[0])  # <!here>, <!channel>, <!subteam^S1>
 
     text = _SPECIAL.sub(special, text)
-    text = _LINK.sub(lambda m: m.group(1) if not m.group(2) else f"{m.group(2)} ({m.group(1)})", text)
+    text = _LINK.sub(
+        lambda m: m.group(1) if not m.group(2) else f"{m.group(2)} ({m.group(1)})", text
+    )
     text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
     return re.sub(r"[ \t]{2,}", " ", text).strip()
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from typing import Any
 
 import aiohttp
@@ -34,6 +35,9 @@ from agent_core.errors import StoreUnavailable
 from .inbound import SlackInbound
 
 log = logging.getLogger(__name__)
+
+_GRACEFUL, _HEALTHY, _FAILED = "graceful", "healthy", "failed"
+_STABLE_SECS = 30.0  # a socket that lived this long resets the backoff
 
 _AUTH_ERRORS = frozenset(
     {
@@ -72,7 +76,8 @@ class SocketModeGateway:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _backoff(self, attempt: int) -> float:
-        delay = min(self.backoff_max, self.backoff_base * 2 ** min(attempt, 16))
+        """1st retry ~backoff_base, then doubling up to backoff_max, with jitter."""
+        delay = min(self.backoff_max, self.backoff_base * 2.0 ** min(attempt - 1, 16))
         return delay * (0.5 + random.random() / 2)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -98,18 +103,20 @@ class SocketModeGateway:
                 attempt += 1
                 await self._sleep(stop, self._backoff(attempt))
                 continue
-            graceful = False
+            started = time.monotonic()
+            outcome = _FAILED
             try:
-                graceful = await self._hold(url, stop)
-                if graceful:
-                    attempt = 0
+                outcome = await self._hold(url, stop)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.warning("Slack socket failed (%s); reconnecting", type(exc).__name__)
             finally:
                 self.connected.clear()
-            if not graceful:
-                attempt += 1
-                await self._sleep(stop, self._backoff(attempt))
+            if outcome == _GRACEFUL:
+                continue  # Slack's periodic refresh (or shutdown): reconnect at once
+            if outcome == _HEALTHY and time.monotonic() - started >= _STABLE_SECS:
+                attempt = 0
+            attempt += 1
+            await self._sleep(stop, self._backoff(attempt))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
 
@@ -118,14 +125,15 @@ class SocketModeGateway:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=seconds)
 
-    async def _hold(self, url: str, stop: asyncio.Event) -> bool:
-        """Hold one socket; True when it ended gracefully (reconnect at once)."""
+    async def _hold(self, url: str, stop: asyncio.Event) -> str:
+        """Hold one socket until it ends: graceful, healthy (said hello, then died) or failed."""
         async with self.session.ws_connect(
             url, heartbeat=self.ping_interval, autoping=True, max_msg_size=0
         ) as ws:
             self.connects += 1
             log.info("Slack Socket Mode connected")
             stopper = asyncio.create_task(stop.wait())
+            outcome = _FAILED
             try:
                 while True:
                     receiver = asyncio.create_task(ws.receive())
@@ -134,15 +142,16 @@ class SocketModeGateway:
                     )
                     if stopper in done:
                         receiver.cancel()
-                        return True
+                        return _GRACEFUL
                     msg = receiver.result()
                     if msg.type != aiohttp.WSMsgType.TEXT:
                         # CLOSE / CLOSED / ERROR (a missed pong closes the socket too)
                         log.info("Slack socket closed (%s); reconnecting", msg.type.name)
-                        return False
+                        return outcome
                     data = orjson.loads(msg.data)
                     kind = data.get("type")
                     if kind == "hello":
+                        outcome = _HEALTHY
                         self.connected.set()
                     elif kind == "disconnect":
                         reason = data.get("reason", "")
@@ -150,7 +159,7 @@ class SocketModeGateway:
                             log.error("Slack disabled Socket Mode for this app; stopping it")
                             await stop.wait()
                         log.info("Slack asked to reconnect (%s)", reason)
-                        return True
+                        return _GRACEFUL
                     elif data.get("envelope_id"):
                         task = asyncio.create_task(self._envelope(ws, data))
                         self._tasks.add(task)

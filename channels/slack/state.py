@@ -47,5 +47,6 @@ class SlackState:
         raw = await self.redis.get(last_key(thread))
         if not raw:
             return None
-        channel, _, ts = raw.decode().partition(" ")
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        channel, _, ts = text.partition(" ")
         return (channel, ts) if ts else None

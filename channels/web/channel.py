@@ -53,7 +53,9 @@ SECRET_KEY = keys.PREFIX + "web:cookie-secret"
 class WebSettings(ParleySettings):
     web_chat_enabled: bool | None = None  # None: on when no platform channel is configured
     web_chat_token: SecretStr | None = None
-    web_chat_secret: SecretStr | None = None  # cookie signing key; default: generated, kept in Redis
+    web_chat_secret: SecretStr | None = (
+        None  # cookie signing key; default: generated, kept in Redis
+    )
 
 
 def thread_for(session_id: str) -> ThreadKey:
@@ -111,7 +113,10 @@ class WebChannel(Channel):
         data = self._read_cookie(request)
         fresh = False
         if not isinstance(data.get("sid"), str):
-            data = {"sid": secrets.token_urlsafe(12), **({"auth": data["auth"]} if "auth" in data else {})}
+            data = {
+                "sid": secrets.token_urlsafe(12),
+                **({"auth": data["auth"]} if "auth" in data else {}),
+            }
             fresh = True
         return data, fresh
 
@@ -177,7 +182,9 @@ class WebChannel(Channel):
             if not isinstance(text, str) or not text.strip():
                 return JSONResponse({"error": "'text' must be a non-empty string"}, status_code=400)
             if len(text) > MAX_TEXT:
-                return JSONResponse({"error": f"message longer than {MAX_TEXT} characters"}, status_code=413)
+                return JSONResponse(
+                    {"error": f"message longer than {MAX_TEXT} characters"}, status_code=413
+                )
             thread = thread_for(data["sid"])
             event = InboundEvent(
                 event_id=secrets.token_hex(8),
@@ -243,13 +250,19 @@ class WebChannel(Channel):
         try:
             result = await ingest.submit(event)
         except StoreUnavailable:
-            return JSONResponse({"error": "the server cannot store messages right now"}, status_code=503)
+            return JSONResponse(
+                {"error": "the server cannot store messages right now"}, status_code=503
+            )
         if result == Submitted.ACCEPTED and record:
             try:
                 await self._outbox.record_user(event.thread, event)
             except RedisError:
-                log.warning("[%s] could not record the user message in the transcript", event.thread)
-        return JSONResponse({"ok": True, "id": event.event_id, "result": result.value}, status_code=202)
+                log.warning(
+                    "[%s] could not record the user message in the transcript", event.thread
+                )
+        return JSONResponse(
+            {"ok": True, "id": event.event_id, "result": result.value}, status_code=202
+        )
 
     async def _sse(self, thread: ThreadKey, after: str, request: Request) -> AsyncIterator[bytes]:
         client = self.blocking or self.redis
@@ -310,7 +323,9 @@ async def _json_body(request: Request) -> dict[str, Any] | Response:
     return data
 
 
-def status(settings: WebSettings, platforms_enabled: bool, *, hosted: bool = False) -> tuple[bool, str]:
+def status(
+    settings: WebSettings, platforms_enabled: bool, *, hosted: bool = False
+) -> tuple[bool, str]:
     if settings.web_chat_enabled is True:
         return True, "WEB_CHAT_ENABLED=true"
     if settings.web_chat_enabled is False:

@@ -70,7 +70,8 @@ class LocalOutbox:
     async def record_user(self, thread: ThreadKey, event: InboundEvent) -> None:
         """Put the user's own message in the transcript (shown on refresh)."""
         await self._add(
-            thread, {"t": "user", "id": event.event_id, "m": {"tx": event.text, "u": event.user_name}}
+            thread,
+            {"t": "user", "id": event.event_id, "m": {"tx": event.text, "u": event.user_name}},
         )
 
 
@@ -92,5 +93,10 @@ def fold_transcript(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[dic
             out.append(item)
         elif kind == "edit" and mid in index:
             m = orjson.loads(f.get(b"m", b"{}"))
-            out[index[mid]] = {"kind": kind_of(out[index[mid]]), "id": mid, "entry": entry_id.decode(), **m}
+            out[index[mid]] = {
+                "kind": kind_of(out[index[mid]]),
+                "id": mid,
+                "entry": entry_id.decode(),
+                **m,
+            }
     return out

@@ -1,0 +1,353 @@
+"""The gateway process: discord.py's AutoShardedClient feeding Ingest.
+
+* MESSAGE_CREATE payloads are taken raw (before discord.py builds objects) and
+  handled in arrival order by one consumer task: parse -> (auto-thread) ->
+  ``Ingest.submit`` -> remember the last seen message id of the conversation.
+* Button presses reach :class:`ApprovalButton`, a persistent
+  ``DynamicItem`` matching ``parley:<payload>``, so a press on a prompt sent
+  before any restart still works.  The press is published, then deferred
+  (DEFERRED_UPDATE_MESSAGE) well within Discord's 3 s.
+* After every READY (a fresh IDENTIFY: start-up or a reconnect that could not
+  resume) the conversations active recently are re-read from their last seen
+  message over REST and published; Ingest's dedup makes overlaps harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, cast
+
+import discord
+from discord.http import Route
+
+from agent_core.errors import StoreUnavailable
+from agent_core.events import InboundEvent, MessageRef, ThreadKey
+from agent_core.ingest import Ingest
+
+from .http import ParleyHTTPClient
+from .parse import CHANNEL, MessageContext, Press, RawMessage, parse_message, parse_press
+from .render import CUSTOM_ID_TEMPLATE, custom_id
+from .settings import DiscordSettings, parse_shards
+from .state import DiscordState
+
+log = logging.getLogger(__name__)
+
+PRESS_SUBMIT_TIMEOUT = 2.0  # the deferral must reach Discord within 3 s
+SUBMIT_RETRY_SECS = 30.0  # how long a message is retried while Redis is down
+FAILED_PRESS_TEXT = "Sorry, I could not record that just now. Please press again in a moment."
+
+
+def gateway_intents(message_content: bool) -> discord.Intents:
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = message_content
+    return intents
+
+
+class ApprovalButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]],
+    template=re.compile(CUSTOM_ID_TEMPLATE),
+):
+    """Any ``parley:<payload>`` button, whenever it was sent."""
+
+    def __init__(self, payload: str) -> None:
+        super().__init__(discord.ui.Button(custom_id=custom_id(payload)))
+        self.payload = payload
+
+    @classmethod
+    async def from_custom_id(
+        cls,
+        interaction: discord.Interaction[Any],
+        item: discord.ui.Item[Any],
+        match: re.Match[str],
+    ) -> ApprovalButton:
+        return cls(match["payload"])
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        client = interaction.client
+        if isinstance(client, GatewayClient):
+            await client.on_press(interaction, self.payload)
+
+
+class GatewayClient(discord.AutoShardedClient):
+    def __init__(
+        self,
+        settings: DiscordSettings,
+        ingest: Ingest,
+        state: DiscordState,
+        *,
+        group_reply: str,
+        message_content: bool,
+    ) -> None:
+        shard_ids, shard_count = parse_shards(settings.discord_shards)
+        options: dict[str, Any] = {"shard_count": shard_count}
+        if shard_ids is not None:
+            options["shard_ids"] = shard_ids
+        super().__init__(
+            intents=gateway_intents(message_content),
+            guild_ready_timeout=settings.discord_guild_ready_timeout,
+            chunk_guilds_at_startup=False,
+            member_cache_flags=discord.MemberCacheFlags.none(),
+            max_messages=None,
+            **options,
+        )
+        # Our REST client (API base / gateway URL from the settings), replacing the
+        # one discord.py built, before anything used it.
+        self.http = ParleyHTTPClient(
+            self.loop,
+            api_base=settings.discord_api_base_url,
+            gateway_url=settings.discord_gateway_url,
+            max_ratelimit_timeout=settings.discord_max_retry_wait,
+        )
+        self._connection.http = self.http
+        self.settings = settings
+        self.ingest = ingest
+        self.state = state
+        self.group_reply = group_reply
+        self._queue: asyncio.Queue[tuple[RawMessage, str]] = asyncio.Queue()
+        self._consumer: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tracked: set[str] = set()
+        self.catchups = 0  # completed catch-up passes (tests, metrics)
+
+    # --- lifecycle ------------------------------------------------------------
+
+    async def setup_hook(self) -> None:
+        self.add_dynamic_items(ApprovalButton)
+        parsers: dict[str, Callable[[Any], None]] = self._connection.parsers
+        original = parsers["MESSAGE_CREATE"]
+
+        def message_create(data: Any) -> None:
+            self._queue.put_nowait((data, ""))
+            original(data)
+
+        parsers["MESSAGE_CREATE"] = message_create
+        await self.state.load()
+        self._consumer = asyncio.create_task(self._consume(), name="discord-inbound")
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        if not initial:
+            await asyncio.sleep(self.settings.discord_reidentify_delay)
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await super().close()
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def bot_id(self) -> str:
+        return str(self.user.id) if self.user else ""
+
+    # --- messages -------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        while True:
+            raw, parent_hint = await self._queue.get()
+            try:
+                await self._handle_message(raw, parent_hint)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "discord message %s in %s not handled", raw.get("id"), raw.get("channel_id")
+                )
+
+    def _thread_parent(self, channel_id: str, guild_id: str) -> tuple[str, bool]:
+        """(parent id, active) when ``channel_id`` is a Discord thread, else ("", False)."""
+        if not guild_id:
+            return "", False
+        parent = self.state.threads.get(channel_id)
+        if parent:
+            return parent, True
+        channel = self.get_channel(int(channel_id))
+        if isinstance(channel, discord.Thread) and channel.parent_id:
+            return str(channel.parent_id), channel.owner_id == (self.user.id if self.user else 0)
+        return "", False
+
+    async def _handle_message(self, raw: RawMessage, parent_hint: str = "") -> None:
+        channel_id = raw["channel_id"]
+        guild_id = raw.get("guild_id", "")
+        parent, active = self._thread_parent(channel_id, guild_id)
+        if not parent and parent_hint:
+            parent, active = parent_hint, self.state.thread_active(channel_id)
+        ctx = MessageContext(
+            bot_id=self.bot_id,
+            group_reply=self.group_reply,
+            thread_parent=parent,
+            thread_active=active,
+        )
+        event = parse_message(raw, ctx)
+        if event is None:
+            if channel_id in self._tracked and not (raw.get("author") or {}).get("bot"):
+                await self.state.seen(channel_id, raw["id"], guild_id, parent)
+            return
+        if parent and event.mentions_bot:
+            await self.state.add_thread(channel_id, parent)
+        elif not parent and guild_id and self.settings.discord_auto_thread:
+            event = await self._auto_thread(event, raw)
+        await self._submit(event)
+        where = event.thread.thread or event.thread.conversation
+        self._tracked.add(where)
+        # A thread opened on a message has that message's id, so the id works there too.
+        parent_of_where = event.thread.conversation if event.thread.thread else ""
+        await self.state.seen(where, raw["id"], guild_id, parent_of_where)
+
+    async def _submit(self, event: InboundEvent) -> None:
+        delay = 0.2
+        waited = 0.0
+        while True:
+            try:
+                await self.ingest.submit(event)
+                return
+            except StoreUnavailable:
+                if waited >= SUBMIT_RETRY_SECS:
+                    log.error("[%s] event %s lost: Redis unavailable", event.thread, event.event_id)
+                    raise
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 5.0)
+
+    async def _auto_thread(self, event: InboundEvent, raw: RawMessage) -> InboundEvent:
+        channel_id = raw["channel_id"]
+        first_line = (event.text.split("\n", 1)[0] or "Parley").strip()
+        name = self.settings.discord_thread_name.replace("{text}", first_line)[:100] or "Parley"
+        try:
+            data = await self.http.start_thread_with_message(
+                channel_id,
+                raw["id"],
+                name=name,
+                auto_archive_duration=self.settings.discord_thread_archive_minutes,  # type: ignore[arg-type]
+            )
+        except (discord.HTTPException, OSError) as exc:
+            log.warning(
+                "[%s] could not open a thread (%s); answering in the channel", event.thread, exc
+            )
+            return event
+        thread_id = str(data["id"])
+        await self.state.add_thread(thread_id, channel_id)
+        key = ThreadKey(CHANNEL, event.thread.tenant, channel_id, thread_id)
+        ref = MessageRef(CHANNEL, channel_id, raw["id"], thread_id)
+        return dataclasses.replace(event, thread=key, reply_ref=ref)
+
+    # --- presses --------------------------------------------------------------
+
+    async def on_press(self, interaction: discord.Interaction[Any], payload: str) -> None:
+        channel_id = str(interaction.channel_id or "")
+        guild_id = str(interaction.guild_id or "")
+        parent, _ = self._thread_parent(channel_id, guild_id)
+        user = interaction.user
+        press = Press(
+            interaction_id=str(interaction.id),
+            application_id=str(interaction.application_id),
+            token=interaction.token,
+            payload=payload,
+            user_id=str(user.id),
+            user_name=user.global_name or user.name,
+            channel_id=channel_id,
+            message_id=str(interaction.message.id) if interaction.message else "",
+            guild_id=guild_id,
+            thread_parent=parent,
+        )
+        event = parse_press(press)
+        try:
+            await asyncio.wait_for(self.ingest.submit(event), PRESS_SUBMIT_TIMEOUT)
+            body: dict[str, Any] = {"type": 6}  # DEFERRED_UPDATE_MESSAGE: no visible change
+        except (TimeoutError, StoreUnavailable):
+            log.error("[%s] press %s not recorded: Redis unavailable", event.thread, event.event_id)
+            body = {"type": 4, "data": {"content": FAILED_PRESS_TEXT, "flags": 64}}
+        try:
+            await self.http.request(
+                Route(
+                    "POST",
+                    "/interactions/{interaction_id}/{interaction_token}/callback",
+                    interaction_id=press.interaction_id,
+                    interaction_token=press.token,
+                ),
+                json=body,
+            )
+        except discord.HTTPException as exc:
+            log.warning("[%s] could not defer press %s: %s", event.thread, event.event_id, exc)
+
+    # --- catch-up -------------------------------------------------------------
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        self._spawn(self.catch_up(shard_id), f"discord-catchup-{shard_id}")
+
+    def _owns(self, guild_id: str, shard_id: int) -> bool:
+        count = self.shard_count or 1
+        if not guild_id:
+            return shard_id == 0
+        return (int(guild_id) >> 22) % count == shard_id
+
+    async def catch_up(self, shard_id: int) -> None:
+        """Publish what was said in active conversations while we were away."""
+        try:
+            conversations = await self.state.active_since(self.settings.discord_catchup_window_secs)
+        except Exception:
+            log.exception("discord catch-up: cannot read tracked conversations")
+            return
+        found = 0
+        for channel_id, last_id, guild_id, parent in conversations:
+            if not self._owns(guild_id, shard_id):
+                continue
+            self._tracked.add(channel_id)
+            try:
+                messages = await self._fetch_after(channel_id, last_id)
+            except (discord.HTTPException, OSError) as exc:
+                log.warning("discord catch-up: cannot read channel %s: %s", channel_id, exc)
+                continue
+            for raw in messages:
+                if guild_id:
+                    raw["guild_id"] = guild_id
+                self._queue.put_nowait((raw, parent))
+                found += 1
+        if found:
+            log.info(
+                "discord catch-up (shard %s): %d message(s) re-read after reconnect",
+                shard_id,
+                found,
+            )
+        self.catchups += 1
+
+    async def _fetch_after(self, channel_id: str, after: str) -> list[RawMessage]:
+        out: list[RawMessage] = []
+        limit = self.settings.discord_catchup_max_messages
+        while len(out) < limit:
+            page: list[Any] = await self.http.logs_from(
+                channel_id, min(100, limit - len(out)), after=after
+            )
+            if not page:
+                break
+            page.sort(key=lambda m: (len(m["id"]), m["id"]))
+            out.extend(cast(list[RawMessage], page))
+            after = page[-1]["id"]
+            if len(page) < 100:
+                break
+        return out
+
+
+async def wait_first(*aws: Any) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()
+    finally:
+        for t in tasks:
+            t.cancel()
+            with contextlib.suppress(BaseException):
+                await t

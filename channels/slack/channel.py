@@ -1,0 +1,142 @@
+"""SlackChannel: wires settings, clients, inbound (HTTP / Socket Mode) and the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from starlette.routing import BaseRoute
+
+from agent_core.errors import ConfigError
+from agent_core.ingest import Ingest
+from agent_core.outbox import Outbox
+
+from ..base import Channel, ChannelDeps
+from .client import make_session, make_web_client
+from .inbound import EventsEndpoint, SlackInbound
+from .outbox import SlackOutbox
+from .settings import SlackSettings
+from .socket_mode import SocketModeGateway
+from .state import SlackState
+
+log = logging.getLogger(__name__)
+
+_BAD_TOKEN = frozenset(
+    {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive"}
+)
+
+
+class SlackChannel(Channel):
+    name = "slack"
+
+    def __init__(self, settings: SlackSettings, deps: ChannelDeps) -> None:
+        self.settings = settings
+        self.deps = deps
+        self.state = SlackState(deps.redis, settings.slack_thread_ttl_secs)
+        self.bot_user_id = ""
+        self.team_id = ""
+        self._session: aiohttp.ClientSession | None = None
+        self._web: AsyncWebClient | None = None
+        self._outbox: SlackOutbox | None = None
+
+    @property
+    def web(self) -> AsyncWebClient:
+        if self._web is None:
+            raise RuntimeError("SlackChannel.initialize() was not called")
+        return self._web
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("SlackChannel.initialize() was not called")
+        return self._session
+
+    async def initialize(self) -> None:
+        s = self.settings
+        self._session = make_session()
+        self._web = make_web_client(
+            s.secret("slack_bot_token"),
+            s.slack_api_base_url,
+            self._session,
+            pacer=self.deps.pacer,
+            timeout=s.slack_http_timeout,
+        )
+        try:
+            auth = await self._web.auth_test()
+        except SlackApiError as exc:
+            error = str(exc.response.get("error", "")) if exc.response is not None else ""
+            await self.shutdown()
+            if error in _BAD_TOKEN:
+                raise ConfigError(
+                    [
+                        f"SLACK_BOT_TOKEN: rejected by Slack ({error}); copy the Bot User OAuth Token (xoxb-...)"
+                    ]
+                ) from None
+            raise ConfigError(
+                [f"SLACK_BOT_TOKEN: auth.test failed ({error or 'unknown error'})"]
+            ) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            # Slack unreachable at start: keep going, events carry the bot id too
+            log.warning("Slack auth.test failed (%s); continuing", type(exc).__name__)
+            return
+        self.bot_user_id = str(auth.get("user_id") or "")
+        self.team_id = str(auth.get("team_id") or "")
+        log.info(
+            "Slack: signed in as %s in team %s",
+            auth.get("user") or self.bot_user_id,
+            auth.get("team") or self.team_id,
+        )
+
+    async def shutdown(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+        self._web = None
+        self._outbox = None
+
+    def _inbound(self, ingest: Ingest) -> SlackInbound:
+        return SlackInbound(
+            ingest,
+            self.state,
+            bot_user_id=lambda: self.bot_user_id,
+            group_reply=self.deps.group_reply,
+            slash_command=self.settings.slack_slash_command,
+        )
+
+    def routes(self, ingest: Ingest) -> list[BaseRoute]:
+        secret = self.settings.secret("slack_signing_secret")
+        if not secret:
+            return []
+        return EventsEndpoint(self._inbound(ingest), secret).routes()
+
+    @property
+    def has_gateway(self) -> bool:
+        return self.settings.slack_app_token is not None
+
+    async def run_gateway(self, ingest: Ingest, stop: asyncio.Event) -> None:
+        if not self.has_gateway:
+            return
+        gateway = SocketModeGateway(
+            self._inbound(ingest),
+            self.web,
+            self.session,
+            self.settings.secret("slack_app_token"),
+            ping_interval=self.settings.slack_socket_ping_interval,
+        )
+        await gateway.run(stop)
+
+    def outbox(self) -> Outbox:
+        if self._outbox is None:
+            self._outbox = SlackOutbox(
+                self.web,
+                self.deps.pacer,
+                self.state,
+                self.session,
+                stream_interval=self.settings.slack_stream_interval,
+                pace_secs=self.settings.slack_channel_pace_secs,
+                reaction=self.settings.slack_working_reaction,
+            )
+        return self._outbox

@@ -1,0 +1,334 @@
+"""The Slack sender: OutboundMessage -> chat.postMessage / chat.update / reactions.
+
+* Every message into a channel books a slot on that channel's shared pace
+  (``SLACK_CHANNEL_PACE_SECS``, all worker processes together); a streamed
+  (non-final) edit that would have to wait is skipped, never queued.
+* 429s: the SDK retry handler honours ``Retry-After`` once and pauses the
+  channel's pace; a second 429 raises :class:`SendRateLimited`.
+* A long answer is several messages in the thread; its MessageRef is the
+  first one, ``extra`` listing the others, so a later edit updates them all.
+* Slash commands used where the bot is not a member: the answer goes back
+  through the command's ``response_url`` (ephemeral, only the user sees it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from agent_core.errors import ChannelError, FormattingRejected, SendFailed, SendRateLimited
+from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.store.pacing import Pacer
+
+from .client import channel_pace, current_channel
+from .mrkdwn import to_mrkdwn
+from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
+from .render import SlackPost, render, render_preview
+from .state import SlackState
+
+log = logging.getLogger(__name__)
+
+_FORMAT_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long"})
+_NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
+_MEMO_MAX = 10_000
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    try:
+        return float(
+            exc.response.headers.get("Retry-After", exc.response.headers.get("retry-after", 1))
+        )
+    except (TypeError, ValueError, AttributeError):
+        return 1.0
+
+
+class SlackOutbox:
+    def __init__(
+        self,
+        web: AsyncWebClient,
+        pacer: Pacer,
+        state: SlackState,
+        session: aiohttp.ClientSession,
+        *,
+        stream_interval: float = 1.0,
+        pace_secs: float = 1.0,
+        reaction: str = "eyes",
+    ) -> None:
+        self.web = web
+        self.pacer = pacer
+        self.state = state
+        self.session = session
+        self.stream_interval: float | None = stream_interval
+        self.pace_secs = pace_secs
+        self.reaction = reaction
+        self._last_edit: dict[str, float] = {}
+        self._reacted: dict[tuple[str, str], float] = {}
+
+    # -- Web API calls -----------------------------------------------------
+    async def _call(
+        self, method: str, channel: str, *, droppable: bool = False, **kwargs: Any
+    ) -> AsyncSlackResponse | None:
+        """One paced Web API call. Returns None when a droppable call was skipped."""
+        if self.pace_secs > 0:
+            paces = [(channel_pace(channel), self.pace_secs)]
+            max_wait = (self.stream_interval or 1.0) if droppable else None
+            delay = await self.pacer.reserve(paces, max_wait=max_wait)
+            if delay is None:
+                return None
+            if delay > 0:
+                await asyncio.sleep(delay)
+        token = current_channel.set(channel)
+        try:
+            body = {"channel": channel, **{k: v for k, v in kwargs.items() if v is not None}}
+            return await self.web.api_call(method, json=body)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error", "")) if exc.response is not None else ""
+            if exc.response is not None and (
+                exc.response.status_code == 429 or error == "ratelimited"
+            ):
+                retry_after = _retry_after(exc)
+                await self.pacer.pause(channel_pace(channel), retry_after)
+                if droppable:
+                    return None
+                raise SendRateLimited(retry_after, f"Slack {method}") from exc
+            if error in _FORMAT_ERRORS:
+                raise FormattingRejected(f"Slack {method}: {error}") from exc
+            raise SendFailed(f"Slack {method}: {error or 'failed'}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if droppable:
+                return None
+            raise SendFailed(f"Slack {method}: {type(exc).__name__}") from exc
+        finally:
+            current_channel.reset(token)
+
+    async def _respond(self, ref_extra: str, post: SlackPost, *, replace: bool) -> None:
+        """Answer through a slash command / ephemeral message's response_url."""
+        url = ref_extra.removeprefix(RESPONSE_URL_PREFIX)
+        hook = AsyncWebhookClient(url, session=self.session)
+        try:
+            resp = await hook.send_dict(
+                {
+                    "response_type": "ephemeral",
+                    "replace_original": replace,
+                    "text": post.text,
+                    "blocks": post.blocks,
+                }
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SendFailed(f"Slack response_url: {type(exc).__name__}") from exc
+        if resp.status_code == 429:
+            raise SendRateLimited(1.0, "Slack response_url")
+        if resp.status_code >= 300:
+            raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
+
+    # -- Outbox ------------------------------------------------------------
+    async def send(
+        self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
+    ) -> MessageRef:
+        if message.edit_of is not None:
+            return await self.edit(message.edit_of, message)
+        channel = thread.conversation
+        thread_ts = thread.thread or None
+        if message.private_to:
+            return await self._ephemeral(thread, message.private_to, message)
+        try:
+            sent = await self._post_all(channel, thread_ts, render(message))
+        except FormattingRejected:
+            log.warning("[%s] Slack refused the formatting; sending plain text", thread)
+            sent = await self._post_all(channel, thread_ts, render(message, plain=True))
+        except SendFailed as exc:
+            cause = exc.__cause__
+            error = ""
+            if isinstance(cause, SlackApiError) and cause.response is not None:
+                error = str(cause.response.get("error", ""))
+            extra = reply_to.extra if reply_to is not None else ""
+            if error in _NOT_MEMBER and extra.startswith(RESPONSE_URL_PREFIX):
+                # /parley used where the bot is not a member: answer privately
+                for post in render(message):
+                    await self._respond(extra, post, replace=False)
+                return MessageRef(CHANNEL, channel, "", thread=thread.thread, extra=extra)
+            raise
+        root = thread.thread or sent[0]
+        if not is_dm(channel):
+            try:
+                await self.state.remember(join=(thread.tenant, channel, root))
+            except Exception as exc:  # follow-ups without mention suffer, the answer is out
+                log.warning(
+                    "[%s] could not record the Slack thread: %s", thread, type(exc).__name__
+                )
+        return MessageRef(CHANNEL, channel, sent[0], thread=thread.thread, extra=",".join(sent[1:]))
+
+    async def _post_all(
+        self, channel: str, thread_ts: str | None, posts: list[SlackPost]
+    ) -> list[str]:
+        sent: list[str] = []
+        for post in posts:
+            try:
+                resp = await self._call(
+                    "chat.postMessage",
+                    channel,
+                    thread_ts=thread_ts,
+                    unfurl_links=False,
+                    **post.kwargs(),
+                )
+            except ChannelError:
+                if not sent:
+                    raise
+                # the head is out: return it; a later edit of this ref posts the rest
+                log.error("Slack answer cut after %d of %d messages", len(sent), len(posts))
+                break
+            assert resp is not None
+            sent.append(str(resp["ts"]))
+        return sent
+
+    async def _ephemeral(
+        self, thread: ThreadKey, user: str, message: OutboundMessage
+    ) -> MessageRef:
+        for post in render(message):
+            await self._call(
+                "chat.postEphemeral",
+                thread.conversation,
+                user=user,
+                thread_ts=thread.thread or None,
+                **post.kwargs(),
+            )
+        # ephemeral messages cannot be edited through chat.update: no message id
+        return MessageRef(CHANNEL, thread.conversation, "", thread=thread.thread, extra="")
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        if ref.extra.startswith(RESPONSE_URL_PREFIX):
+            if message.final:  # response_url allows few uses: only final text
+                await self._respond(ref.extra, render(message)[-1], replace=True)
+            return ref
+        if not ref.message_id:
+            return ref  # ephemeral: nothing to edit
+        if not message.final:
+            return await self._preview(ref, message)
+        try:
+            return await self._replace(ref, render(message))
+        except FormattingRejected:
+            log.warning("Slack refused the formatting of an edit; sending plain text")
+            return await self._replace(ref, render(message, plain=True))
+
+    async def _preview(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        now = time.monotonic()
+        last = self._last_edit.get(ref.message_id, 0.0)
+        if self.stream_interval and now - last < self.stream_interval * 0.9:
+            return ref
+        post = render_preview(message)
+        try:
+            resp = await self._call(
+                "chat.update", ref.conversation, droppable=True, ts=ref.message_id, **post.kwargs()
+            )
+        except ChannelError as exc:
+            log.debug("streamed Slack edit skipped: %s", exc)
+            return ref
+        if resp is not None:
+            if len(self._last_edit) > _MEMO_MAX:
+                self._last_edit.clear()
+            self._last_edit[ref.message_id] = now
+        return ref
+
+    async def _replace(self, ref: MessageRef, posts: list[SlackPost]) -> MessageRef:
+        existing = [ref.message_id, *[t for t in ref.extra.split(",") if t]]
+        tss: list[str] = []
+        for i, post in enumerate(posts):
+            if i < len(existing):
+                await self._call("chat.update", ref.conversation, ts=existing[i], **post.kwargs())
+                tss.append(existing[i])
+            else:
+                resp = await self._call(
+                    "chat.postMessage",
+                    ref.conversation,
+                    thread_ts=ref.thread or None,
+                    unfurl_links=False,
+                    **post.kwargs(),
+                )
+                assert resp is not None
+                tss.append(str(resp["ts"]))
+        for ts in existing[len(posts) :]:
+            try:
+                await self._call("chat.delete", ref.conversation, ts=ts)
+            except ChannelError as exc:
+                log.info("could not delete a surplus Slack message: %s", exc)
+        self._last_edit.pop(ref.message_id, None)
+        return MessageRef(
+            CHANNEL, ref.conversation, tss[0], thread=ref.thread, extra=",".join(tss[1:])
+        )
+
+    async def typing(self, thread: ThreadKey) -> None:
+        if not self.reaction:
+            return
+        try:
+            target = await self.state.last_message(thread)
+            if target is None or target in self._reacted:
+                return
+            if len(self._reacted) > _MEMO_MAX:
+                self._reacted.clear()
+            self._reacted[target] = time.monotonic()
+            await self.web.reactions_add(channel=target[0], timestamp=target[1], name=self.reaction)
+        except SlackApiError as exc:
+            if exc.response is None or exc.response.get("error") != "already_reacted":
+                log.debug(
+                    "[%s] Slack working reaction failed: %s",
+                    thread,
+                    exc.response.get("error") if exc.response else exc,
+                )
+        except Exception as exc:  # an indicator never breaks a turn
+            log.debug("[%s] Slack working reaction failed: %s", thread, type(exc).__name__)
+
+    async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
+        if not self.reaction:
+            return
+        try:
+            target: tuple[str, str] | None = None
+            if (
+                event is not None
+                and event.kind != EventKind.ACTION
+                and event.reply_ref
+                and event.reply_ref.message_id
+            ):
+                target = (event.reply_ref.conversation, event.reply_ref.message_id)
+            else:
+                target = await self.state.last_message(thread)
+            if target is None:
+                return
+            self._reacted.pop(target, None)
+            await self.web.reactions_remove(
+                channel=target[0], timestamp=target[1], name=self.reaction
+            )
+        except SlackApiError as exc:
+            if exc.response is None or exc.response.get("error") != "no_reaction":
+                log.debug(
+                    "[%s] removing the Slack reaction failed: %s",
+                    thread,
+                    exc.response.get("error") if exc.response else exc,
+                )
+        except Exception as exc:
+            log.debug("[%s] removing the Slack reaction failed: %s", thread, type(exc).__name__)
+
+    async def answer_action(self, event: InboundEvent, text: str) -> None:
+        """A private notice to whoever pressed a button (chat.postEphemeral)."""
+        post = SlackPost(text=to_mrkdwn(text))
+        ref = event.reply_ref
+        try:
+            if ref is not None and ref.extra.startswith(RESPONSE_URL_PREFIX):
+                await self._respond(ref.extra, post, replace=False)
+                return
+            await self._call(
+                "chat.postEphemeral",
+                event.thread.conversation,
+                user=event.user_id,
+                text=post.text,
+                thread_ts=event.thread.thread or None,
+            )
+        except ChannelError as exc:
+            log.warning("[%s] could not answer the button press: %s", event.thread, exc)

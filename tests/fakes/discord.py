@@ -1,0 +1,897 @@
+"""A fake Discord (REST API + gateway websocket) that the real discord.py talks to.
+
+Point ``DISCORD_API_BASE_URL`` at ``fake.api_base`` and ``DISCORD_GATEWAY_URL``
+at ``fake.gateway_url``.  One aiohttp server on 127.0.0.1 serves both.
+
+REST (``/api/v10``): ``GET /users/@me``, ``GET /oauth2/applications/@me``,
+``GET /gateway[/bot]``, ``GET|POST /channels/{id}/messages``,
+``PATCH|DELETE /channels/{id}/messages/{id}``, ``POST /channels/{id}/typing``,
+``POST /channels/{id}/messages/{id}/threads``, ``GET /channels/{id}``,
+``POST /interactions/{id}/{token}/callback``, ``POST /webhooks/{app}/{token}``.
+It enforces what Parley depends on: the bot token (401), 2,000 characters and
+no empty message (400, code 50035), ``custom_id`` at most 100 characters, one
+callback per interaction (400, code 40060), 429 responses shaped like
+Discord's (``Via`` header, ``retry_after`` body) when scripted.
+
+Gateway (``/gateway``): HELLO, IDENTIFY -> READY + GUILD_CREATE, heartbeats and
+ACKs, RESUME (replays missed events, then RESUMED) or INVALID_SESSION when the
+session is gone, dispatches MESSAGE_CREATE / THREAD_CREATE / INTERACTION_CREATE,
+and the 4004 / 4014 close codes.  It speaks what discord.py asks for: JSON text
+frames, or ``compress=zlib-stream`` transport compression.
+
+Scriptable: ``user_message`` (a person writes; ``dispatch=False`` keeps it off
+the gateway, as if said while disconnected), ``press`` (a button press),
+``invalidate_sessions`` (a non-resumable disconnect), ``drop_connections``
+(an abrupt close: the client resumes), ``rate_limit`` / ``fail`` (inject 429s
+and errors), ``wait_call``.  Every REST call is recorded in ``calls``.
+
+Standalone: ``python -m tests.fakes.discord --port 8082`` prints the URLs.
+Control endpoints for other processes: ``POST /_fake/message``
+(``{"channel_id", "content", "user_id"?, "mention": bool}``), ``POST /_fake/press``
+(``{"message_id", "custom_id", "user_id"?}``), ``GET /_fake/calls``,
+``POST /_fake/invalidate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import re
+import secrets
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from aiohttp import WSMsgType, web
+
+TOKEN = "MTIzNDU2Nzg5.fake.discord-bot-token"
+BOT_ID = "1100000000000000001"
+APP_ID = "1100000000000000001"
+GUILD_ID = "1200000000000000001"
+CHANNEL_ID = "1300000000000000001"  # a guild text channel
+OTHER_CHANNEL_ID = "1300000000000000002"
+DM_CHANNEL_ID = "1400000000000000001"
+ALICE = {
+    "id": "1500000000000000001",
+    "username": "alice",
+    "global_name": "Alice",
+    "discriminator": "0",
+    "avatar": None,
+}
+BOB = {
+    "id": "1500000000000000002",
+    "username": "bob",
+    "global_name": "Bob",
+    "discriminator": "0",
+    "avatar": None,
+}
+DISCORD_EPOCH = 1420070400000
+
+# application flags: GATEWAY_MESSAGE_CONTENT
+FLAG_MESSAGE_CONTENT = 1 << 19
+INTENT_MESSAGE_CONTENT = 1 << 15
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    json: Any
+    query: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
+    status: int = 200
+
+
+@dataclass
+class Script:
+    """An injected response for matching calls."""
+
+    method: str
+    pattern: re.Pattern[str]
+    status: int
+    body: Any
+    headers: dict[str, str]
+    times: int
+
+
+@dataclass
+class Session:
+    """A gateway session: survives its connection so RESUME can replay."""
+
+    id: str
+    shard: tuple[int, int]
+    seq: int = 0
+    buffer: list[dict[str, Any]] = field(default_factory=list)
+    conn: Connection | None = None
+    valid: bool = True
+
+
+class Connection:
+    def __init__(self, ws: web.WebSocketResponse, compress: bool) -> None:
+        self.ws = ws
+        self._z = zlib.compressobj() if compress else None
+        self.session: Session | None = None
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        data = orjson.dumps(payload)
+        if self.ws.closed:
+            return
+        try:
+            if self._z is not None:
+                await self.ws.send_bytes(self._z.compress(data) + self._z.flush(zlib.Z_SYNC_FLUSH))
+            else:
+                await self.ws.send_str(data.decode())
+        except (ConnectionError, RuntimeError):
+            pass
+
+
+class FakeDiscord:
+    def __init__(
+        self,
+        *,
+        token: str = TOKEN,
+        message_content: bool = True,
+        heartbeat_interval_ms: int = 41_250,
+    ) -> None:
+        self.token = token
+        self.message_content = message_content
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.bot_user = {
+            "id": BOT_ID,
+            "username": "parley",
+            "global_name": None,
+            "discriminator": "0",
+            "avatar": None,
+            "bot": True,
+        }
+        self.calls: list[Call] = []
+        self.scripts: list[Script] = []
+        self.guilds: dict[str, dict[str, Any]] = {GUILD_ID: {"id": GUILD_ID, "name": "Test Guild"}}
+        self.channels: dict[str, dict[str, Any]] = {}
+        self.messages: dict[str, dict[str, dict[str, Any]]] = {}  # channel -> id -> message
+        self.interactions: dict[str, dict[str, Any]] = {}  # id -> payload (+ "_at", "_answered")
+        self.sessions: dict[str, Session] = {}
+        self.connections: list[Connection] = []
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
+        self.heartbeats = 0
+        self.transports: list[str] = []  # "zlib-stream" / "none", per connection
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self.add_channel(CHANNEL_ID, guild_id=GUILD_ID, name="general")
+        self.add_channel(OTHER_CHANNEL_ID, guild_id=GUILD_ID, name="random")
+        self.add_channel(DM_CHANNEL_ID, guild_id="", name="")
+
+    # --- server ---------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return self.url + "/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    async def start(self, port: int = 0) -> FakeDiscord:
+        app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
+        app.router.add_post("/_fake/message", self._ctl_message)
+        app.router.add_post("/_fake/press", self._ctl_press)
+        app.router.add_post("/_fake/invalidate", self._ctl_invalidate)
+        app.router.add_get("/_fake/calls", self._ctl_calls)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[attr-defined]
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        return self
+
+    async def stop(self) -> None:
+        for conn in list(self.connections):
+            await conn.ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- ids and objects --------------------------------------------------------
+
+    def snowflake(self) -> str:
+        ms = int(time.time() * 1000) - DISCORD_EPOCH
+        return str((ms << 22) | (next(self._ids) & 0x3FFFFF))
+
+    def add_channel(
+        self,
+        channel_id: str,
+        *,
+        guild_id: str,
+        name: str = "",
+        parent_id: str = "",
+        owner_id: str = "",
+    ) -> dict[str, Any]:
+        if not guild_id:
+            ch: dict[str, Any] = {
+                "id": channel_id,
+                "type": 1,
+                "recipients": [ALICE],
+                "last_message_id": None,
+            }
+        elif parent_id:
+            ch = {
+                "id": channel_id,
+                "type": 11,
+                "guild_id": guild_id,
+                "parent_id": parent_id,
+                "owner_id": owner_id or BOT_ID,
+                "name": name or "thread",
+                "rate_limit_per_user": 0,
+                "message_count": 0,
+                "member_count": 1,
+                "flags": 0,
+                "thread_metadata": {
+                    "archived": False,
+                    "auto_archive_duration": 1440,
+                    "archive_timestamp": _now_iso(),
+                    "locked": False,
+                },
+            }
+        else:
+            ch = {
+                "id": channel_id,
+                "type": 0,
+                "guild_id": guild_id,
+                "name": name or "channel",
+                "position": len(self.channels),
+                "permission_overwrites": [],
+                "nsfw": False,
+                "parent_id": None,
+                "topic": None,
+                "last_message_id": None,
+                "rate_limit_per_user": 0,
+            }
+        self.channels[channel_id] = ch
+        self.messages.setdefault(channel_id, {})
+        return ch
+
+    def guild_of(self, channel_id: str) -> str:
+        return str(self.channels.get(channel_id, {}).get("guild_id") or "")
+
+    def _guild_payload(self, guild_id: str) -> dict[str, Any]:
+        channels = []
+        threads = []
+        for ch in self.channels.values():
+            if ch.get("guild_id") != guild_id:
+                continue
+            (threads if ch["type"] == 11 else channels).append(ch)
+        return {
+            "id": guild_id,
+            "name": self.guilds[guild_id]["name"],
+            "icon": None,
+            "owner_id": ALICE["id"],
+            "afk_timeout": 300,
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "roles": [
+                {
+                    "id": guild_id,
+                    "name": "@everyone",
+                    "permissions": "1071698660929",
+                    "position": 0,
+                    "color": 0,
+                    "hoist": False,
+                    "managed": False,
+                    "mentionable": False,
+                    "flags": 0,
+                }
+            ],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "mfa_level": 0,
+            "system_channel_id": None,
+            "system_channel_flags": 0,
+            "joined_at": _now_iso(),
+            "large": False,
+            "unavailable": False,
+            "member_count": 3,
+            "voice_states": [],
+            "members": [],
+            "channels": channels,
+            "threads": threads,
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "nsfw_level": 0,
+        }
+
+    def _message(
+        self,
+        channel_id: str,
+        author: dict[str, Any],
+        content: str,
+        *,
+        mentions: list[dict[str, Any]] | None = None,
+        components: list[Any] | None = None,
+        reference: dict[str, Any] | None = None,
+        attachments: list[dict[str, Any]] | None = None,
+        message_id: str | None = None,
+    ) -> dict[str, Any]:
+        msg: dict[str, Any] = {
+            "id": message_id or self.snowflake(),
+            "channel_id": channel_id,
+            "author": {"discriminator": "0", "avatar": None, **author},
+            "content": content,
+            "timestamp": _now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": mentions or [],
+            "mention_roles": [],
+            "attachments": [
+                {"size": 0, "proxy_url": a.get("url", ""), "url": "", **a}
+                for a in attachments or ()
+            ],
+            "embeds": [],
+            "pinned": False,
+            "type": 19 if reference else 0,
+            "flags": 0,
+            "components": components or [],
+        }
+        if reference:
+            msg["message_reference"] = {"message_id": reference["id"], "channel_id": channel_id}
+            msg["referenced_message"] = reference
+        self.messages.setdefault(channel_id, {})[msg["id"]] = msg
+        return msg
+
+    def _with_guild(self, msg: dict[str, Any]) -> dict[str, Any]:
+        guild_id = self.guild_of(msg["channel_id"])
+        return {**msg, "guild_id": guild_id} if guild_id else dict(msg)
+
+    # --- scripting ----------------------------------------------------------------
+
+    def fail(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        body: Any = None,
+        *,
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """The next ``times`` calls matching (method, path regex) answer ``status``."""
+        self.scripts.append(
+            Script(
+                method.upper(),
+                re.compile(path),
+                status,
+                body if body is not None else {"message": "scripted failure", "code": 0},
+                headers or {},
+                times,
+            )
+        )
+
+    def rate_limit(
+        self, method: str, path: str, retry_after: float, *, times: int = 1, is_global: bool = False
+    ) -> None:
+        self.fail(
+            method,
+            path,
+            429,
+            {
+                "message": "You are being rate limited.",
+                "retry_after": retry_after,
+                "global": is_global,
+            },
+            times=times,
+            headers={
+                "Via": "1.1 google",
+                "Retry-After": f"{retry_after}",
+                "X-RateLimit-Limit": "5",
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Reset-After": f"{retry_after}",
+                "X-RateLimit-Bucket": "fakebucket",
+                "X-RateLimit-Scope": "global" if is_global else "user",
+            },
+        )
+
+    def calls_to(self, method: str, path: str = "") -> list[Call]:
+        pat = re.compile(path)
+        return [c for c in self.calls if c.method == method.upper() and pat.search(c.path)]
+
+    async def wait_call(
+        self, method: str, path: str = "", *, count: int = 1, within: float = 5.0
+    ) -> list[Call]:
+        """Until ``count`` calls matched; returns them all."""
+        await self.wait(
+            lambda: len(self.calls_to(method, path)) >= count,
+            within,
+            f"{count}x {method} {path}",
+        )
+        return self.calls_to(method, path)
+
+    async def wait(self, cond: Any, within: float = 5.0, what: str = "condition") -> bool:
+        deadline = time.monotonic() + within
+        while not cond():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"fake discord: timed out waiting for {what}")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
+        return True
+
+    def _poke(self) -> None:
+        self._changed.set()
+
+    async def wait_ready(self, count: int = 1, within: float = 10.0) -> None:
+        """Until ``count`` IDENTIFYs were answered with READY."""
+        await self.wait(lambda: len(self.identifies) >= count, within, f"{count} IDENTIFY")
+
+    # --- gateway events -------------------------------------------------------------
+
+    def _sessions_for(self, guild_id: str) -> list[Session]:
+        out = []
+        for s in self.sessions.values():
+            if not s.valid:
+                continue
+            sid, count = s.shard
+            if (guild_id and (int(guild_id) >> 22) % count == sid) or (not guild_id and sid == 0):
+                out.append(s)
+        return out
+
+    async def dispatch(self, event: str, data: dict[str, Any], guild_id: str = "") -> None:
+        for s in self._sessions_for(guild_id):
+            s.seq += 1
+            payload = {"op": 0, "t": event, "s": s.seq, "d": data}
+            s.buffer.append(payload)
+            if s.conn is not None:
+                await s.conn.send(payload)
+        self._poke()
+
+    async def user_message(
+        self,
+        channel_id: str,
+        content: str,
+        *,
+        user: dict[str, Any] = ALICE,
+        mention: bool = False,
+        reply_to: str = "",
+        attachments: list[dict[str, Any]] | None = None,
+        dispatch: bool = True,
+    ) -> dict[str, Any]:
+        """A person writes in ``channel_id`` (``mention``: prefixes ``<@bot>``)."""
+        if mention:
+            content = f"<@{BOT_ID}> {content}"
+        reference = self.messages.get(channel_id, {}).get(reply_to) if reply_to else None
+        msg = self._message(
+            channel_id,
+            user,
+            content,
+            mentions=[self.bot_user] if mention else [],
+            reference=reference,
+            attachments=attachments,
+        )
+        if dispatch:
+            await self.dispatch("MESSAGE_CREATE", self._with_guild(msg), self.guild_of(channel_id))
+        return msg
+
+    async def press(
+        self, message_id: str, custom_id: str, *, user: dict[str, Any] = ALICE
+    ) -> dict[str, Any]:
+        """A button press (INTERACTION_CREATE type 3) on a stored message."""
+        msg = next((m[message_id] for m in self.messages.values() if message_id in m), None)
+        if msg is None:
+            raise KeyError(f"no message {message_id}")
+        channel_id = msg["channel_id"]
+        guild_id = self.guild_of(channel_id)
+        full_user = {"discriminator": "0", "avatar": None, **user}
+        inter: dict[str, Any] = {
+            "id": self.snowflake(),
+            "application_id": APP_ID,
+            "type": 3,
+            "token": "aW50ZXJhY3Rpb246" + secrets.token_urlsafe(48),
+            "version": 1,
+            "channel_id": channel_id,
+            "channel": self.channels[channel_id],
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": msg,
+            "app_permissions": "0",
+            "attachment_size_limit": 10 * 1024 * 1024,
+            "locale": "en-US",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": guild_id} if guild_id else {"1": user["id"]},
+            "context": 0 if guild_id else 1,
+        }
+        if guild_id:
+            inter["guild_id"] = guild_id
+            inter["guild_locale"] = "en-US"
+            inter["member"] = {
+                "user": full_user,
+                "roles": [],
+                "joined_at": _now_iso(),
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+                "permissions": "1071698660929",
+            }
+        else:
+            inter["user"] = full_user
+        self.interactions[inter["id"]] = {**inter, "_at": time.monotonic(), "_answered": None}
+        await self.dispatch("INTERACTION_CREATE", inter, guild_id)
+        return inter
+
+    async def invalidate_sessions(self) -> None:
+        """Every session becomes invalid (INVALID_SESSION d=false): the client must IDENTIFY anew."""
+        for s in list(self.sessions.values()):
+            s.valid = False
+            if s.conn is not None:
+                await s.conn.send({"op": 9, "d": False})
+        self._poke()
+
+    async def request_reconnect(self) -> None:
+        """op 7 RECONNECT: the client should RESUME."""
+        for s in list(self.sessions.values()):
+            if s.conn is not None:
+                await s.conn.send({"op": 7, "d": None})
+
+    async def drop_connections(self, code: int = 4000) -> None:
+        for conn in list(self.connections):
+            await conn.ws.close(code=code)
+
+    # --- gateway websocket ----------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
+        await ws.prepare(request)
+        compress = request.query.get("compress", "")
+        if compress and compress != "zlib-stream":
+            await ws.close(code=4000, message=b"unsupported compression")
+            return ws
+        conn = Connection(ws, compress == "zlib-stream")
+        self.connections.append(conn)
+        self.transports.append(compress or "none")
+        await conn.send({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT or msg.type == WSMsgType.BINARY:
+                    await self._on_op(conn, orjson.loads(msg.data))
+                else:
+                    break
+        finally:
+            self.connections.remove(conn)
+            if conn.session is not None and conn.session.conn is conn:
+                conn.session.conn = None
+            self._poke()
+        return ws
+
+    async def _on_op(self, conn: Connection, frame: dict[str, Any]) -> None:
+        op = frame.get("op")
+        d = frame.get("d")
+        if op == 1:
+            self.heartbeats += 1
+            await conn.send({"op": 11})
+        elif op == 2:
+            await self._identify(conn, d or {})
+        elif op == 6:
+            await self._resume(conn, d or {})
+        self._poke()
+
+    async def _identify(self, conn: Connection, d: dict[str, Any]) -> None:
+        if d.get("token") != self.token:
+            await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        intents = int(d.get("intents") or 0)
+        if intents & INTENT_MESSAGE_CONTENT and not self.message_content:
+            await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        shard = tuple(d.get("shard") or (0, 1))
+        session = Session(id=secrets.token_hex(16), shard=(int(shard[0]), int(shard[1])), conn=conn)
+        self.sessions[session.id] = session
+        conn.session = session
+        self.identifies.append(
+            {"intents": intents, "shard": list(session.shard), "at": time.monotonic()}
+        )
+        guilds = [g for g in self.guilds if (int(g) >> 22) % session.shard[1] == session.shard[0]]
+        session.seq += 1
+        ready = {
+            "op": 0,
+            "t": "READY",
+            "s": session.seq,
+            "d": {
+                "v": 10,
+                "user": self.bot_user,
+                "guilds": [{"id": g, "unavailable": True} for g in guilds],
+                "session_id": session.id,
+                "resume_gateway_url": self.gateway_url,
+                "shard": list(session.shard),
+                "application": {"id": APP_ID, "flags": self._app_flags()},
+                "private_channels": [],
+                "relationships": [],
+            },
+        }
+        await conn.send(ready)
+        for g in guilds:
+            session.seq += 1
+            await conn.send(
+                {"op": 0, "t": "GUILD_CREATE", "s": session.seq, "d": self._guild_payload(g)}
+            )
+
+    async def _resume(self, conn: Connection, d: dict[str, Any]) -> None:
+        session = self.sessions.get(str(d.get("session_id")))
+        if session is None or not session.valid or d.get("token") != self.token:
+            await conn.send({"op": 9, "d": False})
+            return
+        self.resumes.append({"session": session.id, "seq": d.get("seq"), "at": time.monotonic()})
+        session.conn = conn
+        conn.session = session
+        seq = int(d.get("seq") or 0)
+        for payload in session.buffer:
+            if payload["s"] > seq:
+                await conn.send(payload)
+        session.seq += 1
+        await conn.send({"op": 0, "t": "RESUMED", "s": session.seq, "d": {}})
+
+    def _app_flags(self) -> int:
+        return FLAG_MESSAGE_CONTENT if self.message_content else 0
+
+    # --- REST -----------------------------------------------------------------------
+
+    async def _rest(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["path"]
+        method = request.method
+        body: Any = None
+        if request.can_read_body:
+            raw = await request.read()
+            if raw:
+                try:
+                    body = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    body = raw.decode(errors="replace")
+        call = Call(method, path, body, dict(request.query))
+        self.calls.append(call)
+        try:
+            resp = await self._route(request, method, path, body)
+        except _Error as err:
+            resp = _json(err.body, err.status, err.headers)
+        call.status = resp.status
+        self._poke()
+        return resp
+
+    async def _route(self, request: web.Request, method: str, path: str, body: Any) -> web.Response:
+        for script in self.scripts:
+            if script.times > 0 and script.method == method and script.pattern.search(path):
+                script.times -= 1
+                raise _Error(script.status, script.body, script.headers)
+        public = path.startswith(("/interactions/", "/webhooks/"))
+        if not public and request.headers.get("Authorization") != f"Bot {self.token}":
+            raise _Error(401, {"message": "401: Unauthorized", "code": 0})
+        parts = path.strip("/").split("/")
+        if path == "/users/@me" and method == "GET":
+            return _json(self.bot_user)
+        if path == "/oauth2/applications/@me" and method == "GET":
+            return _json(self._application())
+        if path in ("/gateway", "/gateway/bot") and method == "GET":
+            return _json(
+                {
+                    "url": self.gateway_url,
+                    "shards": 1,
+                    "session_start_limit": {
+                        "total": 1000,
+                        "remaining": 999,
+                        "reset_after": 0,
+                        "max_concurrency": 1,
+                    },
+                }
+            )
+        if parts[0] == "channels" and len(parts) >= 2:
+            return await self._channels(method, parts[1], parts[2:], body, request)
+        if parts[0] == "interactions" and len(parts) == 4 and parts[3] == "callback":
+            return self._callback(parts[1], parts[2], body)
+        if parts[0] == "webhooks" and len(parts) >= 3:
+            return self._followup(parts[1], parts[2], body)
+        raise _Error(404, {"message": "404: Not Found", "code": 0})
+
+    def _application(self) -> dict[str, Any]:
+        return {
+            "id": APP_ID,
+            "name": "Parley",
+            "icon": None,
+            "description": "",
+            "rpc_origins": [],
+            "bot_public": True,
+            "bot_require_code_grant": False,
+            "owner": {**ALICE, "discriminator": "0", "avatar": None},
+            "summary": "",
+            "verify_key": "0" * 64,
+            "team": None,
+            "flags": self._app_flags(),
+            "bot": self.bot_user,
+        }
+
+    def _check_message(self, body: Any, *, partial: bool = False) -> None:
+        if not isinstance(body, dict):
+            raise _Error(400, {"message": "Cannot send an empty message", "code": 50006})
+        content = body.get("content")
+        if content is not None and len(content) > 2000:
+            raise _Error(
+                400,
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}},
+                },
+            )
+        if not partial and not content and not body.get("components"):
+            raise _Error(400, {"message": "Cannot send an empty message", "code": 50006})
+        for row in body.get("components") or ():
+            for comp in row.get("components", ()):
+                cid = comp.get("custom_id", "")
+                if not cid or len(cid) > 100:
+                    raise _Error(400, {"message": "Invalid Form Body", "code": 50035})
+
+    async def _channels(
+        self, method: str, channel_id: str, rest: list[str], body: Any, request: web.Request
+    ) -> web.Response:
+        if channel_id not in self.channels:
+            raise _Error(404, {"message": "Unknown Channel", "code": 10003})
+        store = self.messages[channel_id]
+        if not rest and method == "GET":
+            return _json(self.channels[channel_id])
+        if rest == ["typing"] and method == "POST":
+            return web.Response(status=204)
+        if rest == ["messages"] and method == "GET":
+            limit = min(int(request.query.get("limit", "50")), 100)
+            after = request.query.get("after")
+            before = request.query.get("before")
+            ids = sorted(store, key=lambda i: (len(i), i))
+            if after:
+                ids = [i for i in ids if (len(i), i) > (len(after), after)][:limit]
+            else:
+                if before:
+                    ids = [i for i in ids if (len(i), i) < (len(before), before)]
+                ids = ids[-limit:]
+            return _json([store[i] for i in reversed(ids)])
+        if rest == ["messages"] and method == "POST":
+            self._check_message(body)
+            ref = body.get("message_reference") or {}
+            reference = store.get(str(ref.get("message_id", ""))) if ref else None
+            if ref and reference is None and ref.get("fail_if_not_exists", True):
+                raise _Error(400, {"message": "Unknown message", "code": 50035})
+            msg = self._message(
+                channel_id,
+                self.bot_user,
+                body.get("content") or "",
+                components=body.get("components") or [],
+                reference=reference,
+            )
+            msg["allowed_mentions"] = body.get("allowed_mentions")
+            await self.dispatch("MESSAGE_CREATE", self._with_guild(msg), self.guild_of(channel_id))
+            return _json(msg)
+        if len(rest) == 2 and rest[0] == "messages":
+            msg = store.get(rest[1])
+            if msg is None:
+                raise _Error(404, {"message": "Unknown Message", "code": 10008})
+            if method == "PATCH":
+                self._check_message(body, partial=True)
+                for key in ("content", "components", "allowed_mentions"):
+                    if key in body:
+                        msg[key] = body[key]
+                msg["edited_timestamp"] = _now_iso()
+                return _json(msg)
+            if method == "DELETE":
+                del store[rest[1]]
+                return web.Response(status=204)
+        if len(rest) == 3 and rest[0] == "messages" and rest[2] == "threads" and method == "POST":
+            if rest[1] not in store:
+                raise _Error(404, {"message": "Unknown Message", "code": 10008})
+            guild_id = self.guild_of(channel_id)
+            thread = self.add_channel(
+                rest[1], guild_id=guild_id, name=(body or {}).get("name", ""), parent_id=channel_id
+            )
+            await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True}, guild_id)
+            return _json(thread, 201)
+        raise _Error(404, {"message": "404: Not Found", "code": 0})
+
+    def _callback(self, interaction_id: str, token: str, body: Any) -> web.Response:
+        inter = self.interactions.get(interaction_id)
+        if inter is None or inter["token"] != token:
+            raise _Error(404, {"message": "Unknown interaction", "code": 10062})
+        if time.monotonic() - inter["_at"] > 3.0:
+            raise _Error(404, {"message": "Unknown interaction", "code": 10062})
+        if inter["_answered"] is not None:
+            raise _Error(
+                400, {"message": "Interaction has already been acknowledged.", "code": 40060}
+            )
+        inter["_answered"] = {"body": body, "latency": time.monotonic() - inter["_at"]}
+        return web.Response(status=204)
+
+    def _followup(self, app_id: str, token: str, body: Any) -> web.Response:
+        inter = next((i for i in self.interactions.values() if i["token"] == token), None)
+        if inter is None or app_id != APP_ID:
+            raise _Error(404, {"message": "Unknown Webhook", "code": 10015})
+        if inter["_answered"] is None:
+            raise _Error(400, {"message": "Unknown interaction (not acknowledged)", "code": 10062})
+        self._check_message(body)
+        msg = self._message(inter["channel_id"], self.bot_user, body.get("content") or "")
+        msg["flags"] = int(body.get("flags") or 0)
+        msg["webhook_id"] = APP_ID
+        self.messages[inter["channel_id"]].pop(msg["id"], None)  # ephemeral: not in history
+        return _json(msg)
+
+    # --- control endpoints (other processes) -------------------------------------------
+
+    async def _ctl_message(self, request: web.Request) -> web.Response:
+        d = await request.json()
+        user = {"id": d.get("user_id", ALICE["id"]), "username": d.get("username", "user")}
+        msg = await self.user_message(
+            d.get("channel_id", CHANNEL_ID), d["content"], user=user, mention=bool(d.get("mention"))
+        )
+        return _json(msg)
+
+    async def _ctl_press(self, request: web.Request) -> web.Response:
+        d = await request.json()
+        user = {"id": d.get("user_id", ALICE["id"]), "username": d.get("username", "user")}
+        return _json(await self.press(d["message_id"], d["custom_id"], user=user))
+
+    async def _ctl_invalidate(self, request: web.Request) -> web.Response:
+        await self.invalidate_sessions()
+        return web.Response(status=204)
+
+    async def _ctl_calls(self, request: web.Request) -> web.Response:
+        return _json(
+            [
+                {"method": c.method, "path": c.path, "json": c.json, "status": c.status}
+                for c in self.calls
+            ]
+        )
+
+
+class _Error(Exception):
+    def __init__(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data), status=status, content_type="application/json", headers=headers
+    )
+
+
+async def _main(port: int) -> None:
+    fake = await FakeDiscord().start(port)
+    print(f"api_base={fake.api_base} gateway_url={fake.gateway_url} token={fake.token}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Fake Discord REST API + gateway")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args.port))
+
+
+if __name__ == "__main__":
+    main()

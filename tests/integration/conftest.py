@@ -1,0 +1,70 @@
+"""Runtime fixtures: a real Runtime on the test Valkey, with any LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from agent_core.llm.base import LLMProvider
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings
+from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
+from bots.settings import Settings
+from channels.web.channel import WebSettings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_settings(
+    valkey: EmbeddedValkey, *, llm: dict[str, Any] | None = None, **core: Any
+) -> Settings:
+    core.setdefault("sweep_interval_secs", 0.2)
+    return Settings(
+        core=CoreSettings(redis_url=valkey.url, **core),  # type: ignore[arg-type]
+        llm=LLMSettings(**(llm or {"llm_backend": "demo"})),
+        web=WebSettings(web_chat_enabled=True),
+    )
+
+
+@pytest.fixture
+async def runtime(valkey: EmbeddedValkey, redis: Any) -> AsyncIterator[Callable[..., Any]]:
+    """``async with runtime(role, llm=provider, **core) as rt`` -> a served Runtime."""
+    started: list[tuple[Runtime, asyncio.Event, asyncio.Task[None]]] = []
+
+    @contextlib.asynccontextmanager
+    async def make(
+        role: str = "all",
+        *,
+        llm: LLMProvider | None = None,
+        llm_settings: dict[str, Any] | None = None,
+        serve_web: bool = False,
+        **core: Any,
+    ) -> AsyncIterator[Runtime]:
+        settings = make_settings(valkey, llm=llm_settings, **core)
+        async with Runtime(settings, role, llm=llm) as rt:
+            stop = asyncio.Event()
+            port = free_port()
+            rt.port = port  # type: ignore[attr-defined]
+            if serve_web:
+                task = asyncio.create_task(rt.serve(stop, host="127.0.0.1", port=port))
+            else:
+                assert rt.worker is not None
+                task = asyncio.create_task(rt.worker.run(stop))
+            started.append((rt, stop, task))
+            try:
+                yield rt
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 30)
+
+    yield make

@@ -1,0 +1,225 @@
+"""The real discord.py gateway client against the fake: routing into Ingest."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from discord_harness import Gateway, wait_client_ready
+
+from agent_core.errors import ConfigError
+from agent_core.events import OutboundMessage
+from channels.discord.channel import BAD_TOKEN
+from tests.fakes.discord import ALICE, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord
+
+
+async def test_dm_is_published(gateway: Gateway, fake_discord: FakeDiscord) -> None:
+    msg = await fake_discord.user_message(DM_CHANNEL_ID, "hello there")
+    (event,) = await gateway.wait_published(1)
+    assert event.event_id == msg["id"]
+    assert event.text == "hello there"
+    assert event.is_direct
+    assert (event.thread.tenant, event.thread.conversation, event.thread.thread) == (
+        "dm",
+        DM_CHANNEL_ID,
+        "",
+    )
+    assert fake_discord.identifies[0]["intents"] & (1 << 15)  # message content requested
+    assert fake_discord.transports == ["zlib-stream"]  # what discord.py asks for
+    assert fake_discord.heartbeats >= 1
+
+
+async def test_guild_messages_need_a_mention_or_a_reply(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    await fake_discord.user_message(CHANNEL_ID, "just chatting")  # not addressed
+    mention = await fake_discord.user_message(CHANNEL_ID, "what time is it?", mention=True)
+    (event,) = await gateway.wait_published(1)
+    assert event.event_id == mention["id"]
+    assert event.text == "what time is it?"  # the mention itself is stripped
+    assert event.mentions_bot and not event.is_direct
+    assert (event.thread.tenant, event.thread.conversation, event.thread.thread) == (
+        GUILD_ID,
+        CHANNEL_ID,
+        "",
+    )
+    # a reply to one of the bot's messages counts as addressing it
+    bot_msg = await gateway.channel.outbox().send(event.thread, OutboundMessage("noon"))
+    reply = await fake_discord.user_message(CHANNEL_ID, "thanks", reply_to=bot_msg.message_id)
+    events = await gateway.wait_published(2)
+    assert events[1].event_id == reply["id"]
+    await asyncio.sleep(0.1)
+    assert len(await gateway.published()) == 2  # "just chatting" and the bot's own message ignored
+
+
+async def test_group_reply_all_takes_every_message(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    gw = make_gateway(group_reply="all")
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        await fake_discord.user_message(CHANNEL_ID, "no mention here")
+        (event,) = await gw.wait_published(1)
+        assert event.text == "no mention here" and not event.mentions_bot
+    finally:
+        await gw.halt()
+
+
+async def test_attachments_are_references(gateway: Gateway, fake_discord: FakeDiscord) -> None:
+    att = {
+        "id": "9",
+        "filename": "cat.png",
+        "content_type": "image/png",
+        "size": 1234,
+        "url": "https://cdn.example/cat.png",
+    }
+    await fake_discord.user_message(DM_CHANNEL_ID, "", attachments=[att])
+    (event,) = await gateway.wait_published(1)
+    (a,) = event.attachments
+    assert (a.kind, a.name, a.mime, a.size, a.ref) == (
+        "image",
+        "cat.png",
+        "image/png",
+        1234,
+        "https://cdn.example/cat.png",
+    )
+
+
+async def test_thread_started_by_the_bot_needs_no_mention(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    thread = fake_discord.add_channel(
+        "1600000000000000001", guild_id=GUILD_ID, parent_id=CHANNEL_ID
+    )
+    await fake_discord.dispatch("THREAD_CREATE", {**thread, "newly_created": True}, GUILD_ID)
+    foreign = fake_discord.add_channel(
+        "1600000000000000002", guild_id=GUILD_ID, parent_id=CHANNEL_ID, owner_id=ALICE["id"]
+    )
+    await fake_discord.dispatch("THREAD_CREATE", {**foreign, "newly_created": True}, GUILD_ID)
+    await fake_discord.user_message(foreign["id"], "people talking")  # ignored
+    msg = await fake_discord.user_message(thread["id"], "follow-up")
+    (event,) = await gateway.wait_published(1)
+    assert event.event_id == msg["id"]
+    assert (event.thread.conversation, event.thread.thread) == (CHANNEL_ID, thread["id"])
+    # once mentioned in someone else's thread, the bot follows it there too
+    await fake_discord.user_message(foreign["id"], "hey bot", mention=True)
+    await fake_discord.user_message(foreign["id"], "and more")
+    events = await gateway.wait_published(3)
+    assert [e.text for e in events[1:]] == ["hey bot", "and more"]
+    assert {e.thread.thread for e in events[1:]} == {foreign["id"]}
+
+
+async def test_auto_thread_opens_a_thread_and_continues_there(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    gw = make_gateway(discord_auto_thread=True)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        first = await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
+        (call,) = await fake_discord.wait_call("POST", rf"/messages/{first['id']}/threads")
+        assert call.json["name"] == "plan my trip"
+        (event,) = await gw.wait_published(1)
+        assert (event.thread.conversation, event.thread.thread) == (CHANNEL_ID, first["id"])
+        # the next message in the new thread needs no mention
+        await fake_discord.user_message(first["id"], "in June")
+        events = await gw.wait_published(2)
+        assert events[1].thread == event.thread and events[1].text == "in June"
+        # the answer goes into the thread
+        await gw.channel.outbox().send(event.thread, OutboundMessage("Sure."))
+        await fake_discord.wait_call("POST", rf"/channels/{first['id']}/messages$")
+    finally:
+        await gw.halt()
+
+
+async def test_catch_up_after_a_non_resumable_disconnect(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    await fake_discord.user_message(DM_CHANNEL_ID, "first")
+    await fake_discord.user_message(CHANNEL_ID, "in the channel", mention=True)
+    await gateway.wait_published(2)
+    client = gateway.channel.client
+    assert client is not None
+    catchups = client.catchups
+    # said while the bot is disconnected: stored, never dispatched
+    missed_dm = await fake_discord.user_message(
+        DM_CHANNEL_ID, "while you were away", dispatch=False
+    )
+    await fake_discord.user_message(CHANNEL_ID, "chatter", dispatch=False)  # not addressed
+    missed_mention = await fake_discord.user_message(
+        CHANNEL_ID, "did you see this?", mention=True, dispatch=False
+    )
+    await fake_discord.invalidate_sessions()
+    await fake_discord.wait_ready(2)
+    await fake_discord.wait(lambda: client.catchups > catchups, 10, "catch-up")
+    events = await gateway.wait_published(4)
+    assert [e.event_id for e in events[2:]] == [missed_dm["id"], missed_mention["id"]]
+    # catching up twice publishes nothing twice (dedup on message id)
+    await client.catch_up(0)
+    await asyncio.sleep(0.2)
+    assert len(await gateway.published()) == 4
+
+
+async def test_resume_replays_without_catch_up(gateway: Gateway, fake_discord: FakeDiscord) -> None:
+    client = gateway.channel.client
+    assert client is not None
+    await fake_discord.request_reconnect()
+    await fake_discord.wait(lambda: len(fake_discord.resumes) == 1, 10, "RESUME")
+    msg = await fake_discord.user_message(DM_CHANNEL_ID, "after resume")
+    (event,) = await gateway.wait_published(1)
+    assert event.event_id == msg["id"]
+    assert len(fake_discord.identifies) == 1  # resumed, not re-identified
+
+
+async def test_without_message_content_intent_dms_and_mentions_still_work(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord, caplog: Any
+) -> None:
+    fake_discord.message_content = False
+    gw = make_gateway()
+    with caplog.at_level(logging.WARNING):
+        await gw.start()
+        try:
+            await wait_client_ready(gw)
+            assert not fake_discord.identifies[0]["intents"] & (1 << 15)
+            await fake_discord.user_message(CHANNEL_ID, "hello", mention=True)
+            await fake_discord.user_message(DM_CHANNEL_ID, "hi")
+            events = await gw.wait_published(2)
+            assert [e.text for e in events] == ["hello", "hi"]
+        finally:
+            await gw.halt()
+    lines = [r.getMessage() for r in caplog.records if "Message Content intent" in r.getMessage()]
+    assert len(lines) == 1
+
+
+async def test_disallowed_intent_close_falls_back(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord, caplog: Any
+) -> None:
+    # The portal flag looked enabled, but the gateway refuses the intent (close 4014).
+    fake_discord.message_content = False
+    gw = make_gateway()
+    gw.channel.message_content = True
+    with caplog.at_level(logging.WARNING):
+        gw.task = asyncio.create_task(gw.channel.run_gateway(gw.ingest, gw.stop))
+        try:
+            await fake_discord.wait_ready(1)
+            assert not fake_discord.identifies[0]["intents"] & (1 << 15)
+            await fake_discord.user_message(DM_CHANNEL_ID, "still here")
+            (event,) = await gw.wait_published(1)
+            assert event.text == "still here"
+        finally:
+            await gw.halt()
+    assert any("Message Content intent" in r.getMessage() for r in caplog.records)
+
+
+async def test_bad_token_is_one_clear_config_error(
+    make_gateway: Callable[..., Gateway],
+) -> None:
+    gw = make_gateway(discord_bot_token="wrong-token")
+    with pytest.raises(ConfigError) as err:
+        await gw.channel.initialize()
+    assert err.value.problems == [BAD_TOKEN]
+    assert "wrong-token" not in str(err.value)

@@ -1,0 +1,240 @@
+"""Workers answer over REST (discord.py's HTTP client, no gateway) into the fake."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from discord_harness import Gateway, wait_client_ready
+from redis.asyncio import Redis
+
+from agent_core.errors import SendFailed, SendRateLimited
+from agent_core.events import (
+    Button,
+    ButtonStyle,
+    EventKind,
+    MessageRef,
+    OutboundMessage,
+    ThreadKey,
+)
+from agent_core.store.pacing import Pacer
+from channels.discord.render import LIMIT
+from channels.discord.sender import DiscordOutbox, channel_pace
+from channels.discord.settings import DiscordSettings
+from tests.fakes.discord import ALICE, BOB, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord
+
+THREAD = ThreadKey("discord", GUILD_ID, CHANNEL_ID, "")
+DM = ThreadKey("discord", "dm", DM_CHANNEL_ID, "")
+
+APPROVAL_BUTTONS = (
+    Button("Approve", "ap:1234567890abcdef:y", ButtonStyle.PRIMARY),
+    Button("Always", "ap:1234567890abcdef:a", ButtonStyle.SECONDARY),
+    Button("Deny", "ap:1234567890abcdef:n", ButtonStyle.DANGER),
+)
+
+
+@pytest.fixture
+async def outbox(
+    redis: Redis, make_settings: Callable[..., DiscordSettings]
+) -> AsyncIterator[DiscordOutbox]:
+    box = DiscordOutbox(make_settings(), Pacer(redis))
+    yield box
+    await box.close()
+
+
+def _fence_lines(text: str) -> int:
+    return sum(1 for ln in text.split("\n") if ln.strip().startswith("```"))
+
+
+async def test_long_answer_is_split_at_2000_without_breaking_code(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    code = "```python\n" + "\n".join(f"print({i})  # line {i}" for i in range(150)) + "\n```"
+    text = "Intro paragraph.\n\n" + ("word " * 500) + "\n\n" + code + "\n\nThe end."
+    ref = await outbox.send(THREAD, OutboundMessage(text))
+    posts = fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")
+    assert len(posts) >= 3
+    contents = [c.json["content"] for c in posts]
+    assert all(len(c) <= LIMIT for c in contents)
+    assert all(_fence_lines(c) % 2 == 0 for c in contents)  # every part's code block closed
+    assert all(c.status == 200 for c in posts)  # the fake accepted every part
+    joined = "".join(contents)
+    for i in range(150):
+        assert f"print({i})  # line {i}" in joined
+    assert contents[-1].endswith("The end.")
+    # the ref points at the first part and remembers the others for later edits
+    assert ref.message_id == fake_discord.messages[CHANNEL_ID][ref.message_id]["id"]
+    assert len(ref.extra.split(",")) == len(posts) - 1
+
+
+async def test_mentions_are_neutralised(outbox: DiscordOutbox, fake_discord: FakeDiscord) -> None:
+    await outbox.send(THREAD, OutboundMessage("@everyone look, <@1500000000000000002> and <@&99>"))
+    (call,) = fake_discord.calls_to("POST", r"/messages$")
+    assert call.json["allowed_mentions"] == {"parse": [], "replied_user": False}
+    assert "@everyone" in call.json["content"]  # shown, but pings nobody
+
+
+async def test_reply_to_and_thread_destination(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    user_msg = await fake_discord.user_message(CHANNEL_ID, "hi", mention=True, dispatch=False)
+    reply_to = MessageRef("discord", CHANNEL_ID, user_msg["id"])
+    await outbox.send(THREAD, OutboundMessage("hello"), reply_to=reply_to)
+    (call,) = fake_discord.calls_to("POST", r"/messages$")
+    assert call.json["message_reference"]["message_id"] == user_msg["id"]
+    thread = fake_discord.add_channel(
+        "1600000000000000009", guild_id=GUILD_ID, parent_id=CHANNEL_ID
+    )
+    ref = await outbox.send(
+        ThreadKey("discord", GUILD_ID, CHANNEL_ID, thread["id"]), OutboundMessage("in thread")
+    )
+    assert ref.thread == thread["id"] and ref.message_id in fake_discord.messages[thread["id"]]
+
+
+async def test_streaming_edits_then_final(outbox: DiscordOutbox, fake_discord: FakeDiscord) -> None:
+    assert outbox.stream_interval == 1.0
+    ref = await outbox.send(DM, OutboundMessage("Thinking", final=False))
+    ref = await outbox.edit(ref, OutboundMessage("Thinking about it", final=False))
+    long = "x " * 1500  # grows past 2,000: a second part appears
+    ref = await outbox.edit(ref, OutboundMessage(long, final=True))
+    store = fake_discord.messages[DM_CHANNEL_ID]
+    parts = [ref.message_id, *ref.extra[2:].split(",")]
+    assert len(parts) == 2
+    assert " ".join(store[p]["content"] for p in parts).split() == long.split()
+    # shrinking again deletes the surplus part
+    ref = await outbox.edit(ref, OutboundMessage("short"))
+    assert store[ref.message_id]["content"] == "short" and ref.extra == ""
+    assert parts[1] not in store
+
+
+async def test_typing_indicator(outbox: DiscordOutbox, fake_discord: FakeDiscord) -> None:
+    await outbox.typing(DM)
+    await outbox.typing(DM)  # within Discord's 10 s: not repeated
+    assert len(fake_discord.calls_to("POST", rf"/channels/{DM_CHANNEL_ID}/typing")) == 1
+    await outbox.turn_finished(DM, None)
+    fake_discord.fail("POST", "/typing", 403, times=10)
+    await outbox.typing(DM)  # best effort: never raises
+    assert fake_discord.calls_to("POST", "/typing")[-1].status == 403
+
+
+async def test_429_is_waited_out_and_shared_through_the_pacer(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis: Redis
+) -> None:
+    fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/messages$", 0.3)
+    started = time.monotonic()
+    ref = await outbox.send(THREAD, OutboundMessage("patience"))
+    assert time.monotonic() - started >= 0.3
+    posts = fake_discord.calls_to("POST", r"/messages$")
+    assert [c.status for c in posts] == [429, 200]
+    assert ref.message_id in fake_discord.messages[CHANNEL_ID]
+    # every worker now waits on this channel's pace
+    assert await redis.exists(channel_pace(CHANNEL_ID))
+
+
+async def test_long_429_raises_send_rate_limited(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    fake_discord.rate_limit("POST", r"/messages$", 120.0)
+    with pytest.raises(SendRateLimited) as err:
+        await outbox.send(THREAD, OutboundMessage("hi"))
+    assert err.value.retry_after == pytest.approx(120.0)
+
+
+async def test_permanent_failure_is_send_failed(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    fake_discord.fail("POST", r"/messages$", 403, {"message": "Missing Access", "code": 50001})
+    with pytest.raises(SendFailed):
+        await outbox.send(THREAD, OutboundMessage("hi"))
+
+
+# --- approvals ----------------------------------------------------------------
+
+
+async def test_approval_prompt_press_notice_and_resolution(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    box = gateway.channel.outbox()
+    prompt = await box.send(
+        THREAD, OutboundMessage("Run `rm -rf build`?", buttons=APPROVAL_BUTTONS)
+    )
+    msg = fake_discord.messages[CHANNEL_ID][prompt.message_id]
+    (row,) = msg["components"]
+    assert [(c["label"], c["style"], c["custom_id"]) for c in row["components"]] == [
+        ("Approve", 3, "parley:ap:1234567890abcdef:y"),
+        ("Always", 2, "parley:ap:1234567890abcdef:a"),
+        ("Deny", 4, "parley:ap:1234567890abcdef:n"),
+    ]
+    # Bob (not the requester) presses Approve
+    inter = await fake_discord.press(prompt.message_id, "parley:ap:1234567890abcdef:y", user=BOB)
+    (event,) = await gateway.wait_published(1)
+    assert event.kind is EventKind.ACTION and event.event_id == inter["id"]
+    assert event.action is not None and event.action.token == "ap:1234567890abcdef:y"
+    assert event.action.decision == ""
+    assert event.user_id == BOB["id"] and event.thread == THREAD
+    assert event.reply_ref is not None and event.reply_ref.message_id == prompt.message_id
+    # deferred (no visible change) well within Discord's 3 s
+    await fake_discord.wait(lambda: fake_discord.interactions[inter["id"]]["_answered"] is not None)
+    answered = fake_discord.interactions[inter["id"]]["_answered"]
+    assert answered["body"] == {"type": 6}
+    assert answered["latency"] < 3.0
+    # the core says "not yours": an ephemeral follow-up only Bob sees
+    await box.answer_action(event, "Only the requester can decide this.")
+    (follow,) = fake_discord.calls_to("POST", rf"/webhooks/\d+/{inter['token']}")
+    assert follow.status == 200
+    assert follow.json["flags"] == 64 and follow.json["content"].startswith("Only the requester")
+    # the decision is shown and the buttons removed
+    await box.edit(prompt, OutboundMessage("Run `rm -rf build`?\nApproved by Alice."))
+    assert msg["components"] == []
+    assert msg["content"].endswith("Approved by Alice.")
+
+
+async def test_press_works_after_a_gateway_restart(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    first = make_gateway()
+    await first.start()
+    await wait_client_ready(first)
+    prompt = await first.channel.outbox().send(
+        DM, OutboundMessage("Allow?", buttons=APPROVAL_BUTTONS)
+    )
+    await first.halt()
+    await first.channel.shutdown()
+    # a brand-new process: nothing in memory knows about the prompt
+    second = make_gateway()
+    await second.start()
+    try:
+        await wait_client_ready(second)
+        inter = await fake_discord.press(
+            prompt.message_id, "parley:ap:1234567890abcdef:n", user=ALICE
+        )
+        (event,) = await second.wait_published(1)
+        assert event.action is not None and event.action.token == "ap:1234567890abcdef:n"
+        assert event.thread == DM and event.is_direct
+        await fake_discord.wait(
+            lambda: fake_discord.interactions[inter["id"]]["_answered"] is not None
+        )
+    finally:
+        await second.halt()
+        await second.channel.shutdown()
+
+
+async def test_press_while_redis_is_down_tells_the_presser(
+    gateway: Gateway, fake_discord: FakeDiscord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_core.errors import StoreUnavailable
+
+    async def down(event: object) -> None:
+        raise StoreUnavailable("down")
+
+    monkeypatch.setattr(gateway.ingest, "submit", down)
+    prompt = await gateway.channel.outbox().send(
+        DM, OutboundMessage("Allow?", buttons=APPROVAL_BUTTONS)
+    )
+    inter = await fake_discord.press(prompt.message_id, "parley:ap:1234567890abcdef:y")
+    await fake_discord.wait(lambda: fake_discord.interactions[inter["id"]]["_answered"] is not None)
+    body = fake_discord.interactions[inter["id"]]["_answered"]["body"]
+    assert body["type"] == 4 and body["data"]["flags"] == 64
+    await asyncio.sleep(0)

@@ -1,0 +1,87 @@
+"""Fixtures: the fake Slack, a SlackChannel built against it, the ASGI app with /slack/events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+
+from agent_core.events import InboundEvent
+from agent_core.ingest import Ingest
+from agent_core.settings import load
+from agent_core.store import keys
+from agent_core.store.pacing import Pacer
+from channels.base import ChannelDeps
+from channels.slack.channel import SlackChannel
+from channels.slack.settings import SlackSettings
+from tests.fakes.slack import FakeSlack
+
+
+@pytest.fixture
+async def fake_slack() -> AsyncIterator[FakeSlack]:
+    fake = FakeSlack()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+def make_settings(fake: FakeSlack, **overrides: object) -> SlackSettings:
+    values: dict[str, object] = {
+        "slack_bot_token": fake.bot_token,
+        "slack_signing_secret": fake.signing_secret,
+        "slack_app_token": fake.app_token,
+        "slack_api_base_url": fake.api_url,
+        "slack_channel_pace_secs": 0.0,
+        "slack_stream_interval": 0.2,
+        "slack_socket_ping_interval": 0.2,
+    }
+    values.update(overrides)
+    return load(SlackSettings, **values)
+
+
+@pytest.fixture
+def channel_factory(fake_slack: FakeSlack, redis: Redis) -> Callable[..., SlackChannel]:
+    def build(group_reply: str = "mention", **overrides: object) -> SlackChannel:
+        deps = ChannelDeps(redis=redis, pacer=Pacer(redis), group_reply=group_reply)
+        return SlackChannel(make_settings(fake_slack, **overrides), deps)
+
+    return build
+
+
+@pytest.fixture
+async def slack(channel_factory: Callable[..., SlackChannel]) -> AsyncIterator[SlackChannel]:
+    ch = channel_factory()
+    await ch.initialize()
+    yield ch
+    await ch.shutdown()
+
+
+@pytest.fixture
+def ingest(redis: Redis) -> Ingest:
+    return Ingest(redis)
+
+
+@pytest.fixture
+async def app(slack: SlackChannel, ingest: Ingest) -> AsyncIterator[httpx.AsyncClient]:
+    asgi = Starlette(routes=slack.routes(ingest))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=asgi), base_url="http://parley.test"
+    ) as client:
+        yield client
+
+
+Published = Callable[[], Awaitable[list[InboundEvent]]]
+
+
+@pytest.fixture
+def published(redis: Redis) -> Published:
+    """Every event in the inbox stream (parley:inbox), in order."""
+
+    async def read() -> list[InboundEvent]:
+        entries = await redis.xrange(keys.INBOX_STREAM)
+        return [InboundEvent.from_json(fields[b"e"]) for _, fields in entries]
+
+    return read

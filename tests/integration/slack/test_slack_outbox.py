@@ -1,0 +1,254 @@
+"""The Slack sender through the real slack_sdk against the fake Web API."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+from redis.asyncio import Redis
+
+from agent_core.errors import ConfigError, SendRateLimited
+from agent_core.events import (
+    Action,
+    Button,
+    ButtonStyle,
+    EventKind,
+    InboundEvent,
+    MessageRef,
+    OutboundMessage,
+    ThreadKey,
+)
+from agent_core.store.pacing import Pacer
+from channels.slack.channel import SlackChannel
+from channels.slack.client import channel_pace
+from channels.slack.parse import parse_action
+from channels.slack.state import SlackState
+from tests.fakes.slack import TEAM, FakeSlack
+
+APPROVAL = (
+    Button("Approve", "ap:7f3a:y", ButtonStyle.PRIMARY),
+    Button("Always", "ap:7f3a:a"),
+    Button("Deny", "ap:7f3a:n", ButtonStyle.DANGER),
+)
+
+
+def _thread(fake: FakeSlack, channel: str = "C1") -> ThreadKey:
+    root = fake.add_user_message(channel, "question").ts
+    return ThreadKey("slack", TEAM, channel, root)
+
+
+async def test_answer_goes_into_the_thread_as_mrkdwn(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    ref = await slack.outbox().send(
+        thread, OutboundMessage("**Done**: see [docs](https://x.io) & `a<b`")
+    )
+    [msg] = fake_slack.thread("C1", thread.thread)
+    assert msg.ts == ref.message_id and ref.thread == thread.thread
+    assert msg.text == "*Done*: see <https://x.io|docs> &amp; `a&lt;b`"
+    assert msg.blocks[0]["text"]["type"] == "mrkdwn"
+    # a DM top-level conversation is answered top level
+    dm = ThreadKey("slack", TEAM, "D1", "")
+    await slack.outbox().send(dm, OutboundMessage("hi"))
+    assert [m.text for m in fake_slack.thread("D1")] == ["hi"]
+
+
+async def test_long_answer_is_split_in_order_under_the_limits(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    paragraphs = [f"Paragraph {i}: " + "word " * 150 for i in range(40)]  # ~31k chars
+    code = "```\n" + "\n".join(f"line {i}" for i in range(900)) + "\n```"
+    text = "\n\n".join(paragraphs) + "\n\n" + code
+    ref = await slack.outbox().send(thread, OutboundMessage(text))
+    msgs = fake_slack.thread("C1", thread.thread)
+    assert len(msgs) > 8
+    assert all(len(m.text) < 4000 for m in msgs)
+    assert all(len(b["text"]["text"]) <= 3000 for m in msgs for b in m.blocks)
+    joined = "\n".join(m.text for m in msgs)
+    positions = [joined.index(f"Paragraph {i}:") for i in range(40)]
+    assert positions == sorted(positions)
+    assert all(m.text.count("```") % 2 == 0 for m in msgs)  # code blocks closed and reopened
+    assert "line 0\n" in joined and "line 899" in joined
+    assert [ref.message_id, *ref.extra.split(",")] == [m.ts for m in msgs]
+
+
+async def test_streaming_edits_are_rate_limited_and_final_text_complete(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
+) -> None:
+    ch = channel_factory(slack_stream_interval=0.3, slack_channel_pace_secs=0.3)
+    await ch.initialize()
+    try:
+        outbox = ch.outbox()
+        thread = _thread(fake_slack)
+        text = "Hello"
+        ref = await outbox.send(thread, OutboundMessage(text, final=False))
+        started = time.monotonic()
+        while time.monotonic() - started < 1.2:  # the model streams a token every 20 ms
+            text += " more"
+            ref = await outbox.edit(ref, OutboundMessage(text, final=False))
+            await asyncio.sleep(0.02)
+        elapsed = time.monotonic() - started
+        final = text + " THE END"
+        ref = await outbox.edit(ref, OutboundMessage(final))
+    finally:
+        await ch.shutdown()
+    updates = fake_slack.calls_to("chat.update")
+    streamed = updates[:-1]
+    assert 2 <= len(streamed) <= elapsed / 0.3 + 1
+    gaps = [b.at - a.at for a, b in itertools.pairwise(streamed)]
+    assert all(g >= 0.25 for g in gaps)
+    [msg] = fake_slack.thread("C1", thread.thread)
+    assert msg.text == final and updates[-1].args["text"] == final
+
+
+async def test_approval_prompt_press_notice_and_edit(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    outbox = slack.outbox()
+    thread = _thread(fake_slack)
+    ref = await outbox.send(thread, OutboundMessage("Run `deploy.sh`?", buttons=APPROVAL))
+    [msg] = fake_slack.thread("C1", thread.thread)
+    section, actions = msg.blocks
+    assert section["type"] == "section" and "deploy.sh" in section["text"]["text"]
+    assert actions["type"] == "actions"
+    els = actions["elements"]
+    assert [e["text"]["text"] for e in els] == ["Approve", "Always", "Deny"]
+    assert [e.get("style") for e in els] == ["primary", None, "danger"]
+    assert [e["value"] for e in els] == ["ap:7f3a:y", "ap:7f3a:a", "ap:7f3a:n"]
+    assert [e["action_id"] for e in els] == ["parley:approve", "parley:always", "parley:deny"]
+
+    # someone else presses Deny: parsed into an action event, told privately
+    ev = parse_action(fake_slack.press("C1", ref.message_id, "Deny", user="U2"))
+    assert ev is not None and ev.kind == EventKind.ACTION
+    assert ev.action == Action(token="ap:7f3a:n") and ev.user_id == "U2"
+    await outbox.answer_action(ev, "Only the requester can decide this.")
+    [notice] = fake_slack.ephemerals
+    assert notice["user"] == "U2" and notice["channel"] == "C1"
+    assert notice["thread_ts"] == thread.thread and "requester" in notice["text"]
+
+    # the decision replaces the prompt: text says who, buttons are gone
+    assert ev.reply_ref is not None
+    await outbox.edit(ev.reply_ref, OutboundMessage("✅ Approved by @u1: `deploy.sh`"))
+    [msg] = fake_slack.thread("C1", thread.thread)
+    assert "Approved by @u1" in msg.text
+    assert [b["type"] for b in msg.blocks] == ["section"]
+
+
+async def test_429_honours_retry_after_and_pauses_the_channel(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
+) -> None:
+    thread = _thread(fake_slack, "C4")
+    fake_slack.rate_limit("chat.postMessage", retry_after=0)
+    await slack.outbox().send(thread, OutboundMessage("after a 429"))
+    assert [c.status for c in fake_slack.calls_to("chat.postMessage", ok=None)] == [429, 200]
+    assert [m.text for m in fake_slack.thread("C4", thread.thread)] == ["after a 429"]
+    # the shared pace of that channel was pushed for every process
+    assert await redis.exists(channel_pace("C4"))
+    # still limited after the retry: a clear transient error
+    fake_slack.rate_limit("chat.postMessage", times=2, retry_after=0)
+    with pytest.raises(SendRateLimited):
+        await slack.outbox().send(thread, OutboundMessage("again"))
+
+
+async def test_pacing_is_shared_between_processes(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
+) -> None:
+    fake_slack.channel_interval = 0.2  # the fake 429s anything faster
+    a = channel_factory(slack_channel_pace_secs=0.25)
+    b = channel_factory(slack_channel_pace_secs=0.25)  # a second worker process
+    await a.initialize()
+    await b.initialize()
+    try:
+        thread = _thread(fake_slack, "C6")
+        await asyncio.gather(
+            *(
+                ch.outbox().send(thread, OutboundMessage(f"m{i}"))
+                for i, ch in enumerate([a, b, a, b])
+            )
+        )
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+    posts = fake_slack.calls_to("chat.postMessage", ok=None)
+    assert [c.status for c in posts] == [200] * 4
+    times = sorted(c.at for c in posts)
+    assert all(y - x >= 0.2 for x, y in itertools.pairwise(times))
+
+
+async def test_working_reaction_added_and_removed(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
+) -> None:
+    user_msg = fake_slack.add_user_message("D2", "hi")
+    thread = ThreadKey("slack", TEAM, "D2", "")
+    await SlackState(redis, 60).remember(last=(thread, f"D2 {user_msg.ts}"))
+    event = InboundEvent(
+        "m:D2:" + user_msg.ts,
+        EventKind.MESSAGE,
+        "slack",
+        thread,
+        "U1",
+        reply_ref=MessageRef("slack", "D2", user_msg.ts),
+    )
+    outbox = slack.outbox()
+    await outbox.typing(thread)
+    await outbox.typing(thread)  # repeated while the turn runs: one reaction call
+    assert user_msg.reactions == {"eyes"}
+    assert len(fake_slack.calls_to("reactions.add", ok=None)) == 1
+    await outbox.turn_finished(thread, event)
+    assert user_msg.reactions == set()
+
+
+async def test_slash_command_where_bot_is_not_a_member_answers_ephemerally(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    fake_slack.not_member.add("C9")
+    url = fake_slack.response_url()
+    reply_to = MessageRef("slack", "C9", "", extra="ru:" + url)
+    thread = ThreadKey("slack", TEAM, "C9", "")
+    ref = await slack.outbox().send(thread, OutboundMessage("4", final=False), reply_to=reply_to)
+    await slack.outbox().edit(ref, OutboundMessage("4 (streaming)", final=False))  # skipped
+    await slack.outbox().edit(ref, OutboundMessage("The answer is 4"))
+    assert [
+        (r["response_type"], r["replace_original"], r["text"]) for r in fake_slack.responses
+    ] == [
+        ("ephemeral", False, "4"),
+        ("ephemeral", True, "The answer is 4"),
+    ]
+
+
+async def test_bad_bot_token_is_one_config_error(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
+) -> None:
+    ch = channel_factory(slack_bot_token="xoxb-wrong")
+    with pytest.raises(ConfigError) as info:
+        await ch.initialize()
+    assert info.value.problems == [
+        "SLACK_BOT_TOKEN: rejected by Slack (invalid_auth); copy the Bot User OAuth Token (xoxb-...)"
+    ]
+    assert "xoxb-wrong" not in str(info.value)
+    assert len(fake_slack.calls_to("auth.test", ok=None)) == 1
+
+
+async def test_formatting_rejected_falls_back_to_plain(
+    fake_slack: FakeSlack, slack: SlackChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    thread = _thread(fake_slack)
+    fake_slack.fail("chat.postMessage", "invalid_blocks")
+    with caplog.at_level(logging.WARNING):
+        await slack.outbox().send(thread, OutboundMessage("**bold** answer"))
+    [msg] = fake_slack.thread("C1", thread.thread)
+    assert msg.text == "**bold** answer"
+    assert "plain text" in caplog.text
+
+
+async def test_pacer_pause_applies_to_other_processes(redis: Redis) -> None:
+    pacer = Pacer(redis)
+    await pacer.pause(channel_pace("C1"), 2.0)
+    wait = await Pacer(redis).reserve([(channel_pace("C1"), 1.0)], max_wait=0.5)
+    assert wait is None  # a droppable streaming edit is skipped during the pause

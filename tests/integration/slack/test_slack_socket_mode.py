@@ -1,0 +1,151 @@
+"""Socket Mode against the fake's websocket: ack after submit, reconnects, dead sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from agent_core.events import EventKind, InboundEvent, ThreadKey
+from agent_core.ingest import Ingest
+from channels.slack.channel import SlackChannel
+from channels.slack.inbound import SlackInbound
+from channels.slack.socket_mode import SocketModeGateway
+from channels.slack.state import SlackState
+from tests.fakes.slack import BOT_USER, TEAM, FakeSlack
+
+Published = Callable[[], Awaitable[list[InboundEvent]]]
+
+
+@contextlib.asynccontextmanager
+async def running(
+    gateway_run: Callable[[asyncio.Event], Awaitable[None]],
+) -> AsyncIterator[asyncio.Event]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(gateway_run(stop))
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_events_are_acked_after_submit(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    async with running(lambda stop: slack.run_gateway(ingest, stop)):
+        await fake_slack.wait_connected()
+        env = await fake_slack.push("events_api", fake_slack.message("D1", "over the socket"))
+        assert await fake_slack.wait_ack(env) == {"envelope_id": env}
+        [ev] = await published()
+        assert ev.text == "over the socket" and ev.thread == ThreadKey("slack", TEAM, "D1", "")
+        # a redelivery of the same event is acked and not published twice
+        body = fake_slack.message("D1", "twice")
+        for attempt in (0, 1):
+            await fake_slack.wait_ack(
+                await fake_slack.push("events_api", body, retry_attempt=attempt)
+            )
+        assert [e.text for e in await published()] == ["over the socket", "twice"]
+
+
+async def test_interactive_and_slash_commands(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    from agent_core.events import Button, OutboundMessage
+
+    thread = ThreadKey("slack", TEAM, "D3", "")
+    ref = await slack.outbox().send(
+        thread, OutboundMessage("ok?", buttons=(Button("Approve", "tok1"),))
+    )
+    async with running(lambda stop: slack.run_gateway(ingest, stop)):
+        await fake_slack.wait_connected()
+        env = await fake_slack.push(
+            "interactive", fake_slack.press("D3", ref.message_id, "Approve")
+        )
+        await fake_slack.wait_ack(env)
+        env = await fake_slack.push("slash_commands", fake_slack.command("D3", "hello"))
+        ack = await fake_slack.wait_ack(env)
+        assert ack["payload"]["response_type"] == "ephemeral"
+    action, command = await published()
+    assert (
+        action.kind == EventKind.ACTION
+        and action.action is not None
+        and action.action.token == "tok1"
+    )
+    assert command.text == "hello" and command.is_direct
+
+
+async def test_reconnects_after_the_socket_is_dropped(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    async with running(lambda stop: slack.run_gateway(ingest, stop)):
+        await fake_slack.wait_connected(1)
+        await fake_slack.drop_sockets()
+        await fake_slack.wait_connected(2)
+        env = await fake_slack.push("events_api", fake_slack.message("D1", "after the drop"))
+        await fake_slack.wait_ack(env)
+        # Slack's periodic refresh: reconnect at once on a disconnect message
+        await fake_slack.request_disconnect()
+        await fake_slack.wait_connected(3)
+    assert [e.text for e in await published()] == ["after the drop"]
+    assert len(fake_slack.calls_to("apps.connections.open")) == 3
+
+
+async def test_half_open_socket_is_detected_and_replaced(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    async with running(lambda stop: slack.run_gateway(ingest, stop)):
+        await fake_slack.wait_connected(1)
+        fake_slack.freeze()  # no pongs: the socket looks up but is dead
+        await asyncio.sleep(0.1)
+        assert fake_slack.sockets_opened == 1
+        await fake_slack.wait_connected(2, within=5)
+        env = await fake_slack.push("events_api", fake_slack.message("D1", "fresh socket"))
+        await fake_slack.wait_ack(env)
+    assert [e.text for e in await published()] == ["fresh socket"]
+
+
+async def test_no_ack_when_the_store_is_down(fake_slack: FakeSlack, slack: SlackChannel) -> None:
+    broken = Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    inbound = SlackInbound(Ingest(broken), SlackState(broken, 60), bot_user_id=lambda: BOT_USER)
+    gateway = SocketModeGateway(
+        inbound, slack.web, slack.session, fake_slack.app_token, ping_interval=0.2
+    )
+    try:
+        async with running(gateway.run):
+            await fake_slack.wait_connected()
+            env = await fake_slack.push("events_api", fake_slack.message("D1", "lost?"))
+            with pytest.raises(TimeoutError):
+                await fake_slack.wait_ack(env, within=0.5)
+    finally:
+        await broken.aclose()
+
+
+async def test_bad_app_token_is_one_line_not_a_loop(
+    fake_slack: FakeSlack,
+    channel_factory: Callable[..., SlackChannel],
+    ingest: Ingest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ch = channel_factory(slack_app_token="xapp-wrong")
+    await ch.initialize()
+    try:
+        with caplog.at_level(logging.ERROR, logger="channels.slack"):
+            async with running(lambda stop: ch.run_gateway(ingest, stop)):
+                await asyncio.sleep(0.5)
+    finally:
+        await ch.shutdown()
+    assert len(fake_slack.calls_to("apps.connections.open", ok=None)) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [
+        "SLACK_APP_TOKEN rejected by Slack (invalid_auth): Socket Mode is off until restart"
+    ]
+    assert all("xapp-wrong" not in r.getMessage() for r in caplog.records)

@@ -1,0 +1,224 @@
+"""The Outbox through the real python-telegram-bot against the fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+
+from agent_core.errors import SendFailed
+from agent_core.events import Attachment, Button, ButtonStyle, OutboundMessage, ThreadKey
+from channels.telegram import TelegramChannel, refs
+from tests.fakes.telegram import FakeTelegram
+
+DM = ThreadKey("telegram", "123456", "42")
+GROUP = ThreadKey("telegram", "123456", "-100900")
+
+
+def long_answer(paragraphs: int = 10) -> str:
+    return "\n\n".join(f"**Part {i}.** " + "lorem ipsum " * 60 for i in range(paragraphs))
+
+
+async def test_long_answer_is_split_in_order(fake: FakeTelegram, channel: TelegramChannel) -> None:
+    text = long_answer()
+    ref = await channel.outbox().send(DM, OutboundMessage(text))
+    sent = fake.calls_of("sendMessage")
+    assert len(sent) == 2
+    texts = [c.params["text"] for c in sent]
+    assert all(len(t) <= 4096 for t in texts)
+    assert texts[0].startswith("Part 0.") and texts[1].startswith("Part ")
+    assert "".join(texts).count("Part ") == 10
+    ids = [m for m, _ in refs.decode_parts(ref.extra, ref.message_id)]
+    assert len(ids) == 2 and ref.message_id == str(ids[0])
+    assert [fake.message(42, m).text for m in ids] == texts
+    # bold survives as an entity, not as asterisks
+    assert "**" not in texts[0] and '"bold"' in sent[0].params["entities"]
+
+
+async def test_formatting_rejected_is_resent_plain(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    fake.fail_next("sendMessage", 400, "Bad Request: can't parse entities: Unsupported start tag")
+    ref = await channel.outbox().send(DM, OutboundMessage("The **answer** is `42`."))
+    failed, ok = [c for c in fake.calls if c.method == "sendMessage"]
+    assert failed.status == 400 and "entities" in failed.params
+    assert ok.status == 200 and "entities" not in ok.params
+    assert fake.message(42, int(ref.message_id)).text == "The answer is 42."
+    # the same for an edit
+    fake.fail_next("editMessageText", 400, "Bad Request: can't parse entities: x")
+    await channel.outbox().edit(ref, OutboundMessage("The **answer** is `43`."))
+    assert fake.message(42, int(ref.message_id)).text == "The answer is 43."
+    assert fake.message(42, int(ref.message_id)).entities == []
+
+
+async def test_fake_rejects_what_telegram_rejects(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    from telegram import MessageEntity
+    from telegram.error import BadRequest
+
+    bot = channel.bot
+    with pytest.raises(BadRequest, match=r"(?i)can't parse entities"):
+        await bot.send_message(42, "Hello. World!", parse_mode="MarkdownV2")
+    with pytest.raises(BadRequest, match=r"(?i)can't parse entities"):
+        await bot.send_message(42, "short", entities=[MessageEntity("bold", 2, 10)])
+    with pytest.raises(BadRequest, match="too long"):
+        await bot.send_message(42, "x" * 4097)
+    from telegram import InlineKeyboardButton, InlineKeyboardMarkup
+
+    kb = InlineKeyboardMarkup([[InlineKeyboardButton("x", callback_data="y" * 65)]])
+    with pytest.raises(BadRequest, match=r"(?i)button_data_invalid"):
+        await bot.send_message(42, "ok", reply_markup=kb)
+    await bot.send_message(42, "Hello\\. World\\!", parse_mode="MarkdownV2")
+
+
+async def test_streaming_edits_are_paced_and_final_is_complete(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    out = channel.outbox()
+    interval = out.limits.chat_interval
+    words = [f"w{i}" for i in range(60)]
+    ref = await out.send(DM, OutboundMessage(words[0], final=False))
+    t0 = time.monotonic()
+    for i in range(1, len(words)):  # the core streams faster than Telegram allows
+        ref = await out.edit(ref, OutboundMessage(" ".join(words[: i + 1]), final=False))
+        await asyncio.sleep(0.01)
+    elapsed = time.monotonic() - t0
+    ref = await out.edit(ref, OutboundMessage(" ".join(words) + " **done**", final=True))
+    edits = fake.calls_of("editMessageText")
+    assert len(edits) <= elapsed / interval + 2, "non-final edits must be skipped, not queued"
+    assert len(edits) >= 2
+    gaps = [b.at - a.at for a, b in itertools.pairwise(edits)]
+    assert min(gaps) >= interval * 0.75
+    final = fake.message(42, int(ref.message_id))
+    assert final.text == " ".join(words) + " done"
+    assert any(e["type"] == "bold" for e in final.entities)
+
+
+async def test_stream_outgrowing_4096_continues_in_new_message(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("start", final=False))
+    text = long_answer(4)
+    ref = await out.edit(ref, OutboundMessage(text, final=True))
+    text2 = long_answer(12)
+    ref = await out.edit(ref, OutboundMessage(text2, final=True))
+    ids = [m for m, _ in refs.decode_parts(ref.extra, ref.message_id)]
+    assert len(ids) == 3 and ids == sorted(ids)
+    shown = [fake.message(42, m).text for m in ids]
+    assert "".join(shown).count("Part ") == 12
+    assert len(fake.calls_of("sendMessage")) == 3
+    # unchanged parts are not edited again
+    before = len(fake.calls_of("editMessageText"))
+    ref = await out.edit(ref, OutboundMessage(text2, final=True))
+    assert len(fake.calls_of("editMessageText")) == before
+
+
+async def test_429_pauses_the_chat_and_retries(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    fake.fail_next("sendMessage", 429, retry_after=1)
+    t0 = time.monotonic()
+    ref = await channel.outbox().send(DM, OutboundMessage("not dropped"))
+    assert time.monotonic() - t0 >= 0.95
+    assert fake.message(42, int(ref.message_id)).text == "not dropped"
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [429, 200]
+
+
+async def test_pacing_keeps_under_the_fakes_limits(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    fake.chat_interval = channel.outbox().limits.group_interval * 0.9  # group: 20/min analogue
+    fake.set_chat(-100900, "supergroup")
+    await channel.outbox().send(GROUP, OutboundMessage(long_answer(10)))
+    await channel.outbox().send(GROUP, OutboundMessage("and one more"))
+    statuses = [c.status for c in fake.calls if c.method == "sendMessage"]
+    assert statuses == [200, 200, 200]
+
+
+async def test_non_final_edit_is_skipped_not_queued(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("draft", final=False))
+    t0 = time.monotonic()
+    same = await out.edit(ref, OutboundMessage("draft grows", final=False))  # slot taken
+    assert time.monotonic() - t0 < out.limits.chat_interval / 2
+    assert same.extra == ref.extra and fake.calls_of("editMessageText") == []
+    # a 429 on a streamed edit also skips it instead of waiting
+    await asyncio.sleep(out.limits.chat_interval)
+    fake.fail_next("editMessageText", 429, retry_after=5)
+    t0 = time.monotonic()
+    await out.edit(ref, OutboundMessage("draft grows more", final=False))
+    assert time.monotonic() - t0 < 1.0
+
+
+async def test_approval_prompt_press_answer_and_keyboard_removal(
+    webhook: FakeTelegram,
+    channel: TelegramChannel,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    out = channel.outbox()
+    buttons = (
+        Button("Approve", "ap:k3y:y", ButtonStyle.PRIMARY),
+        Button("Always", "ap:k3y:a"),
+        Button("Deny", "ap:k3y:n", ButtonStyle.DANGER),
+    )
+    ref = await out.send(DM, OutboundMessage("Run `rm -rf build/`?", buttons=buttons))
+    prompt = webhook.message(42, int(ref.message_id))
+    assert prompt.reply_markup is not None
+    [row] = prompt.reply_markup["inline_keyboard"]
+    assert [(b["text"], b["callback_data"]) for b in row] == [
+        ("Approve", "ap:k3y:y"),
+        ("Always", "ap:k3y:a"),
+        ("Deny", "ap:k3y:n"),
+    ]
+    press = webhook.press(42, int(ref.message_id), "ap:k3y:a", user_id=42)
+    assert await webhook.deliver(press) == 200
+    [event] = await published()
+    assert event.action is not None and event.action.token == "ap:k3y:a"
+    assert event.thread == DM and event.user_id == "42"
+
+    await out.answer_action(event, "already decided")
+    cq_id = press["callback_query"]["id"]
+    assert webhook.answered[cq_id] == "already decided"
+    await out.answer_action(event, "again")  # a second answer is refused; never raises
+
+    assert event.reply_ref is not None
+    await out.edit(event.reply_ref, OutboundMessage("✅ Always approved by Ada"))
+    prompt = webhook.message(42, int(ref.message_id))
+    assert prompt.text == "✅ Always approved by Ada"
+    assert prompt.reply_markup is None
+
+
+async def test_typing_refreshes_until_turn_finished(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    out = channel.outbox()
+    topic = ThreadKey("telegram", "123456", "-100800", "9")
+    await out.typing(topic)
+    await out.typing(topic)  # idempotent: one refresher per thread
+    await asyncio.sleep(out.limits.typing_interval * 3.5)
+    await out.turn_finished(topic, None)
+    n = len(fake.calls_of("sendChatAction"))
+    assert 2 <= n <= 8
+    assert all(c.params.get("message_thread_id") == "9" for c in fake.calls_of("sendChatAction"))
+    await asyncio.sleep(out.limits.typing_interval * 2)
+    assert len(fake.calls_of("sendChatAction")) == n
+
+
+async def test_blocked_bot_is_a_clear_send_failure(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    with pytest.raises(SendFailed, match="blocked"):
+        await channel.outbox().send(DM, OutboundMessage("hello?"))
+
+
+async def test_download_on_demand(fake: FakeTelegram, channel: TelegramChannel) -> None:
+    fake.add_file("doc-1", b"%PDF-1.4 fake", "application/pdf")
+    data = await channel.download(Attachment("document", "a.pdf", "application/pdf", 13, "doc-1"))
+    assert data == b"%PDF-1.4 fake"

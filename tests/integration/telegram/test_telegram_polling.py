@@ -1,0 +1,151 @@
+"""Long polling, start-up token checks and webhook administration against the fake."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from redis.asyncio import Redis
+
+from agent_core.errors import ConfigError, StoreUnavailable
+from agent_core.events import InboundEvent
+from agent_core.ingest import Ingest
+from channels.telegram import TelegramChannel, admin
+from channels.telegram.polling import Poller
+from tests.fakes.telegram import WEBHOOK_SECRET, FakeTelegram
+
+
+async def wait_for(cond, limit: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + limit
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+def poller(channel: TelegramChannel) -> Poller:
+    return Poller(channel.bot, lambda: channel.context, timeout=1, retry_secs=0.05,
+                  conflict_retry_secs=0.05)  # fmt: skip
+
+
+async def test_polling_publishes_in_order_and_confirms(
+    fake: FakeTelegram,
+    channel_factory,
+    ingest: Ingest,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    channel = await channel_factory(public_url="")
+    updates = [fake.message_update(42, f"m{i}") for i in range(3)]
+    for u in updates:
+        fake.queue_update(u)
+    fake.queue_update(updates[1])  # a redelivery
+    stop = asyncio.Event()
+    p = poller(channel)
+    task = asyncio.create_task(p.run(ingest, stop))
+    await wait_for(lambda: p.offset == updates[-1]["update_id"] + 1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert [e.text for e in await published()] == ["m0", "m1", "m2"]
+    assert not fake.pending  # the final offset was confirmed to Telegram
+    await channel.shutdown()
+
+
+async def test_offset_not_advanced_past_unpublished_update(
+    fake: FakeTelegram,
+    channel_factory,
+    redis: Redis,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    channel = await channel_factory(public_url="")
+    down = {"on": True}
+
+    async def store_down(event: InboundEvent) -> str | None:
+        if down["on"]:
+            raise StoreUnavailable("redis went away")
+        return None
+
+    ingest = Ingest(redis, filters=[store_down])
+    first = fake.message_update(42, "first")
+    fake.queue_update(first)
+    stop = asyncio.Event()
+    p = poller(channel)
+    task = asyncio.create_task(p.run(ingest, stop))
+    await wait_for(lambda: len(fake.calls_of("getUpdates")) >= 1)
+    await asyncio.sleep(0.3)  # several failed attempts
+    assert p.offset is None
+    assert await published() == []
+    assert fake.pending[0]["update_id"] == first["update_id"]  # still unconfirmed
+    # stop while the store is down: the update must stay unconfirmed at Telegram
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert [u["update_id"] for u in fake.pending] == [first["update_id"]]
+
+    # a new poller (restart) with the store back gets it
+    down["on"] = False
+    stop2 = asyncio.Event()
+    p2 = poller(channel)
+    task2 = asyncio.create_task(p2.run(ingest, stop2))
+    await wait_for(lambda: p2.offset == first["update_id"] + 1)
+    stop2.set()
+    await asyncio.wait_for(task2, 5)
+    assert [e.text for e in await published()] == ["first"]
+    await channel.shutdown()
+
+
+async def test_conflict_is_one_log_line_and_polling_resumes(
+    fake: FakeTelegram, channel_factory, ingest: Ingest, published,  # type: ignore[no-untyped-def]
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    channel = await channel_factory(public_url="")
+    fake.webhook = {"url": "https://elsewhere.example/hook", "secret_token": ""}
+    stop = asyncio.Event()
+    p = poller(channel)
+    with caplog.at_level(logging.INFO, logger="channels.telegram.polling"):
+        task = asyncio.create_task(p.run(ingest, stop))
+        await wait_for(lambda: len([c for c in fake.calls if c.status == 409]) >= 4)
+        conflicts = [r for r in caplog.records if "409 Conflict" in r.getMessage()]
+        assert len(conflicts) == 1
+        assert "delete-webhook" in conflicts[0].getMessage()
+        assert not task.done()
+        fake.webhook = {"url": "", "secret_token": ""}  # the operator deleted the webhook
+        fake.queue_update(fake.message_update(42, "back"))
+        await wait_for(lambda: p.offset is not None)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert [e.text for e in await published()] == ["back"]
+    assert any("resumed" in r.getMessage() for r in caplog.records)
+    await channel.shutdown()
+
+
+async def test_revoked_token_is_one_clear_line(
+    fake: FakeTelegram,
+    channel_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    fake.revoked = True
+    with pytest.raises(ConfigError) as exc:
+        await channel_factory()
+    [line] = exc.value.problems
+    assert line.startswith("TELEGRAM_BOT_TOKEN: rejected by Telegram")
+    assert fake.token not in line and fake.token.split(":")[1] not in line
+
+
+async def test_webhook_mode_requires_a_secret(fake: FakeTelegram, channel_factory) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match="TELEGRAM_WEBHOOK_SECRET"):
+        await channel_factory(telegram_webhook_secret=None)
+
+
+async def test_admin_set_info_delete(fake: FakeTelegram, channel: TelegramChannel) -> None:
+    settings = channel.settings
+    out = await admin.set_webhook(settings, "https://parley.example/")
+    assert "https://parley.example/telegram/webhook" in out
+    assert fake.webhook["url"] == "https://parley.example/telegram/webhook"
+    assert fake.webhook["secret_token"] == WEBHOOK_SECRET
+    info = await admin.webhook_info(settings)
+    assert "https://parley.example/telegram/webhook" in info and "pending updates:  0" in info
+    assert WEBHOOK_SECRET not in info
+    await admin.delete_webhook(settings)
+    assert fake.webhook["url"] == ""
+    assert "(none: polling mode)" in await admin.webhook_info(settings)
+    with pytest.raises(ConfigError, match="PUBLIC_URL"):
+        await admin.set_webhook(settings, "http://insecure.example")

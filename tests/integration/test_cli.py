@@ -1,0 +1,121 @@
+"""The `parley` command as a user runs it: real subprocesses, real embedded Valkey."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parley(
+    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    base = {
+        k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
+    }
+    base.pop("REDIS_URL", None)
+    base.pop("PORT", None)
+    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "bots.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=base,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def test_version() -> None:
+    r = parley(["--version"], {})
+    assert r.returncode == 0
+    assert r.stdout.startswith("parley ")
+
+
+def test_piped_chat_answers_each_line_and_history_survives_a_restart(tmp_path: Path) -> None:
+    env = {"PARLEY_DATA_DIR": str(tmp_path / "data")}
+    first = parley(["chat"], env, stdin="hello\n/help\n")
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    assert "Demo model" in out  # the demo labels its first answer
+    assert "/new" in out  # /help answered
+    assert "Traceback" not in first.stderr
+
+    second = parley(["chat"], env, stdin="hello again\n")
+    assert second.returncode == 0, second.stderr
+    # the conversation was loaded from disk: the demo does not introduce itself again
+    assert "Demo model" not in second.stdout
+    assert "Hello!" in second.stdout or "You said" in second.stdout
+
+    # and the history is really in the persisted store
+    import asyncio
+
+    from agent_core.agent.session import Session
+    from agent_core.store.client import make_clients
+    from agent_core.store.delivery import Delivery
+    from agent_core.store.embedded import EmbeddedValkey
+    from channels.console.chat import console_thread
+
+    async def read_history() -> list[str]:
+        v = EmbeddedValkey(tmp_path / "data")
+        await v.start()
+        c = make_clients(v.url)
+        try:
+            ver, data = await Delivery(c.redis, c.blocking).load_session(console_thread())
+            assert data is not None
+            return [m.content for m in Session.from_json(data, ver).history if m.role == "user"]
+        finally:
+            await c.close()
+            await v.stop()
+
+    assert asyncio.run(read_history()) == ["hello", "hello again"]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"LLM_BACKEND": "gpt5000"}, "LLM_BACKEND: unknown backend 'gpt5000'"),
+        ({"REDIS_URL": "http://localhost:6379"}, "REDIS_URL: must start with redis://"),
+        ({"REDIS_URL": "redis://127.0.0.1:1/0"}, "REDIS_URL: cannot reach redis://127.0.0.1:1/0"),
+        (
+            {"REDIS_URL": "redis://:hunter2secret@127.0.0.1:1"},
+            "REDIS_URL: cannot reach redis://***@127.0.0.1:1",
+        ),
+        (
+            {"PARLEY_DATA_DIR": "/proc/parley-cannot-write"},
+            "PARLEY_DATA_DIR: cannot write to /proc/parley-cannot-write",
+        ),
+        ({"PORT": "eighty"}, "PORT: Input should be a valid integer"),
+    ],
+)
+def test_bad_configuration_is_one_clear_line_and_exit_2(
+    env: dict[str, str], expected: str, tmp_path: Path
+) -> None:
+    env = {"PARLEY_DATA_DIR": str(tmp_path / "d"), **env}
+    r = parley(["run"], env, timeout=30)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert expected in r.stderr, r.stderr
+    assert "hunter2secret" not in r.stderr + r.stdout
+
+
+def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = parley(
+            ["run"],
+            {"PARLEY_DATA_DIR": str(tmp_path / "d"), "PORT": str(port), "HOST": "127.0.0.1"},
+            timeout=30,
+        )
+    assert r.returncode == 2
+    assert f"PORT: cannot listen on 127.0.0.1:{port}" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,231 @@
+"""Delivery invariants on a real Valkey: dedup, hand-off, ordering, recovery, no duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from agent_core.agent.agent import Agent
+from agent_core.errors import StoreUnavailable
+from agent_core.events import EventKind, InboundEvent, ThreadKey
+from agent_core.ingest import Ingest, Submitted
+from agent_core.llm.base import Completion, CompletionRequest, ModelInfo, StreamItem, TextDelta
+from agent_core.settings import CoreSettings
+from agent_core.store import keys
+from agent_core.store.client import RedisClients
+from agent_core.store.delivery import Delivery
+from agent_core.worker import Worker
+from tests.fakes.outbox import RecordingOutbox
+
+
+def msg(thread: ThreadKey, n: int | str, text: str = "") -> InboundEvent:
+    return InboundEvent(
+        event_id=f"e{n}",
+        kind=EventKind.MESSAGE,
+        channel="web",
+        thread=thread,
+        user_id="u1",
+        text=text or f"m{n}",
+    )
+
+
+class SlowEcho:
+    """A provider that answers 'echo: <last user text>' after ``delay`` and records overlap."""
+
+    def __init__(self, delay: float = 0.05) -> None:
+        self.delay = delay
+        self.active: dict[str, int] = {}
+        self.max_overlap = 0
+        self.seen: list[tuple[str, str]] = []
+        self.block: asyncio.Event | None = None
+
+    name = "slow-echo"
+
+    async def initialize(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def model_info(self, model: str | None = None) -> ModelInfo:
+        return ModelInfo("slow-echo")
+
+    async def list_models(self) -> list[str]:
+        return ["slow-echo"]
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        t = request.session_id
+        self.active[t] = self.active.get(t, 0) + 1
+        self.max_overlap = max(self.max_overlap, self.active[t])
+        try:
+            users = [m.content for m in request.messages if m.role == "user"]
+            self.seen.append((t, users[-1]))
+            if self.block is not None:
+                await self.block.wait()
+            await asyncio.sleep(self.delay)
+            return Completion(text="echo: " + " + ".join(users[-1:]), model="slow-echo")
+        finally:
+            self.active[t] -= 1
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        c = await self.complete(request)
+        yield TextDelta(c.text)
+        yield c
+
+
+def make_worker(
+    clients: RedisClients, llm: Any, outbox: RecordingOutbox, name: str, **overrides: Any
+) -> Worker:
+    settings = CoreSettings(
+        **{"sweep_interval_secs": 0.1, "reclaim_idle_secs": 0.3, "lock_ttl_secs": 2.0, **overrides}
+    )
+    delivery = Delivery(
+        clients.redis, clients.blocking, lock_ttl_ms=int(settings.lock_ttl_secs * 1000)
+    )
+    agent = Agent(settings, llm, delivery, {"web": outbox})
+    return Worker(settings, delivery, agent, name=name)
+
+
+async def wait_for(cond: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+async def test_ingest_dedups_on_event_id(redis: Any) -> None:
+    ingest = Ingest(redis)
+    t = ThreadKey("web", "local", "a")
+    assert await ingest.submit(msg(t, 1)) == Submitted.ACCEPTED
+    assert await ingest.submit(msg(t, 1)) == Submitted.DUPLICATE
+    assert await redis.xlen(keys.INBOX_STREAM) == 1
+
+
+async def test_failed_publish_releases_the_claim(
+    redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingest = Ingest(redis)
+    t = ThreadKey("web", "local", "a")
+
+    async def broken(*a: Any, **k: Any) -> None:
+        raise RedisConnectionError("down")
+
+    monkeypatch.setattr(redis, "xadd", broken)
+    with pytest.raises(StoreUnavailable):
+        await ingest.submit(msg(t, 1))
+    monkeypatch.undo()
+    # the platform's retry gets through
+    assert await ingest.submit(msg(t, 1)) == Submitted.ACCEPTED
+    assert await redis.xlen(keys.INBOX_STREAM) == 1
+
+
+async def test_handoff_is_idempotent_and_takes_the_lock_once(redis_clients: RedisClients) -> None:
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    t = ThreadKey("web", "local", "a")
+    ev = msg(t, 1)
+    got = await d.handoff([(b"1-1", ev)], "w1")
+    assert got == [t]
+    got = await d.handoff([(b"1-2", ev)], "w2")  # redelivery of the same event
+    assert got == []
+    assert await redis_clients.redis.llen(keys.mailbox(t)) == 1
+
+
+async def test_one_turn_at_a_time_per_thread_in_arrival_order(redis_clients: RedisClients) -> None:
+    llm = SlowEcho(0.02)
+    outbox = RecordingOutbox()
+    workers = [make_worker(redis_clients, llm, outbox, f"w{i}") for i in range(3)]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+    ingest = Ingest(redis_clients.redis)
+    threads = [ThreadKey("web", "local", f"c{i}") for i in range(5)]
+    for n in range(10):
+        for t in threads:
+            await ingest.submit(msg(t, f"{t.conversation}-{n}", f"{t.conversation} #{n}"))
+    await wait_for(
+        lambda: (
+            sum(len(outbox.final_texts(str(t))) for t in threads) >= 1
+            and all(_covered(llm, str(t), t.conversation) for t in threads)
+        ),
+        30,
+    )
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert llm.max_overlap == 1, "two turns of one thread ran at the same time"
+    for t in threads:
+        order = [int(u.split("#")[-1]) for tk, u in llm.seen if tk == str(t)]
+        # every message reached the model (directly or injected), in order
+        assert order == sorted(order)
+        history = " ".join(u for tk, u in llm.seen if tk == str(t))
+        assert f"{t.conversation} #9" in history
+    assert await redis_clients.redis.zcard(keys.ACTIVE_THREADS) == 0
+    assert await Delivery(redis_clients.redis, redis_clients.blocking).pending_count() == 0
+
+
+def _covered(llm: SlowEcho, thread: str, conv: str) -> bool:
+    return any(tk == thread and u.endswith(f"{conv} #9") for tk, u in llm.seen)
+
+
+async def test_a_dead_workers_thread_is_picked_up_without_duplicate_reply(
+    redis_clients: RedisClients,
+) -> None:
+    """Worker A sends the reply then dies before completing; B reruns and edits, not resends."""
+    llm = SlowEcho(0.0)
+    llm.block = None
+    outbox = RecordingOutbox()
+    sent = asyncio.Event()
+    outbox.on_send = sent
+    a = make_worker(redis_clients, llm, outbox, "A", lock_ttl_secs=1.0)
+    # A dies right after its first send: block its completion forever
+    original_complete = a.delivery.complete
+
+    async def never_complete(*args: Any, **kw: Any) -> int:
+        await asyncio.Event().wait()
+        return await original_complete(*args, **kw)
+
+    a.delivery.complete = never_complete  # type: ignore[method-assign]
+    stop_a = asyncio.Event()
+    task_a = asyncio.create_task(a.run(stop_a))
+    t = ThreadKey("web", "local", "crash")
+    await Ingest(redis_clients.redis).submit(msg(t, 1, "hello"))
+    await asyncio.wait_for(sent.wait(), 10)
+    # SIGKILL-like death: the task vanishes without releasing anything
+    threads = list(a.running.values())
+    for th in threads:
+        th.cancel()
+    task_a.cancel()
+    await asyncio.gather(task_a, *threads, return_exceptions=True)
+    await redis_clients.redis.set(keys.lock(t), "A", px=500)  # the dead worker's lock, expiring
+
+    b = make_worker(redis_clients, llm, outbox, "B")
+    stop_b = asyncio.Event()
+    task_b = asyncio.create_task(b.run(stop_b))
+    await wait_for(lambda: b.turns_done >= 1)
+    stop_b.set()
+    await task_b
+    assert len(outbox.sends(str(t))) == 1, "the rerun sent a second message"
+    assert outbox.final_texts(str(t)) == ["echo: hello"]
+    assert await redis_clients.redis.llen(keys.mailbox(t)) == 0
+
+
+async def test_entries_of_a_dead_consumer_are_reclaimed(redis_clients: RedisClients) -> None:
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    await d.ensure_group()
+    t = ThreadKey("web", "local", "orphan")
+    await Ingest(redis_clients.redis).submit(msg(t, 1, "are you there"))
+    taken = await d.read("dead-consumer", count=10, block_ms=100)  # read, never handed off
+    assert len(taken) == 1
+    outbox = RecordingOutbox()
+    w = make_worker(redis_clients, SlowEcho(0.0), outbox, "rescuer")
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    await wait_for(lambda: w.turns_done >= 1)
+    stop.set()
+    await task
+    assert w.reclaimed == 1
+    assert outbox.final_texts(str(t)) == ["echo: are you there"]
+    assert await d.pending_count() == 0

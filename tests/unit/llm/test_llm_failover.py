@@ -1,0 +1,129 @@
+"""Failover: order, cooldown, never blocking, sticky conversations, tool-message repair."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, TextDelta, ToolCall
+from agent_core.llm.errors import AuthFailed, ContextLengthExceeded, RequestFailed, Timeout
+from agent_core.llm.failover import Failover
+from tests.fakes.llm_servers import FakeClock, ScriptedProvider
+
+REQ = CompletionRequest((ChatMessage("user", "hi"),))
+
+
+def three(
+    clock: FakeClock,
+) -> tuple[Failover, ScriptedProvider, ScriptedProvider, ScriptedProvider]:
+    a, b, c = (ScriptedProvider(f"{n}:m", default=n) for n in "abc")
+    return Failover([a, b, c], threshold=3, cooldown_secs=300, clock=clock), a, b, c
+
+
+async def test_uses_the_first_healthy_provider_in_order(clock: FakeClock) -> None:
+    f, a, b, _ = three(clock)
+    assert (await f.complete(REQ)).text == "a"
+    a.outcomes.append(RequestFailed("500"))
+    assert (await f.complete(REQ)).text == "b"
+    assert len(b.calls) == 1
+
+
+async def test_cools_down_after_threshold_failures_then_comes_back(clock: FakeClock) -> None:
+    f, a, _b, _ = three(clock)
+    a.outcomes.extend([RequestFailed("500"), Timeout("t"), RequestFailed("500")])
+    for _ in range(3):
+        assert (await f.complete(REQ)).text == "b"
+    assert f.cooling(0)
+    calls = len(a.calls)
+    assert (await f.complete(REQ)).text == "b"
+    assert len(a.calls) == calls  # skipped while cooling
+    clock.advance(301)
+    assert (await f.complete(REQ)).text == "a"
+
+
+async def test_all_cooling_uses_the_one_that_cooled_first(clock: FakeClock) -> None:
+    f, _a, _b, _c = three(clock)
+    f._failed(1, RequestFailed())  # b, c, a cool down in that order
+    f._failed(1, RequestFailed())
+    f._failed(1, RequestFailed())
+    clock.advance(1)
+    for _ in range(3):
+        f._failed(2, RequestFailed())
+    clock.advance(1)
+    for _ in range(3):
+        f._failed(0, RequestFailed())
+    assert f.order() == [1]
+    assert (await f.complete(REQ)).text == "b"
+
+
+async def test_request_errors_are_not_failed_over(clock: FakeClock) -> None:
+    f, a, b, _ = three(clock)
+    a.outcomes.append(ContextLengthExceeded("too long"))
+    with pytest.raises(ContextLengthExceeded):
+        await f.complete(REQ)
+    assert b.calls == []
+
+
+async def test_provider_problems_move_on_without_cooling(clock: FakeClock) -> None:
+    f, a, _b, _ = three(clock)
+    a.outcomes.extend([AuthFailed("401")] * 5)
+    for _ in range(5):
+        assert (await f.complete(REQ)).text == "b"
+    assert not f.cooling(0)
+
+
+async def test_all_failing_raises_the_last_error(clock: FakeClock) -> None:
+    f, a, b, c = three(clock)
+    a.outcomes.append(RequestFailed("a down"))
+    b.outcomes.append(RequestFailed("b down"))
+    c.outcomes.append(Timeout("c slow"))
+    with pytest.raises(Timeout, match="c slow"):
+        await f.complete(REQ)
+
+
+async def test_fallbacks_use_their_own_model(clock: FakeClock) -> None:
+    f, a, b, _ = three(clock)
+    a.outcomes.append(RequestFailed("500"))
+    await f.complete(CompletionRequest(REQ.messages, model="cheap-model"))
+    assert a.calls[0].model == "cheap-model"
+    assert b.calls[0].model is None
+
+
+async def test_conversation_sticks_to_its_provider_while_healthy(clock: FakeClock) -> None:
+    f, a, _b, _ = three(clock)
+    a.outcomes.append(RequestFailed("500"))
+    req = CompletionRequest(REQ.messages, session_id="s1")
+    assert (await f.complete(req)).text == "b"
+    # a is healthy again for new conversations, but s1 stays on b
+    assert (await f.complete(CompletionRequest(REQ.messages, session_id="s2"))).text == "a"
+    assert (await f.complete(req)).text == "b"
+    assert (await f.complete(req)).text == "b"
+
+
+async def test_switching_mid_conversation_rewrites_orphaned_tool_results(clock: FakeClock) -> None:
+    f, a, b, _ = three(clock)
+    history = (
+        ChatMessage("user", "find x"),
+        ChatMessage("tool", "x is 42", tool_call_id="toolu_gone", name="search"),
+        ChatMessage("assistant", "", (ToolCall("call_1", "search", {"q": "y"}),)),
+        ChatMessage("tool", "y is 7", tool_call_id="call_1", name="search"),
+    )
+    req = CompletionRequest(history, session_id="s1")
+    await f.complete(req)  # starts on a
+    a.outcomes.extend([RequestFailed("500")] * 3)
+    await f.complete(req)  # moves to b
+    assert a.calls[0].messages == history  # untouched on the first provider
+    sent = b.calls[0].messages
+    assert sent[1] == ChatMessage("user", "[result of tool search]\nx is 42")
+    assert sent[2].tool_calls[0].id == "call_1"  # matched pairs are kept
+    assert sent[3].role == "tool"
+
+
+async def test_stream_fails_over_before_text_only(clock: FakeClock) -> None:
+    f, a, b, _ = three(clock)
+    a.outcomes.append([RequestFailed("down")])
+    items = [i async for i in f.stream(REQ)]
+    assert items[-1] == Completion("b", provider="b:m")
+    a.outcomes.append([TextDelta("partial"), RequestFailed("cut")])
+    with pytest.raises(RequestFailed):
+        _ = [i async for i in f.stream(CompletionRequest(REQ.messages, session_id="x"))]
+    assert len(b.calls) == 1

@@ -1,0 +1,118 @@
+"""Price lookups: prefixes, dated names, local models, unknown models, overrides."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from agent_core.errors import ConfigError
+from agent_core.llm.base import TokenUsage
+from agent_core.llm.prices import DEFAULT_PRICE, PriceTable, strip_prefix
+
+MILLION = TokenUsage(input=1_000_000, output=1_000_000)
+
+
+@pytest.mark.parametrize(
+    ("model", "usd_in", "usd_out"),
+    [
+        ("gpt-4o", 2.50, 10.0),
+        ("openai/gpt-4o", 2.50, 10.0),
+        ("gpt-4o-2024-08-06", 2.50, 10.0),
+        ("gpt-4o-mini", 0.15, 0.60),
+        ("gpt-4o-mini-2024-07-18", 0.15, 0.60),
+        ("gpt-4.1-nano", 0.10, 0.40),
+        ("o3-mini", 1.10, 4.40),
+        ("claude-sonnet-4-20250514", 3.0, 15.0),
+        ("anthropic/claude-3-5-haiku-latest", 0.80, 4.0),
+        ("claude-opus-4-1-20250805", 15.0, 75.0),
+    ],
+)
+def test_known_models(model: str, usd_in: float, usd_out: float) -> None:
+    info = PriceTable().lookup(model)
+    assert info.input_cost_per_token * 1e6 == pytest.approx(usd_in)
+    assert info.output_cost_per_token * 1e6 == pytest.approx(usd_out)
+    assert info.name == model
+
+
+def test_cache_prices_are_billed() -> None:
+    info = PriceTable().lookup("claude-sonnet-4-20250514")
+    cost = info.cost(TokenUsage(cache_read=1_000_000, cache_write=1_000_000))
+    assert cost == pytest.approx(0.30 + 3.75)
+
+
+def test_context_windows() -> None:
+    t = PriceTable()
+    assert t.lookup("gpt-4o").context_window == 128_000
+    assert t.lookup("claude-sonnet-4-20250514").context_window == 200_000
+    assert t.lookup("gpt-4.1").context_window > 1_000_000
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "llama3.2",
+        "meta-llama/llama-3.1-8b-instruct",
+        "mistral-7b",
+        "phi3",
+        "gemma2:9b",
+        "qwen2.5",
+        "deepseek-r1",
+        "codellama:13b",
+    ],
+)
+def test_local_models_are_free(model: str) -> None:
+    assert PriceTable().lookup(model).cost(MILLION) == 0.0
+
+
+def test_anything_on_ollama_is_free() -> None:
+    assert PriceTable().lookup("gpt-4o", local=True).cost(MILLION) == 0.0
+    assert PriceTable().lookup("my-finetune", local=True).cost(MILLION) == 0.0
+
+
+def test_unknown_model_default_price_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    t = PriceTable()
+    with caplog.at_level(logging.WARNING, "agent_core.llm.prices"):
+        a = t.lookup("mystery-model-1")
+        t.lookup("mystery-model-1")
+        PriceTable().lookup("another-table-same-model")
+    assert a.input_cost_per_token == DEFAULT_PRICE.input_cost_per_token
+    warnings = [r for r in caplog.records if "mystery-model-1" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_strip_prefix() -> None:
+    assert strip_prefix("openai/gpt-4o") == "gpt-4o"
+    assert strip_prefix("models/gemini-pro") == "gemini-pro"
+    assert strip_prefix("GPT-4o") == "gpt-4o"
+
+
+def test_prices_file_toml(tmp_path: Path) -> None:
+    f = tmp_path / "prices.toml"
+    f.write_text(
+        '[models."my-model"]\ninput_per_million = 0.5\noutput_per_million = 1.5\n'
+        "context_window = 32768\nsupports_vision = true\n"
+        '[models."gpt-4o"]\ninput_per_million = 1.0\noutput_per_million = 2.0\n'
+    )
+    t = PriceTable(str(f))
+    info = t.lookup("my-model")
+    assert info.cost(MILLION) == pytest.approx(2.0)
+    assert info.context_window == 32768 and info.supports_vision
+    assert t.lookup("openai/gpt-4o").cost(MILLION) == pytest.approx(3.0)  # overridden
+
+
+def test_prices_file_json(tmp_path: Path) -> None:
+    f = tmp_path / "prices.json"
+    f.write_text(json.dumps({"models": {"x-1": {"input_per_million": 1, "output_per_million": 1}}}))
+    assert PriceTable(str(f)).lookup("x-1-0924").cost(MILLION) == pytest.approx(2.0)
+
+
+def test_bad_prices_file(tmp_path: Path) -> None:
+    f = tmp_path / "prices.toml"
+    f.write_text('[models."m"]\ninput_per_million = "cheap"\n')
+    with pytest.raises(ConfigError, match="LLM_PRICES_FILE"):
+        PriceTable(str(f))
+    with pytest.raises(ConfigError, match="cannot read"):
+        PriceTable(str(tmp_path / "missing.toml"))

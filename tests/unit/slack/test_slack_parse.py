@@ -1,0 +1,130 @@
+"""Slack payloads -> InboundEvent (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.events import Action, EventKind, MessageRef, ThreadKey
+from channels.slack.parse import (
+    followup_candidate,
+    parse_action,
+    parse_command,
+    parse_event,
+    plain_text,
+)
+
+
+def body(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "event_callback",
+        "team_id": "T1",
+        "event_id": "Ev1",
+        "event": event,
+        "authorizations": [{"user_id": "UBOT", "is_bot": True}],
+    }
+
+
+def msg(**kw: Any) -> dict[str, Any]:
+    ev = {
+        "type": "message",
+        "user": "U1",
+        "text": "hi",
+        "ts": "100.1",
+        "channel": "C1",
+        "channel_type": "channel",
+    }
+    ev.update(kw)
+    return body(ev)
+
+
+def test_dm() -> None:
+    ev = parse_event(msg(channel="D1", channel_type="im", text="hello <@UBOT>"))
+    assert ev is not None
+    assert ev.thread == ThreadKey("slack", "T1", "D1", "")
+    assert ev.is_direct and ev.text == "hello" and ev.event_id == "m:D1:100.1"
+    assert ev.reply_ref == MessageRef("slack", "D1", "100.1")
+
+
+def test_mention_thread_is_its_ts_or_thread_ts() -> None:
+    ev = parse_event(msg(type="app_mention", text="<@UBOT> go"))
+    assert ev is not None and ev.thread.thread == "100.1" and ev.mentions_bot and not ev.is_direct
+    ev = parse_event(msg(type="app_mention", text="<@UBOT> go", thread_ts="99.0"))
+    assert ev is not None and ev.thread.thread == "99.0"
+
+
+def test_channel_messages_need_mention_thread_or_group_reply_all() -> None:
+    assert parse_event(msg()) is None
+    assert parse_event(msg(thread_ts="99.0")) is None
+    ev = parse_event(msg(thread_ts="99.0"), in_bot_thread=True)
+    assert ev is not None and ev.thread.thread == "99.0" and not ev.mentions_bot
+    ev = parse_event(msg(), group_reply="all")
+    assert ev is not None and ev.thread.thread == "100.1"
+    # the message copy of a mention is left to the app_mention event
+    assert parse_event(msg(text="<@UBOT> hi", thread_ts="99.0"), in_bot_thread=True) is None
+
+
+def test_loops_and_noise_are_ignored() -> None:
+    dm = {"channel": "D1", "channel_type": "im"}
+    assert parse_event(msg(user="UBOT", **dm)) is None
+    assert parse_event(msg(bot_id="B1", **dm)) is None
+    assert parse_event(msg(subtype="bot_message", **dm)) is None
+    assert parse_event(msg(subtype="message_changed", **dm)) is None
+    assert parse_event(msg(subtype="message_deleted", **dm)) is None
+    assert parse_event({"type": "event_callback", "event": {"type": "reaction_added"}}) is None
+    assert parse_event({"type": "url_verification"}) is None
+
+
+def test_followup_candidate() -> None:
+    assert followup_candidate(msg(thread_ts="99.0")) == ("T1", "C1", "99.0")
+    assert followup_candidate(msg()) is None
+    assert followup_candidate(msg(thread_ts="99.0", channel_type="im")) is None
+    assert followup_candidate(msg(thread_ts="99.0", bot_id="B1")) is None
+
+
+def test_plain_text() -> None:
+    assert (
+        plain_text("<@UBOT> see <https://a.io|a> &amp; <#C1|general> <!here>", "UBOT")
+        == "see a (https://a.io) & #general @here"
+    )
+
+
+def test_action() -> None:
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U2", "username": "bob"},
+        "team": {"id": "T1"},
+        "channel": {"id": "C1"},
+        "container": {"message_ts": "105.0", "channel_id": "C1"},
+        "message": {"ts": "105.0", "thread_ts": "100.0"},
+        "actions": [{"action_id": "parley:deny", "value": "ap:1:n", "action_ts": "106.5"}],
+    }
+    ev = parse_action(payload)
+    assert ev is not None and ev.kind == EventKind.ACTION
+    assert ev.action == Action("ap:1:n") and ev.user_id == "U2" and ev.user_name == "bob"
+    assert ev.thread == ThreadKey("slack", "T1", "C1", "100.0")
+    assert ev.event_id == "a:C1:105.0:106.5"
+    # a top-level prompt (its own thread root) belongs to the channel-level conversation
+    payload["message"] = {"ts": "105.0", "thread_ts": "105.0"}
+    ev = parse_action(payload)
+    assert ev is not None and ev.thread.thread == ""
+    # presses on other apps' buttons are not ours
+    payload["actions"] = [{"action_id": "other", "value": "x", "action_ts": "1"}]
+    assert parse_action(payload) is None
+
+
+def test_command() -> None:
+    form = {
+        "command": "/parley",
+        "text": "hi there",
+        "user_id": "U1",
+        "channel_id": "C1",
+        "team_id": "T1",
+        "trigger_id": "tr1",
+        "response_url": "https://hooks/x",
+    }
+    ev = parse_command(form)
+    assert ev is not None and ev.text == "hi there" and ev.event_id == "c:tr1"
+    assert ev.reply_ref is not None and ev.reply_ref.extra == "ru:https://hooks/x"
+    assert parse_command({**form, "text": ""}) is not None
+    assert parse_command({**form, "command": "/other"}) is None
+    assert parse_command(form, command="/ask") is None

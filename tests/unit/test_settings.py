@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_core.errors import ConfigError
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import PLAINTEXT_SECRETS, CoreSettings, load
+
+
+def test_secret_from_file_when_env_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "key"
+    f.write_text("sk-from-file\n")
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(f))
+    s = load(LLMSettings)
+    assert s.openai_api_key is not None
+    assert s.openai_api_key.get_secret_value() == "sk-from-file"
+
+
+def test_env_beats_file_beats_dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "key"
+    f.write_text("from-file")
+    env = tmp_path / ".env"
+    env.write_text("OPENAI_API_KEY=from-dotenv\nANTHROPIC_API_KEY=dotenv-only\n")
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(f))
+    s = LLMSettings(_env_file=str(env))  # type: ignore[call-arg]
+    assert s.openai_api_key is not None
+    assert s.openai_api_key.get_secret_value() == "from-file"
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    s = LLMSettings(_env_file=str(env))  # type: ignore[call-arg]
+    assert s.openai_api_key is not None
+    assert s.openai_api_key.get_secret_value() == "from-env"
+    # a secret that came from the plaintext .env is reported
+    assert s.anthropic_api_key is not None
+    assert "ANTHROPIC_API_KEY" in PLAINTEXT_SECRETS
+
+
+def test_unreadable_secret_file_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", "/nonexistent/key")
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    assert exc.value.problems == [
+        "OPENAI_API_KEY_FILE: cannot read '/nonexistent/key' (No such file or directory)"
+    ]
+
+
+def test_invalid_settings_give_one_readable_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORT", "eighty")
+    monkeypatch.setenv("WORKER_CONCURRENCY", "0")
+    monkeypatch.setenv("REDIS_URL", "http://example.com")
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings)
+    lines = exc.value.problems
+    assert len(lines) == 3
+    assert any(line.startswith("PORT:") and "whole number" in line for line in lines)
+    assert any(line.startswith("WORKER_CONCURRENCY:") for line in lines)
+    assert any(line.startswith("REDIS_URL:") and "redis://" in line for line in lines)
+    assert all("eighty" not in line for line in lines)
+
+
+def test_unknown_backend_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_BACKEND", "gpt5000")
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    assert exc.value.problems[0].startswith("LLM_BACKEND: unknown backend 'gpt5000'")
+
+
+def test_backend_aliases_and_auto_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_BACKEND", "Claude")
+    assert load(LLMSettings).llm_backend == "anthropic"
+    monkeypatch.delenv("LLM_BACKEND")
+    assert load(LLMSettings).resolve_backend()[0] == "demo"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
+    assert load(LLMSettings).resolve_backend()[0] == "anthropic"
+    monkeypatch.setenv("OPENAI_API_KEY", "y")
+    assert load(LLMSettings).resolve_backend() == ("openai", "OPENAI_API_KEY is set")
