@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Install Parley with its dev tools and run every check: lint, format, types, tests.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-python -m pip install -q -e '.[dev]'
+source "$(dirname "$0")/_venv.sh"
+python -m pip install -q --disable-pip-version-check -e '.[dev]'
 ruff check .
 ruff format --check .
 mypy

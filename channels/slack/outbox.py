@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 _FORMAT_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long"})
 _NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
 _MEMO_MAX = 10_000
+_DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -79,7 +80,7 @@ class SlackOutbox:
         """One paced Web API call. Returns None when a droppable call was skipped."""
         if self.pace_secs > 0:
             paces = [(channel_pace(channel), self.pace_secs)]
-            max_wait = (self.stream_interval or 1.0) if droppable else None
+            max_wait = _DROPPABLE_MAX_WAIT if droppable else None
             delay = await self.pacer.reserve(paces, max_wait=max_wait)
             if delay is None:
                 return None

@@ -55,7 +55,7 @@ class Limits:
     global_interval: float = 1 / 30
     typing_interval: float = 4.0
     typing_max_secs: float = 600.0
-    edit_max_wait: float = 0.0  # a non-final edit waits at most this for a slot
+    edit_max_wait: float = 0.25  # a non-final edit waits at most this for a slot, else skips
     max_retry_wait: float = 60.0
 
 

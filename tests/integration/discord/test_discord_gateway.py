@@ -223,3 +223,19 @@ async def test_bad_token_is_one_clear_config_error(
         await gw.channel.initialize()
     assert err.value.problems == [BAD_TOKEN]
     assert "wrong-token" not in str(err.value)
+
+
+async def test_two_shards_in_one_process(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    gw = make_gateway(discord_shards="2")
+    await gw.start()
+    try:
+        await fake_discord.wait_ready(2)
+        assert sorted(i["shard"] for i in fake_discord.identifies) == [[0, 2], [1, 2]]
+        await fake_discord.user_message(CHANNEL_ID, "guild", mention=True)
+        await fake_discord.user_message(DM_CHANNEL_ID, "dm")
+        events = await gw.wait_published(2)
+        assert sorted(e.text for e in events) == ["dm", "guild"]
+    finally:
+        await gw.halt()

@@ -124,13 +124,15 @@ async def test_429_is_waited_out_and_shared_through_the_pacer(
 ) -> None:
     fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/messages$", 0.3)
     started = time.monotonic()
+    started_ms = int(time.time() * 1000)
     ref = await outbox.send(THREAD, OutboundMessage("patience"))
     assert time.monotonic() - started >= 0.3
     posts = fake_discord.calls_to("POST", r"/messages$")
     assert [c.status for c in posts] == [429, 200]
     assert ref.message_id in fake_discord.messages[CHANNEL_ID]
-    # every worker now waits on this channel's pace
-    assert await redis.exists(channel_pace(CHANNEL_ID))
+    # the 429 paused this channel's shared pace, so every worker waited too
+    paused_until = int(await redis.get(channel_pace(CHANNEL_ID)) or 0)
+    assert paused_until >= started_ms + 250
 
 
 async def test_long_429_raises_send_rate_limited(

@@ -43,6 +43,11 @@ def make_settings(fake: FakeSlack, **overrides: object) -> SlackSettings:
 
 
 @pytest.fixture
+def slack_settings(fake_slack: FakeSlack) -> SlackSettings:
+    return make_settings(fake_slack)
+
+
+@pytest.fixture
 def channel_factory(fake_slack: FakeSlack, redis: Redis) -> Callable[..., SlackChannel]:
     def build(group_reply: str = "mention", **overrides: object) -> SlackChannel:
         deps = ChannelDeps(redis=redis, pacer=Pacer(redis), group_reply=group_reply)

@@ -78,10 +78,11 @@ async def test_long_answer_is_split_in_order_under_the_limits(
     assert [ref.message_id, *ref.extra.split(",")] == [m.ts for m in msgs]
 
 
+@pytest.mark.parametrize("pace", [0.0, 0.3])
 async def test_streaming_edits_are_rate_limited_and_final_text_complete(
-    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], pace: float
 ) -> None:
-    ch = channel_factory(slack_stream_interval=0.3, slack_channel_pace_secs=0.3)
+    ch = channel_factory(slack_stream_interval=0.3, slack_channel_pace_secs=pace)
     await ch.initialize()
     try:
         outbox = ch.outbox()
@@ -89,9 +90,12 @@ async def test_streaming_edits_are_rate_limited_and_final_text_complete(
         text = "Hello"
         ref = await outbox.send(thread, OutboundMessage(text, final=False))
         started = time.monotonic()
+        slowest = 0.0
         while time.monotonic() - started < 1.2:  # the model streams a token every 20 ms
             text += " more"
+            t0 = time.monotonic()
             ref = await outbox.edit(ref, OutboundMessage(text, final=False))
+            slowest = max(slowest, time.monotonic() - t0)
             await asyncio.sleep(0.02)
         elapsed = time.monotonic() - started
         final = text + " THE END"
@@ -103,6 +107,7 @@ async def test_streaming_edits_are_rate_limited_and_final_text_complete(
     assert 2 <= len(streamed) <= elapsed / 0.3 + 1
     gaps = [b.at - a.at for a, b in itertools.pairwise(streamed)]
     assert all(g >= 0.25 for g in gaps)
+    assert slowest < 0.2  # a streamed edit that would have to wait is skipped, never queued
     [msg] = fake_slack.thread("C1", thread.thread)
     assert msg.text == final and updates[-1].args["text"] == final
 

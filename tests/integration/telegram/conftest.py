@@ -25,6 +25,7 @@ FAST = Limits(
     group_interval=0.3,
     global_interval=0.0,
     typing_interval=0.05,
+    edit_max_wait=0.02,
     max_retry_wait=5.0,
 )
 

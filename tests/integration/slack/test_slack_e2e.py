@@ -1,0 +1,79 @@
+"""End to end: a real Runtime (worker + web + gateway, demo model) against the fake Slack."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import httpx
+
+import channels.slack
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings
+from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
+from bots.settings import Settings
+from channels.slack.settings import SlackSettings
+from channels.web.channel import WebSettings
+from tests.fakes.slack import FakeSlack
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _wait_for(cond: Any, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.05)
+
+
+async def test_dm_over_http_and_mention_over_socket_are_answered_once(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    settings = Settings(
+        core=CoreSettings(redis_url=valkey.url, sweep_interval_secs=0.2),  # type: ignore[arg-type]
+        llm=LLMSettings(llm_backend="demo"),
+        web=WebSettings(web_chat_enabled=False),
+        platforms={"slack": slack_settings},
+        modules={"slack": channels.slack},
+    )
+    async with Runtime(settings, "all") as rt:
+        stop = asyncio.Event()
+        port = free_port()
+        task = asyncio.create_task(rt.serve(stop, host="127.0.0.1", port=port))
+        try:
+            base = f"http://127.0.0.1:{port}"
+            await _wait_for(lambda: fake_slack.open_sockets > 0)
+            # a DM over the Events API, delivered twice (Slack retry)
+            dm = fake_slack.message("D1", "hello there")
+            for retry in (None, 1):
+                for _ in range(50):
+                    try:
+                        resp = await fake_slack.deliver(base, dm, retry_num=retry)
+                        break
+                    except httpx.ConnectError:
+                        await asyncio.sleep(0.05)
+                assert resp.status_code == 200
+            await _wait_for(lambda: any(m.user == "UBOT" for m in fake_slack.thread("D1")))
+            # a mention over Socket Mode: answered in its thread
+            mention = fake_slack.message("C1", "<@UBOT> hi", kind="app_mention")
+            await fake_slack.wait_ack(await fake_slack.push("events_api", mention))
+            root = mention["event"]["ts"]
+            await _wait_for(lambda: len(fake_slack.thread("C1", root)) >= 1)
+            await asyncio.sleep(0.5)  # room for a (wrong) second answer
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+    dm_answers = [m for m in fake_slack.thread("D1") if m.user == "UBOT"]
+    assert len(dm_answers) == 1 and dm_answers[0].text.strip()
+    thread_answers = [m for m in fake_slack.thread("C1", root) if m.user == "UBOT"]
+    assert len(thread_answers) == 1
+    # the working reaction was put on and taken off again
+    assert fake_slack.calls_to("reactions.add") and fake_slack.calls_to("reactions.remove")
