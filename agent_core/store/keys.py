@@ -61,3 +61,11 @@ def outbox_stream(t: ThreadKey) -> str:
 def archive(t: ThreadKey) -> str:
     """LIST of archived (compacted away) history messages."""
     return f"{PREFIX}{t.tag}:archive"
+
+# --- runtime (leases, metrics) ----------------------------------------------
+METRICS = PREFIX + "metrics"  # HASH 'name|label=value,...' -> number, summed over processes
+
+
+def lease(name: str) -> str:
+    """STRING owner token, PX: one holder among all processes (gateway, scheduler)."""
+    return f"{PREFIX}lease:{name}"

@@ -1,0 +1,87 @@
+"""A Redis lease: exactly one holder among all processes, taken over when it dies.
+
+Used for the gateway connections (one Discord shard set, one Telegram poller) and
+the scheduler.  The holder renews every ttl/3 with its owner token (compare and
+PEXPIRE in Lua); a holder that cannot renew (Redis gone, lease taken) learns it
+through :attr:`Lease.lost` and must stop what the lease protects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from agent_core.store import keys, scripts
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    def __init__(self, redis: Redis, name: str, owner: str, *, ttl: float = 15.0) -> None:
+        self.redis = redis
+        self.name = name
+        self.key = keys.lease(name)
+        self.owner = owner
+        self.ttl_ms = int(ttl * 1000)
+        self.lost = asyncio.Event()
+        self._renew = redis.register_script(scripts.RENEW)
+        self._release = redis.register_script(scripts.RELEASE)
+        self._task: asyncio.Task[None] | None = None
+
+    async def try_acquire(self) -> bool:
+        return bool(await self.redis.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+
+    async def holder(self) -> str | None:
+        raw = await self.redis.get(self.key)
+        return raw.decode() if raw else None
+
+    async def acquire(self, stop: asyncio.Event, *, poll: float | None = None) -> bool:
+        """Wait until the lease is ours (True) or ``stop`` is set (False)."""
+        interval = poll if poll is not None else self.ttl_ms / 3000
+        told = False
+        while not stop.is_set():
+            try:
+                if await self.try_acquire():
+                    self.lost.clear()
+                    self._task = asyncio.create_task(self._keep(), name=f"lease {self.name}")
+                    return True
+                if not told:
+                    log.warning(
+                        "lease %s is held by %s; waiting (another process runs this)",
+                        self.name,
+                        await self.holder(),
+                    )
+                    told = True
+            except (RedisError, OSError) as exc:
+                log.warning("lease %s: Redis unavailable (%s)", self.name, type(exc).__name__)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+        return False
+
+    async def _keep(self) -> None:
+        failures = 0
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            try:
+                ok = await self._renew(keys=[self.key], args=[self.owner, self.ttl_ms])
+                failures = 0
+            except (RedisError, OSError):
+                failures += 1
+                ok = failures < 2  # one missed renewal still leaves 2/3 of the TTL
+            if not ok:
+                log.warning("lease %s lost", self.name)
+                self.lost.set()
+                return
+
+    async def release(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(RedisError, OSError):
+            await self._release(keys=[self.key], args=[self.owner])
