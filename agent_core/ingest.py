@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent
+from agent_core.metrics import METRICS
 from agent_core.store import keys
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Ingest:
             raise StoreUnavailable(f"cannot reach Redis: {type(exc).__name__}") from exc
         if not claimed:
             self.counts[Submitted.DUPLICATE] += 1
+            METRICS.inc("parley_dedup_drops_total", channel=event.channel)
             log.debug("duplicate event %s:%s dropped", event.channel, event.event_id)
             return Submitted.DUPLICATE
         try:
@@ -71,6 +73,7 @@ class Ingest:
                 reason = await f(event)
                 if reason is not None:
                     self.counts[Submitted.REFUSED] += 1
+                    METRICS.inc("parley_refused_total", reason=reason.split(":")[0][:40])
                     log.info("[%s] event %s refused: %s", event.thread, event.event_id, reason)
                     return Submitted.REFUSED
             await self._redis.xadd(
@@ -89,4 +92,5 @@ class Ingest:
                 raise StoreUnavailable(f"cannot publish event: {type(exc).__name__}") from exc
             raise
         self.counts[Submitted.ACCEPTED] += 1
+        METRICS.inc("parley_events_in_total", channel=event.channel)
         return Submitted.ACCEPTED

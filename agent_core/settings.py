@@ -191,3 +191,47 @@ class CoreSettings(ParleySettings):
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return SecretStr(url)
+
+    # --- agent core (issue 4) ----------------------------------------------
+    max_tool_iterations: int = Field(default=50, ge=1, le=1000)
+    tool_timeout_secs: float = Field(default=60.0, gt=0)
+    tool_output_max_chars: int = Field(default=16_000, ge=200)
+    approval_ttl_secs: int = Field(default=1800, ge=10)
+    approver_ids: str = ""  # channel-qualified ids: telegram:123,slack:U01,discord:42
+    admin_ids: str = ""  # channel-qualified ids that get budget warnings
+    http_tool_allowed_hosts: str = ""  # hosts exempt from the private-address refusal
+    http_tool_timeout_secs: float = Field(default=20.0, gt=0)
+    enable_shell_tool: bool = False
+    shell_tool_workdir: str = ""  # '' = the process's working directory
+    shell_tool_timeout_secs: float = Field(default=30.0, gt=0)
+    max_undo_checkpoints: int = Field(default=20, ge=1, le=500)
+    profiles_dir: Path = Path("profiles")
+    context_window: int = Field(default=0, ge=0)  # 0 = the model's own (else 100,000)
+    daily_budget_usd: float = Field(default=0.0, ge=0)  # 0 = no limit
+    user_daily_budget_usd: float = Field(default=0.0, ge=0)
+    hourly_action_limit: int = Field(default=0, ge=0)  # LLM calls per user per hour; 0 = off
+    user_rate_limit: str = ""  # e.g. 20/minute; '' = off
+    dm_policy: str = "pairing"  # open | allowlist | pairing
+    allowed_users: str = ""  # channel-qualified ids
+    access_exempt_channels: str = "web,console"  # the operator's own local channels
+    max_attachment_bytes: int = Field(default=5_000_000, ge=0)
+
+    @field_validator("dm_policy")
+    @classmethod
+    def _dm_policy(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in ("open", "allowlist", "pairing"):
+            raise ValueError("must be open, allowlist or pairing")
+        return v
+
+    @field_validator("user_rate_limit")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        from agent_core.agent.access import parse_rate
+
+        parse_rate(v)  # raises ValueError with a readable message
+        return v.strip()
+
+    @staticmethod
+    def id_list(raw: str) -> frozenset[str]:
+        return frozenset(p.strip() for p in raw.split(",") if p.strip())

@@ -38,6 +38,7 @@ from agent_core.agent.agent import Agent
 from agent_core.agent.reply import LockGuard
 from agent_core.errors import LockLost
 from agent_core.events import InboundEvent, ThreadKey
+from agent_core.metrics import METRICS
 from agent_core.settings import CoreSettings
 from agent_core.store.delivery import Delivery
 
@@ -213,6 +214,9 @@ class Worker:
                     sent_fields=result.sent_fields,
                 )
                 self.turns_done += 1
+                elapsed = time.perf_counter() - started
+                METRICS.inc("parley_turns_total", outcome=result.outcome.split(":")[0])
+                METRICS.observe("parley_turn_seconds", elapsed)
                 if self.on_turn is not None:
                     self.on_turn(thread, result.outcome, time.perf_counter() - started)
                 if left == -1:
@@ -275,6 +279,7 @@ class Worker:
         )
         if entries:
             self.reclaimed += len(entries)
+            METRICS.inc("parley_reclaims_total", len(entries))
             log.info("reclaimed %d stream entries from dead consumers", len(entries))
             await self._hand_off(entries)
             n += len(entries)

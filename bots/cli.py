@@ -170,6 +170,102 @@ def chat() -> None:
     _run_async(main)
 
 
+@app.command()
+def doctor() -> None:
+    """Check settings, Redis, platform tokens, the Telegram webhook and the LLM."""
+    from rich.table import Table
+
+    from bots.ops import doctor as run_doctor
+
+    s = _settings()
+    out = Console(highlight=False)
+
+    async def main() -> None:
+        checks = await run_doctor(s)
+        table = Table(title="parley doctor", show_lines=False)
+        table.add_column("check")
+        table.add_column("status")
+        table.add_column("detail")
+        table.add_column("how to fix")
+        for c in checks:
+            table.add_row(c.name, "[green]OK[/]" if c.ok else "[red]problem[/]", c.detail, c.fix)
+        out.print(table)
+        if not all(c.ok for c in checks):
+            raise typer.Exit(1)
+
+    _run_async(main)
+
+
+@app.command()
+def release() -> None:
+    """Release phase (Heroku): validate settings and Redis, register the Telegram webhook."""
+    from bots.ops import release as run_release
+
+    s = _settings()
+
+    async def main() -> None:
+        for line in await run_release(s):
+            print(line)
+
+    _run_async(main)
+
+
+telegram_app = typer.Typer(help="Telegram webhook administration.", no_args_is_help=True)
+app.add_typer(telegram_app, name="telegram")
+
+
+def _telegram_settings(s: Settings) -> Any:
+    if "telegram" not in s.platforms:
+        _fail(["telegram: the channel is not available in this build"])
+    return s.platforms["telegram"]
+
+
+@telegram_app.command("set-webhook")
+def telegram_set_webhook(
+    drop_pending: Annotated[bool, typer.Option(help="drop updates queued at Telegram")] = False,
+) -> None:
+    """Register PUBLIC_URL/telegram/webhook with the secret token."""
+    from channels.telegram import admin
+
+    s = _settings()
+    tg = _telegram_settings(s)
+    if not s.core.public_url:
+        _fail(["PUBLIC_URL: required to set the webhook (e.g. https://myapp.herokuapp.com)"])
+
+    async def main() -> None:
+        print(await admin.set_webhook(tg, s.core.public_url, drop_pending_updates=drop_pending))
+
+    _run_async(main)
+
+
+@telegram_app.command("delete-webhook")
+def telegram_delete_webhook(
+    drop_pending: Annotated[bool, typer.Option(help="drop updates queued at Telegram")] = False,
+) -> None:
+    """Remove the webhook (to use polling)."""
+    from channels.telegram import admin
+
+    tg = _telegram_settings(_settings())
+
+    async def main() -> None:
+        print(await admin.delete_webhook(tg, drop_pending_updates=drop_pending))
+
+    _run_async(main)
+
+
+@telegram_app.command("webhook-info")
+def telegram_webhook_info() -> None:
+    """Show what Telegram has registered."""
+    from channels.telegram import admin
+
+    tg = _telegram_settings(_settings())
+
+    async def main() -> None:
+        print(await admin.webhook_info(tg))
+
+    _run_async(main)
+
+
 def main(argv: list[str] | None = None) -> Any:
     return app(args=argv)
 

@@ -32,12 +32,14 @@ from agent_core.agent.agent import Agent
 from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
 from agent_core.llm.base import LLMProvider
+from agent_core.metrics import METRICS
 from agent_core.outbox import Outbox
 from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
 from agent_core.store.delivery import Delivery
 from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.lease import Lease
 from agent_core.store.pacing import Pacer
-from agent_core.worker import Worker
+from agent_core.worker import Worker, worker_name
 from bots.settings import Settings
 from channels.base import Channel, ChannelDeps
 from channels.web import channel as web_channel
@@ -206,6 +208,7 @@ class Runtime:
         routes: list[BaseRoute] = [
             Route("/healthz", self._healthz, methods=["GET"]),
             Route("/readyz", self._readyz, methods=["GET"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
         ]
         for ch in self.channels.values():
             routes.extend(ch.routes(self.ingest))
@@ -218,6 +221,55 @@ class Runtime:
             "Parley is running. The local web chat is off here "
             "(set WEB_CHAT_ENABLED=true to serve it).\n"
         )
+
+    async def _metrics(self, request: Request) -> Response:
+        from bots.metrics import render
+
+        assert self.clients is not None
+        await self._flush_metrics()
+        body = await render(self.clients.redis, {"parley_draining": float(self.draining)})
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def _flush_metrics(self) -> None:
+        if self.clients is None:
+            return
+        try:
+            await METRICS.flush(self.clients.redis)
+        except (RedisError, OSError) as exc:
+            log.debug("metrics flush failed: %s", type(exc).__name__)
+
+    async def _metrics_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 5.0)
+            await self._flush_metrics()
+
+    async def _run_gateway(self, ch: Channel, stop: asyncio.Event) -> None:
+        """Hold the channel's gateway lease (one holder across processes), then run it."""
+        assert self.clients is not None and self.ingest is not None
+        lease = Lease(self.clients.redis, f"gateway:{ch.name}", worker_name(), ttl=15.0)
+        if not await lease.acquire(stop):
+            return
+        log.info("gateway %s: lease acquired, connecting", ch.name)
+        inner = asyncio.Event()
+
+        async def relay() -> None:
+            stop_wait = asyncio.create_task(stop.wait())
+            lost_wait = asyncio.create_task(lease.lost.wait())
+            await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+            lost_wait.cancel()
+            inner.set()
+
+        relay_task = asyncio.create_task(relay())
+        try:
+            await ch.run_gateway(self.ingest, inner)
+        finally:
+            relay_task.cancel()
+            await lease.release()
+        if lease.lost.is_set() and not stop.is_set():
+            log.warning("gateway %s lost its lease; waiting to take it back", ch.name)
+            await self._run_gateway(ch, stop)
 
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse(
@@ -247,14 +299,12 @@ class Runtime:
         if self.runs_worker and self.worker is not None:
             tasks.append(asyncio.create_task(self.worker.run(stop), name="worker"))
         if self.runs_gateway:
-            assert self.ingest is not None
             for ch in self.channels.values():
                 if ch.has_gateway:
                     tasks.append(
-                        asyncio.create_task(
-                            ch.run_gateway(self.ingest, stop), name=f"gateway-{ch.name}"
-                        )
+                        asyncio.create_task(self._run_gateway(ch, stop), name=f"gateway-{ch.name}")
                     )
+        tasks.append(asyncio.create_task(self._metrics_loop(stop), name="metrics"))
         if self.runs_web:
             server = make_server(self.web_app(), host, port)
             tasks.append(asyncio.create_task(server.serve(), name="web"))

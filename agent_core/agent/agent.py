@@ -43,6 +43,7 @@ from agent_core.llm.base import (
     ToolCall,
     ToolSpec,
 )
+from agent_core.metrics import METRICS
 from agent_core.outbox import Outbox
 from agent_core.settings import CoreSettings
 from agent_core.store import keys
@@ -297,7 +298,14 @@ class _Turn:
             raise llm_errors.InvalidResponse("stream ended without a final message")
         self.session.usage = self.session.usage + final.usage
         info = self.agent.llm.model_info(final.model or None)
-        self.session.cost_usd += info.cost(final.usage)
+        cost = info.cost(final.usage)
+        self.session.cost_usd += cost
+        model = final.model or info.name
+        METRICS.inc("parley_llm_calls_total", model=model)
+        METRICS.inc("parley_llm_tokens_total", final.usage.input, model=model, kind="input")
+        METRICS.inc("parley_llm_tokens_total", final.usage.output, model=model, kind="output")
+        if cost:
+            METRICS.inc("parley_llm_cost_usd_total", cost, model=model)
         if final.tool_calls and reply.ref is not None:
             await reply.finish()  # keep the streamed preamble as sent
         return final

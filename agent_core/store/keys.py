@@ -69,3 +69,98 @@ METRICS = PREFIX + "metrics"  # HASH 'name|label=value,...' -> number, summed ov
 def lease(name: str) -> str:
     """STRING owner token, PX: one holder among all processes (gateway, scheduler)."""
     return f"{PREFIX}lease:{name}"
+
+
+# --- agent core (issue 4) ---
+# Per thread (the thread's hash tag):
+def approval(t: ThreadKey, approval_id: str) -> str:
+    """HASH: one PendingApproval ('d' JSON) and its decision fields (claimed once)."""
+    return f"{PREFIX}{t.tag}:approval:{approval_id}"
+
+
+def interrupt(t: ThreadKey) -> str:
+    """STRING ms timestamp: '/interrupt' was asked for at that time (set by Ingest)."""
+    return f"{PREFIX}{t.tag}:interrupt"
+
+
+def undo(t: ThreadKey) -> str:
+    """LIST of history snapshots (newest first), at most MAX_UNDO_CHECKPOINTS."""
+    return f"{PREFIX}{t.tag}:undo"
+
+
+def redo(t: ThreadKey) -> str:
+    """LIST of history snapshots undone (newest first); cleared by a new turn."""
+    return f"{PREFIX}{t.tag}:redo"
+
+
+def undo_ops(t: ThreadKey) -> str:
+    """HASH event_id -> result of an undo/redo/checkpoint already applied (rerun-safe)."""
+    return f"{PREFIX}{t.tag}:undoops"
+
+
+def demo_notes(t: ThreadKey) -> str:
+    """LIST of notes written by the harmless ``demo_approval`` tool."""
+    return f"{PREFIX}{t.tag}:demo"
+
+
+# Global, one hash tag per concern so one script touches one slot:
+def user_notes(qualified_user: str) -> str:
+    """HASH note id -> text: the ``remember`` tool's notes for one user."""
+    return f"{PREFIX}{{notes}}:{qualified_user}"
+
+
+def budget_day(day: str) -> str:
+    """STRING micro-dollars spent by everyone on ``day`` (YYYYMMDD, UTC)."""
+    return f"{PREFIX}{{budget}}:day:{day}"
+
+
+def budget_user(day: str, qualified_user: str) -> str:
+    return f"{PREFIX}{{budget}}:user:{day}:{qualified_user}"
+
+
+def budget_reserved(day: str) -> str:
+    """HASH reservation id -> micro-dollars held by LLM calls in flight."""
+    return f"{PREFIX}{{budget}}:reserved:{day}"
+
+
+def budget_actions(qualified_user: str) -> str:
+    """ZSET of one user's LLM calls in the last hour (sliding window)."""
+    return f"{PREFIX}{{budget}}:actions:{qualified_user}"
+
+
+def budget_warned(day: str, scope: str) -> str:
+    """STRING set once per day when ``scope`` passed 80 %."""
+    return f"{PREFIX}{{budget}}:warned:{day}:{scope}"
+
+
+def rate_window(qualified_user: str) -> str:
+    """ZSET of one user's inbound messages in the current sliding window."""
+    return f"{PREFIX}{{access}}:rate:{qualified_user}"
+
+
+def refusal_notice(qualified_user: str, why: str) -> str:
+    """STRING: a refusal notice was sent to this user in this window."""
+    return f"{PREFIX}{{access}}:notified:{why}:{qualified_user}"
+
+
+PAIRED_USERS = PREFIX + "{access}:paired"  # SET of channel-qualified ids let in by pairing
+
+
+def pairing_code(code: str) -> str:
+    """STRING JSON of a pending pairing request, EX 1 h."""
+    return f"{PREFIX}{{access}}:pair:{code}"
+
+
+def pairing_user(qualified_user: str) -> str:
+    """STRING the pending code of one user (so they get the same one again)."""
+    return f"{PREFIX}{{access}}:pairuser:{qualified_user}"
+
+
+def pairing_pending(channel: str) -> str:
+    """ZSET code -> expiry ms: the pending requests of one channel (at most 3)."""
+    return f"{PREFIX}{{access}}:pairpending:{channel}"
+
+
+def admin_thread(qualified_user: str) -> str:
+    """STRING the thread an admin last wrote from (where budget warnings go)."""
+    return f"{PREFIX}{{access}}:adminthread:{qualified_user}"

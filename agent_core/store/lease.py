@@ -37,7 +37,9 @@ class Lease:
 
     async def holder(self) -> str | None:
         raw = await self.redis.get(self.key)
-        return raw.decode() if raw else None
+        if raw is None:
+            return None
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     async def acquire(self, stop: asyncio.Event, *, poll: float | None = None) -> bool:
         """Wait until the lease is ours (True) or ``stop`` is set (False)."""

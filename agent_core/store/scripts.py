@@ -100,3 +100,160 @@ if until_ms > nxt then
 end
 return 1
 """
+
+
+# --- agent core (issue 4) ---
+
+# KEYS: approval hash ; ARGV: decision, decider, decider_name, event_id, now_ms
+# Exactly one decision wins.  Returns {code, decision}:
+#   0 unknown approval (never existed here, or long gone)
+#   1 this event holds the decision (first claim, or the rerun of the same event)
+#   2 already decided by another event
+#   3 expired (recorded as the decision, so nothing can run it later)
+APPROVAL_CLAIM = """
+local exp = redis.call('HGET', KEYS[1], 'exp')
+if not exp then return {0, ''} end
+local dec = redis.call('HGET', KEYS[1], 'dec')
+if dec then
+  if redis.call('HGET', KEYS[1], 'ev') == ARGV[4] then return {1, dec} end
+  return {2, dec}
+end
+if tonumber(ARGV[5]) > tonumber(exp) then
+  redis.call('HSET', KEYS[1], 'dec', 'expired', 'ev', ARGV[4], 'at', ARGV[5])
+  return {3, 'expired'}
+end
+redis.call('HSET', KEYS[1], 'dec', ARGV[1], 'by', ARGV[2], 'byn', ARGV[3], 'ev', ARGV[4],
+  'at', ARGV[5])
+return {1, ARGV[1]}
+"""
+
+# KEYS: undo, redo, ops ; ARGV: event_id, snapshot, max, ttl_ms
+# Pushes a checkpoint taken before the turn of event_id (once per event) and
+# clears redo.  Returns 1 if pushed, 0 if this event already checkpointed.
+UNDO_CHECKPOINT = """
+local f = 'c:' .. ARGV[1]
+if redis.call('HEXISTS', KEYS[3], f) == 1 then return 0 end
+if redis.call('HLEN', KEYS[3]) > 64 then redis.call('DEL', KEYS[3]) end
+redis.call('HSET', KEYS[3], f, '1')
+redis.call('LPUSH', KEYS[1], ARGV[2])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+redis.call('DEL', KEYS[2])
+for i = 1, 3 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+end
+return 1
+"""
+
+# KEYS: from, to, ops ; ARGV: event_id, current_snapshot, max, ttl_ms
+# Undo (from=undo, to=redo) or redo (from=redo, to=undo): pops the newest
+# snapshot of ``from`` and pushes the current one onto ``to``.  Returns the
+# popped snapshot ('' when ``from`` is empty); a rerun of the same event gets
+# the same snapshot without moving anything again.
+UNDO_MOVE = """
+local f = 'u:' .. ARGV[1]
+local done = redis.call('HGET', KEYS[3], f)
+if done then return done end
+local snap = redis.call('LPOP', KEYS[1])
+if not snap then return '' end
+if redis.call('HLEN', KEYS[3]) > 64 then redis.call('DEL', KEYS[3]) end
+redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+redis.call('HSET', KEYS[3], f, snap)
+for i = 1, 3 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+end
+return snap
+"""
+
+# KEYS: day spent, user spent, reservations (hash), user's action window (zset)
+# ARGV: now_ms, day_limit, user_limit, estimate, reservation_id, hourly_limit,
+#       ttl_s, user
+# All amounts are integer micro-dollars; a limit of 0 means none.  Refuses when
+# what is spent plus what calls in flight have reserved reaches a limit, else
+# reserves ``estimate`` (and counts one action).  Returns {code, day, user}:
+# 1 ok, 0 day budget, -1 user budget, -2 hourly action limit.
+BUDGET_RESERVE = """
+local now = tonumber(ARGV[1])
+local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+local uspent = tonumber(redis.call('GET', KEYS[2]) or '0')
+local res = redis.call('HGETALL', KEYS[3])
+local rtot, ruser = 0, 0
+for i = 1, #res, 2 do
+  local est, ts, u = string.match(res[i + 1], '^(%d+)|(%d+)|(.*)$')
+  if (not est) or now - tonumber(ts) > 600000 then
+    redis.call('HDEL', KEYS[3], res[i])
+  else
+    rtot = rtot + tonumber(est)
+    if u == ARGV[8] then ruser = ruser + tonumber(est) end
+  end
+end
+local dl, ul = tonumber(ARGV[2]), tonumber(ARGV[3])
+if dl > 0 and spent + rtot >= dl then return {0, spent, uspent} end
+if ul > 0 and uspent + ruser >= ul then return {-1, spent, uspent} end
+local hl = tonumber(ARGV[6])
+if hl > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 3600000)
+  if redis.call('ZCARD', KEYS[4]) >= hl then return {-2, spent, uspent} end
+  redis.call('ZADD', KEYS[4], now, ARGV[5])
+  redis.call('PEXPIRE', KEYS[4], 3600000)
+end
+redis.call('HSET', KEYS[3], ARGV[5], ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[8])
+redis.call('EXPIRE', KEYS[3], ARGV[7])
+return {1, spent, uspent}
+"""
+
+# KEYS: day spent, user spent, reservations ; ARGV: reservation_id, cost, ttl_s
+# Replaces a reservation by the real cost.  Returns {day total, user total}.
+BUDGET_RECORD = """
+redis.call('HDEL', KEYS[3], ARGV[1])
+local d = redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local u = redis.call('INCRBY', KEYS[2], ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return {d, u}
+"""
+
+# KEYS: window zset, notice flag ; ARGV: now_ms, window_ms, limit, member
+# Sliding window of inbound messages per user.  1 allowed; 2 refused and the
+# user should be told; 3 refused, already told in this window.  Idempotent on
+# ``member`` (the event id): a rerun is not counted twice.
+RATE_WINDOW = """
+local now = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if redis.call('ZSCORE', KEYS[1], ARGV[4]) then return 1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 2 end
+  return 3
+end
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS: code key, user key, channel's pending zset
+# ARGV: code, record_json, now_ms, ttl_ms, max_pending
+# Returns {1, code} the user's existing code, {2, code} a new one, {0, ''} too
+# many pending requests on this channel.
+PAIR_REQUEST = """
+local existing = redis.call('GET', KEYS[2])
+if existing then return {1, existing} end
+local now = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then return {0, ''} end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return {2, ARGV[1]}
+"""
+
+# KEYS: code key, user key, channel's pending zset, paired set
+# ARGV: code, qualified user.  One-time: 1 approved, 0 unknown / expired code.
+PAIR_APPROVE = """
+if not redis.call('GET', KEYS[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+return 1
+"""

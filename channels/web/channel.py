@@ -6,9 +6,19 @@ the same Ingest -> stream -> worker path as every platform; answers come back
 through the thread's out stream (see ``outbox.py``), which the page follows
 with Server-Sent Events and replays on refresh.
 
+The cookie holds ``uid`` (this browser, stable: the user id for rate windows
+and approvals) and ``sid`` (this browser's current conversation).  ``/new``
+sent from the page starts another conversation: a fresh ``sid``, so a fresh
+thread and an empty transcript; the command itself runs in the new thread, so
+the agent's usual "Started a new conversation" is the first thing it shows.
+The previous thread is left as it was (it idles out like any session).
+
 Bad input: a body that is not JSON, too large, or without text -> 4xx and
 nothing is published.  With ``WEB_CHAT_TOKEN`` set every API call needs the
 token (asked once by the page, then kept in the signed cookie).
+
+Every response carries a strict Content-Security-Policy (no inline script, no
+third-party anything) and ``nosniff``; the page never turns text into HTML.
 """
 
 from __future__ import annotations
@@ -16,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import secrets
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +41,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agent_core.agent.parser import Command, parse
 from agent_core.errors import StoreUnavailable
 from agent_core.events import Action, EventKind, InboundEvent, ThreadKey
 from agent_core.ingest import Ingest, Submitted
@@ -48,6 +60,18 @@ COOKIE = "parley_web"
 MAX_BODY = 64 * 1024
 MAX_TEXT = 16_000
 SECRET_KEY = keys.PREFIX + "web:cookie-secret"
+CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 
 
 class WebSettings(ParleySettings):
@@ -99,10 +123,15 @@ class WebChannel(Channel):
             return {}
         return data if isinstance(data, dict) else {}
 
-    def _set_cookie(self, response: Response, data: dict[str, Any]) -> None:
+    def _set_cookie(self, request: Request, response: Response, data: dict[str, Any]) -> None:
         assert self._signer is not None
         response.set_cookie(
-            COOKIE, self._signer.dumps(data), httponly=True, samesite="strict", max_age=30 * 86400
+            COOKIE,
+            self._signer.dumps(data),
+            httponly=True,
+            samesite="strict",
+            max_age=30 * 86400,
+            secure=_is_https(request),
         )
 
     def _authorized(self, data: dict[str, Any]) -> bool:
@@ -118,7 +147,18 @@ class WebChannel(Channel):
                 **({"auth": data["auth"]} if "auth" in data else {}),
             }
             fresh = True
+        if not isinstance(data.get("uid"), str):
+            data["uid"] = data["sid"]  # cookies from before uid existed: keep the same user
+            fresh = True
         return data, fresh
+
+    def _existing(self, request: Request) -> dict[str, Any] | None:
+        """The cookie session, or None when the page was never loaded."""
+        data = self._read_cookie(request)
+        if not isinstance(data.get("sid"), str):
+            return None
+        data.setdefault("uid", data["sid"])
+        return data
 
     # -- routes ------------------------------------------------------------
     def routes(self, ingest: Ingest) -> list[BaseRoute]:
@@ -126,7 +166,7 @@ class WebChannel(Channel):
             data, fresh = self._session(request)
             resp = FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
             if fresh:
-                self._set_cookie(resp, data)
+                self._set_cookie(request, resp, data)
             return resp
 
         async def me(request: Request) -> Response:
@@ -138,7 +178,7 @@ class WebChannel(Channel):
                 }
             )
             if fresh:
-                self._set_cookie(resp, data)
+                self._set_cookie(request, resp, data)
             return resp
 
         async def login(request: Request) -> Response:
@@ -155,7 +195,7 @@ class WebChannel(Channel):
                 return JSONResponse({"error": "wrong token"}, status_code=403)
             data["auth"] = True
             resp = JSONResponse({"ok": True})
-            self._set_cookie(resp, data)
+            self._set_cookie(request, resp, data)
             return resp
 
         async def history(request: Request) -> Response:
@@ -170,8 +210,8 @@ class WebChannel(Channel):
             return JSONResponse({"messages": fold_transcript(entries), "last": last})
 
         async def post_message(request: Request) -> Response:
-            data = self._read_cookie(request)
-            if not isinstance(data.get("sid"), str):
+            data = self._existing(request)
+            if data is None:
                 return JSONResponse({"error": "no session; load the page first"}, status_code=400)
             if not self._authorized(data):
                 return JSONResponse({"error": "token required"}, status_code=401)
@@ -185,21 +225,37 @@ class WebChannel(Channel):
                 return JSONResponse(
                     {"error": f"message longer than {MAX_TEXT} characters"}, status_code=413
                 )
+            client_id = body.get("id")
+            if client_id is not None and not (
+                isinstance(client_id, str) and CLIENT_ID.match(client_id)
+            ):
+                return JSONResponse(
+                    {"error": "'id' must be 8-40 of [A-Za-z0-9_-]"}, status_code=400
+                )
+            sub = parse(text)
+            new_conversation = isinstance(sub, Command) and sub.name == "new"
+            if new_conversation:
+                # "/new starts another": a fresh thread for this browser; the command
+                # runs there, so the agent's confirmation opens the new transcript.
+                data = {**data, "sid": secrets.token_urlsafe(12)}
             thread = thread_for(data["sid"])
             event = InboundEvent(
-                event_id=secrets.token_hex(8),
+                event_id=client_id or secrets.token_hex(8),
                 kind=EventKind.MESSAGE,
                 channel="web",
                 thread=thread,
-                user_id=data["sid"],
+                user_id=data["uid"],
                 user_name="you",
                 text=text,
             )
-            return await self._submit(ingest, event, record=True)
+            resp = await self._submit(ingest, event, record=True)
+            if new_conversation and resp.status_code < 300:
+                self._set_cookie(request, resp, data)
+            return resp
 
         async def post_action(request: Request) -> Response:
-            data = self._read_cookie(request)
-            if not isinstance(data.get("sid"), str) or not self._authorized(data):
+            data = self._existing(request)
+            if data is None or not self._authorized(data):
                 return JSONResponse({"error": "token required"}, status_code=401)
             body = await _json_body(request)
             if isinstance(body, Response):
@@ -213,7 +269,7 @@ class WebChannel(Channel):
                 kind=EventKind.ACTION,
                 channel="web",
                 thread=thread,
-                user_id=data["sid"],
+                user_id=data["uid"],
                 user_name="you",
                 action=Action(token),
             )
@@ -236,14 +292,14 @@ class WebChannel(Channel):
             )
 
         return [
-            Route("/", page, methods=["GET"]),
-            Route("/api/me", me, methods=["GET"]),
-            Route("/api/login", login, methods=["POST"]),
-            Route("/api/history", history, methods=["GET"]),
-            Route("/api/messages", post_message, methods=["POST"]),
-            Route("/api/actions", post_action, methods=["POST"]),
-            Route("/api/events", events, methods=["GET"]),
-            Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+            Route("/", _secured(page), methods=["GET"]),
+            Route("/api/me", _secured(me), methods=["GET"]),
+            Route("/api/login", _secured(login), methods=["POST"]),
+            Route("/api/history", _secured(history), methods=["GET"]),
+            Route("/api/messages", _secured(post_message), methods=["POST"]),
+            Route("/api/actions", _secured(post_action), methods=["POST"]),
+            Route("/api/events", _secured(events), methods=["GET"]),
+            Mount("/static", app=_SecuredApp(StaticFiles(directory=STATIC)), name="static"),
         ]
 
     async def _submit(self, ingest: Ingest, event: InboundEvent, *, record: bool) -> Response:
@@ -253,6 +309,14 @@ class WebChannel(Channel):
             return JSONResponse(
                 {"error": "the server cannot store messages right now"}, status_code=503
             )
+        if result == Submitted.REFUSED:
+            return JSONResponse(
+                {
+                    "error": "your message was not accepted (not allowed, or too many messages)",
+                    "result": result.value,
+                },
+                status_code=429,
+            )
         if result == Submitted.ACCEPTED and record:
             try:
                 await self._outbox.record_user(event.thread, event)
@@ -261,7 +325,13 @@ class WebChannel(Channel):
                     "[%s] could not record the user message in the transcript", event.thread
                 )
         return JSONResponse(
-            {"ok": True, "id": event.event_id, "result": result.value}, status_code=202
+            {
+                "ok": True,
+                "id": event.event_id,
+                "result": result.value,
+                "thread": str(event.thread),
+            },
+            status_code=202,
         )
 
     async def _sse(self, thread: ThreadKey, after: str, request: Request) -> AsyncIterator[bytes]:
@@ -305,7 +375,48 @@ def _valid_entry_id(s: str) -> bool:
     return a.isdigit() and (b == "" or b.isdigit()) and len(s) < 40
 
 
+def _is_https(request: Request) -> bool:
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _secured(endpoint: Endpoint) -> Endpoint:
+    """Add the security headers to every response of ``endpoint``."""
+
+    async def wrapped(request: Request) -> Response:
+        response = await endpoint(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return wrapped
+
+
+class _SecuredApp:
+    """The same headers on a mounted ASGI app's responses (the static files)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.raw = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self.raw]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 async def _json_body(request: Request) -> dict[str, Any] | Response:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        # Also keeps plain HTML forms on other sites from posting here.
+        return JSONResponse(
+            {"error": "send JSON (Content-Type: application/json)"}, status_code=415
+        )
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
         return JSONResponse({"error": "body too large"}, status_code=413)
@@ -327,6 +438,10 @@ def status(
     settings: WebSettings, platforms_enabled: bool, *, hosted: bool = False
 ) -> tuple[bool, str]:
     if settings.web_chat_enabled is True:
+        if hosted and settings.web_chat_token is None:
+            return True, (
+                "WEB_CHAT_ENABLED=true, without WEB_CHAT_TOKEN: anyone who can reach it can chat"
+            )
         return True, "WEB_CHAT_ENABLED=true"
     if settings.web_chat_enabled is False:
         return False, "WEB_CHAT_ENABLED=false"
@@ -342,4 +457,3 @@ def create(settings: WebSettings, deps: ChannelDeps) -> WebChannel:
 
 
 SETTINGS = WebSettings
-_ = time

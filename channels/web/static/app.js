@@ -2,18 +2,23 @@
 // Every piece of text from the user or the LLM reaches the page through
 // textContent / createTextNode only: markdown is parsed into DOM nodes here,
 // never into an HTML string, so nothing in a message can inject markup.
+// The server's Content-Security-Policy forbids inline script on top of that.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const list = $("messages");
 const byId = new Map();
-let last = "0-0";
+let last = "0-0";       // last stream entry seen: the SSE resumes after it
+let thread = "";        // the conversation this page shows
 let source = null;
+let retryTimer = 0;
 
 // ---------------------------------------------------------------- markdown
+const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
+
 function inline(text, parent) {
-  // **bold**, *italic* / _italic_, `code`, [label](http…)
-  const re = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\[[^\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*[^*\n]+\*)|(\b_[^_\n]+_\b)/;
+  // **bold**, *italic* / _italic_, `code`, [label](http…), bare http(s) links
+  const re = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\[[^\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*[^*\s][^*\n]*\*)|(\b_[^_\n]+_\b)|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/;
   while (text.length) {
     const m = re.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
@@ -22,16 +27,23 @@ function inline(text, parent) {
     let el;
     if (m[1]) { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
     else if (m[2]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
-    else if (m[3]) {
-      el = document.createElement("a");
-      el.href = m[4]; el.rel = "noopener noreferrer nofollow"; el.target = "_blank";
-      el.textContent = tok.slice(1, tok.indexOf("]("));
-    }
+    else if (m[3]) el = link(m[4], tok.slice(1, tok.indexOf("](")));
+    else if (m[7]) el = link(tok, tok);
     else { el = document.createElement("em"); inline(tok.slice(1, -1), el); }
     parent.appendChild(el);
     text = text.slice(m.index + tok.length);
   }
 }
+
+function link(url, label) {
+  if (!SAFE_URL.test(url)) return document.createTextNode(label);
+  const a = document.createElement("a");
+  a.href = url; a.rel = "noopener noreferrer nofollow"; a.target = "_blank";
+  a.textContent = label;
+  return a;
+}
+
+const LIST_ITEM = /^\s*([-*+]|\d+[.)])\s+/;
 
 function renderMarkdown(src, into) {
   into.replaceChildren();
@@ -39,31 +51,42 @@ function renderMarkdown(src, into) {
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
-    if (line.startsWith("```")) {
+    if (line.trimStart().startsWith("```")) {
       const pre = document.createElement("pre");
       const code = document.createElement("code");
       const body = [];
       i++;
-      while (i < lines.length && !lines[i].startsWith("```")) body.push(lines[i++]);
+      while (i < lines.length && !lines[i].trimStart().startsWith("```")) body.push(lines[i++]);
       i++;
       code.textContent = body.join("\n");
-      pre.appendChild(code); into.appendChild(pre);
+      pre.appendChild(code); pre.tabIndex = 0;  // scrollable code is reachable by keyboard
+      into.appendChild(pre);
       continue;
     }
-    if (/^\s*([-*]|\d+\.)\s+/.test(line)) {
-      const ordered = /^\s*\d+\./.test(line);
+    if (LIST_ITEM.test(line)) {
+      const ordered = /^\s*\d/.test(line);
       const ul = document.createElement(ordered ? "ol" : "ul");
-      while (i < lines.length && /^\s*([-*]|\d+\.)\s+/.test(lines[i])) {
+      if (ordered) ul.start = parseInt(line, 10) || 1;
+      while (i < lines.length && LIST_ITEM.test(lines[i])) {
         const li = document.createElement("li");
-        inline(lines[i].replace(/^\s*([-*]|\d+\.)\s+/, ""), li);
+        inline(lines[i].replace(LIST_ITEM, ""), li);
         ul.appendChild(li); i++;
       }
       into.appendChild(ul);
       continue;
     }
+    if (line.startsWith(">")) {
+      const q = document.createElement("blockquote");
+      const body = [];
+      while (i < lines.length && lines[i].startsWith(">")) body.push(lines[i++].replace(/^>\s?/, ""));
+      renderMarkdown(body.join("\n"), q);
+      into.appendChild(q);
+      continue;
+    }
     if (!line.trim()) { i++; continue; }
     const para = [];
-    while (i < lines.length && lines[i].trim() && !lines[i].startsWith("```") && !/^\s*([-*]|\d+\.)\s+/.test(lines[i])) para.push(lines[i++]);
+    while (i < lines.length && lines[i].trim() && !lines[i].trimStart().startsWith("```")
+           && !LIST_ITEM.test(lines[i]) && !lines[i].startsWith(">")) para.push(lines[i++]);
     const h = /^(#{1,6})\s+(.*)$/.exec(para[0]);
     const p = document.createElement(h ? "h" + Math.min(h[1].length + 2, 6) : "p");
     para.forEach((l, k) => {
@@ -75,51 +98,66 @@ function renderMarkdown(src, into) {
 }
 
 // ---------------------------------------------------------------- messages
+function scrollDown() {
+  const main = list.parentElement;
+  main.scrollTop = main.scrollHeight;
+}
+
 function upsert(m) {
-  let li = byId.get(m.id);
+  let li = m.id ? byId.get(m.id) : null;
   if (!li) {
     li = document.createElement("li");
-    li.className = "msg";
-    li.appendChild(document.createElement("div"));
+    const body = document.createElement("div");
+    body.className = "body";
+    body.id = "m-" + (m.id || Math.random().toString(36).slice(2));
+    li.appendChild(body);
     list.appendChild(li);
     if (m.id) byId.set(m.id, li);
   }
   const body = li.firstChild;
+  const streaming = m.f === false;
   if (m.kind === "user") {
     li.className = "msg user";
-    body.textContent = m.tx;
+    body.textContent = m.tx || "";
   } else {
-    li.className = "msg bot" + (m.n ? " notice" : "");
+    li.className = "msg bot" + (m.n ? " notice" : "") + (streaming ? " streaming" : "");
     renderMarkdown(m.tx || "", body);
   }
+  li.setAttribute("aria-busy", streaming ? "true" : "false");
+  const hadFocus = li.contains(document.activeElement);
   li.querySelector(".buttons")?.remove();
   if (m.b && m.b.length) {
     const row = document.createElement("div");
     row.className = "buttons";
     row.setAttribute("role", "group");
-    row.setAttribute("aria-label", "Choose");
+    row.setAttribute("aria-label", "Your decision");
     for (const [label, payload, style] of m.b) {
       const b = document.createElement("button");
-      b.type = "button"; b.textContent = label; b.className = style || "secondary";
-      b.setAttribute("aria-label", label);
+      b.type = "button"; b.textContent = label;
+      b.className = ["primary", "secondary", "danger"].includes(style) ? style : "secondary";
+      b.setAttribute("aria-describedby", body.id);
       b.addEventListener("click", () => press(payload, row));
       row.appendChild(b);
     }
     li.appendChild(row);
+  } else if (hadFocus) {
+    $("input").focus();  // the buttons went away under the keyboard: back to the input
   }
-  li.scrollIntoView({ block: "end" });
+  scrollDown();
 }
 
 function showError(text) {
   const li = document.createElement("li");
   li.className = "msg error"; li.setAttribute("role", "alert");
   li.textContent = text;
-  list.appendChild(li); li.scrollIntoView({ block: "end" });
+  list.appendChild(li); scrollDown();
 }
 
+function setTyping(on) { $("typing").hidden = !on; if (on) scrollDown(); }
+
 function handle(ev) {
-  if (ev.t === "typing") { $("typing").hidden = false; return; }
-  if (ev.t === "done") { $("typing").hidden = true; return; }
+  if (ev.t === "typing") { setTyping(true); return; }
+  if (ev.t === "done") { setTyping(false); return; }
   const m = ev.m || {};
   if (ev.t === "user") upsert({ kind: "user", id: ev.id, tx: m.tx });
   else if (ev.t === "message" || ev.t === "edit") upsert({ kind: "bot", id: ev.id, ...m });
@@ -135,22 +173,48 @@ async function api(path, body) {
   });
   let data = {};
   try { data = await r.json(); } catch (_) {}
-  if (!r.ok) throw new Error(data.error || ("HTTP " + r.status));
+  if (!r.ok) {
+    const err = new Error(data.error || ("HTTP " + r.status));
+    err.status = r.status;
+    throw err;
+  }
   return data;
 }
 
+function newId() {
+  const a = new Uint8Array(12);
+  crypto.getRandomValues(a);  // works on plain http too, unlike randomUUID
+  return Array.from(a, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 async function press(payload, row) {
-  row.querySelectorAll("button").forEach((b) => (b.disabled = true));
-  try { await api("/api/actions", { token: payload }); }
-  catch (e) { showError("Could not send your choice: " + e.message); row.querySelectorAll("button").forEach((b) => (b.disabled = false)); }
+  const buttons = row.querySelectorAll("button");
+  buttons.forEach((b) => (b.disabled = true));
+  row.setAttribute("aria-busy", "true");
+  $("input").focus();
+  try { await api("/api/actions", { token: payload }); setTyping(true); }
+  catch (e) {
+    showError("Could not send your choice: " + e.message);
+    buttons.forEach((b) => (b.disabled = false));
+    row.removeAttribute("aria-busy");
+  }
 }
 
 function connect() {
   if (source) source.close();
-  source = new EventSource("/api/events?after=" + encodeURIComponent(last));
-  source.onopen = () => ($("status").textContent = "connected");
-  source.onerror = () => ($("status").textContent = "reconnecting…");
-  source.onmessage = (e) => {
+  clearTimeout(retryTimer);
+  const es = new EventSource("/api/events?after=" + encodeURIComponent(last));
+  source = es;
+  es.onopen = () => { $("status").textContent = "connected"; };
+  es.onerror = () => {
+    if (es !== source) return;
+    $("status").textContent = "reconnecting…";
+    // The browser retries by itself unless the server refused (e.g. session gone):
+    // then start over, which asks for the token again if needed.
+    if (es.readyState === EventSource.CLOSED) retryTimer = setTimeout(() => start().catch(() => {}), 3000);
+  };
+  es.onmessage = (e) => {
+    if (es !== source) return;
     if (e.lastEventId) last = e.lastEventId;
     try { handle(JSON.parse(e.data)); } catch (_) {}
   };
@@ -158,18 +222,50 @@ function connect() {
 
 async function loadHistory() {
   const h = await api("/api/history");
-  list.replaceChildren(); byId.clear();
+  list.replaceChildren(); byId.clear(); setTyping(false);
   for (const m of h.messages) upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m });
   last = h.last || "0-0";
+  if (!h.messages.length) {
+    const li = document.createElement("li");
+    li.className = "msg hint";
+    li.textContent = "A new conversation. Write a message below; /help lists the commands.";
+    list.appendChild(li);
+  }
+}
+
+async function switchTo(newThread) {
+  // "/new" gave this browser another conversation: show its (fresh) transcript.
+  thread = newThread;
+  if (source) { source.close(); source = null; }
+  await loadHistory();
+  connect();
 }
 
 async function start() {
   const me = await api("/api/me");
-  if (me.needs_token) { $("login").hidden = false; $("composer").hidden = true; $("token").focus(); return; }
+  if (me.needs_token) {
+    $("login").hidden = false; $("composer").hidden = true;
+    $("status").textContent = "locked";
+    $("token").focus();
+    return;
+  }
   $("login").hidden = true; $("composer").hidden = false;
+  thread = me.thread;
   await loadHistory();
   connect();
   $("input").focus();
+}
+
+async function send(text) {
+  const id = newId();
+  let r;
+  try { r = await api("/api/messages", { text, id }); }
+  catch (err) {
+    if (err.status === undefined) r = await api("/api/messages", { text, id });  // network blip: once more, same id
+    else throw err;
+  }
+  setTyping(true);
+  if (r.thread && r.thread !== thread) await switchTo(r.thread);
 }
 
 $("composer").addEventListener("submit", async (e) => {
@@ -178,16 +274,24 @@ $("composer").addEventListener("submit", async (e) => {
   const text = input.value;
   if (!text.trim()) return;
   input.value = "";
-  try { await api("/api/messages", { text }); }
-  catch (err) { showError("Not sent: " + err.message); input.value = text; }
+  try { await send(text); }
+  catch (err) {
+    showError("Not sent: " + err.message);
+    if (!input.value) input.value = text;
+    if (err.status === 401) start().catch(() => {});
+  }
 });
 $("input").addEventListener("keydown", (e) => {
-  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+});
+$("new").addEventListener("click", () => {
+  send("/new").catch((err) => showError("Could not start a new conversation: " + err.message));
+  $("input").focus();
 });
 $("login").addEventListener("submit", async (e) => {
   e.preventDefault();
-  try { await api("/api/login", { token: $("token").value }); $("login-error").textContent = ""; start(); }
-  catch (err) { $("login-error").textContent = err.message; }
+  try { await api("/api/login", { token: $("token").value }); $("login-error").textContent = ""; $("token").value = ""; await start(); }
+  catch (err) { $("login-error").textContent = err.message; $("token").focus(); }
 });
 
 start().catch((e) => showError("Could not start: " + e.message));

@@ -1,0 +1,103 @@
+"""``http_request``: GET / HEAD freely, anything else after approval; SSRF-guarded.
+
+See :mod:`agent_core.tools.ssrf` for the address rules.  Redirects are followed
+by hand (at most 5), each target checked again.  The body is read up to 1 MB
+and the LLM sees at most TOOL_OUTPUT_MAX_CHARS of it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+from agent_core.tools.base import Tool, ToolContext, ToolError
+from agent_core.tools.ssrf import Refused, check_url
+
+MAX_BODY = 1_000_000
+MAX_REDIRECTS = 5
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+class HttpArgs(BaseModel):
+    method: Method = Field(default="GET", description="HTTP method")
+    url: str = Field(description="absolute http(s) URL", max_length=4000)
+    headers: dict[str, str] = Field(default_factory=dict, description="request headers")
+    body: str = Field(default="", description="request body (text)", max_length=100_000)
+
+
+def _needs_approval(args: HttpArgs) -> bool:
+    return args.method.upper() not in SAFE_METHODS
+
+
+class HttpRequest(Tool[HttpArgs]):
+    name = "http_request"
+    description = (
+        "Make an HTTP request to a public URL and return the status, some headers and the "
+        "body. GET and HEAD run at once; other methods ask the user for approval first."
+    )
+    args_model = HttpArgs
+    approval = _needs_approval
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self, timeout: float) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                transport=self._transport,
+                timeout=timeout,
+                follow_redirects=False,
+                headers={"user-agent": "Parley/1 (+http_request tool)"},
+                limits=httpx.Limits(max_connections=50, max_keepalive_connections=10),
+            )
+        return self._client
+
+    async def shutdown(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def run(self, args: HttpArgs, ctx: ToolContext) -> str:
+        s = ctx.settings
+        allowed = frozenset(
+            h.lower().rstrip(".") for h in s.id_list(s.http_tool_allowed_hosts)
+        )
+        client = self._http(s.http_tool_timeout_secs)
+        method, url, body = args.method.upper(), args.url, args.body
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                await check_url(url, allowed)
+            except Refused as exc:
+                raise ToolError(f"refused: {exc}") from None
+            try:
+                req = client.build_request(
+                    method, url, headers=args.headers, content=body.encode() if body else None
+                )
+                resp = await client.send(req, stream=True)
+            except httpx.TimeoutException:
+                raise ToolError(f"timed out after {s.http_tool_timeout_secs:g} s") from None
+            except httpx.HTTPError as exc:
+                raise ToolError(f"request failed: {type(exc).__name__}: {exc}") from None
+            try:
+                if resp.is_redirect and "location" in resp.headers:
+                    url = str(resp.url.join(resp.headers["location"]))
+                    if resp.status_code in (301, 302, 303) and method not in SAFE_METHODS:
+                        method, body = "GET", ""
+                    continue
+                data = bytearray()
+                async for chunk in resp.aiter_bytes():
+                    data += chunk
+                    if len(data) >= MAX_BODY:
+                        break
+            finally:
+                await resp.aclose()
+            shown = ("content-type", "content-length", "location", "date")
+            head = "\n".join(f"{k}: {v}" for k, v in resp.headers.items() if k.lower() in shown)
+            text = bytes(data[:MAX_BODY]).decode(resp.encoding or "utf-8", errors="replace")
+            return f"HTTP {resp.status_code} {resp.reason_phrase}\n{head}\n\n{text}"
+        raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")

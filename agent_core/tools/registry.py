@@ -1,0 +1,57 @@
+"""The tool registry: typed tools by name, their specs computed once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agent_core.llm.base import ToolSpec
+from agent_core.tools.base import Tool
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        self._specs: dict[str, ToolSpec] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: Tool[Any]) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        self._specs[tool.name] = ToolSpec(tool.name, tool.description, tool.parameters())
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self, only: Sequence[str] | None = None) -> tuple[ToolSpec, ...]:
+        """Specs in registration order; ``only`` limits them (a profile's tool set)."""
+        if only is None:
+            return tuple(self._specs.values())
+        return tuple(self._specs[n] for n in only if n in self._specs)
+
+    def parse_args(self, name: str, arguments: dict[str, Any]) -> BaseModel:
+        """Validate raw LLM arguments; raises ValueError with a short readable message."""
+        tool = self._tools[name]
+        try:
+            return tool.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ValueError(problems) from None
+
+    async def initialize(self) -> None:
+        for t in self._tools.values():
+            await t.initialize()
+
+    async def shutdown(self) -> None:
+        for t in self._tools.values():
+            await t.shutdown()

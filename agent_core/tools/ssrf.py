@@ -1,0 +1,77 @@
+"""Which addresses the ``http_request`` tool may reach.
+
+Refused unless the host is listed in HTTP_TOOL_ALLOWED_HOSTS: loopback,
+private (RFC 1918, ULA), link-local (including cloud metadata at
+169.254.169.254 and fd00:ec2::254), carrier-grade NAT, multicast, reserved and
+unspecified addresses — checked on every address the name resolves to, after
+DNS resolution (done by the event loop's resolver thread, never blocking it),
+and again on every redirect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_METADATA_NAMES = frozenset({"metadata.google.internal", "metadata", "instance-data"})
+
+
+class Refused(Exception):
+    """The URL points somewhere the tool must not go (message is safe to show)."""
+
+
+def address_refused(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why ``ip`` is off limits, or '' when it is a public address."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local (or cloud metadata) address"
+    if isinstance(ip, ipaddress.IPv4Address) and ip in _CGNAT:
+        return "a shared (carrier-grade NAT) address"
+    if ip.is_private:
+        return "a private address"
+    if ip.is_multicast or ip.is_reserved or ip.is_unspecified:
+        return "a reserved address"
+    return ""
+
+
+def host_allowed(host: str, allowed: frozenset[str]) -> bool:
+    return host.lower().rstrip(".") in allowed
+
+
+async def check_url(url: str, allowed: frozenset[str]) -> None:
+    """Raise :class:`Refused` unless ``url`` is http(s) to a public host (or an allowed one)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise Refused("only http and https URLs are allowed")
+    host = (parts.hostname or "").lower().rstrip(".")
+    if not host:
+        raise Refused("the URL has no host")
+    if host_allowed(host, allowed):
+        return
+    if host in _METADATA_NAMES:
+        raise Refused(f"{host} is a cloud metadata service")
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        why = address_refused(literal)
+        if why:
+            raise Refused(f"{host} is {why}")
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, parts.port or 0, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise Refused(f"cannot resolve {host} ({exc})") from None
+    for info in infos:
+        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        why = address_refused(ip)
+        if why:
+            raise Refused(f"{host} resolves to {ip}, {why}")

@@ -1,0 +1,103 @@
+"""`/metrics`: the shared counters from Redis plus live gauges, via prometheus-client."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from agent_core.metrics import DESCRIPTIONS, parse_field
+from agent_core.store import keys
+
+
+class _Snapshot(Collector):
+    def __init__(self, values: dict[str, float], gauges: dict[str, float]) -> None:
+        self.values = values
+        self.gauges = gauges
+
+    def collect(self) -> Iterator[Metric]:
+        plain: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        hist: dict[str, dict[tuple[tuple[str, str], ...], dict[str, Any]]] = defaultdict(dict)
+        for field, v in self.values.items():
+            name, labels = parse_field(field)
+            for suffix in ("_bucket", "_sum", "_count"):
+                base = name[: -len(suffix)]
+                if name.endswith(suffix) and DESCRIPTIONS.get(base, ("",))[0] == "histogram":
+                    le = labels.pop("le", None)
+                    slot = hist[base].setdefault(
+                        tuple(sorted(labels.items())), {"buckets": {}, "sum": 0.0}
+                    )
+                    if suffix == "_bucket" and le is not None:
+                        slot["buckets"][le] = v
+                    elif suffix == "_sum":
+                        slot["sum"] = v
+                    break
+            else:
+                plain[name].append((labels, v))
+        for name, rows in sorted(plain.items()):
+            help_ = DESCRIPTIONS.get(name, ("counter", name))[1]
+            label_names = sorted({k for labels, _ in rows for k in labels})
+            fam = CounterMetricFamily(name.removesuffix("_total"), help_, labels=label_names)
+            for labels, v in rows:
+                fam.add_metric([labels.get(k, "") for k in label_names], v)
+            yield fam
+        for name, series in sorted(hist.items()):
+            label_names = sorted({k for key in series for k, _ in key})
+            fam_h = HistogramMetricFamily(name, DESCRIPTIONS[name][1], labels=label_names)
+            for key, slot in series.items():
+                labels = dict(key)
+                buckets = sorted(
+                    slot["buckets"].items(),
+                    key=lambda kv: float("inf") if kv[0] == "+Inf" else float(kv[0]),
+                )
+                fam_h.add_metric([labels.get(k, "") for k in label_names], buckets, slot["sum"])
+            yield fam_h
+        for name, v in sorted(self.gauges.items()):
+            g = GaugeMetricFamily(name, name.replace("_", " "))
+            g.add_metric([], v)
+            yield g
+
+
+async def gather_gauges(redis: Redis) -> dict[str, float]:
+    g: dict[str, float] = {}
+    try:
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(keys.INBOX_STREAM)
+            pipe.zcard(keys.ACTIVE_THREADS)
+            length, active = await pipe.execute()
+        g["parley_inbox_length"] = float(length)
+        g["parley_active_threads"] = float(active)
+        try:
+            info = await redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
+            g["parley_inbox_pending"] = float(info["pending"] if info else 0)
+        except RedisError:
+            g["parley_inbox_pending"] = 0.0
+    except RedisError:
+        g["parley_redis_up"] = 0.0
+        return g
+    g["parley_redis_up"] = 1.0
+    return g
+
+
+async def render(redis: Redis, extra_gauges: dict[str, float] | None = None) -> bytes:
+    try:
+        raw = await redis.hgetall(keys.METRICS)
+    except RedisError:
+        raw = {}
+    values = {k.decode(): float(v) for k, v in raw.items()}
+    gauges = await gather_gauges(redis)
+    gauges.update(extra_gauges or {})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(values, gauges))
+    return generate_latest(registry)

@@ -1,0 +1,212 @@
+"""Operator commands: `parley doctor` and `parley release`.
+
+Both build the same pieces the runtime builds, check them one by one, and report
+a table of OK / problem / how to fix.  Neither prints a secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from agent_core.errors import ConfigError
+from agent_core.llm import errors as llm_errors
+from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
+from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.pacing import Pacer
+from bots.settings import Settings
+from channels.base import ChannelDeps
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValkey | None, Check]:
+    core = settings.core
+    embedded = None
+    try:
+        if core.redis_url is not None:
+            url = core.redis_url.get_secret_value()
+            clients = make_clients(url, tls_insecure=core.redis_tls_insecure)
+            where = redact_url(url)
+        else:
+            embedded = EmbeddedValkey(core.parley_data_dir)
+            await embedded.start()
+            clients = make_clients(embedded.url)
+            where = embedded.describe()
+        await check_reachable(clients)
+    except ConfigError as exc:
+        if embedded is not None:
+            await embedded.stop()
+        return None, None, Check("redis", False, exc.problems[0], "fix REDIS_URL / PARLEY_DATA_DIR")
+    try:
+        t0 = time.perf_counter()
+        await clients.redis.ping()
+        rtt = (time.perf_counter() - t0) * 1000
+        server = await clients.redis.info("server")
+        persistence = await clients.redis.info("persistence")
+        version = server.get("valkey_version") or server.get("redis_version") or "?"
+        aof = int(persistence.get("aof_enabled", 0)) == 1
+        rdb = persistence.get("rdb_last_bgsave_status", "?")
+        durable = "AOF on" if aof else f"AOF off (RDB last save {rdb})"
+        ok = True
+        fix = ""
+        if not aof and embedded is None:
+            fix = "without AOF a Redis restart can lose the last seconds of queued messages"
+        return (
+            clients,
+            embedded,
+            Check("redis", ok, f"{where}: version {version}, ping {rtt:.1f} ms, {durable}", fix),
+        )
+    except RedisError as exc:
+        return clients, embedded, Check("redis", False, f"{where}: {type(exc).__name__}", "")
+
+
+async def doctor(settings: Settings) -> list[Check]:
+    checks: list[Check] = [Check("settings", True, "all settings valid")]
+    for name in settings.plaintext_secrets:
+        checks.append(
+            Check(
+                "settings",
+                True,
+                f"{name} comes from the plaintext .env",
+                f"use {name}_FILE or the environment",
+            )
+        )
+    clients, embedded, rc = await _redis(settings)
+    checks.append(rc)
+    try:
+        # platforms
+        for name, (on, why) in settings.platform_status().items():
+            if not on:
+                checks.append(Check(name, True, f"off ({why})"))
+                continue
+            if clients is None:
+                checks.append(Check(name, False, "not checked: Redis unavailable"))
+                continue
+            mod = settings.modules[name]
+            deps = ChannelDeps(
+                redis=clients.redis,
+                pacer=Pacer(clients.redis),
+                public_url=settings.core.public_url.rstrip("/"),
+                group_reply=settings.core.group_reply,
+            )
+            ch = mod.create(settings.platforms[name], deps)
+            try:
+                await ch.initialize()
+                checks.append(Check(name, True, "token accepted"))
+            except ConfigError as exc:
+                checks.append(
+                    Check(name, False, exc.problems[0], f"check the {name.upper()}_* settings")
+                )
+            except Exception as exc:
+                checks.append(Check(name, False, f"{type(exc).__name__}", "see the log"))
+            finally:
+                with contextlib.suppress(Exception):
+                    await ch.shutdown()
+            if name == "telegram":
+                checks.append(await _telegram_webhook(settings))
+        # LLM
+        checks.append(await _llm(settings, clients))
+    finally:
+        if clients is not None:
+            await clients.close()
+        if embedded is not None:
+            await embedded.stop()
+    return checks
+
+
+async def _telegram_webhook(settings: Settings) -> Check:
+    from channels.telegram import admin
+
+    tg = settings.platforms["telegram"]
+    mode = tg.resolved_mode(settings.core.public_url)
+    try:
+        info = await admin.webhook_info(tg)
+    except ConfigError as exc:
+        return Check("telegram webhook", False, exc.problems[0])
+    registered = ""
+    for line in info.splitlines():
+        if line.startswith("webhook url:"):
+            registered = line.split(":", 1)[1].strip()
+    if mode == "webhook":
+        want = admin.webhook_url(settings.core.public_url)
+        if registered != want:
+            return Check(
+                "telegram webhook",
+                False,
+                f"registered {registered!r}, expected {want!r}",
+                "run `parley telegram set-webhook` (the release phase does it on Heroku)",
+            )
+        return Check("telegram webhook", True, f"registered at {want}")
+    if registered and not registered.startswith("(none"):
+        return Check(
+            "telegram webhook",
+            False,
+            f"a webhook is set ({registered}) but mode is polling",
+            "run `parley telegram delete-webhook` or set PUBLIC_URL",
+        )
+    return Check("telegram webhook", True, "polling mode, no webhook set")
+
+
+async def _llm(settings: Settings, clients: RedisClients | None) -> Check:
+    from agent_core.llm.factory import build_provider, describe
+
+    try:
+        provider = build_provider(settings.llm, clients.redis if clients else None)
+    except ConfigError as exc:
+        return Check("llm", False, exc.problems[0])
+    try:
+        await provider.initialize()
+        models = await provider.list_models()
+        return Check(
+            "llm", True, f"{describe(settings.llm)}: reachable, {len(models)} model(s) listed"
+        )
+    except llm_errors.LLMError as exc:
+        return Check(
+            "llm",
+            False,
+            f"{describe(settings.llm)}: {type(exc).__name__}: {exc}",
+            "check the LLM_* settings",
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            await provider.shutdown()
+
+
+async def release(settings: Settings) -> list[str]:
+    """Validate settings and Redis, register the Telegram webhook. Raises ConfigError."""
+    done: list[str] = ["settings: valid"]
+    clients, embedded, rc = await _redis(settings)
+    try:
+        if not rc.ok:
+            raise ConfigError([f"redis: {rc.detail}"])
+        done.append(f"redis: {rc.detail}")
+        from agent_core.llm.factory import build_provider
+
+        build_provider(settings.llm, None)  # key presence and shape
+        done.append("llm: configuration valid")
+        status = settings.platform_status()
+        tg_on, _ = status.get("telegram", (False, ""))
+        if tg_on:
+            tg = settings.platforms["telegram"]
+            if tg.resolved_mode(settings.core.public_url) == "webhook":
+                from channels.telegram import admin
+
+                done.append(await admin.set_webhook(tg, settings.core.public_url))
+            else:
+                done.append("telegram: polling mode (no PUBLIC_URL), webhook not registered")
+    finally:
+        if clients is not None:
+            await clients.close()
+        if embedded is not None:
+            await embedded.stop()
+    return done
