@@ -76,10 +76,7 @@ class Metrics:
         try:
             async with redis.pipeline(transaction=False) as pipe:
                 for field, v in deltas.items():
-                    if float(v).is_integer():
-                        pipe.hincrby(keys.METRICS, field, int(v))
-                    else:
-                        pipe.hincrbyfloat(keys.METRICS, field, v)
+                    pipe.hincrbyfloat(keys.METRICS, field, v)
                 await pipe.execute()
         except Exception:
             with self._lock:

@@ -42,6 +42,13 @@ class Session:
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     extra: dict[str, Any] = field(default_factory=dict)  # room for later features
+    # where the loop stopped for an approval: the calls of that LLM response, the
+    # results already known, the loop-guard state and iteration (see agent.turn)
+    resume: dict[str, Any] = field(default_factory=dict)
+    held: list[dict[str, Any]] = field(default_factory=list)  # events kept while awaiting
+    summary: str = ""  # summary of compacted-away history (goes into the system prompt)
+    token_ratio: float = 1.0  # real prompt tokens / estimate (calibration)
+    last_prompt_tokens: int = 0  # as reported by the provider on the last call
     version: int = 0  # not serialised: the Redis hash carries it
 
     def to_json(self) -> bytes:
@@ -67,6 +74,16 @@ class Session:
             d["pa"] = self.pending_approval
         if self.extra:
             d["x"] = self.extra
+        if self.resume:
+            d["rs"] = self.resume
+        if self.held:
+            d["hd"] = self.held
+        if self.summary:
+            d["sm"] = self.summary
+        if self.token_ratio != 1.0:
+            d["tr"] = self.token_ratio
+        if self.last_prompt_tokens:
+            d["lp"] = self.last_prompt_tokens
         return orjson.dumps(d)
 
     @classmethod
@@ -88,6 +105,11 @@ class Session:
             created_at=d.get("ca", 0.0),
             updated_at=d.get("ua", 0.0),
             extra=d.get("x", {}),
+            resume=d.get("rs", {}),
+            held=d.get("hd", []),
+            summary=d.get("sm", ""),
+            token_ratio=d.get("tr", 1.0),
+            last_prompt_tokens=d.get("lp", 0),
             version=version,
         )
 

@@ -64,9 +64,7 @@ class HttpRequest(Tool[HttpArgs]):
 
     async def run(self, args: HttpArgs, ctx: ToolContext) -> str:
         s = ctx.settings
-        allowed = frozenset(
-            h.lower().rstrip(".") for h in s.id_list(s.http_tool_allowed_hosts)
-        )
+        allowed = frozenset(h.lower().rstrip(".") for h in s.id_list(s.http_tool_allowed_hosts))
         client = self._http(s.http_tool_timeout_secs)
         method, url, body = args.method.upper(), args.url, args.body
         for _hop in range(MAX_REDIRECTS + 1):

@@ -28,6 +28,7 @@ import hmac
 import logging
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ COOKIE = "parley_web"
 MAX_BODY = 64 * 1024
 MAX_TEXT = 16_000
 SECRET_KEY = keys.PREFIX + "web:cookie-secret"
+SSE_BLOCK_MS = 1_000
+SSE_PING_SECS = 15.0
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
 
 CSP = (
@@ -95,6 +98,7 @@ class WebChannel(Channel):
         self.blocking: Redis | None = None
         self._outbox = LocalOutbox(deps.redis, "web")
         self._signer: URLSafeSerializer | None = None
+        self._closing = asyncio.Event()
 
     def outbox(self) -> Outbox:
         return self._outbox
@@ -111,6 +115,9 @@ class WebChannel(Channel):
             raw = await self.redis.get(SECRET_KEY)
             secret = raw.decode() if raw else secrets.token_urlsafe(32)
         self._signer = URLSafeSerializer(secret, salt="parley-web")
+
+    async def shutdown(self) -> None:
+        self.close_streams()
 
     # -- cookie session ----------------------------------------------------
     def _read_cookie(self, request: Request) -> dict[str, Any]:
@@ -334,6 +341,14 @@ class WebChannel(Channel):
             status_code=202,
         )
 
+    def close_streams(self) -> None:
+        """End every live event stream now (the process is draining).
+
+        Browsers reconnect on their own (to another web process, or to this one
+        when it is back) and resume from the last entry they saw.
+        """
+        self._closing.set()
+
     async def _sse(self, thread: ThreadKey, after: str, request: Request) -> AsyncIterator[bytes]:
         client = self.blocking or self.redis
         stream = keys.outbox_stream(thread)
@@ -343,17 +358,22 @@ class WebChannel(Channel):
             info = await self.redis.xrevrange(stream, count=1)
             last = info[0][0].decode() if info else "0-0"
         yield b"retry: 2000\n\n"
-        while True:
+        quiet_since = time.monotonic()
+        while not self._closing.is_set():
             if await request.is_disconnected():
                 return
             try:
-                resp = await client.xread({stream: last}, block=15_000, count=100)
+                # Short blocks: a draining process ends its streams within SSE_BLOCK_MS.
+                resp = await client.xread({stream: last}, block=SSE_BLOCK_MS, count=100)
             except RedisError:
                 await asyncio.sleep(1.0)
                 continue
             if not resp:
-                yield b": ping\n\n"
+                if time.monotonic() - quiet_since >= SSE_PING_SECS:
+                    quiet_since = time.monotonic()
+                    yield b": ping\n\n"
                 continue
+            quiet_since = time.monotonic()
             for _name, entries in resp:
                 for entry_id, fields in entries:
                     last = entry_id.decode()

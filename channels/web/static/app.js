@@ -106,6 +106,7 @@ function scrollDown() {
 function upsert(m) {
   let li = m.id ? byId.get(m.id) : null;
   if (!li) {
+    list.querySelector(".hint")?.remove();
     li = document.createElement("li");
     const body = document.createElement("div");
     body.className = "body";

@@ -1,0 +1,268 @@
+"""Approvals as stored state: PendingApproval records, button tokens, one-winner claims.
+
+A tool call that needs a person's yes is stored as a :class:`PendingApproval`
+in a per-thread Redis hash (``{thread}:approval:<id>``) that outlives every
+process.  The prompt's three buttons carry opaque tokens ``ap:<id>:a|w|d``
+(at most 17 ASCII bytes, within every platform's limit).  A decision is
+*claimed* by one Lua script on that hash: the first claim wins, every later
+press (double click, replay, another instance) sees the decision already made.
+
+Only the thread's own hash is ever consulted, so a token pressed in another
+thread or platform, or a forged one, finds nothing and is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, cast
+
+import orjson
+from redis.asyncio import Redis
+
+from agent_core.events import Button, ButtonStyle, MessageRef, ThreadKey
+from agent_core.llm.errors import redact
+from agent_core.store import keys, scripts
+
+TOKEN_PREFIX = "ap:"
+_DECISION_CODES = {"a": "approve", "w": "always", "d": "deny"}
+_CODE_OF = {v: k for k, v in _DECISION_CODES.items()}
+_ID = re.compile(r"^[A-Za-z0-9_\-]{6,24}$")
+_SECRET_KEY = re.compile(
+    r"(authorization|auth|token|secret|password|passwd|api[_-]?key|cookie|session|private[_-]?key)",
+    re.IGNORECASE,
+)
+MAX_VALUE_CHARS = 200
+KEEP_AFTER_EXPIRY_SECS = 86_400  # a late press still hears "expired", not "unknown"
+
+
+class ClaimOutcome(StrEnum):
+    WON = "won"  # this event decides (or already decided, on a rerun of it)
+    ALREADY = "already"  # someone else decided first
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"
+
+
+@dataclass
+class PendingApproval:
+    id: str
+    thread: str
+    tool: str
+    call_id: str
+    arguments: dict[str, Any]
+    requester: str  # channel-qualified user id
+    requester_name: str = ""
+    created_at: float = 0.0
+    expires_at: float = 0.0
+    prompt_ref: MessageRef | None = None
+    # decision fields (set by the claim)
+    decision: str = ""
+    decided_by: str = ""
+    decided_by_name: str = ""
+    decided_at: float = 0.0
+    result: str | None = None  # the tool's output once run (a rerun reuses it)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "id": self.id,
+                "t": self.thread,
+                "tool": self.tool,
+                "cid": self.call_id,
+                "args": self.arguments,
+                "rq": self.requester,
+                "rqn": self.requester_name,
+                "ca": self.created_at,
+                "ea": self.expires_at,
+            }
+        )
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes]) -> PendingApproval:
+        d = orjson.loads(h[b"d"])
+        ref = h.get(b"ref")
+        res = h.get(b"res")
+        return cls(
+            id=d["id"],
+            thread=d["t"],
+            tool=d["tool"],
+            call_id=d["cid"],
+            arguments=d.get("args") or {},
+            requester=d["rq"],
+            requester_name=d.get("rqn", ""),
+            created_at=d.get("ca", 0.0),
+            expires_at=d.get("ea", 0.0),
+            prompt_ref=MessageRef.from_dict(orjson.loads(ref)) if ref else None,
+            decision=h.get(b"dec", b"").decode(),
+            decided_by=h.get(b"by", b"").decode(),
+            decided_by_name=h.get(b"byn", b"").decode(),
+            decided_at=int(h.get(b"at", b"0")) / 1000,
+            result=res.decode() if res is not None else None,
+        )
+
+
+def token(approval_id: str, decision: str) -> str:
+    return f"{TOKEN_PREFIX}{approval_id}:{_CODE_OF[decision]}"
+
+
+def parse_token(tok: str) -> tuple[str, str] | None:
+    """``ap:<id>:a`` -> (id, 'approve'); None for anything else."""
+    if not tok.startswith(TOKEN_PREFIX):
+        return None
+    body = tok[len(TOKEN_PREFIX) :]
+    aid, _, code = body.rpartition(":")
+    if not _ID.match(aid) or code not in _DECISION_CODES:
+        return None
+    return aid, _DECISION_CODES[code]
+
+
+def buttons(approval_id: str) -> tuple[Button, ...]:
+    return (
+        Button("Approve", token(approval_id, "approve"), ButtonStyle.PRIMARY),
+        Button("Always", token(approval_id, "always"), ButtonStyle.SECONDARY),
+        Button("Deny", token(approval_id, "deny"), ButtonStyle.DANGER),
+    )
+
+
+# --- readable summaries -----------------------------------------------------
+def _show(value: Any, key: str = "") -> str:
+    if key and _SECRET_KEY.search(key):
+        return "•••"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k}: {_show(v, str(k))}" for k, v in value.items())
+        text = "{" + inner + "}"
+    elif isinstance(value, str):
+        text = redact(value)
+    else:
+        text = redact(orjson.dumps(value).decode())
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[:MAX_VALUE_CHARS] + f"… ({len(text)} chars)"
+    return text.replace("`", "'")
+
+
+def describe_call(tool: str, arguments: dict[str, Any]) -> str:
+    lines = [f"**{tool}**"]
+    for k, v in arguments.items():
+        lines.append(f"- {k}: `{_show(v, str(k))}`")
+    return "\n".join(lines)
+
+
+def prompt_text(a: PendingApproval, ttl_secs: int) -> str:
+    mins = max(1, round(ttl_secs / 60))
+    return (
+        "🔐 **Approval needed** — I want to run:\n\n"
+        f"{describe_call(a.tool, a.arguments)}\n\n"
+        f"Approve once, Always (this tool, for the rest of this conversation), or Deny. "
+        f"Typing *yes* / *always* / *no* works too. Expires in {mins} min. (id `{a.id}`)"
+    )
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M UTC")
+
+
+def resolved_text(a: PendingApproval, decision: str, by_name: str, at: float) -> str:
+    verdict = {
+        "approve": "✅ Approved",
+        "always": "✅ Approved (always, for this conversation)",
+        "deny": "❌ Denied",
+        "expired": "⌛ Expired — not run",
+        "cancel": "🚫 Cancelled — not run",
+    }.get(decision, decision)
+    who = f" by {by_name}" if by_name and decision not in ("expired",) else ""
+    return f"{describe_call(a.tool, a.arguments)}\n\n{verdict}{who} at {_when(at)}."
+
+
+# --- the store --------------------------------------------------------------
+@dataclass
+class ClaimResult:
+    outcome: ClaimOutcome
+    decision: str = ""
+
+
+@dataclass
+class ApprovalStore:
+    redis: Redis
+    ttl_secs: int = 1800
+    clock: Callable[[], float] = time.time
+    _claim: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._claim = self.redis.register_script(scripts.APPROVAL_CLAIM)
+
+    @staticmethod
+    def new_id() -> str:
+        return secrets.token_urlsafe(9)  # 12 chars, 72 random bits
+
+    def new(
+        self,
+        thread: ThreadKey,
+        tool: str,
+        call_id: str,
+        arguments: dict[str, Any],
+        requester: str,
+        requester_name: str,
+    ) -> PendingApproval:
+        now = self.clock()
+        return PendingApproval(
+            id=self.new_id(),
+            thread=str(thread),
+            tool=tool,
+            call_id=call_id,
+            arguments=arguments,
+            requester=requester,
+            requester_name=requester_name,
+            created_at=now,
+            expires_at=now + self.ttl_secs,
+        )
+
+    async def create(self, thread: ThreadKey, a: PendingApproval) -> None:
+        key = keys.approval(thread, a.id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping={"d": a.to_json(), "exp": int(a.expires_at * 1000)})
+            pipe.expire(key, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
+            await pipe.execute()
+
+    async def set_prompt_ref(self, thread: ThreadKey, approval_id: str, ref: MessageRef) -> None:
+        await self.redis.hset(
+            keys.approval(thread, approval_id), "ref", orjson.dumps(ref.to_dict())
+        )
+
+    async def load(self, thread: ThreadKey, approval_id: str) -> PendingApproval | None:
+        raw = cast(
+            dict[bytes, bytes], await self.redis.hgetall(keys.approval(thread, approval_id))
+        )
+        if not raw or b"d" not in raw:
+            return None
+        return PendingApproval.from_hash(raw)
+
+    async def claim(
+        self,
+        thread: ThreadKey,
+        approval_id: str,
+        decision: str,
+        by: str,
+        by_name: str,
+        event_id: str,
+    ) -> ClaimResult:
+        res = await self._claim(
+            keys=[keys.approval(thread, approval_id)],
+            args=[decision, by, by_name, event_id, int(self.clock() * 1000)],
+        )
+        code, dec = int(res[0]), res[1]
+        dec = dec.decode() if isinstance(dec, bytes) else str(dec)
+        if code == 0:
+            return ClaimResult(ClaimOutcome.UNKNOWN)
+        if code == 3 or (code == 1 and dec == "expired"):
+            return ClaimResult(ClaimOutcome.EXPIRED, "expired")
+        if code == 2:
+            return ClaimResult(ClaimOutcome.ALREADY, dec)
+        return ClaimResult(ClaimOutcome.WON, dec)
+
+    async def store_result(self, thread: ThreadKey, approval_id: str, result: str) -> None:
+        await self.redis.hset(keys.approval(thread, approval_id), "res", result)

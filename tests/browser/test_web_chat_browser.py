@@ -1,0 +1,324 @@
+"""The local web chat in a real Chromium: what a new user sees after `parley run`.
+
+Every test runs the whole service (web + worker, demo model, real Valkey) and
+drives the page like a person would: typing, Enter, clicking or tabbing to
+buttons, reloading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core.llm import errors as llm_errors
+from agent_core.llm.base import CompletionRequest, StreamItem
+from agent_core.llm.demo import DemoProvider
+from tests.browser.conftest import DOCS
+
+pytestmark = pytest.mark.browser
+
+TOOLS_DIR = Path(__file__).resolve().parents[2] / "agent_core" / "tools"
+
+
+def approvals_landed() -> bool:
+    """The agent core's tools + approval flow (demo_approval) are in this tree."""
+    return any(p.suffix == ".py" for p in TOOLS_DIR.glob("*.py"))
+
+
+def base_of(rt: Any) -> str:
+    return f"http://127.0.0.1:{rt.port}"
+
+
+async def say(page: Any, text: str) -> None:
+    box = page.locator("#input")
+    await box.fill(text)
+    await box.press("Enter")
+
+
+def bot(page: Any) -> Any:
+    return page.locator("#messages li.msg.bot")
+
+
+async def wait_final(page: Any, text: str, timeout: float = 10_000) -> Any:
+    """The bot message containing ``text``, once it stopped streaming."""
+    loc = page.locator("#messages li.msg.bot:not(.streaming)", has_text=text)
+    await loc.last.wait_for(timeout=timeout)
+    return loc.last
+
+
+async def test_a_message_streams_in_and_the_typing_indicator_comes_and_goes(
+    served: Any, open_chat: Any
+) -> None:
+    async with served(llm=DemoProvider(delay=0.03)) as rt:
+        page = await open_chat(base_of(rt))
+        assert await page.evaluate("document.activeElement.id") == "input"
+        # Watch every rendering of the answer as it grows.
+        await page.evaluate(
+            """() => {
+              window.seen = [];
+              new MutationObserver(() => {
+                const b = document.querySelector('#messages li.msg.bot .body');
+                if (b) window.seen.push([b.textContent.length,
+                                         b.parentElement.classList.contains('streaming')]);
+              }).observe(document.getElementById('messages'),
+                         {subtree: true, childList: true, characterData: true});
+            }"""
+        )
+        await say(page, "tell me about streaming please")
+        await page.locator("#typing").wait_for(state="visible")
+        await page.locator("#messages li.msg.user", has_text="tell me about streaming").wait_for()
+        answer = await wait_final(page, "offline demo model")
+        await page.locator("#typing").wait_for(state="hidden")
+        text = await answer.inner_text()
+        assert "You said: tell me about streaming please" in text
+        assert "Demo model" in text  # the first answer says it is canned
+        seen = await page.evaluate("window.seen")
+        partial = [n for n, streaming in seen if streaming]
+        assert partial, "the answer never showed while it was being generated"
+        assert len(set(partial)) >= 2, f"the answer did not grow in steps: {seen}"
+        assert min(partial) < max(n for n, _ in seen)
+        assert await page.locator("#input").input_value() == ""
+        assert page.problems == []
+
+
+async def test_a_refresh_shows_the_history_and_the_chat_goes_on(
+    served: Any, open_chat: Any
+) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "first message")
+        await wait_final(page, "You said: first message")
+        await say(page, "/help")
+        await wait_final(page, "/new")
+        before = await page.locator("#messages li.msg").all_inner_texts()
+        await page.reload()
+        await page.wait_for_selector("#status:text-is('connected')")
+        after = await page.locator("#messages li.msg").all_inner_texts()
+        assert after == before
+        assert after[0] == "first message" and after[2] == "/help"
+        assert "Commands" in after[3]  # slash commands answer like on every platform
+        await say(page, "second message")
+        await wait_final(page, "You said: second message")
+        assert await page.locator("#messages li.msg.user").all_inner_texts() == [
+            "first message",
+            "/help",
+            "second message",
+        ]
+
+
+async def test_markup_in_messages_renders_as_text_and_never_runs(
+    served: Any, open_chat: Any
+) -> None:
+    evil = (
+        '<script>window.pwned = 1</script> <img src=x onerror="window.pwned=2"> '
+        "[click](javascript:window.pwned=3) **bold** and https://example.com/x"
+    )
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, evil)
+        answer = await wait_final(page, "You said:")
+        # The user's own bubble and the echoed answer show the markup as text.
+        mine = page.locator("#messages li.msg.user").last
+        assert await mine.inner_text() == evil
+        assert "<script>window.pwned = 1</script>" in await answer.inner_text()
+        assert await page.locator("#messages script, #messages img").count() == 0
+        assert await page.evaluate("window.pwned") is None
+        # Markdown still works: bold, and links only for http(s), opened safely.
+        assert await answer.locator("strong", has_text="bold").count() == 1
+        links = answer.locator("a")
+        assert await links.count() == 1
+        assert await links.first.get_attribute("href") == "https://example.com/x"
+        assert "noopener" in (await links.first.get_attribute("rel") or "")
+        # The formatting sample: code block, inline code, list.
+        await say(page, "show me markdown")
+        sample = await wait_final(page, "Here is some")
+        assert await sample.locator("pre code").inner_text() == "print('hello from Parley')"
+        assert await sample.locator("li").all_inner_texts() == ["one", "two"]
+        assert await sample.locator("em", has_text="italic").count() == 1
+        # CSP forbids inline script anyway.
+        resp = await page.request.get("/")
+        assert "script-src 'self'" in resp.headers["content-security-policy"]
+        assert page.problems == []
+
+
+async def test_new_starts_a_fresh_conversation_and_it_stays_after_refresh(
+    served: Any, open_chat: Any
+) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "remember the word pineapple")
+        await wait_final(page, "pineapple")
+        old = await page.context.cookies()
+        await say(page, "/new")
+        await wait_final(page, "Started a new conversation")
+        texts = await page.locator("#messages li.msg").all_inner_texts()
+        assert not any("pineapple" in t for t in texts), texts
+        assert texts[0] == "/new"
+        new = await page.context.cookies()
+        assert old[0]["value"] != new[0]["value"]
+        # the header button does the same, keyboard only
+        await page.locator("#new").focus()
+        await page.keyboard.press("Enter")
+        await page.wait_for_function(
+            "document.querySelectorAll('#messages li.msg.user').length === 1"
+            " && document.querySelector('#messages li.msg.user').textContent === '/new'"
+            " && document.querySelectorAll('#messages li.msg.bot').length === 1"
+        )
+        await page.reload()
+        await page.wait_for_selector("#status:text-is('connected')")
+        texts = await page.locator("#messages li.msg").all_inner_texts()
+        assert texts[0] == "/new" and "Started a new conversation" in texts[1]
+        assert len(texts) == 2
+
+
+async def test_errors_are_shown_in_the_conversation(served: Any, open_chat: Any) -> None:
+    class FailingDemo(DemoProvider):
+        async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+            if "fail" in request.messages[-1].content:
+                raise llm_errors.RateLimited("slow down", retry_after=1)
+            async for item in super().stream(request):
+                yield item
+
+    async with served(llm=FailingDemo()) as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "please fail")
+        notice = page.locator("#messages li.msg.notice", has_text="rate limited")
+        await notice.wait_for()
+        await page.locator("#typing").wait_for(state="hidden")
+        # a message the server refuses: inline alert, text kept in the box
+        await page.locator("#input").fill("x" * 16_001)
+        await page.locator("#input").press("Enter")
+        alert = page.locator("#messages li.msg.error[role=alert]")
+        await alert.wait_for()
+        assert "longer than" in await alert.inner_text()
+        assert len(await page.locator("#input").input_value()) == 16_001
+
+
+async def test_keyboard_only_on_a_phone_sized_screen(served: Any, open_chat: Any) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt), width=360, height=640)
+        # focus starts in the input; type, Shift+Enter is a new line, Enter sends
+        await page.keyboard.type("line one")
+        await page.keyboard.press("Shift+Enter")
+        await page.keyboard.type("line two")
+        await page.keyboard.press("Enter")
+        await page.locator("#messages li.msg.user", has_text="line two").wait_for()
+        assert await page.locator("#messages li.msg.user").inner_text() == "line one\nline two"
+        await say(page, "long")
+        await wait_final(page, "40. This is a long demo answer")
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 360, f"the page scrolls sideways at phone width ({width}px)"
+        for sel in ("#input", "#send", "#new"):
+            box = await page.locator(sel).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 360, sel
+        # every button has an accessible name
+        names = await page.evaluate(
+            "[...document.querySelectorAll('button')].map(b => b.textContent.trim()"
+            " || b.getAttribute('aria-label'))"
+        )
+        assert all(names), names
+
+
+async def test_the_token_is_asked_once(served: Any, browser: Any) -> None:
+    from pydantic import SecretStr
+
+    async with served() as rt:
+        rt.channels["web"].settings.web_chat_token = SecretStr("open sesame")
+        ctx = await browser.new_context(base_url=base_of(rt))
+        try:
+            page = await ctx.new_page()
+            await page.goto("/")
+            await page.locator("#token").wait_for()
+            assert await page.locator("#composer").is_hidden()
+            assert await page.evaluate("document.activeElement.id") == "token"
+            await page.keyboard.type("wrong")
+            await page.keyboard.press("Enter")
+            await page.locator("#login-error", has_text="wrong token").wait_for()
+            await page.locator("#token").fill("open sesame")
+            await page.keyboard.press("Enter")
+            await page.wait_for_selector("#status:text-is('connected')")
+            await say(page, "hello")
+            await wait_final(page, "Hello! I'm the demo model")
+            await page.reload()
+            await page.wait_for_selector("#status:text-is('connected')")
+            assert await page.locator("#login").is_hidden()
+        finally:
+            await ctx.close()
+
+
+# ---------------------------------------------------------------- approvals
+async def _approval_prompt(page: Any) -> Any:
+    await say(page, "demo an approval")
+    prompt = page.locator("#messages li.msg.bot", has=page.locator(".buttons button"))
+    try:
+        await prompt.last.wait_for(timeout=10_000)
+    except Exception:
+        if not approvals_landed():
+            pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+        raise
+    return prompt.last
+
+
+async def test_approve_runs_the_tool_and_the_prompt_keeps_only_the_decision(
+    served: Any, open_chat: Any
+) -> None:
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        prompt = await _approval_prompt(page)
+        labels = await prompt.locator(".buttons button").all_inner_texts()
+        assert labels == ["Approve", "Always", "Deny"], labels
+        prompt_id = await prompt.locator(".body").get_attribute("id")
+        # keyboard only: Tab from the input reaches the buttons? Focus it directly, press Enter.
+        await prompt.locator("button", has_text="Approve").focus()
+        await page.keyboard.press("Enter")
+        await wait_final(page, "the demo action ran")
+        decided = page.locator(f"#{prompt_id}").locator("xpath=..")
+        await decided.locator(".buttons").wait_for(state="detached")
+        assert "approved" in (await decided.inner_text()).lower()
+        assert await page.locator("#messages .buttons button").count() == 0
+        await page.reload()
+        await page.wait_for_selector("#status:text-is('connected')")
+        await wait_final(page, "the demo action ran")
+        assert await page.locator("#messages .buttons button").count() == 0
+        assert page.problems == []
+
+
+async def test_deny_in_another_conversation_refuses_only_there(served: Any, open_chat: Any) -> None:
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        first = await open_chat(base_of(rt))
+        second = await open_chat(base_of(rt))
+        p1 = await _approval_prompt(first)
+        p2 = await _approval_prompt(second)
+        await p2.locator("button", has_text="Deny").click()
+        await wait_final(second, "you denied it")
+        await p2.locator(".buttons").wait_for(state="detached")
+        assert "denied" in (await p2.inner_text()).lower()
+        # the first conversation still waits for its own decision
+        await asyncio.sleep(0.3)
+        assert await p1.locator(".buttons button").count() == 3
+        assert await first.locator("#messages", has_text="you denied it").count() == 0
+
+
+async def test_screenshot_for_the_readme(served: Any, open_chat: Any) -> None:
+    """docs/web-chat.png: a short conversation, with an approval prompt when available."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt), width=900, height=720)
+        await say(page, "hello")
+        await wait_final(page, "Hello! I'm the demo model")
+        await say(page, "show me some markdown")
+        await wait_final(page, "Here is some")
+        if approvals_landed():
+            await _approval_prompt(page)
+        await page.locator("#input").fill("what time is it?")
+        await asyncio.sleep(0.2)
+        DOCS.mkdir(exist_ok=True)
+        await page.screenshot(path=str(DOCS / "web-chat.png"))
+        assert (DOCS / "web-chat.png").stat().st_size > 10_000

@@ -1,0 +1,61 @@
+"""Runtime plumbing: shared metrics, leases."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agent_core.metrics import Metrics
+from agent_core.store.lease import Lease
+from bots.metrics import render
+
+
+async def test_metrics_from_two_processes_add_up_and_render(redis: Any) -> None:
+    a, b = Metrics(), Metrics()
+    a.inc("parley_events_in_total", channel="telegram")
+    b.inc("parley_events_in_total", 2, channel="telegram")
+    b.inc("parley_events_in_total", channel="slack")
+    a.observe("parley_turn_seconds", 0.02)
+    b.observe("parley_turn_seconds", 3.0)
+    a.inc("parley_llm_cost_usd_total", 0.0015, model="gpt-4o")
+    await a.flush(redis)
+    await b.flush(redis)
+    text = (await render(redis)).decode()
+    assert 'parley_events_in_total{channel="telegram"} 3.0' in text
+    assert 'parley_events_in_total{channel="slack"} 1.0' in text
+    assert 'parley_turn_seconds_bucket{le="0.025"} 1.0' in text
+    assert 'parley_turn_seconds_bucket{le="+Inf"} 2.0' in text
+    assert "parley_turn_seconds_count 2.0" in text
+    assert 'parley_llm_cost_usd_total{model="gpt-4o"} 0.0015' in text
+    assert "parley_redis_up 1.0" in text
+    assert "parley_inbox_length 0.0" in text
+    # flushing again adds nothing new
+    await a.flush(redis)
+    assert 'parley_events_in_total{channel="telegram"} 3.0' in (await render(redis)).decode()
+
+
+async def test_lease_has_one_holder_and_is_taken_over_when_the_holder_dies(redis: Any) -> None:
+    stop = asyncio.Event()
+    first = Lease(redis, "gateway:test", "one", ttl=0.6)
+    second = Lease(redis, "gateway:test", "two", ttl=0.6)
+    assert await first.acquire(stop)
+    waiter = asyncio.create_task(second.acquire(stop, poll=0.05))
+    await asyncio.sleep(0.5)
+    assert not waiter.done(), "a second holder got the lease while the first was alive"
+    # the first holder dies without releasing (its renewal task stops)
+    assert first._task is not None
+    first._task.cancel()
+    assert await asyncio.wait_for(waiter, 3) is True
+    assert await second.holder() == "two"
+    await second.release()
+    assert await second.holder() is None
+
+
+async def test_a_holder_that_loses_its_lease_is_told(redis: Any) -> None:
+    stop = asyncio.Event()
+    lease = Lease(redis, "gateway:x", "me", ttl=0.3)
+    assert await lease.acquire(stop)
+    await redis.set("parley:lease:gateway:x", "someone-else")
+    await asyncio.wait_for(lease.lost.wait(), 2)
+    await lease.release()
+    assert await redis.get("parley:lease:gateway:x") == b"someone-else"
