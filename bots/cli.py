@@ -210,6 +210,66 @@ def release() -> None:
     _run_async(main)
 
 
+@app.command()
+def bench(
+    scenario: Annotated[
+        str, typer.Argument(help="floor | turns | inflight | redis | sessions | stream | all")
+    ],
+    quick: Annotated[bool, typer.Option(help="a tiny configuration that runs in seconds")] = False,
+    rate: Annotated[float, typer.Option(help="turns/s of the fixed-rate phase")] = 100.0,
+    duration: Annotated[float, typer.Option(help="seconds per measured phase")] = 15.0,
+    users: Annotated[int, typer.Option(help="closed-loop users at saturation")] = 64,
+    floor_pool: Annotated[
+        str, typer.Option(help="floor Bot connection pool sizes, e.g. 1,64 (last = compared)")
+    ] = "64",
+    llm_latency: Annotated[float, typer.Option(help="inflight: fake LLM seconds")] = 2.0,
+    target: Annotated[int, typer.Option(help="inflight: concurrent turns to reach")] = 5000,
+    sessions: Annotated[
+        str, typer.Option(help="sessions: stored-session counts")
+    ] = "1000,100000,1000000",
+    out: Annotated[str, typer.Option(help="results directory (default bench/results)")] = "",
+) -> None:
+    """Benchmarks on loopback against the fakes (from a source checkout)."""
+    from pathlib import Path
+
+    import bots
+
+    root = Path(bots.__file__).resolve().parents[1]
+    if not (root / "bench" / "scenarios.py").is_file():
+        _fail([f"bench: needs a source checkout (no bench/ under {root})"])
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench.scenarios import SCENARIOS, Options
+    from bench.scenarios import run as run_scenario
+
+    names = list(SCENARIOS[1:]) if scenario == "all" else [scenario]
+    if any(n not in SCENARIOS for n in names):
+        _fail([f"unknown scenario {scenario!r}; use one of: {', '.join(SCENARIOS)}, all"])
+    try:
+        opts = Options(
+            quick=quick,
+            rate=rate,
+            duration=duration,
+            users=users,
+            floor_pools=tuple(int(x) for x in floor_pool.split(",") if x),
+            llm_latency=llm_latency,
+            target=target,
+            sessions=tuple(int(x) for x in sessions.split(",") if x),
+        )
+    except ValueError:
+        _fail(["--floor-pool and --sessions take comma-separated integers"])
+        raise  # unreachable
+    logging.getLogger().setLevel(logging.WARNING)
+    command = "parley bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else ""
+    for name in names:
+        try:
+            run_scenario(name, opts, Path(out) if out else None, command=command)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as exc:
+            _fail([f"bench {name}: {type(exc).__name__}: {exc}"])
+
+
 telegram_app = typer.Typer(help="Telegram webhook administration.", no_args_is_help=True)
 app.add_typer(telegram_app, name="telegram")
 
@@ -264,6 +324,68 @@ def telegram_webhook_info() -> None:
         print(await admin.webhook_info(tg))
 
     _run_async(main)
+
+
+# --- agent core (issue 4): pairing -----------------------------------------------
+pairing_app = typer.Typer(help="Let people in who asked for a pairing code (DM_POLICY=pairing).")
+app.add_typer(pairing_app, name="pairing")
+
+
+async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
+    from agent_core.store.client import check_reachable, make_clients
+    from agent_core.store.embedded import EmbeddedValkey
+
+    s = _settings()
+    embedded = None
+    if s.core.redis_url is not None:
+        clients = make_clients(
+            s.core.redis_url.get_secret_value(), tls_insecure=s.core.redis_tls_insecure
+        )
+    else:
+        embedded = EmbeddedValkey(s.core.parley_data_dir)
+        await embedded.start()
+        clients = make_clients(embedded.url)
+    try:
+        await check_reachable(clients)
+        await fn(clients.redis)
+    finally:
+        await clients.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+@pairing_app.command("list")
+def pairing_list() -> None:
+    """Pending pairing requests (code, channel, user), newest last."""
+    from agent_core.agent.access import list_pairings
+    from agent_core.events import CHANNELS
+
+    async def go(redis: Any) -> None:
+        rows = await list_pairings(redis, CHANNELS)
+        if not rows:
+            print("no pending pairing requests")
+        for r in rows:
+            name = f" ({r['name']})" if r.get("name") else ""
+            print(f"{r['code']}  {r['user']}{name}")
+
+    _run_async(lambda: _with_redis(go))
+
+
+@pairing_app.command("approve")
+def pairing_approve(
+    code: Annotated[str, typer.Argument(help="the 8-character code the user was given")],
+) -> None:
+    """Let the person who got CODE talk to the bot (the code works once)."""
+    from agent_core.agent.access import approve_pairing
+
+    async def go(redis: Any) -> None:
+        rec = await approve_pairing(redis, code)
+        if rec is None:
+            _fail([f"pairing code {code.strip().upper()!r} is unknown or expired"])
+            return
+        print(f"approved {rec['user']}; they can write to the bot now")
+
+    _run_async(lambda: _with_redis(go))
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent_core.agent.agent import Agent
+from agent_core.agent.interrupt import interrupt_filter
 from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
 from agent_core.llm.base import LLMProvider
@@ -138,6 +139,8 @@ class Runtime:
         self.ingest = Ingest(
             redis, dedup_ttl_secs=core.dedup_ttl_secs, stream_maxlen=core.stream_maxlen
         )
+        # agent core (issue 4): /interrupt flags a busy thread before it is queued
+        self.ingest.add_filter(interrupt_filter(redis))
         self.delivery = Delivery(
             redis,
             self.clients.blocking,
@@ -185,9 +188,13 @@ class Runtime:
             self.summary.llm = describe_llm(self.settings) if not self._llm_given else self.llm.name
             await self.llm.initialize()
             self.agent = Agent(core, self.llm, self.delivery, self.outboxes)
+            await self.agent.initialize()  # model window check, profiles, tool clients
             self.worker = Worker(core, self.delivery, self.agent)
 
     async def _stop(self) -> None:
+        if self.agent is not None:
+            with contextlib.suppress(Exception):
+                await self.agent.shutdown()
         for ch in list(self.channels.values()):
             with contextlib.suppress(Exception):
                 await ch.shutdown()
@@ -310,6 +317,9 @@ class Runtime:
             tasks.append(asyncio.create_task(server.serve(), name="web"))
         await stop.wait()
         self.draining = True
+        web = self.channels.get("web")
+        if isinstance(web, web_channel.WebChannel):
+            web.close_streams()
         if server is not None:
             server.should_exit = True
         results = await asyncio.gather(*tasks, return_exceptions=True)

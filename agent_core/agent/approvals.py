@@ -234,9 +234,7 @@ class ApprovalStore:
         )
 
     async def load(self, thread: ThreadKey, approval_id: str) -> PendingApproval | None:
-        raw = cast(
-            dict[bytes, bytes], await self.redis.hgetall(keys.approval(thread, approval_id))
-        )
+        raw = cast(dict[bytes, bytes], await self.redis.hgetall(keys.approval(thread, approval_id)))
         if not raw or b"d" not in raw:
             return None
         return PendingApproval.from_hash(raw)

@@ -2,20 +2,23 @@
 
 A command is a function ``(ctx, args) -> reply text | None`` registered under
 its name with one help line.  Unknown commands get a one-line hint and never
-reach the LLM.
+reach the LLM.  Commands run inside a turn (the thread lock is held); their
+session changes are saved by the worker's completion script.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent_core.agent.session import Session
-from agent_core.events import InboundEvent
+from agent_core.agent.session import Session, ThreadState
+from agent_core.events import InboundEvent, ThreadKey
 
 if TYPE_CHECKING:
     from agent_core.agent.agent import Agent
+    from agent_core.agent.turn import Turn
 
 
 @dataclass
@@ -23,9 +26,18 @@ class CommandContext:
     agent: Agent
     session: Session
     event: InboundEvent
+    turn: Turn | None = None
     # set by a command that replaced the session (e.g. /new)
     replaced: bool = False
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def thread(self) -> ThreadKey:
+        return ThreadKey.parse(self.session.thread)
+
+    def the_turn(self) -> Turn:
+        assert self.turn is not None, "this command needs a running turn"
+        return self.turn
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str | None]]
@@ -66,6 +78,7 @@ class CommandRegistry:
         return f"Unknown command /{name}.{hint} Send /help for the list."
 
 
+# --- the built-ins --------------------------------------------------------------
 async def _help(ctx: CommandContext, args: str) -> str:
     return (
         f"I'm {ctx.agent.settings.agent_name}, an AI assistant. Write to me in plain words.\n\n"
@@ -73,18 +86,278 @@ async def _help(ctx: CommandContext, args: str) -> str:
     )
 
 
+async def _end_conversation(ctx: CommandContext, reason: str) -> str:
+    note = ""
+    turn = ctx.turn
+    if turn is not None and await turn.cancel_pending(ctx.event):
+        note = " The pending approval was cancelled."
+    if ctx.session.held:
+        note += f" {len(ctx.session.held)} message(s) waiting for it were dropped."
+    await ctx.agent.hooks.run_on_session_end(ctx.session, reason)
+    return note
+
+
 async def _new(ctx: CommandContext, args: str) -> str:
+    note = await _end_conversation(ctx, "new")
+    await ctx.agent.undo.checkpoint(ctx.thread, ctx.event.event_id, ctx.session)
     await ctx.agent.archive(ctx.session)
-    ctx.session.history.clear()
-    ctx.session.always_approved.clear()
-    ctx.session.pending_approval = ""
-    ctx.session.conversation += 1
+    s = ctx.session
+    s.history.clear()
+    s.held.clear()
+    s.summary = ""
+    s.always_approved.clear()
+    s.pending_approval = ""
+    s.resume = {}
+    s.state = ThreadState.IDLE
+    s.conversation += 1
     ctx.replaced = True
-    return "Started a new conversation. What's on your mind?"
+    return "Started a new conversation. What's on your mind?" + note
+
+
+async def _clear(ctx: CommandContext, args: str) -> str:
+    note = await _end_conversation(ctx, "clear")
+    await ctx.agent.undo.checkpoint(ctx.thread, ctx.event.event_id, ctx.session)
+    s = ctx.session
+    s.history.clear()
+    s.held.clear()
+    s.summary = ""
+    s.always_approved.clear()
+    s.pending_approval = ""
+    s.resume = {}
+    s.state = ThreadState.IDLE
+    return "Cleared the conversation history (/undo brings it back)." + note
+
+
+async def _undo(ctx: CommandContext, args: str) -> str:
+    note = ""
+    if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
+        note = " (The pending approval was cancelled.)"
+    if not await ctx.agent.undo.undo(ctx.thread, ctx.event.event_id, ctx.session):
+        return "Nothing to undo." + note
+    ctx.session.held.clear()
+    u, r = await ctx.agent.undo.depth(ctx.thread)
+    return f"Undone: back to before the last turn. ({u} more to undo, {r} to redo)" + note
+
+
+async def _redo(ctx: CommandContext, args: str) -> str:
+    if ctx.session.state == ThreadState.AWAITING_APPROVAL:
+        return "Decide the pending approval first (or /undo to cancel it)."
+    if not await ctx.agent.undo.redo(ctx.thread, ctx.event.event_id, ctx.session):
+        return "Nothing to redo."
+    u, r = await ctx.agent.undo.depth(ctx.thread)
+    return f"Redone. ({u} to undo, {r} more to redo)"
+
+
+async def _compact(ctx: CommandContext, args: str) -> str:
+    if ctx.session.state == ThreadState.AWAITING_APPROVAL:
+        return "Decide the pending approval first."
+    turn = ctx.the_turn()
+    window = ctx.agent.window_for(turn.model() or None)
+    res = await ctx.agent.compactor.compact(
+        ctx.session, ctx.session.history, window, force="summarise"
+    )
+    if res is None:
+        return "Nothing to compact yet."
+    return (
+        f"Compacted ({res.strategy}): {res.dropped} older messages out, "
+        f"about {res.before:,} → {res.after:,} tokens."
+    )
+
+
+async def _interrupt(ctx: CommandContext, args: str) -> str | None:
+    from agent_core.store import keys
+
+    redis = ctx.agent.redis
+    flag = await redis.getdel(keys.interrupt(ctx.thread))
+    if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
+        return "Stopped: the pending approval was cancelled."
+    if flag == b"x":
+        return None  # the running turn already said it stopped
+    return "Nothing is running right now."
+
+
+def _fill(ctx: CommandContext) -> tuple[int, int, int]:
+    from agent_core.agent.context import estimate
+
+    turn = ctx.the_turn()
+    window = ctx.agent.window_for(turn.model() or None)
+    est = estimate(ctx.session.history, ctx.session.token_ratio)
+    return est, window, round(100 * est / max(1, window))
+
+
+async def _status(ctx: CommandContext, args: str) -> str:
+    s = ctx.session
+    turn = ctx.the_turn()
+    est, window, pct = _fill(ctx)
+    lines = [
+        f"**State:** {s.state.value.replace('_', ' ')}",
+        f"**Model:** {turn.model() or ctx.agent.llm.name}",
+        f"**Agent:** {turn.profile().name}",
+        f"**Context:** ~{est:,} of {window:,} tokens ({pct}%), {len(s.history)} messages",
+        f"**Cost:** ${s.cost_usd:.4f} this conversation",
+    ]
+    if ctx.agent.budget.enabled:
+        sp = await ctx.agent.budget.spend(ctx.event.qualified_user)
+        lines.append(f"**Today:** ${sp.user_usd:.4f} you, ${sp.day_usd:.4f} everyone")
+    if s.state == ThreadState.AWAITING_APPROVAL:
+        lines.append(f"**Waiting for:** approval `{s.pending_approval}`")
+    if s.always_approved:
+        lines.append(f"**Always approved:** {', '.join(sorted(s.always_approved))}")
+    return "\n".join(lines)
+
+
+async def _cost(ctx: CommandContext, args: str) -> str:
+    s = ctx.session
+    u = s.usage
+    lines = [
+        f"This conversation: ${s.cost_usd:.4f} "
+        f"({u.input + u.cache_read + u.cache_write:,} prompt + {u.output:,} output tokens)."
+    ]
+    sp = await ctx.agent.budget.spend(ctx.event.qualified_user)
+    lines.append(f"Today (UTC): ${sp.user_usd:.4f} by you, ${sp.day_usd:.4f} by everyone.")
+    st = ctx.agent.settings
+    if st.daily_budget_usd or st.user_daily_budget_usd:
+        lines.append(
+            f"Budgets: ${st.daily_budget_usd:.2f} per day for everyone, "
+            f"${st.user_daily_budget_usd:.2f} per person (0 = none)."
+        )
+    return "\n".join(lines)
+
+
+async def _context(ctx: CommandContext, args: str) -> str:
+    from agent_core.agent.context import by_role, estimate
+    from agent_core.llm.base import ChatMessage
+
+    turn = ctx.the_turn()
+    system = ChatMessage("system", turn.system_prompt())
+    roles = by_role([system, *ctx.session.history], ctx.session.token_ratio)
+    window = ctx.agent.window_for(turn.model() or None)
+    total = estimate([system, *ctx.session.history], ctx.session.token_ratio)
+    lines = [
+        f"**Context:** ~{total:,} of {window:,} tokens ({round(100 * total / max(1, window))}%)",
+        *(f"- {role}: ~{n:,}" for role, n in roles.items()),
+        f"Provider-reported prompt on the last call: {ctx.session.last_prompt_tokens:,} tokens"
+        if ctx.session.last_prompt_tokens
+        else "No provider-reported usage yet.",
+        "Compaction at 80% (move), 85% (summarise), 95% (truncate)."
+        + (" A summary of older turns is in use." if ctx.session.summary else ""),
+    ]
+    return "\n".join(lines)
+
+
+async def _model(ctx: CommandContext, args: str) -> str:
+    from agent_core.errors import ConfigError
+
+    name = args.strip()
+    turn = ctx.the_turn()
+    if not name:
+        try:
+            models = await asyncio.wait_for(ctx.agent.llm.list_models(), 10)
+        except Exception:
+            models = []
+        current = turn.model() or ctx.agent.llm.name
+        listed = "\n".join(f"- `{m}`" for m in models[:30]) or "(the provider did not list any)"
+        return f"Current model: `{current}`\n\nAvailable:\n{listed}\n\n`/model default` resets."
+    if name in ("default", "reset"):
+        ctx.session.model = ""
+        return "Back to the default model."
+    try:
+        note = ctx.agent.check_window(name)
+    except ConfigError as exc:
+        return f"Can't switch: {exc.problems[0]}"
+    ctx.session.model = name
+    return f"Switched this conversation to `{name}`." + (f" ({note})" if note else "")
+
+
+async def _agent(ctx: CommandContext, args: str) -> str:
+    name = args.strip().lower()
+    profiles = ctx.agent.profiles
+    if name == "reload":
+        n = await asyncio.to_thread(profiles.load)
+        errs = "".join(f"\n- {e}" for e in profiles.errors)
+        return f"Reloaded {n} agent profile(s)." + errs
+    if not name:
+        current = ctx.the_turn().profile().name
+        rows = [
+            f"- `{p.name}`{' (current)' if p.name == current else ''}"
+            + (f" — {p.description}" if p.description else "")
+            for p in profiles.all()
+        ]
+        return "**Agents**\n" + "\n".join(rows) + "\n\n`/agent NAME` switches, `/agent reload`."
+    if not profiles.has(name):
+        return f"No agent named `{name}`. Send /agent for the list."
+    ctx.session.profile = "" if name == profiles.default.name else name
+    return f"Now talking as `{name}`."
+
+
+async def _tools(ctx: CommandContext, args: str) -> str:
+    from agent_core.tools.base import Approval
+
+    turn = ctx.the_turn()
+    rows = []
+    for name in turn.offered():
+        tool = ctx.agent.tools.get(name)
+        if tool is None:
+            continue
+        pol = type(tool).approval
+        if name in ctx.session.always_approved:
+            how = "approved for this conversation"
+        elif pol is Approval.NEVER:
+            how = "no approval"
+        elif pol is Approval.ALWAYS:
+            how = "asks first"
+        else:
+            how = "asks first for some arguments"
+        rows.append(f"- `{name}` — {tool.description} _({how})_")
+    return "**Tools**\n" + ("\n".join(rows) or "(none)")
+
+
+async def _ping(ctx: CommandContext, args: str) -> str:
+    return "pong"
+
+
+async def _version(ctx: CommandContext, args: str) -> str:
+    from agent_core import __version__
+
+    return f"Parley {__version__}"
+
+
+def _split_id(args: str, session: Session) -> tuple[str, str]:
+    parts = args.split(None, 1)
+    if parts and len(parts[0]) >= 6 and parts[0].lower() not in ("always", "because"):
+        return parts[0], (parts[1] if len(parts) > 1 else "")
+    return session.pending_approval, args
+
+
+async def _approve(ctx: CommandContext, args: str) -> None:
+    aid, rest = _split_id(args, ctx.session)
+    decision = "always" if rest.strip().lower() == "always" else "approve"
+    await ctx.the_turn().decide(ctx.event, aid, decision, button=False)
+
+
+async def _deny(ctx: CommandContext, args: str) -> None:
+    aid, rest = _split_id(args, ctx.session)
+    reason = rest.strip().removeprefix("because").strip()
+    await ctx.the_turn().decide(ctx.event, aid, "deny", reason, button=False)
 
 
 def builtin_commands() -> CommandRegistry:
     reg = CommandRegistry()
     reg.add("help", "what I can do and the commands I understand", _help)
-    reg.add("new", "start a new conversation (forget this one)", _new)
+    reg.add("new", "start a new conversation (the old one is archived)", _new)
+    reg.add("clear", "forget this conversation's history", _clear)
+    reg.add("undo", "go back to before the last turn", _undo)
+    reg.add("redo", "re-apply what /undo took back", _redo)
+    reg.add("compact", "summarise older turns now to free context", _compact)
+    reg.add("interrupt", "stop the turn that is running", _interrupt)
+    reg.add("status", "state, model, context fill and cost", _status)
+    reg.add("cost", "what this conversation and today cost", _cost)
+    reg.add("context", "how full the model's context is, by role", _context)
+    reg.add("model", "list models, or switch this conversation's model", _model, "[name]")
+    reg.add("agent", "list agent profiles, or switch to one", _agent, "[name]")
+    reg.add("tools", "the tools I can use and which ask first", _tools)
+    reg.add("ping", "check that I'm alive", _ping)
+    reg.add("version", "Parley's version", _version)
+    reg.add("approve", "approve the pending action", _approve, "[id] [always]")
+    reg.add("deny", "deny the pending action", _deny, "[id] [reason]")
     return reg

@@ -124,14 +124,17 @@ async def run_loop(
     *,
     max_iterations: int = 50,
     max_nudges: int = 2,
+    first_iteration: int = 1,
 ) -> LoopOutcome:
     """Run until the model answers in text, a signal stops it, or a limit hits.
 
     ``history`` is extended in place with everything the turn adds (assistant
     messages, tool results, injected user messages), so the caller saves it.
+    ``first_iteration`` > 1 resumes a turn that stopped for an approval: the
+    iterations it already used count against ``max_iterations``.
     """
     nudges = 0
-    for iteration in range(1, max_iterations + 1):
+    for iteration in range(first_iteration, max_iterations + 1):
         signals = await delegate.check_signals()
         if signals.stop:
             return Stopped(signals.stop)

@@ -62,6 +62,7 @@ def archive(t: ThreadKey) -> str:
     """LIST of archived (compacted away) history messages."""
     return f"{PREFIX}{t.tag}:archive"
 
+
 # --- runtime (leases, metrics) ----------------------------------------------
 METRICS = PREFIX + "metrics"  # HASH 'name|label=value,...' -> number, summed over processes
 

@@ -65,6 +65,7 @@ class Tool(ABC, Generic[A]):
     args_model: ClassVar[type[BaseModel]]
     approval: ClassVar[ApprovalPolicy] = Approval.NEVER
     timeout: ClassVar[float | None] = None  # None: TOOL_TIMEOUT_SECS
+    external: ClassVar[bool] = False  # brings in outside content: output is marked as data
 
     def needs_approval(self, args: A) -> bool:
         policy = type(self).approval
@@ -82,10 +83,10 @@ class Tool(ABC, Generic[A]):
                 prop.pop("title", None)
         return schema
 
-    async def initialize(self) -> None:  # noqa: B027 - optional hook
+    async def initialize(self) -> None:
         """Open long-lived clients (called once at start)."""
 
-    async def shutdown(self) -> None:  # noqa: B027 - optional hook
+    async def shutdown(self) -> None:
         """Close them."""
 
     @abstractmethod

@@ -41,6 +41,7 @@ class HttpRequest(Tool[HttpArgs]):
     )
     args_model = HttpArgs
     approval = _needs_approval
+    external = True
 
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._transport = transport

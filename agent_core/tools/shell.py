@@ -34,6 +34,7 @@ class RunShell(Tool[ShellArgs]):
     )
     args_model = ShellArgs
     approval = Approval.ALWAYS
+    external = True
 
     async def run(self, args: ShellArgs, ctx: ToolContext) -> str:
         s = ctx.settings

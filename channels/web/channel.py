@@ -24,6 +24,8 @@ third-party anything) and ``nosniff``; the page never turns text into HTML.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import hmac
 import logging
 import re
@@ -99,6 +101,7 @@ class WebChannel(Channel):
         self._outbox = LocalOutbox(deps.redis, "web")
         self._signer: URLSafeSerializer | None = None
         self._closing = asyncio.Event()
+        self._secret = b""
 
     def outbox(self) -> Outbox:
         return self._outbox
@@ -115,6 +118,7 @@ class WebChannel(Channel):
             raw = await self.redis.get(SECRET_KEY)
             secret = raw.decode() if raw else secrets.token_urlsafe(32)
         self._signer = URLSafeSerializer(secret, salt="parley-web")
+        self._secret = secret.encode()
 
     async def shutdown(self) -> None:
         self.close_streams()
@@ -158,6 +162,17 @@ class WebChannel(Channel):
             data["uid"] = data["sid"]  # cookies from before uid existed: keep the same user
             fresh = True
         return data, fresh
+
+    def _next_sid(self, uid: str, client_id: str | None) -> str:
+        """The conversation id ``/new`` moves to.
+
+        Derived from the message id when the page gave one, so a resend of the same
+        ``/new`` (a retry after a lost response) lands in the same new conversation.
+        """
+        if client_id is None:
+            return secrets.token_urlsafe(12)
+        mac = hmac.new(self._secret, f"new:{uid}:{client_id}".encode(), hashlib.sha256)
+        return base64.urlsafe_b64encode(mac.digest()[:12]).decode()
 
     def _existing(self, request: Request) -> dict[str, Any] | None:
         """The cookie session, or None when the page was never loaded."""
@@ -244,7 +259,7 @@ class WebChannel(Channel):
             if new_conversation:
                 # "/new starts another": a fresh thread for this browser; the command
                 # runs there, so the agent's confirmation opens the new transcript.
-                data = {**data, "sid": secrets.token_urlsafe(12)}
+                data = {**data, "sid": self._next_sid(data["uid"], client_id)}
             thread = thread_for(data["sid"])
             event = InboundEvent(
                 event_id=client_id or secrets.token_hex(8),

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import runtime  # noqa: F401  (re-exported fixture)
+from tests.integration.web.webtools import wait_up
 
 CHROMIUM = os.environ.get("PARLEY_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -76,6 +77,7 @@ def served(runtime: Callable[..., Any]) -> Callable[..., Any]:  # noqa: F811
     @contextlib.asynccontextmanager
     async def make(**kw: Any) -> AsyncIterator[Any]:
         async with runtime("all", serve_web=True, **kw) as rt:
+            await wait_up(rt.port)
             try:
                 yield rt
             finally:

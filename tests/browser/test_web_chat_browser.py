@@ -160,11 +160,13 @@ async def test_new_starts_a_fresh_conversation_and_it_stays_after_refresh(
         assert texts[0] == "/new"
         new = await page.context.cookies()
         assert old[0]["value"] != new[0]["value"]
+        await say(page, "something else")
+        await wait_final(page, "You said: something else")
         # the header button does the same, keyboard only
         await page.locator("#new").focus()
         await page.keyboard.press("Enter")
         await page.wait_for_function(
-            "document.querySelectorAll('#messages li.msg.user').length === 1"
+            "() => document.querySelectorAll('#messages li.msg.user').length === 1"
             " && document.querySelector('#messages li.msg.user').textContent === '/new'"
             " && document.querySelectorAll('#messages li.msg.bot').length === 1"
         )
@@ -209,7 +211,8 @@ async def test_keyboard_only_on_a_phone_sized_screen(served: Any, open_chat: Any
         await page.locator("#messages li.msg.user", has_text="line two").wait_for()
         assert await page.locator("#messages li.msg.user").inner_text() == "line one\nline two"
         await say(page, "long")
-        await wait_final(page, "40. This is a long demo answer")
+        long = await wait_final(page, "This is a long demo answer")
+        assert await long.locator("li").count() == 40
         width = await page.evaluate("document.documentElement.scrollWidth")
         assert width <= 360, f"the page scrolls sideways at phone width ({width}px)"
         for sel in ("#input", "#send", "#new"):
@@ -260,7 +263,9 @@ async def _approval_prompt(page: Any) -> Any:
         if not approvals_landed():
             pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
         raise
-    return prompt.last
+    # A locator that still finds the message once its buttons are gone.
+    body_id = await prompt.last.locator(".body").get_attribute("id")
+    return page.locator(f"#messages li:has(> #{body_id})")
 
 
 async def test_approve_runs_the_tool_and_the_prompt_keeps_only_the_decision(
@@ -273,14 +278,15 @@ async def test_approve_runs_the_tool_and_the_prompt_keeps_only_the_decision(
         prompt = await _approval_prompt(page)
         labels = await prompt.locator(".buttons button").all_inner_texts()
         assert labels == ["Approve", "Always", "Deny"], labels
-        prompt_id = await prompt.locator(".body").get_attribute("id")
-        # keyboard only: Tab from the input reaches the buttons? Focus it directly, press Enter.
-        await prompt.locator("button", has_text="Approve").focus()
+        # keyboard only: from the input, Shift+Tab walks back through Deny, Always, Approve
+        await page.locator("#input").focus()
+        for expected in ("Deny", "Always", "Approve"):
+            await page.keyboard.press("Shift+Tab")
+            assert await page.evaluate("document.activeElement.textContent") == expected
         await page.keyboard.press("Enter")
         await wait_final(page, "the demo action ran")
-        decided = page.locator(f"#{prompt_id}").locator("xpath=..")
-        await decided.locator(".buttons").wait_for(state="detached")
-        assert "approved" in (await decided.inner_text()).lower()
+        await prompt.locator(".buttons").wait_for(state="detached")
+        assert "approved" in (await prompt.inner_text()).lower()
         assert await page.locator("#messages .buttons button").count() == 0
         await page.reload()
         await page.wait_for_selector("#status:text-is('connected')")
@@ -310,7 +316,7 @@ async def test_deny_in_another_conversation_refuses_only_there(served: Any, open
 async def test_screenshot_for_the_readme(served: Any, open_chat: Any) -> None:
     """docs/web-chat.png: a short conversation, with an approval prompt when available."""
     async with served() as rt:
-        page = await open_chat(base_of(rt), width=900, height=720)
+        page = await open_chat(base_of(rt), width=900, height=860)
         await say(page, "hello")
         await wait_final(page, "Hello! I'm the demo model")
         await say(page, "show me some markdown")
@@ -322,3 +328,48 @@ async def test_screenshot_for_the_readme(served: Any, open_chat: Any) -> None:
         DOCS.mkdir(exist_ok=True)
         await page.screenshot(path=str(DOCS / "web-chat.png"))
         assert (DOCS / "web-chat.png").stat().st_size > 10_000
+
+
+MARKDOWN_CASES = [
+    (
+        "**bold** and *it* and _it2_",
+        "<p><strong>bold</strong> and <em>it</em> and <em>it2</em></p>",
+    ),
+    (
+        "_(see `LLM_BACKEND` here)_",
+        "<p><em>(see <code>LLM_BACKEND</code> here)</em></p>",
+    ),
+    ("snake_case_name and 2 * 3 * 4", "<p>snake_case_name and 2 * 3 * 4</p>"),
+    ("<b>x</b> &amp;", "<p>&lt;b&gt;x&lt;/b&gt; &amp;amp;</p>"),
+    ("[a](javascript:alert(1))", "<p>[a](javascript:alert(1))</p>"),
+    (
+        '[a](https://e.com/"onmouseover=x)',
+        "<p>a</p>",  # not a plain http(s) URL: the label only
+    ),
+    (
+        "see https://e.com/a.",
+        '<p>see <a href="https://e.com/a" rel="noopener noreferrer nofollow" '
+        'target="_blank">https://e.com/a</a>.</p>',
+    ),
+    (
+        "```\n<script>x</script>\n```",
+        '<pre tabindex="0"><code>&lt;script&gt;x&lt;/script&gt;</code></pre>',
+    ),
+    ("# Title\ntext", "<h3>Title<br>text</h3>"),
+    ("- a\n- b", "<ul><li>a</li><li>b</li></ul>"),
+    ("3. c\n4. d", '<ol start="3"><li>c</li><li>d</li></ol>'),
+    ("> quoted", "<blockquote><p>quoted</p></blockquote>"),
+]
+
+
+async def test_markdown_renderer_cases(served: Any, open_chat: Any) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        got = await page.evaluate(
+            """(cases) => cases.map((src) => {
+                 const d = document.createElement('div'); renderMarkdown(src, d); return d.innerHTML;
+               })""",
+            [src for src, _ in MARKDOWN_CASES],
+        )
+        for (src, want), html in zip(MARKDOWN_CASES, got, strict=True):
+            assert html == want, src

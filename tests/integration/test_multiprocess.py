@@ -61,7 +61,7 @@ def env_for(valkey: EmbeddedValkey, tg: FakeTelegram, llm: FakeLLMServer, port: 
         LLM_MAX_RETRIES="0",
         DM_POLICY="open",
         USER_RATE_LIMIT="",
-        LOCK_TTL_SECS="3",
+        LOCK_TTL_SECS="10",
         RECLAIM_IDLE_SECS="2",
         SWEEP_INTERVAL_SECS="0.5",
         LOG_LEVEL="WARNING",

@@ -18,7 +18,7 @@ const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 
 function inline(text, parent) {
   // **bold**, *italic* / _italic_, `code`, [label](http…), bare http(s) links
-  const re = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\[[^\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*[^*\s][^*\n]*\*)|(\b_[^_\n]+_\b)|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/;
+  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?\*\*)|(\[[^\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s]\*|\*[^*\s]\*)|((?<![A-Za-z0-9_])_(?=\S)[^\n]*?[^\s_]_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/;
   while (text.length) {
     const m = re.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
@@ -154,7 +154,14 @@ function showError(text) {
   list.appendChild(li); scrollDown();
 }
 
-function setTyping(on) { $("typing").hidden = !on; if (on) scrollDown(); }
+let typingTimer = 0;
+function setTyping(on) {
+  // The worker repeats "typing" every few seconds while a turn runs; if that stops
+  // without a "done" (a refused or duplicate message), the indicator goes away.
+  clearTimeout(typingTimer);
+  $("typing").hidden = !on;
+  if (on) { typingTimer = setTimeout(() => setTyping(false), 12000); scrollDown(); }
+}
 
 function handle(ev) {
   if (ev.t === "typing") { setTyping(true); return; }
@@ -193,8 +200,10 @@ async function press(payload, row) {
   buttons.forEach((b) => (b.disabled = true));
   row.setAttribute("aria-busy", "true");
   $("input").focus();
-  try { await api("/api/actions", { token: payload }); setTyping(true); }
+  setTyping(true);
+  try { await api("/api/actions", { token: payload }); }
   catch (e) {
+    setTyping(false);
     showError("Could not send your choice: " + e.message);
     buttons.forEach((b) => (b.disabled = false));
     row.removeAttribute("aria-busy");
@@ -223,7 +232,7 @@ function connect() {
 
 async function loadHistory() {
   const h = await api("/api/history");
-  list.replaceChildren(); byId.clear(); setTyping(false);
+  list.replaceChildren(); byId.clear();
   for (const m of h.messages) upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m });
   last = h.last || "0-0";
   if (!h.messages.length) {
@@ -260,12 +269,15 @@ async function start() {
 async function send(text) {
   const id = newId();
   let r;
+  setTyping(true);  // before the request: the answer can beat the response here
   try { r = await api("/api/messages", { text, id }); }
   catch (err) {
-    if (err.status === undefined) r = await api("/api/messages", { text, id });  // network blip: once more, same id
-    else throw err;
+    try {
+      if (err.status === undefined) r = await api("/api/messages", { text, id });  // network blip: once more, same id
+      else throw err;
+    } catch (err2) { setTyping(false); throw err2; }
   }
-  setTyping(true);
+  if (r.result === "duplicate") setTyping(false);
   if (r.thread && r.thread !== thread) await switchTo(r.thread);
 }
 

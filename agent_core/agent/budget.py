@@ -1,0 +1,144 @@
+"""Cost guard: daily budgets and the hourly action window, shared by every process.
+
+Checked before every LLM call and recorded after it with the real usage, in
+integer micro-dollars, by two Lua scripts on keys sharing the ``{budget}``
+hash tag.  A check *reserves* the call's estimated cost, so N processes racing
+near the limit cannot all pass on the same spare cent: what is spent plus what
+is reserved must stay under the limit for a call to start, so the total can
+overshoot by at most one call (by less, when the estimate is not below the
+real cost).  Counters are per UTC day (keys expire after two days); the hourly
+window is a per-user sorted set.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agent_core.settings import CoreSettings
+from agent_core.store import keys, scripts
+
+log = logging.getLogger(__name__)
+
+MICRO = 1_000_000
+DAY_TTL = 2 * 86_400
+WARN_AT = 0.8
+
+
+class BudgetRefused(Exception):
+    """Over a limit: ``str(exc)`` is the plain message for the user."""
+
+
+def micro(usd: float) -> int:
+    return max(0, round(usd * MICRO))
+
+
+@dataclass
+class Spend:
+    day_usd: float
+    user_usd: float
+
+
+class BudgetGuard:
+    def __init__(
+        self, redis: Redis, settings: CoreSettings, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.redis = redis
+        self.s = settings
+        self.clock = clock
+        self._reserve = redis.register_script(scripts.BUDGET_RESERVE)
+        self._record = redis.register_script(scripts.BUDGET_RECORD)
+
+    @property
+    def enabled(self) -> bool:
+        s = self.s
+        return bool(s.daily_budget_usd or s.user_daily_budget_usd or s.hourly_action_limit)
+
+    def day(self) -> str:
+        return datetime.fromtimestamp(self.clock(), UTC).strftime("%Y%m%d")
+
+    async def reserve(self, user: str, estimate_usd: float) -> str:
+        """Reserve one call; returns its reservation id ('' when no limit is set)."""
+        if not self.enabled:
+            return ""
+        day = self.day()
+        rid = secrets.token_hex(6)
+        res = await self._reserve(
+            keys=[
+                keys.budget_day(day),
+                keys.budget_user(day, user),
+                keys.budget_reserved(day),
+                keys.budget_actions(user),
+            ],
+            args=[
+                int(self.clock() * 1000),
+                micro(self.s.daily_budget_usd),
+                micro(self.s.user_daily_budget_usd),
+                micro(estimate_usd),
+                rid,
+                self.s.hourly_action_limit,
+                DAY_TTL,
+                user,
+            ],
+        )
+        code = int(res[0])
+        if code == 1:
+            return rid
+        if code == 0:
+            log.warning(
+                "daily budget of $%.2f reached; refusing LLM calls", self.s.daily_budget_usd
+            )
+            raise BudgetRefused(
+                "The daily AI budget for this bot is used up. It resets at midnight UTC."
+            )
+        if code == -1:
+            raise BudgetRefused(
+                f"You've used your daily AI budget (${self.s.user_daily_budget_usd:.2f}). "
+                "It resets at midnight UTC."
+            )
+        raise BudgetRefused(
+            f"You've reached the limit of {self.s.hourly_action_limit} AI calls per hour. "
+            "Please try again a bit later."
+        )
+
+    async def record(self, user: str, reservation: str, cost_usd: float) -> list[str]:
+        """Book the real cost; returns the scopes that just crossed 80 % (once per day)."""
+        if not self.enabled:
+            return []
+        day = self.day()
+        cost = micro(cost_usd)
+        res: Any = await self._record(
+            keys=[keys.budget_day(day), keys.budget_user(day, user), keys.budget_reserved(day)],
+            args=[reservation or "-", cost, DAY_TTL],
+        )
+        day_total, user_total = int(res[0]), int(res[1])
+        crossed: list[str] = []
+        for scope, limit, total in (
+            ("all", micro(self.s.daily_budget_usd), day_total),
+            (user, micro(self.s.user_daily_budget_usd), user_total),
+        ):
+            if limit and total - cost < WARN_AT * limit <= total:
+                first = await self.redis.set(
+                    keys.budget_warned(day, scope), b"1", nx=True, ex=DAY_TTL
+                )
+                if first:
+                    log.warning(
+                        "budget %s at %.0f%% of $%.2f today",
+                        scope,
+                        100 * total / limit,
+                        limit / MICRO,
+                    )
+                    crossed.append(scope)
+        return crossed
+
+    async def spend(self, user: str) -> Spend:
+        day = self.day()
+        d, u = await self.redis.mget(keys.budget_day(day), keys.budget_user(day, user))
+        return Spend(int(d or 0) / MICRO, int(u or 0) / MICRO)

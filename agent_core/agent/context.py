@@ -1,0 +1,204 @@
+"""Context monitor and compaction: keep the prompt inside the model's window.
+
+Tokens are estimated (words × 1.3 + 4 per message), scaled by a per-session
+ratio calibrated from what the provider reports.  Against the window
+(CONTEXT_WINDOW, else the model's, else 100,000):
+
+* above 80 %: move old turns to the thread's archive in Redis, keep the last 10;
+* above 85 %: summarise old turns with the cheap model (temperature 0.3,
+  ≤ 1,024 tokens), keep the last 5;
+* above 95 %: truncate to the last 3 turns, no LLM call.
+
+Steps repeat until the estimate is under 80 % or nothing is left to drop.
+Summaries are built chunk by chunk (each chunk within a token budget, tool
+results stripped first) and keep identifiers, decisions, open tasks and
+commitments.  A failed summary falls back to truncation, never to an error;
+a failed archive write never blocks the turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from agent_core.agent.session import Session
+from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
+
+log = logging.getLogger(__name__)
+
+MOVE_AT, SUMMARISE_AT, TRUNCATE_AT = 0.80, 0.85, 0.95
+KEEP_MOVE, KEEP_SUMMARY, KEEP_TRUNCATE = 10, 5, 3
+CHUNK_TOKENS = 6000
+SUMMARY_MAX_TOKENS = 1024
+SUMMARY_TEMPERATURE = 0.3
+
+SUMMARY_SYSTEM = (
+    "You summarise a chat between a user and an AI assistant so the assistant can "
+    "continue it without the full transcript. Keep every identifier (names, ids, file "
+    "paths, URLs, numbers, dates), every decision made, open tasks and questions, and "
+    "commitments the assistant made. Be factual and brief (at most 300 words). Write "
+    "only the summary."
+)
+
+
+def estimate_message(m: ChatMessage) -> float:
+    words = len(m.content.split())
+    for tc in m.tool_calls:
+        words += len(str(tc.arguments).split()) + 1
+    return words * 1.3 + 4
+
+
+def estimate(messages: Sequence[ChatMessage], ratio: float = 1.0) -> int:
+    return int(sum(estimate_message(m) for m in messages) * ratio)
+
+
+def by_role(messages: Sequence[ChatMessage], ratio: float = 1.0) -> dict[str, int]:
+    out = {"system": 0, "user": 0, "assistant": 0, "tool": 0}
+    for m in messages:
+        out[m.role] = out.get(m.role, 0) + int(estimate_message(m) * ratio)
+    return out
+
+
+def turn_starts(history: Sequence[ChatMessage]) -> list[int]:
+    return [i for i, m in enumerate(history) if m.role == "user"]
+
+
+def keep_cut(history: Sequence[ChatMessage], turns: int) -> int:
+    """Index where the last ``turns`` turns start (0 when there are not more)."""
+    starts = turn_starts(history)
+    if len(starts) <= turns:
+        return 0
+    return starts[-turns]
+
+
+def _transcript(messages: Sequence[ChatMessage]) -> list[str]:
+    lines: list[str] = []
+    for m in messages:
+        if m.role == "tool":
+            lines.append(f"[result of {m.name or 'a tool'} omitted]")
+        elif m.tool_calls:
+            calls = ", ".join(f"{c.name}({str(c.arguments)[:200]})" for c in m.tool_calls)
+            lines.append(f"assistant: {m.content}\n(called {calls})".strip())
+        elif m.content:
+            lines.append(f"{m.role}: {m.content}")
+    return lines
+
+
+def chunks(lines: list[str], budget: int) -> list[str]:
+    out: list[str] = []
+    cur: list[str] = []
+    size = 0.0
+    for line in lines:
+        cost = len(line.split()) * 1.3 + 1
+        if cur and size + cost > budget:
+            out.append("\n".join(cur))
+            cur, size = [], 0.0
+        if cost > budget:  # a single giant line: keep its head
+            line = " ".join(line.split()[: int(budget / 1.3)])
+            cost = budget
+        cur.append(line)
+        size += cost
+    if cur:
+        out.append("\n".join(cur))
+    return out
+
+
+@dataclass
+class Compaction:
+    strategy: str  # moved | summarised | truncated
+    dropped: int
+    before: int
+    after: int
+
+
+Archive = Callable[[Session, list[ChatMessage]], Awaitable[None]]
+
+
+class Compactor:
+    def __init__(self, cheap: Callable[[], LLMProvider], archive: Archive) -> None:
+        self.cheap = cheap
+        self.archive = archive
+
+    async def summarise(self, previous: str, old: Sequence[ChatMessage]) -> str:
+        summary = previous
+        for part in chunks(_transcript(old), CHUNK_TOKENS):
+            prompt = (
+                f"Summary so far:\n{summary}\n\n" if summary else ""
+            ) + f"Conversation to add:\n{part}\n\nWrite the updated summary."
+            req = CompletionRequest(
+                messages=(ChatMessage("system", SUMMARY_SYSTEM), ChatMessage("user", prompt)),
+                max_tokens=SUMMARY_MAX_TOKENS,
+                temperature=SUMMARY_TEMPERATURE,
+            )
+            result = await self.cheap().complete(req)
+            if not result.text.strip():
+                raise ValueError("empty summary")
+            summary = result.text.strip()
+        return summary
+
+    async def _drop(
+        self, session: Session, history: list[ChatMessage], cut: int
+    ) -> list[ChatMessage]:
+        old = history[:cut]
+        del history[:cut]  # in place: the running loop holds this list
+        await self.archive(session, old)
+        return old
+
+    async def compact(
+        self,
+        session: Session,
+        history: list[ChatMessage],
+        window: int,
+        *,
+        system_tokens: int = 0,
+        force: str = "",
+    ) -> Compaction | None:
+        """Bring ``history`` under the thresholds (or apply ``force``: summarise | truncate)."""
+        before = estimate(history, session.token_ratio) + system_tokens
+        applied = ""
+        dropped = 0
+        for _ in range(4):
+            used = estimate(history, session.token_ratio) + system_tokens
+            fill = used / max(1, window)
+            if force:
+                level, force = force, ""
+            elif fill > TRUNCATE_AT:
+                level = "truncate"
+            elif fill > SUMMARISE_AT:
+                level = "summarise"
+            elif fill > MOVE_AT:
+                level = "move"
+            else:
+                break
+            keep = {"move": KEEP_MOVE, "summarise": KEEP_SUMMARY, "truncate": KEEP_TRUNCATE}[level]
+            cut = keep_cut(history, keep)
+            if cut == 0:
+                if level != "truncate":
+                    level, cut = "truncate", keep_cut(history, KEEP_TRUNCATE)
+                if cut == 0:
+                    cut = keep_cut(history, 1)  # only the current turn is left
+                if cut == 0:
+                    break
+            if level == "summarise":
+                try:
+                    session.summary = await self.summarise(session.summary, history[:cut])
+                    applied = "summarised"
+                except Exception as exc:  # never an error: truncate instead
+                    log.warning("[%s] summary failed (%s); truncating instead", session.thread, exc)
+                    level, cut = "truncate", keep_cut(history, KEEP_TRUNCATE) or cut
+            dropped += len(await self._drop(session, history, cut))
+            if level != "summarise":
+                applied = {"move": "moved", "truncate": "truncated"}[level]
+        if not applied:
+            return None
+        after = estimate(history, session.token_ratio) + system_tokens
+        log.info(
+            "[%s] context %s: %d messages out, ~%d -> ~%d tokens",
+            session.thread,
+            applied,
+            dropped,
+            before,
+            after,
+        )
+        return Compaction(applied, dropped, before, after)

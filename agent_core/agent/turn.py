@@ -1,0 +1,804 @@
+"""One turn: parse, gate, run commands / decisions / the loop. Also the loop's delegate.
+
+Flow of a turn (the worker holds the thread lock)::
+
+    head event -> before_inbound hooks
+      action (button)          -> decide()
+      access / rate refused    -> one short notice, consumed
+      /command                 -> the command registry
+      yes / always / no        -> decide()          (only while awaiting approval)
+      text while awaiting      -> held in the session + "waiting for …" notice
+      text                     -> checkpoint -> run_loop()
+
+Approvals are a state machine on the session: when the loop meets calls that
+need a person, the session keeps the LLM response's calls, the results already
+known and the queue of calls still to decide (``session.resume``), moves to
+AWAITING_APPROVAL and the turn ends.  A later decision turn claims the
+approval atomically, runs or refuses the call, asks for the next queued call
+or — when none is left — appends every result in the original order, injects
+the messages held meanwhile, and resumes the loop where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
+
+from agent_core.agent import approvals as ap
+from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
+from agent_core.agent.budget import BudgetRefused
+from agent_core.agent.commands import CommandContext
+from agent_core.agent.context import estimate
+from agent_core.agent.executor import Planned, cap, plan, run_many, run_one
+from agent_core.agent.hooks import ToolHookContext, TurnInfo
+from agent_core.agent.interrupt import is_interrupt
+from agent_core.agent.loop import (
+    LoopOutcome,
+    MaxIterations,
+    NeedApproval,
+    Response,
+    Signals,
+    Stopped,
+    ToolRound,
+    run_loop,
+)
+from agent_core.agent.loopguard import Level, LoopGuard
+from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
+from agent_core.agent.profiles import Profile
+from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
+from agent_core.agent.session import Session, ThreadState
+from agent_core.errors import ChannelError, LockLost
+from agent_core.events import Attachment, EventKind, InboundEvent, OutboundMessage, ThreadKey
+from agent_core.llm import errors as llm_errors
+from agent_core.llm.base import (
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    ImagePart,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
+from agent_core.store import keys
+from agent_core.store.delivery import TurnState
+from agent_core.tools.base import ToolContext
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_HELD = 50
+INTERRUPT_POLL_SECS = 0.5
+OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
+
+
+class Interrupted(Exception):
+    pass
+
+
+@runtime_checkable
+class AttachmentFetcher(Protocol):
+    """Optional: an Outbox that can download a user's attachment (size-capped)."""
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes: ...
+
+
+class Turn:
+    """One turn's state; also the loop's delegate."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        thread: ThreadKey,
+        state: TurnState,
+        session: Session,
+        writer: ReplyWriter,
+        guard: LockGuard,
+    ) -> None:
+        self.agent = agent
+        self.s = agent.settings
+        self.thread = thread
+        self.state = state
+        self.session = session
+        self.writer = writer
+        self.guard = guard
+        self.consumed = 1
+        self.started_ms = int(time.time() * 1000)
+        self.user = ""
+        self.head: InboundEvent | None = None
+        self.iteration = 0
+        self.loop_guard = LoopGuard()
+        self.pending_inject: list[ChatMessage] = []
+        self._typing: asyncio.Task[None] | None = None
+        self._reply: StreamingReply | None = None
+        self._profile: Profile | None = None
+
+    # -- entry -------------------------------------------------------------
+    async def run(self, head: InboundEvent) -> str:
+        outbox = self.writer.outbox
+        outcome = "?"
+        self.head = head
+        self.user = head.qualified_user
+        try:
+            event = await self.agent.hooks.run_before_inbound(head)
+            if event is None:
+                outcome = "dropped-by-hook"
+                return outcome
+            head = self.head = event
+            outcome = await self._dispatch(head)
+            return outcome
+        except LockLost:
+            log.warning("[%s] lock lost mid-turn; stopping without sending more", self.thread)
+            raise
+        finally:
+            if self._typing is not None:
+                self._typing.cancel()
+            with contextlib.suppress(Exception):
+                await outbox.turn_finished(self.thread, head)
+            await self.agent.hooks.run_after_turn(
+                TurnInfo(self.thread, head, outcome, self.session)
+            )
+
+    async def _dispatch(self, head: InboundEvent) -> str:
+        if self.agent.admin_ids:
+            await self.agent.remember_admin(head)
+        if head.kind == EventKind.ACTION:
+            parsed = ap.parse_token(head.action.token) if head.action is not None else None
+            if parsed is None:
+                await self.private(head, "That button is not active any more.", button=True)
+                return "action-ignored"
+            return await self.decide(head, parsed[0], parsed[1], button=True)
+        if self.agent.access.needs_redis(head):
+            verdict = await self.agent.access.check(head)
+            if not verdict.allowed:
+                if verdict.notice:
+                    await self.say_notice(verdict.notice)
+                return f"refused:{verdict.reason}"
+        awaiting = self.session.state == ThreadState.AWAITING_APPROVAL
+        sub = parse(head.text, awaiting_approval=awaiting)
+        if isinstance(sub, Command):
+            return await self.run_command(head, sub)
+        if isinstance(sub, ApprovalReply):
+            return await self.decide(
+                head, self.session.pending_approval, sub.decision, sub.reason, button=False
+            )
+        if awaiting:
+            held = await self.hold_while_awaiting(head)
+            if held:
+                return held
+        return await self.run_text(head)
+
+    # -- talking ---------------------------------------------------------------
+    async def say_notice(self, text: str) -> None:
+        try:
+            await self.writer.say(OutboundMessage(text, notice=True))
+        except ChannelError as exc:
+            log.warning("[%s] could not send notice: %s", self.thread, exc)
+
+    async def private(self, event: InboundEvent, text: str, *, button: bool) -> None:
+        """A short notice to the presser only (for button presses), else in the chat."""
+        if button:
+            try:
+                await self.writer.outbox.answer_action(event, text)
+            except ChannelError as exc:
+                log.warning("[%s] could not answer a button press: %s", self.thread, exc)
+        else:
+            await self.say_notice(text)
+
+    async def _keep_typing(self) -> None:
+        outbox = self.writer.outbox
+        while True:
+            with contextlib.suppress(Exception):
+                await outbox.typing(self.thread)
+            await asyncio.sleep(4.0)
+
+    # -- commands ----------------------------------------------------------------
+    async def run_command(self, head: InboundEvent, cmd: Command) -> str:
+        spec = self.agent.commands.get(cmd.name)
+        if spec is None:
+            await self.say_notice(self.agent.commands.unknown_hint(cmd.name))
+            return "unknown-command"
+        ctx = CommandContext(self.agent, self.session, head, turn=self)
+        reply = await spec.handler(ctx, cmd.args)
+        self.session = ctx.session
+        if reply:
+            await self.writer.say(OutboundMessage(reply))
+        return f"command:{cmd.name}"
+
+    # -- text ----------------------------------------------------------------------
+    def profile(self) -> Profile:
+        if self._profile is None:
+            self._profile = self.agent.profiles.get(self.session.profile)
+        return self._profile
+
+    def model(self) -> str:
+        return self.session.model or self.profile().model
+
+    async def user_message(self, event: InboundEvent) -> ChatMessage:
+        text = user_message_text(event)
+        images = await self._images(event)
+        return ChatMessage("user", text, images=images)
+
+    async def _images(self, event: InboundEvent) -> tuple[ImagePart, ...]:
+        pics = [a for a in event.attachments if a.kind == "image"]
+        outbox = self.writer.outbox
+        if not pics or not isinstance(outbox, AttachmentFetcher):
+            return ()
+        try:
+            if not self.agent.llm.model_info(self.model() or None).supports_vision:
+                return ()
+        except Exception:
+            return ()
+        out: list[ImagePart] = []
+        limit = self.s.max_attachment_bytes
+        for a in pics:
+            if a.size and a.size > limit:
+                continue
+            try:
+                data = await outbox.fetch_attachment(a, limit)
+            except Exception as exc:
+                log.info("[%s] attachment %s not fetched: %s", self.thread, a.name, exc)
+                continue
+            if len(data) <= limit:
+                out.append(ImagePart(a.mime or "image/jpeg", base64.b64encode(data).decode()))
+        return tuple(out)
+
+    async def run_text(self, head: InboundEvent, *, checkpoint: bool = True) -> str:
+        if checkpoint:
+            await self.agent.undo.checkpoint(self.thread, head.event_id, self.session)
+        prefix = self.take_held()
+        self.session.history.extend(prefix)
+        self.session.history.append(await self.user_message(head))
+        return await self.loop()
+
+    def take_held(self) -> list[ChatMessage]:
+        held = [InboundEvent.from_dict(d) for d in self.session.held]
+        self.session.held = []
+        return [ChatMessage("user", user_message_text(e)) for e in held]
+
+    async def loop(self, first_iteration: int = 1) -> str:
+        """Run the loop on the session's history and turn its outcome into words."""
+        self._typing = self._typing or asyncio.create_task(self._keep_typing())
+        self.session.state = ThreadState.PROCESSING
+        history = self.session.history
+        try:
+            outcome: LoopOutcome = await run_loop(
+                self,
+                history,
+                max_iterations=self.s.max_tool_iterations,
+                first_iteration=first_iteration,
+            )
+        except BudgetRefused as exc:
+            await self.say_notice(str(exc))
+            outcome = Stopped("budget")
+        except Interrupted:
+            await self._stop_streaming("_(stopped)_")
+            await self.say_notice("⏹ Stopped.")
+            await self._consume_interrupt()
+            outcome = Stopped("interrupted")
+        except llm_errors.LLMError as exc:
+            log.warning("[%s] LLM call failed: %s: %s", self.thread, type(exc).__name__, exc)
+            await self.say_notice(friendly_llm_error(exc))
+            outcome = Stopped("llm-error")
+        if not isinstance(outcome, NeedApproval):
+            repair_history(history)  # a stop mid-round leaves no call without a result
+            self.session.state = ThreadState.IDLE
+            self.session.resume = {}
+            self.session.pending_approval = ""
+        self.session.turns += 1
+        self.session.updated_at = time.time()
+        dropped = self.session.trim(self.s.max_history_messages)
+        if dropped:
+            await self.agent.archive_messages(self.session, dropped)
+        if isinstance(outcome, Response):
+            return "response"
+        if isinstance(outcome, MaxIterations):
+            await self.say_notice("I stopped after too many steps without an answer.")
+            return "max-iterations"
+        if isinstance(outcome, NeedApproval):
+            return "need-approval"
+        if outcome.reason.startswith("loop:"):
+            await self.say_notice(
+                "I stopped because I was going in circles with my tools "
+                f"({outcome.reason[5:]}). Please rephrase or give me more to go on."
+            )
+        return f"stopped:{outcome.reason}"
+
+    async def _stop_streaming(self, tail: str) -> None:
+        reply = self._reply
+        if reply is not None and reply.ref is not None:
+            with contextlib.suppress(ChannelError):
+                await reply.finish((reply.text + "\n\n" + tail).strip())
+
+    # -- interrupt -------------------------------------------------------------
+    async def _interrupt_flag(self) -> bool:
+        raw = await self.agent.redis.get(keys.interrupt(self.thread))
+        if not raw:
+            return False
+        try:
+            return int(raw) >= self.started_ms
+        except ValueError:
+            return False
+
+    async def _consume_interrupt(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.agent.redis.set(keys.interrupt(self.thread), b"x", ex=600)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(INTERRUPT_POLL_SECS)
+            if self.guard.lost:
+                return
+            with contextlib.suppress(Exception):
+                if await self._interrupt_flag():
+                    return
+
+    async def interruptible(self, aw: Awaitable[T]) -> T:
+        """Await ``aw`` unless /interrupt (or a lost lock) cuts it short."""
+        task = asyncio.ensure_future(aw)
+        watcher = asyncio.create_task(self._watch())
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            watcher.cancel()
+            raise
+        if task in done:
+            watcher.cancel()
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if self.guard.lost:
+            raise LockLost("thread lock lost")
+        raise Interrupted()
+
+    # -- LoopDelegate ------------------------------------------------------------
+    async def check_signals(self) -> Signals:
+        """Inject plain messages that arrived for this thread since the turn began."""
+        signals = Signals()
+        if self.guard.lost:
+            signals.stop = "lock-lost"
+            return signals
+        signals.injected.extend(self.pending_inject)
+        self.pending_inject = []
+        arrived = self.state.mailbox[self.consumed :]
+        if not arrived:
+            async with self.agent.redis.pipeline(transaction=False) as pipe:
+                pipe.lrange(keys.mailbox(self.thread), self.consumed, -1)
+                pipe.get(keys.interrupt(self.thread))
+                raw, flag = await pipe.execute()
+            arrived = [InboundEvent.from_json(r) for r in raw]
+            self.state.mailbox.extend(arrived)
+            if flag and flag != b"x" and int(flag) >= self.started_ms:
+                raise Interrupted()
+        for ev in arrived:
+            if ev.kind == EventKind.ACTION or is_command(ev.text):
+                if ev.kind != EventKind.ACTION and is_interrupt(ev.text):
+                    raise Interrupted()
+                break  # commands and button presses wait for their own turn, in order
+            if self.agent.access.needs_redis(ev):
+                verdict = await self.agent.access.check(ev)
+                if not verdict.allowed:
+                    self.consumed += 1
+                    if verdict.notice:
+                        await self.say_notice(verdict.notice)
+                    continue
+            signals.injected.append(await self.user_message(ev))
+            self.consumed += 1
+        return signals
+
+    def system_prompt(self) -> str:
+        parts = [self.profile().system_prompt, self.agent_rule()]
+        if self.session.summary:
+            parts.append("Summary of the earlier conversation:\n" + self.session.summary)
+        return "\n\n".join(p for p in parts if p)
+
+    @staticmethod
+    def agent_rule() -> str:
+        from agent_core.agent.agent import DATA_RULE
+
+        return DATA_RULE
+
+    async def before_llm_call(self, messages: list[ChatMessage]) -> list[ChatMessage]:
+        system = ChatMessage("system", self.system_prompt())
+        window = self.agent.window_for(self.model() or None)
+        sys_tokens = estimate([system], self.session.token_ratio)
+        if estimate(messages, self.session.token_ratio) + sys_tokens > 0.8 * window:
+            await self.agent.compactor.compact(
+                self.session, messages, window, system_tokens=sys_tokens
+            )
+            system = ChatMessage("system", self.system_prompt())  # the summary may be new
+        return [system, *messages]
+
+    def offered(self) -> list[str]:
+        names = self.agent.tools.names()
+        only = self.profile().tools
+        return [n for n in names if only is None or n in only]
+
+    def tools(self) -> Sequence[ToolSpec]:
+        try:
+            if not self.agent.llm.model_info(self.model() or None).supports_tools:
+                return ()
+        except Exception:
+            pass
+        return self.agent.tools.specs(self.offered())
+
+    async def call_llm(self, messages: list[ChatMessage], tools: Sequence[ToolSpec]) -> Completion:
+        try:
+            return await self._call_llm_once(messages, tools)
+        except llm_errors.ContextLengthExceeded:
+            log.info("[%s] context length exceeded; compacting and retrying once", self.thread)
+            history = self.session.history
+            await self.agent.compactor.compact(
+                self.session,
+                history,
+                self.agent.window_for(self.model() or None),
+                force="summarise",
+            )
+            prompt = await self.before_llm_call(history)
+            return await self._call_llm_once(prompt, tools)
+
+    async def _call_llm_once(
+        self, messages: list[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> Completion:
+        model = self.model() or None
+        request = CompletionRequest(
+            messages=tuple(messages),
+            tools=tuple(tools),
+            model=model,
+            session_id=self.session.thread,
+        )
+        info = self.agent.llm.model_info(model)
+        est_in = estimate(messages, self.session.token_ratio)
+        est_usd = (
+            est_in * info.input_cost_per_token
+            + OUTPUT_ALLOWANCE_TOKENS * info.output_cost_per_token
+        )
+        reservation = await self.agent.budget.reserve(self.user, est_usd)
+        cost = 0.0
+        try:
+            final = await self.interruptible(self._stream(request))
+            cost = info.cost(final.usage)
+        finally:
+            if reservation:
+                crossed = await self.agent.budget.record(self.user, reservation, cost)
+                if crossed:
+                    await self._warn_admins(crossed)
+        self.session.usage = self.session.usage + final.usage
+        self.session.cost_usd += cost
+        prompt_tokens = final.usage.prompt
+        if prompt_tokens > 0 and est_in > 0:
+            raw = estimate(messages)
+            if raw > 0:
+                self.session.token_ratio = max(0.3, min(3.0, prompt_tokens / raw))
+            self.session.last_prompt_tokens = prompt_tokens
+        return final
+
+    async def _stream(self, request: CompletionRequest) -> Completion:
+        reply = self.writer.stream()
+        self._reply = reply
+        final: Completion | None = None
+        async for item in self.agent.llm.stream(request):
+            if isinstance(item, TextDelta):
+                await reply.feed(item.text)
+            else:
+                final = item
+        if final is None:
+            raise llm_errors.InvalidResponse("stream ended without a final message")
+        if final.tool_calls and reply.ref is not None:
+            await reply.finish()  # keep the streamed preamble as sent
+        return final
+
+    async def _warn_admins(self, scopes: list[str]) -> None:
+        s = self.s
+        for scope in scopes:
+            if scope == "all":
+                text = f"⚠️ Parley has used 80 % of its daily AI budget (${s.daily_budget_usd:.2f})."
+            else:
+                text = (
+                    f"⚠️ {scope} has used 80 % of their daily AI budget "
+                    f"(${s.user_daily_budget_usd:.2f})."
+                )
+            await self.agent.notify_admins(text)
+
+    async def handle_text(self, completion: Completion) -> None:
+        reply = self._reply
+        text = completion.text.strip() or "(the model returned an empty answer)"
+        if reply is None:
+            await self.writer.say(OutboundMessage(text))
+        else:
+            await reply.finish(text)
+
+    async def after_iteration(self, iteration: int) -> None:
+        self.iteration = iteration
+
+    # -- tools -------------------------------------------------------------------
+    def tool_context(self, user: str) -> ToolContext:
+        return ToolContext(self.agent.redis, self.s, self.thread, user)
+
+    async def execute_tool_calls(self, calls: Sequence[ToolCall]) -> ToolRound:
+        planned = await plan(
+            calls,
+            self.agent.tools,
+            self.offered(),
+            self.session.always_approved,
+            self.agent.hooks,
+            ToolHookContext(self.thread, self.user),
+        )
+        now = [p for p in planned if not p.ask]
+        outputs = (
+            await self.interruptible(
+                run_many(
+                    now,
+                    self.tool_context(self.user),
+                    self.s.tool_timeout_secs,
+                    self.s.tool_output_max_chars,
+                )
+            )
+            if now
+            else []
+        )
+        results = {p.call.id: out for p, out in zip(now, outputs, strict=True)}
+        asks = [p for p in planned if p.ask]
+        final_calls = [p.call for p in planned]
+        if not asks:
+            return self.finish_round(final_calls, results)
+        self.session.resume = {
+            "calls": [c.to_dict() for c in final_calls],
+            "results": results,
+            "queue": [p.call.id for p in asks],
+            "iter": self.iteration + 1,  # this iteration is done once results are in
+            "guard": self.loop_guard.to_dict(),
+            "user": self.user,
+            "name": self.head.user_name if self.head else "",
+        }
+        a = await self.ask(asks[0].call)
+        return ToolRound(
+            [], approval=NeedApproval(a.id, asks[0].call, tuple(p.call for p in asks[1:]))
+        )
+
+    def finish_round(self, calls: Sequence[ToolCall], results: dict[str, str]) -> ToolRound:
+        msgs: list[ChatMessage] = []
+        stop = ""
+        for c in calls:
+            text = results.get(c.id, "error: no result")
+            v = self.loop_guard.record(c.name, c.arguments, text)
+            if v.level is Level.WARN:
+                text += (
+                    f"\n\n[parley: {v.message}. If you are stuck, stop calling tools and "
+                    "answer the user with what you have.]"
+                )
+            elif v.level is Level.CRITICAL and not stop:
+                stop = "loop:" + v.message
+            msgs.append(ChatMessage("tool", text, tool_call_id=c.id, name=c.name))
+        return ToolRound(msgs, stop=stop)
+
+    # -- approvals ---------------------------------------------------------------
+    async def ask(self, call: ToolCall) -> ap.PendingApproval:
+        rs = self.session.resume
+        a = self.agent.approvals.new(
+            self.thread,
+            call.name,
+            call.id,
+            call.arguments,
+            rs.get("user", self.user),
+            rs.get("name", ""),
+        )
+        await self.agent.approvals.create(self.thread, a)
+        text = ap.prompt_text(a, self.s.approval_ttl_secs)
+        ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id)))
+        await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
+        a.prompt_ref = ref
+        self.session.state = ThreadState.AWAITING_APPROVAL
+        self.session.pending_approval = a.id
+        log.info("[%s] approval %s asked for %s", self.thread, a.id, call.name)
+        return a
+
+    async def close_prompt(self, a: ap.PendingApproval, decision: str, by_name: str) -> None:
+        if a.prompt_ref is None:
+            return
+        text = ap.resolved_text(a, decision, by_name, self.agent.clock())
+        try:
+            await self.writer.edit(a.prompt_ref, OutboundMessage(text))
+        except ChannelError as exc:
+            log.warning("[%s] could not update approval prompt: %s", self.thread, exc)
+
+    async def hold_while_awaiting(self, head: InboundEvent) -> str:
+        """Keep ``head`` for after the decision; '' if the approval is gone (expired)."""
+        aid = self.session.pending_approval
+        a = await self.agent.approvals.load(self.thread, aid) if aid else None
+        if a is not None and self.agent.clock() <= a.expires_at and not a.decision:
+            if len(self.session.held) >= MAX_HELD:
+                await self.say_notice(
+                    f"I'm still waiting for your decision on **{a.tool}**, and I can't queue "
+                    "more messages until then. This one was not kept — please decide first."
+                )
+                return "held-full"
+            self.session.held.append(head.to_dict())
+            await self.say_notice(
+                f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
+                "Approve / Always / Deny, or type yes / always / no). "
+                "I'll answer this message right after."
+            )
+            return "held"
+        if a is not None:
+            res = await self.agent.approvals.claim(
+                self.thread, a.id, "expired", "", "", head.event_id
+            )
+            await self.close_prompt(a, res.decision if res.decision else "expired", "")
+        await self.finish_pending("error: not run: the approval request expired")
+        return ""
+
+    async def finish_pending(self, text: str) -> None:
+        """End the wait without running what is left; the history stays valid."""
+        rs = self.session.resume
+        if rs:
+            results: dict[str, str] = rs.get("results", {})
+            for cid in rs.get("queue", ()):
+                results.setdefault(cid, text)
+            calls = [ToolCall.from_dict(c) for c in rs.get("calls", ())]
+            self.session.history.extend(
+                ChatMessage("tool", results.get(c.id, text), tool_call_id=c.id, name=c.name)
+                for c in calls
+            )
+        self.session.resume = {}
+        self.session.pending_approval = ""
+        self.session.state = ThreadState.IDLE
+
+    async def cancel_pending(self, head: InboundEvent, why: str = "cancel") -> bool:
+        """Cancel the approval being waited for (/new, /clear, /undo, /interrupt)."""
+        aid = self.session.pending_approval
+        if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
+            return False
+        a = await self.agent.approvals.load(self.thread, aid)
+        if a is not None:
+            by = head.user_name or head.user_id
+            res = await self.agent.approvals.claim(
+                self.thread, aid, why, head.qualified_user, by, head.event_id
+            )
+            await self.close_prompt(a, res.decision or why, by)
+        await self.finish_pending("error: not run: the user cancelled the request")
+        return True
+
+    async def decide(
+        self, head: InboundEvent, aid: str, decision: str, reason: str = "", *, button: bool
+    ) -> str:
+        store = self.agent.approvals
+        if not aid:
+            await self.private(head, "There is nothing waiting for a decision.", button=button)
+            return "approval-none"
+        a = await store.load(self.thread, aid)
+        if a is None or a.thread != str(self.thread):
+            await self.private(head, "That approval is not active any more.", button=button)
+            return "approval-unknown"
+        if not self.agent.may_decide(head.qualified_user, a):
+            who = a.requester_name or "the person who asked"
+            await self.private(head, f"Only {who} or an approver can decide this.", button=button)
+            return "approval-not-allowed"
+        by = head.user_name or head.user_id
+        res = await store.claim(self.thread, aid, decision, head.qualified_user, by, head.event_id)
+        if res.outcome is ap.ClaimOutcome.UNKNOWN:
+            await self.private(head, "That approval is not active any more.", button=button)
+            return "approval-unknown"
+        if res.outcome is ap.ClaimOutcome.ALREADY:
+            await self.private(head, f"Already decided ({res.decision}).", button=button)
+            return "approval-late"
+        current = self.session.pending_approval == aid and bool(self.session.resume)
+        if res.outcome is ap.ClaimOutcome.EXPIRED:
+            await self.private(
+                head, "This approval request expired, so nothing was run.", button=button
+            )
+            if current:
+                await self.close_prompt(a, "expired", "")
+                await self.finish_pending("error: not run: the approval request expired")
+                if self.session.held:
+                    self.pending_inject = self.take_held()
+                    return await self.loop(self.session.resume.get("iter", 1))
+            return "approval-expired"
+        if not current:
+            await self.private(head, "That approval is not active any more.", button=button)
+            return "approval-stale"
+        decision = res.decision
+        await self.close_prompt(a, decision, by)
+        if decision in ("approve", "always"):
+            if decision == "always":
+                self.session.always_approved.add(a.tool)
+            result = a.result if a.result is not None else await self.run_approved(a)
+            if a.result is None:
+                await store.store_result(self.thread, aid, result)
+        else:
+            result = "denied: the user did not approve this call; it was not run."
+            if reason:
+                result += f" Their reason: {cap(reason, 500)}"
+        log.info("[%s] approval %s: %s by %s", self.thread, aid, decision, head.qualified_user)
+        rs = self.session.resume
+        rs.setdefault("results", {})[a.call_id] = result
+        queue: list[str] = rs.get("queue", [])
+        if queue and queue[0] == a.call_id:
+            queue.pop(0)
+        return await self.continue_resume(head)
+
+    async def run_approved(self, a: ap.PendingApproval) -> str:
+        tool = self.agent.tools.get(a.tool)
+        if tool is None:
+            return f"error: there is no tool named {a.tool!r}"
+        try:
+            args = self.agent.tools.parse_args(a.tool, a.arguments)
+        except ValueError as exc:
+            return f"error: invalid arguments: {exc}"
+        p = Planned(ToolCall(a.call_id, a.tool, a.arguments), tool, args)
+        self._typing = self._typing or asyncio.create_task(self._keep_typing())
+        try:
+            return await self.interruptible(
+                run_one(
+                    p,
+                    self.tool_context(a.requester),
+                    self.s.tool_timeout_secs,
+                    self.s.tool_output_max_chars,
+                )
+            )
+        except Interrupted:
+            await self._consume_interrupt()
+            return "error: interrupted by the user"
+
+    async def continue_resume(self, head: InboundEvent) -> str:
+        rs = self.session.resume
+        calls = {c["id"]: ToolCall.from_dict(c) for c in rs.get("calls", ())}
+        queue: list[str] = rs.get("queue", [])
+        results: dict[str, str] = rs.setdefault("results", {})
+        self.user = rs.get("user", self.user)
+        while queue:
+            call = calls[queue[0]]
+            if call.name in self.session.always_approved:
+                a = ap.PendingApproval(
+                    "", str(self.thread), call.name, call.id, call.arguments, self.user
+                )
+                results[call.id] = await self.run_approved(a)
+                queue.pop(0)
+                continue
+            await self.ask(call)
+            return "need-approval"
+        # every call of that response is settled: feed the results back, in order
+        self.loop_guard = LoopGuard.from_dict(rs.get("guard"))
+        first = int(rs.get("iter", 1))
+        ordered = [calls[c["id"]] for c in rs.get("calls", ())]
+        rnd = self.finish_round(ordered, results)
+        self.session.history.extend(rnd.results)
+        self.session.resume = {}
+        self.session.pending_approval = ""
+        self.pending_inject = self.take_held()
+        if rnd.stop:
+            self.session.state = ThreadState.IDLE
+            await self.say_notice(
+                f"I stopped because I was going in circles with my tools ({rnd.stop[5:]})."
+            )
+            return f"stopped:{rnd.stop}"
+        return await self.loop(first)
+
+
+def repair_history(history: list[ChatMessage]) -> None:
+    """Give every tool call of the last assistant message a result (after a stop)."""
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if m.role == "assistant" and m.tool_calls:
+            answered = {x.tool_call_id for x in history[i + 1 :] if x.role == "tool"}
+            missing = [c for c in m.tool_calls if c.id not in answered]
+            if missing:
+                tail = history[i + 1 :]
+                del history[i + 1 :]
+                history.extend(x for x in tail if x.role == "tool")
+                history.extend(
+                    ChatMessage(
+                        "tool",
+                        "error: not run (the turn was stopped)",
+                        tool_call_id=c.id,
+                        name=c.name,
+                    )
+                    for c in missing
+                )
+                history.extend(x for x in tail if x.role != "tool")
+            return

@@ -1,0 +1,98 @@
+"""Run ``parley`` (bots.cli) with bench-only instrumentation; never used in production.
+
+    python -m bench.launch run web
+
+Environment knobs (all optional):
+
+* ``BENCH_TG_CHAT_INTERVAL`` / ``BENCH_TG_GLOBAL_INTERVAL``: override the
+  Telegram sender's pacing defaults (``channels.telegram.sender.Limits``:
+  1 s per chat, 1/30 s global).  There is no setting for these, so the bench
+  patches the dataclass defaults in this process only.
+* ``BENCH_RTT_FILE``: count Redis round trips (every ``send_packed_command``
+  on a redis-py asyncio connection: one per command, one per pipeline, plus
+  the SCRIPT EXISTS redis-py sends before a pipeline holding scripts) and
+  write the counters as JSON to ``<BENCH_RTT_FILE>.<pid>`` twice a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+
+def _patch_limits() -> None:
+    chat = os.environ.get("BENCH_TG_CHAT_INTERVAL")
+    glob = os.environ.get("BENCH_TG_GLOBAL_INTERVAL")
+    if chat is None and glob is None:
+        return
+    from channels.telegram import sender
+
+    init: Any = sender.Limits.__init__
+    names = init.__code__.co_varnames[1 : init.__code__.co_argcount]
+    defaults = dict(zip(names[-len(init.__defaults__) :], init.__defaults__, strict=True))
+    if chat is not None:
+        defaults["chat_interval"] = float(chat)
+    if glob is not None:
+        defaults["global_interval"] = float(glob)
+    init.__defaults__ = tuple(defaults[n] for n in names[-len(init.__defaults__) :])
+
+
+def _first_command(packed: Any) -> str:
+    """The first command's name in a packed RESP request (for a breakdown)."""
+    try:
+        chunk = packed[0] if isinstance(packed, list | tuple) else packed
+        if isinstance(chunk, memoryview):
+            chunk = bytes(chunk)
+        parts = bytes(chunk[:80]).split(b"\r\n")
+        name = parts[2].decode().upper()
+        if name == "SCRIPT":
+            name += " " + parts[4].decode().upper()
+        multi = isinstance(packed, list | tuple) and len(packed) > 1
+        count = int(parts[0][1:]) if parts[0][:1] == b"*" else 0
+        return name + ("+pipeline" if multi or (count and len(parts) > count * 2 + 2) else "")
+    except Exception:
+        return "?"
+
+
+def _patch_rtt(path: str) -> None:
+    from redis.asyncio.connection import AbstractConnection
+
+    counts: Counter[str] = Counter()
+    original = AbstractConnection.send_packed_command
+
+    async def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        counts["total"] += 1
+        counts[_first_command(command)] += 1
+        await original(self, command, check_health)
+
+    AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    out = f"{path}.{os.getpid()}"
+
+    def dump() -> None:
+        while True:
+            tmp = out + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(dict(counts), fh)
+            os.replace(tmp, out)
+            time.sleep(0.5)
+
+    threading.Thread(target=dump, daemon=True, name="bench-rtt").start()
+
+
+def main() -> None:
+    import sys
+
+    _patch_limits()
+    if os.environ.get("BENCH_RTT_FILE"):
+        _patch_rtt(os.environ["BENCH_RTT_FILE"])
+    from bots.cli import main as cli_main
+
+    cli_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Worker SIGKILL under load: every message answered exactly once, in order, nothing left.
+
+CI: 20 msg/s for 8 s over 40 chats, a worker killed (and replaced) every 2.5 s.
+Long (``PARLEY_LONG=1`` or ``bench/chaos.py``): 50 msg/s for 60 s over 100 chats,
+a kill every 5 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core.store.embedded import EmbeddedValkey
+from tests.faults.harness import long_run
+from tests.faults.scenarios import worker_kill
+
+ORDER_BUG = (
+    "BUG: entry read by a killed worker before hand-off is answered after later messages "
+    "of its thread (see test_order_after_crash.py)"
+)
+
+
+def _check(fig: dict[str, Any]) -> None:
+    assert fig["kills"] >= 2, fig
+    assert fig["lost"] == 0, fig
+    assert fig["duplicated"] == 0, fig
+    assert fig["left_pending"] == 0, fig
+    if fig["out_of_order_chats"]:
+        # The known reordering bug; the deterministic repro is strict-xfail elsewhere.
+        # Once it is fixed, this becomes a plain assertion.
+        pytest.xfail(f"{ORDER_BUG}: {fig['out_of_order']}")
+
+
+async def test_worker_sigkill_under_load_short(
+    valkey: EmbeddedValkey, redis: Any, tmp_path: Path
+) -> None:
+    fig = await worker_kill(valkey.url, tmp_path, rate=20, duration=8, kill_every=2.5, chats=40)
+    _check(fig)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not long_run(), reason="long run: PARLEY_LONG=1")
+async def test_worker_sigkill_under_load_long(
+    valkey: EmbeddedValkey, redis: Any, tmp_path: Path
+) -> None:
+    fig = await worker_kill(valkey.url, tmp_path, rate=50, duration=60, kill_every=5, chats=100)
+    _check(fig)

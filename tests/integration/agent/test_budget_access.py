@@ -1,0 +1,174 @@
+"""Budgets across processes, the hourly window, the rate window, pairing."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from asyncio.subprocess import PIPE
+from pathlib import Path
+from typing import Any
+
+from agent_core.agent.access import approve_pairing, list_pairings
+from agent_core.agent.budget import BudgetGuard
+from agent_core.events import ThreadKey
+from agent_core.llm.base import ModelInfo
+from agent_core.settings import CoreSettings
+from agent_core.store.embedded import EmbeddedValkey
+from tests.integration.agent.conftest import FnModel, tools_then_answer, user_event
+
+ROOT = Path(__file__).resolve().parents[3]
+
+SPENDER = """
+import asyncio, random, sys
+from agent_core.agent.budget import BudgetGuard, BudgetRefused
+from agent_core.settings import CoreSettings
+from agent_core.store.client import make_clients
+
+async def main():
+    clients = make_clients(sys.argv[1])
+    guard = BudgetGuard(clients.redis, CoreSettings(daily_budget_usd=1.0))
+    calls = 0
+    await clients.redis.incr("test:ready")
+    while not await clients.redis.get("test:go"):
+        await asyncio.sleep(0.005)
+    while True:
+        try:
+            rid = await guard.reserve("telegram:u" + sys.argv[2], 0.01)
+        except BudgetRefused:
+            break
+        await asyncio.sleep(0.002 + random.random() / 100)  # the LLM call
+        await guard.record("telegram:u" + sys.argv[2], rid, 0.01)
+        calls += 1
+    print(calls)
+    await clients.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_four_processes_never_overspend_by_more_than_one_call(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SPENDER, valkey.url, str(i), cwd=ROOT, stdout=PIPE
+        )
+        for i in range(4)
+    ]
+    while int(await redis.get("test:ready") or 0) < 4:  # noqa: ASYNC110 - other processes
+        await asyncio.sleep(0.02)
+    await redis.set("test:go", 1)
+    outs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 60)
+    counts = [int(o[0].strip()) for o in outs]
+    guard = BudgetGuard(redis, CoreSettings(daily_budget_usd=1.0))
+    spent = (await guard.spend("x")).day_usd
+    assert 1.0 <= spent <= 1.0 + 0.01 + 1e-9, (spent, counts)
+    assert sum(counts) in (100, 101)
+    assert all(c > 0 for c in counts)  # they really raced
+
+
+T = ThreadKey("telegram", "bot", "7")
+
+
+def priced() -> FnModel:
+    return FnModel(
+        tools_then_answer(),
+        ModelInfo("p", input_cost_per_token=0.0, output_cost_per_token=0.001),
+    )
+
+
+async def test_over_budget_the_user_is_told_and_nothing_reaches_the_llm(world: Any) -> None:
+    w = world(priced(), user_daily_budget_usd=0.009)  # each answer costs 5 * 0.001
+    await w.start()
+    for text in ("one", "two", "three"):
+        await w.send(user_event(T, text))
+        await w.settle(T)
+    assert len(w.model.requests) == 2
+    assert "daily AI budget" in w.texts(T)[-1]
+
+
+async def test_hourly_action_limit(world: Any) -> None:
+    w = world(priced(), hourly_action_limit=2)
+    await w.start()
+    for text in ("one", "two", "three"):
+        await w.send(user_event(T, text))
+        await w.settle(T)
+    assert len(w.model.requests) == 2
+    assert "per hour" in w.texts(T)[-1]
+
+
+async def test_budget_warning_at_80_percent_goes_to_admins_once(world: Any) -> None:
+    w = world(priced(), daily_budget_usd=0.02, admin_ids="telegram:admin")
+    await w.start()
+    admin_thread = ThreadKey("telegram", "bot", "admin-dm")
+    await w.send(user_event(admin_thread, "/ping", "admin"))
+    await w.settle(admin_thread)
+    for text in ("one", "two", "three", "four"):
+        await w.send(user_event(T, text))
+        await w.settle(T)
+    warnings = [t for t in w.texts(admin_thread) if "80 %" in t]
+    assert len(warnings) == 1
+
+
+async def test_rate_window_one_notice_per_window(world: Any) -> None:
+    w = world(FnModel(tools_then_answer()), user_rate_limit="2/minute")
+    await w.start()
+    for i in range(5):
+        await w.send(user_event(T, f"m{i}"))
+    await w.settle(T)
+    assert len(w.model.requests) <= 2
+    notices = [t for t in w.texts(T) if "faster than I can take" in t]
+    assert len(notices) == 1
+    answered = {t for t in w.texts(T) if t.startswith("echo")}
+    assert answered <= {"echo: m0", "echo: m1"}
+
+
+async def test_pairing_flow(world: Any) -> None:
+    w = world(FnModel(tools_then_answer()), dm_policy="pairing")
+    await w.start()
+    await w.send(user_event(T, "hello", "newbie"))
+    await w.settle(T)
+    assert w.model.requests == []
+    text = w.texts(T)[-1]
+    assert "parley pairing approve" in text
+    code = text.split("parley pairing approve ")[1][:8]
+    assert len(code) == 8 and code.isalnum()
+    # the same user asking again gets no second code message in this window
+    await w.send(user_event(T, "hello?", "newbie"))
+    await w.settle(T)
+    assert len([t for t in w.texts(T) if "pairing approve" in t]) == 1
+    pending = await list_pairings(w.redis, ("telegram",))
+    assert [p["code"] for p in pending] == [code]
+    assert await approve_pairing(w.redis, code) is not None
+    assert await approve_pairing(w.redis, code) is None  # one-time
+    await w.send(user_event(T, "hi again", "newbie"))
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: hi again"
+
+
+async def test_pairing_has_at_most_three_pending_per_channel(world: Any) -> None:
+    w = world(FnModel(tools_then_answer()), dm_policy="pairing")
+    await w.start()
+    for i in range(5):
+        t = ThreadKey("telegram", "bot", f"dm{i}")
+        await w.send(user_event(t, "hi", f"user{i}"))
+        await w.settle(t)
+    assert len(await list_pairings(w.redis, ("telegram",))) == 3
+    t4 = ThreadKey("telegram", "bot", "dm4")
+    assert "too many" in w.texts(t4)[-1]
+
+
+async def test_local_channels_are_exempt_and_allowlist_refuses(world: Any) -> None:
+    w = world(FnModel(tools_then_answer()), dm_policy="allowlist", allowed_users="telegram:ok")
+    await w.start()
+    web = ThreadKey("web", "local", "me")
+    await w.send(user_event(web, "local"))
+    await w.settle(web)
+    assert w.texts(web)[-1] == "echo: local"
+    await w.send(user_event(T, "let me in", "stranger"))
+    await w.send(user_event(T, "please", "stranger"))
+    await w.settle(T)
+    assert len([t for t in w.texts(T) if "allow list" in t]) == 1
+    await w.send(user_event(T, "hi", "ok"))
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: hi"

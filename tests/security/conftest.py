@@ -1,0 +1,3 @@
+"""The integration fixtures (``runtime``) for the fault tests too."""
+
+from tests.integration.conftest import runtime  # noqa: F401
