@@ -161,7 +161,7 @@ class Worker:
     def _spawn(self, thread: ThreadKey) -> None:
         if thread in self.running:
             return
-        guard = LockGuard()
+        guard = LockGuard(owner=self.owner)
         self.guards[thread] = guard
         task = asyncio.create_task(self._run_thread(thread, guard), name=f"thread {thread}")
         self.running[thread] = task

@@ -6,11 +6,19 @@ Right after a part reaches the platform its MessageRef is recorded in Redis
 (crash and rerun, stream redelivery), a part already recorded is *edited* to
 the new text instead of sent again, so the user never sees a second reply.
 
-A turn whose lock was lost stops before sending anything more.
+Two executions of one turn can overlap (a worker stalled past its lock TTL
+while another took the thread over).  So a new part is first *claimed* in Redis
+by a script that also checks the thread lock: only the lock holder can claim,
+and a part already claimed by the other execution is waited for and then
+edited, never sent a second time.  A turn whose lock was lost stops before
+sending anything more (LockLost).  Edits are not fenced (one Redis round trip
+each would be too many while streaming): a stale execution can at worst edit a
+message of this same turn, never add one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -28,6 +36,7 @@ class LockGuard:
     """Flipped by the worker's heartbeat when the thread lock is lost."""
 
     lost: bool = False
+    owner: str = ""  # the lock owner token ('' = unfenced, for tests without a worker)
 
     def check(self) -> None:
         if self.lost:
@@ -62,13 +71,38 @@ class ReplyWriter:
         self.fields.append(field)
         self.guard.check()
         known = self.sent.get(field)
+        if known is None and self.guard.owner:
+            code, known = await self.delivery.claim_part(self.thread, self.guard.owner, field)
+            if code == -1:
+                self.guard.lost = True
+                self.guard.check()
+            if code == 2:
+                known = await self._wait_for_part(field)
         if known is not None:
             log.info("[%s] part %s already sent; editing it instead", self.thread, field)
+            self.sent[field] = known
             return await self.outbox.edit(known, message)
         ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
         self.sent[field] = ref
         await self.delivery.record_sent(self.thread, field, ref)
         return ref
+
+    async def _wait_for_part(self, field: str, timeout: float = 15.0) -> MessageRef | None:
+        """Another execution of this turn is sending ``field``: wait for its ref.
+
+        If it never records one (that execution died mid-send), send anew: a
+        send that may have reached the platform is repeated only then.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = await self.delivery.sent_ref(self.thread, field)
+            if isinstance(got, MessageRef):
+                return got
+            if got is None:
+                return None
+            await asyncio.sleep(0.2)
+        log.warning("[%s] part %s stayed pending; sending it again", self.thread, field)
+        return None
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         self.guard.check()

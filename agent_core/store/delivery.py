@@ -62,6 +62,8 @@ class Delivery:
         self._renew = redis.register_script(scripts.RENEW)
         self._release = redis.register_script(scripts.RELEASE)
         self._save = redis.register_script(scripts.SAVE_SESSION)
+        self._claim = redis.register_script(scripts.CLAIM_PART)
+        self._holds = redis.register_script(scripts.HOLDS)
 
     # -- stream ------------------------------------------------------------
     async def ensure_group(self) -> None:
@@ -141,13 +143,44 @@ class Delivery:
             pipe.hgetall(keys.sent(thread))
             raw_box, (ver, data), raw_sent = await pipe.execute()
         mailbox = [InboundEvent.from_json(r) for r in raw_box]
-        sent = {k.decode(): MessageRef.from_dict(orjson.loads(v)) for k, v in raw_sent.items()}
+        sent = {
+            k.decode(): MessageRef.from_dict(orjson.loads(v))
+            for k, v in raw_sent.items()
+            if not v.startswith(b"pending:")
+        }
         return TurnState(mailbox, int(ver or 0), data, sent)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
         raw = await self.redis.lrange(keys.mailbox(thread), start, -1)
         return [InboundEvent.from_json(r) for r in raw]
+
+    async def claim_part(
+        self, thread: ThreadKey, owner: str, field_name: str
+    ) -> tuple[int, MessageRef | None]:
+        """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
+        (1, ref) already sent, (2, None) being sent by another execution."""
+        res = await self._claim(
+            keys=[keys.lock(thread), keys.sent(thread)], args=[owner, field_name, int(time.time() * 1000)]
+        )
+        code = int(res[0])
+        if code != 1:
+            return code, None
+        raw = res[1]
+        if isinstance(raw, bytes) and raw.startswith(b"pending:"):
+            return 2, None
+        return 1, MessageRef.from_dict(orjson.loads(raw))
+
+    async def sent_ref(self, thread: ThreadKey, field_name: str) -> MessageRef | None | str:
+        raw = await self.redis.hget(keys.sent(thread), field_name)
+        if raw is None:
+            return None
+        if isinstance(raw, bytes) and raw.startswith(b"pending:"):
+            return "pending"
+        return MessageRef.from_dict(orjson.loads(raw))
+
+    async def holds(self, thread: ThreadKey, owner: str) -> bool:
+        return bool(await self._holds(keys=[keys.lock(thread)], args=[owner]))
 
     async def record_sent(self, thread: ThreadKey, field_name: str, ref: MessageRef) -> None:
         await self.redis.hset(keys.sent(thread), field_name, orjson.dumps(ref.to_dict()))

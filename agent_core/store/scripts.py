@@ -257,3 +257,23 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[2])
 return 1
 """
+
+# KEYS: lock, sent ; ARGV: owner, field, now_ms
+# Fenced claim of a reply part before it is sent: only the lock holder may
+# claim, and a part claimed (or sent) before is reported instead of claimed
+# again.  Returns {-1} if the lock is not ours, {0} if newly claimed, {1, value}
+# if the part exists (value: MessageRef JSON, or 'pending:<ms>' while another
+# execution of this turn is sending it).
+CLAIM_PART = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+local v = redis.call('HGET', KEYS[2], ARGV[2])
+if v then return {1, v} end
+redis.call('HSET', KEYS[2], ARGV[2], 'pending:' .. ARGV[3])
+return {0}
+"""
+
+# KEYS: lock ; ARGV: owner.  1 if the lock is ours.
+HOLDS = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+"""

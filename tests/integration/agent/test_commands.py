@@ -127,8 +127,8 @@ async def test_interrupt_stops_the_running_turn(world: Any) -> None:
     assert any("Stopped" in t for t in w.texts(T))
     s = await w.session(T)
     assert s.state.value == "idle"
-    assert (s.history[-1].role == "tool" and "interrupted" in s.history[-1].content) or any(
-        m.role == "tool" for m in s.history
-    )
+    calls = [c.id for m in s.history for c in m.tool_calls]
+    answered = [m.tool_call_id for m in s.history if m.role == "tool"]
+    assert calls and sorted(calls) == sorted(answered)  # the history stays valid
     # the next message is answered normally
     assert await say(w, "hello") == "echo: hello"
