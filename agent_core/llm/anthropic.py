@@ -217,8 +217,7 @@ class AnthropicProvider(HTTPBackend):
                         {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
                     )
                 elif kind == "message_stop":
-                    stopped = True
-                    break
+                    stopped = True  # keep reading to the end: the connection is reused
         if not stopped:
             raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
         calls = [

@@ -162,9 +162,13 @@ class OpenAIProvider(HTTPBackend):
         done = False
         async with self.sse("chat/completions", body) as events:
             async for event in events:
+                # Read to the end of the body after [DONE] (normally nothing) so
+                # the keep-alive connection goes back to the pool, not closed.
+                if done:
+                    continue
                 if event.data.strip() == "[DONE]":
                     done = True
-                    break
+                    continue
                 if not event.data.strip():
                     continue
                 try:

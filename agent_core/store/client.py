@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError
@@ -32,6 +32,7 @@ from redis.retry import Retry
 from agent_core.errors import ConfigError
 
 SOCKET_TIMEOUT = 5.0  # connect timeout
+POOL_WAIT = 10.0  # seconds a command waits for a pooled connection
 _KEEPALIVE: dict[int, int] = {
     k: v
     for k, v in (
@@ -78,6 +79,8 @@ class RedisClients:
     async def close(self) -> None:
         await self.redis.aclose()
         await self.blocking.aclose()
+        await self.redis.connection_pool.disconnect()
+        await self.blocking.connection_pool.disconnect()
 
 
 def make_clients(
@@ -101,20 +104,26 @@ def make_clients(
     if parts.scheme != "unix":
         kw["socket_keepalive"] = True
         kw["socket_keepalive_options"] = _KEEPALIVE
-    redis = Redis.from_url(
+    # Blocking pools: a burst beyond max_connections waits for a free
+    # connection (up to POOL_WAIT) instead of failing with "Too many connections".
+    pool = BlockingConnectionPool.from_url(
         url,
         socket_timeout=None,
         socket_connect_timeout=SOCKET_TIMEOUT,
         max_connections=max_connections,
+        timeout=POOL_WAIT,
         **kw,
     )
-    blocking = Redis.from_url(
+    blocking_pool = BlockingConnectionPool.from_url(
         url,
         socket_timeout=None,
         socket_connect_timeout=SOCKET_TIMEOUT,
-        max_connections=max_connections,
+        max_connections=max_connections * 5,  # SSE followers and consumers hold theirs
+        timeout=POOL_WAIT,
         **kw,
     )
+    redis = Redis(connection_pool=pool)
+    blocking = Redis(connection_pool=blocking_pool)
     return RedisClients(url, redis, blocking)
 
 

@@ -26,6 +26,7 @@ from redis.exceptions import ResponseError
 
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.store import keys, scripts
+from agent_core.store.scripting import run_pipelined
 
 
 @dataclass
@@ -104,23 +105,18 @@ class Delivery:
         valid = [(eid, ev) for eid, ev in entries if ev is not None]
         acquired: list[ThreadKey] = []
         if valid:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for _eid, ev in valid:
-                    assert ev is not None
-                    t = ev.thread
-                    await self._handoff(
-                        keys=[keys.mailbox(t), keys.seen(t), keys.lock(t)],
-                        args=[
-                            ev.event_id,
-                            ev.to_json(),
-                            now,
-                            owner,
-                            self.lock_ttl_ms,
-                            self.seen_ttl_ms,
-                        ],
-                        client=pipe,
+            calls = []
+            for _eid, ev in valid:
+                assert ev is not None
+                t = ev.thread
+                calls.append(
+                    (
+                        self._handoff,
+                        [keys.mailbox(t), keys.seen(t), keys.lock(t)],
+                        [ev.event_id, ev.to_json(), now, owner, self.lock_ttl_ms, self.seen_ttl_ms],
                     )
-                results = await pipe.execute()
+                )
+            results = await run_pipelined(self.redis, calls)
             for (_eid, ev), res in zip(valid, results, strict=True):
                 assert ev is not None
                 if int(res[1]) == 1 and ev.thread not in acquired:
@@ -161,7 +157,8 @@ class Delivery:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
         (1, ref) already sent, (2, None) being sent by another execution."""
         res = await self._claim(
-            keys=[keys.lock(thread), keys.sent(thread)], args=[owner, field_name, int(time.time() * 1000)]
+            keys=[keys.lock(thread), keys.sent(thread)],
+            args=[owner, field_name, int(time.time() * 1000)],
         )
         code = int(res[0])
         if code != 1:
@@ -225,10 +222,9 @@ class Delivery:
     async def renew(self, held: list[ThreadKey], owner: str) -> list[bool]:
         if not held:
             return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for t in held:
-                await self._renew(keys=[keys.lock(t)], args=[owner, self.lock_ttl_ms], client=pipe)
-            res = await pipe.execute()
+        res = await run_pipelined(
+            self.redis, [(self._renew, [keys.lock(t)], [owner, self.lock_ttl_ms]) for t in held]
+        )
         return [bool(r) for r in res]
 
     async def release(self, thread: ThreadKey, owner: str) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from agent_core.store import scripts
+from agent_core.store.scripting import run_pipelined
 
 PREFIX = "parley:pace:"
 
@@ -46,10 +47,10 @@ class Pacer:
         """
         now = int(time.time() * 1000)
         mw = -1 if max_wait is None else int(max_wait * 1000)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key, interval in paces:
-                await self._pace(keys=[key], args=[now, int(interval * 1000), mw], client=pipe)
-            res = await pipe.execute()
+        res = await run_pipelined(
+            self._redis,
+            [(self._pace, [key], [now, int(interval * 1000), mw]) for key, interval in paces],
+        )
         waits = [int(r) for r in res]
         if any(w < 0 for w in waits):
             return None

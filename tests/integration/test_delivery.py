@@ -229,3 +229,11 @@ async def test_entries_of_a_dead_consumer_are_reclaimed(redis_clients: RedisClie
     assert w.reclaimed == 1
     assert outbox.final_texts(str(t)) == ["echo: are you there"]
     assert await d.pending_count() == 0
+
+
+async def test_scripts_are_reloaded_after_the_server_forgot_them(redis_clients: RedisClients) -> None:
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    t = ThreadKey("web", "local", "flushed")
+    await redis_clients.redis.script_flush()  # as after a Redis restart without persistence
+    assert await d.handoff([(b"1-1", msg(t, 1))], "w1") == [t]
+    assert await d.renew([t], "w1") == [True]
