@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from agent_core.store import keys
 from channels.web.outbox import fold_transcript
@@ -340,7 +341,11 @@ async def audit(redis: Redis, load: WebLoad, *, wait: float = 60.0, settle: floa
     """Wait until every accepted message is answered (or ``wait`` passes), then check."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        covered, _ = await read_coverage(redis, load)
+        try:
+            covered, _ = await read_coverage(redis, load)
+        except RedisError:  # the server may be restarting (redis_restart scenario)
+            await asyncio.sleep(0.25)
+            continue
         got = {(c, n) for c, ns in covered.items() for n in ns}
         if load.sent_ids <= got:
             break

@@ -135,7 +135,8 @@ async def redis_restart(
             recoveries.append(await _ready_after(cluster, t_up))
 
         def tick(elapsed: float) -> None:
-            if kill_times and elapsed >= kill_times[0]:
+            busy = any(not t.done() for t in pending_restart)
+            if kill_times and elapsed >= kill_times[0] and not busy:
                 kill_times.pop(0)
                 t = asyncio.create_task(bounce())
                 pending_restart.add(t)
@@ -159,6 +160,7 @@ async def redis_restart(
             "duplicated": len(result.duplicated),
             "out_of_order_chats": len(result.out_of_order),
             "ready_again_s": round(max(recoveries), 2) if recoveries else None,
+            "ready_again_each_s": [round(r, 2) for r in recoveries],
             "never_acknowledged": load.gave_up,
             "post_retries": load.retries,
             "processes_exited": sum(1 for c in exits if c is not None),
