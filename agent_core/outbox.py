@@ -9,6 +9,8 @@ platform's limit, paces it under its platform's rate limits and returns a
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Protocol
 
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
@@ -40,3 +42,33 @@ class Outbox(Protocol):
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         """Acknowledge a button press privately to its presser (e.g. 'not yours')."""
         ...
+
+
+# --- the wire hook ----------------------------------------------------------
+# A channel whose sender sets ``wire_hook = True`` promises to ``await on_wire()``
+# right before the platform request that creates a message (after its own
+# pacing waits).  The agent uses the moment to claim the reply part in Redis,
+# fenced by the thread lock, so the window in which a crash leaves it unsure
+# whether a message reached the platform is the request itself, not the
+# pacing wait before it.  The hook may raise (lock lost, part already sent):
+# the channel must let that exception propagate and send nothing.
+
+_ON_WIRE: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "parley_on_wire", default=None
+)
+
+
+async def on_wire() -> None:
+    """Called by a channel right before the request that creates a message."""
+    callback = _ON_WIRE.get()
+    if callback is not None:
+        _ON_WIRE.set(None)
+        await callback()
+
+
+def set_on_wire(callback: Callable[[], Awaitable[None]] | None) -> object:
+    return _ON_WIRE.set(callback)
+
+
+def reset_on_wire(token: object) -> None:
+    _ON_WIRE.reset(token)  # type: ignore[arg-type]

@@ -245,7 +245,14 @@ class Agent:
             )
             return TurnResult(session, 1, [], "no-channel")
         writer = ReplyWriter(
-            outbox, self.delivery, thread, head.event_id, state.sent, guard, head.reply_ref
+            outbox,
+            self.delivery,
+            thread,
+            head.event_id,
+            state.sent,
+            guard,
+            head.reply_ref,
+            pending=state.pending,
         )
         turn = Turn(self, thread, state, session, writer, guard)
         started = time.perf_counter()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import Outbox
+from agent_core.outbox import Outbox, reset_on_wire, set_on_wire
 from agent_core.store.delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,14 @@ class LockGuard:
             raise LockLost("thread lock lost; another worker owns this thread now")
 
 
+class _PartExists(Exception):
+    """The part was claimed by another execution of this turn (ref if sent)."""
+
+    def __init__(self, ref: MessageRef | None) -> None:
+        super().__init__("reply part already claimed")
+        self.ref = ref
+
+
 class ReplyWriter:
     def __init__(
         self,
@@ -53,6 +61,7 @@ class ReplyWriter:
         sent: dict[str, MessageRef],
         guard: LockGuard,
         reply_to: MessageRef | None = None,
+        pending: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self.outbox = outbox
         self.delivery = delivery
@@ -63,6 +72,7 @@ class ReplyWriter:
         self.reply_to = reply_to
         self.parts = 0
         self.fields: list[str] = []  # sent-record fields this turn wrote or reused
+        self.pending: set[str] = set(pending)  # parts claimed by an earlier execution
 
     async def say(self, message: OutboundMessage) -> MessageRef:
         """Send a new part (or converge the recorded one on a rerun)."""
@@ -71,27 +81,55 @@ class ReplyWriter:
         self.fields.append(field)
         self.guard.check()
         known = self.sent.get(field)
-        if known is None and self.guard.owner:
-            code, known = await self.delivery.claim_part(self.thread, self.guard.owner, field)
-            if code == -1:
-                self.guard.lost = True
-                self.guard.check()
-            if code == 2:
-                known = await self._wait_for_part(field)
+        if known is None and field in self.pending:
+            known = await self._wait_for_part(field)
+        if known is None and self.guard.owner and not getattr(self.outbox, "wire_hook", False):
+            await self._claim(field)  # a channel without the hook: claim before sending
         if known is not None:
-            log.info("[%s] part %s already sent; editing it instead", self.thread, field)
-            self.sent[field] = known
-            return await self.outbox.edit(known, message)
-        ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
+            return await self._converge(field, known, message)
+        token = None
+        if self.guard.owner and getattr(self.outbox, "wire_hook", False):
+            token = set_on_wire(lambda: self._claim(field))
+        try:
+            ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
+        except _PartExists as exc:
+            if exc.ref is None:
+                exc.ref = await self._wait_for_part(field)
+            if exc.ref is None:
+                return MessageRef(self.thread.channel, self.thread.conversation, "")
+            return await self._converge(field, exc.ref, message)
+        finally:
+            if token is not None:
+                reset_on_wire(token)
         self.sent[field] = ref
         await self.delivery.record_sent(self.thread, field, ref)
         return ref
 
-    async def _wait_for_part(self, field: str, timeout: float = 15.0) -> MessageRef | None:
-        """Another execution of this turn is sending ``field``: wait for its ref.
+    async def _converge(
+        self, field: str, known: MessageRef, message: OutboundMessage
+    ) -> MessageRef:
+        log.info("[%s] part %s already sent; editing it instead", self.thread, field)
+        self.sent[field] = known
+        if not known.message_id:
+            return known
+        return await self.outbox.edit(known, message)
 
-        If it never records one (that execution died mid-send), send anew: a
-        send that may have reached the platform is repeated only then.
+    async def _claim(self, field: str) -> None:
+        """Fenced claim of ``field`` right before it goes on the wire."""
+        code, known = await self.delivery.claim_part(self.thread, self.guard.owner, field)
+        if code == -1:
+            self.guard.lost = True
+            self.guard.check()
+        if code in (1, 2):
+            raise _PartExists(known)
+
+    async def _wait_for_part(self, field: str, timeout: float = 15.0) -> MessageRef | None:
+        """Another execution of this turn claimed ``field``: wait for its ref.
+
+        If none appears (that execution died during the platform request), the
+        part is *not* sent again: it most likely reached the user, and a second
+        copy is what this design exists to prevent.  Later edits of it are
+        skipped.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -101,11 +139,17 @@ class ReplyWriter:
             if got is None:
                 return None
             await asyncio.sleep(0.2)
-        log.warning("[%s] part %s stayed pending; sending it again", self.thread, field)
+        log.warning(
+            "[%s] part %s was on the wire when its worker died; not sending it twice",
+            self.thread,
+            field,
+        )
         return None
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         self.guard.check()
+        if not ref.message_id:
+            return ref  # a part whose sender died mid-request: nothing to edit
         return await self.outbox.edit(ref, message)
 
     def stream(self) -> StreamingReply:

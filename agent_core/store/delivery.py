@@ -37,6 +37,7 @@ class TurnState:
     session_version: int
     session_data: bytes | None
     sent: dict[str, MessageRef] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # parts claimed, never recorded
 
 
 def _ms() -> int:
@@ -144,7 +145,8 @@ class Delivery:
             for k, v in raw_sent.items()
             if not v.startswith(b"pending:")
         }
-        return TurnState(mailbox, int(ver or 0), data, sent)
+        pending = {k.decode() for k, v in raw_sent.items() if v.startswith(b"pending:")}
+        return TurnState(mailbox, int(ver or 0), data, sent, pending)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -168,7 +170,7 @@ class Delivery:
             return 2, None
         return 1, MessageRef.from_dict(orjson.loads(raw))
 
-    async def sent_ref(self, thread: ThreadKey, field_name: str) -> MessageRef | None | str:
+    async def sent_ref(self, thread: ThreadKey, field_name: str) -> MessageRef | str | None:
         raw = await self.redis.hget(keys.sent(thread), field_name)
         if raw is None:
             return None

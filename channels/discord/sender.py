@@ -21,6 +21,7 @@ from discord.http import Route
 
 from agent_core.errors import ChannelError, SendFailed, SendRateLimited
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
 
 from .http import ParleyHTTPClient
@@ -40,6 +41,8 @@ def channel_pace(channel_id: str) -> str:
 
 class DiscordOutbox:
     """Implements :class:`agent_core.outbox.Outbox` for Discord."""
+
+    wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
 
     def __init__(self, settings: DiscordSettings, pacer: Pacer) -> None:
         self.stream_interval: float | None = settings.discord_stream_interval
@@ -129,6 +132,7 @@ class DiscordOutbox:
                     },
                 }
             await self._pace(dest)
+            await on_wire()  # the agent claims a new message here
             data = await self._call(
                 Route("POST", "/channels/{channel_id}/messages", channel_id=dest), json=payload
             )

@@ -26,6 +26,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from agent_core.errors import ChannelError, FormattingRejected, SendFailed, SendRateLimited
 from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer
 
 from .client import channel_pace, current_channel
@@ -52,6 +53,8 @@ def _retry_after(exc: SlackApiError) -> float:
 
 
 class SlackOutbox:
+    wire_hook = True  # calls agent_core.outbox.on_wire() before chat.postMessage
+
     def __init__(
         self,
         web: AsyncWebClient,
@@ -86,6 +89,8 @@ class SlackOutbox:
                 return None
             if delay > 0:
                 await asyncio.sleep(delay)
+        if method == "chat.postMessage":
+            await on_wire()  # the agent claims a new message here
         token = current_channel.set(channel)
         try:
             body = {"channel": channel, **{k: v for k, v in kwargs.items() if v is not None}}

@@ -37,6 +37,7 @@ from telegram.error import (
 
 from agent_core.errors import ChannelError, FormattingRejected, SendFailed, SendRateLimited
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
 from channels.telegram import refs
 from channels.telegram.render import Part, keyboard, render_text
@@ -93,6 +94,8 @@ class TelegramOutbox:
     """Implements :class:`agent_core.outbox.Outbox` for Telegram."""
 
     stream_interval: float | None = 1.0
+
+    wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
 
     def __init__(self, bot: Bot, pacer: Pacer, bot_id: str, limits: Limits | None = None) -> None:
         self._bot = bot
@@ -159,6 +162,7 @@ class TelegramOutbox:
         waited = 0.0
         while True:
             await self._reserve(chat_id, droppable)
+            await on_wire()  # the agent claims a new message here (no-op for edits)
             try:
                 return await fn()
             except RetryAfter as exc:

@@ -20,6 +20,7 @@ import orjson
 from redis.asyncio import Redis
 
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.outbox import on_wire
 from agent_core.store import keys
 
 TRANSCRIPT_MAXLEN = 2000
@@ -31,6 +32,8 @@ def new_message_id() -> str:
 
 class LocalOutbox:
     """Outbox for ``web`` and ``console``: XADD to the thread's out stream."""
+
+    wire_hook = True
 
     def __init__(self, redis: Redis, channel: str, *, stream_interval: float | None = 0.2) -> None:
         self.redis = redis
@@ -49,6 +52,7 @@ class LocalOutbox:
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
     ) -> MessageRef:
         mid = new_message_id()
+        await on_wire()
         await self._add(thread, {"t": "message", "id": mid, "m": message.to_dict()})
         return MessageRef(self.channel, str(thread), mid)
 

@@ -167,6 +167,7 @@ async def redis_restart(
             "left_pending": sum(left.values()),
             "lost_ids": result.lost[:10],
             "duplicated_ids": result.duplicated[:10],
+            "out_of_order": dict(list(result.orders.items())[:3]),
         }
     finally:
         if load is not None:
