@@ -40,7 +40,11 @@ class Outbox(Protocol):
         ...
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
-        """Acknowledge a button press privately to its presser (e.g. 'not yours')."""
+        """Acknowledge a button press privately to its presser (e.g. 'not yours').
+
+        Called exactly once for every press the agent handles; ``text == ""``
+        means "acknowledge silently" (Telegram needs every callback answered).
+        """
         ...
 
 

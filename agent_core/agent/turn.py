@@ -703,6 +703,8 @@ class Turn:
             await self.private(head, "That approval is not active any more.", button=button)
             return "approval-stale"
         decision = res.decision
+        if button:
+            await self.private(head, "", button=True)  # acknowledge the press (silently)
         await self.close_prompt(a, decision, by)
         if decision in ("approve", "always"):
             if decision == "always":

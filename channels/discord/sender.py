@@ -217,6 +217,8 @@ class DiscordOutbox:
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         """An ephemeral follow-up to the press, seen only by its presser."""
+        if not text:
+            return  # the interaction was deferred when it arrived; nothing to say
         interaction = decode_extra(event.reply_ref.extra)[1] if event.reply_ref else None
         if interaction is None:
             log.warning("[%s] press %s carries no interaction token", event.thread, event.event_id)

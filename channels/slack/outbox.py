@@ -323,6 +323,8 @@ class SlackOutbox:
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         """A private notice to whoever pressed a button (chat.postEphemeral)."""
+        if not text:
+            return  # the press was acked when it arrived; nothing to say
         post = SlackPost(text=to_mrkdwn(text))
         ref = event.reply_ref
         try:

@@ -68,6 +68,8 @@ class LocalOutbox:
         await self._add(thread, {"t": "done", "id": "", "ev": event.event_id if event else ""})
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
+        if not text:
+            return
         msg = OutboundMessage(text, notice=True, private_to=event.user_id)
         await self._add(event.thread, {"t": "message", "id": new_message_id(), "m": msg.to_dict()})
 
