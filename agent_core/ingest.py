@@ -3,12 +3,13 @@
 ``Ingest.submit(event)`` runs the inbound pipeline, built once from a list (like
 Starlette's middleware stack)::
 
-    dedup (SET NX EX 24 h) -> filters (allowlist, rate window, ...) -> publish (XADD)
+    filters (e.g. /interrupt) -> claim + publish (one script: SET NX EX 24 h, XADD)
 
 and returns only when the event is durably in the inbox stream (or was a
-duplicate / refused).  If publishing fails the dedup claim is released and
-:class:`~agent_core.errors.StoreUnavailable` is raised, so the webhook answers
-5xx and the platform retries.  A caller must not acknowledge the platform
+duplicate / refused).  Claim and publish are one atomic script, so an event is
+never claimed without being published: if Redis fails,
+:class:`~agent_core.errors.StoreUnavailable` is raised, the webhook answers
+5xx and the platform's retry gets through.  A caller must not acknowledge the platform
 (HTTP 2xx, polling offset) before ``submit`` returns.
 """
 
@@ -24,7 +25,7 @@ from redis.exceptions import RedisError
 from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent
 from agent_core.metrics import METRICS
-from agent_core.store import keys
+from agent_core.store import keys, scripts
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +53,13 @@ class Ingest:
         self._dedup_ttl = dedup_ttl_secs
         self._maxlen = stream_maxlen
         self._filters = list(filters)
+        self._ingest = redis.register_script(scripts.INGEST)
         self.counts: dict[str, int] = {s.value: 0 for s in Submitted}
 
     def add_filter(self, f: InboundFilter) -> None:
         self._filters.append(f)
 
     async def submit(self, event: InboundEvent) -> Submitted:
-        dedup_key = keys.dedup(event.channel, event.event_id)
-        try:
-            claimed = await self._redis.set(dedup_key, b"1", nx=True, ex=self._dedup_ttl)
-        except RedisError as exc:
-            raise StoreUnavailable(f"cannot reach Redis: {type(exc).__name__}") from exc
-        if not claimed:
-            self.counts[Submitted.DUPLICATE] += 1
-            METRICS.inc("parley_dedup_drops_total", channel=event.channel)
-            log.debug("duplicate event %s:%s dropped", event.channel, event.event_id)
-            return Submitted.DUPLICATE
         try:
             for f in self._filters:
                 reason = await f(event)
@@ -76,21 +68,19 @@ class Ingest:
                     METRICS.inc("parley_refused_total", reason=reason.split(":")[0][:40])
                     log.info("[%s] event %s refused: %s", event.thread, event.event_id, reason)
                     return Submitted.REFUSED
-            await self._redis.xadd(
-                keys.INBOX_STREAM,
-                {b"e": event.to_json()},
-                maxlen=self._maxlen,
-                approximate=True,
+            published = await self._ingest(
+                keys=[keys.dedup(event.channel, event.event_id), keys.INBOX_STREAM],
+                args=[self._dedup_ttl, self._maxlen, event.to_json()],
             )
-        except BaseException as exc:
-            # Never drop after claiming: release the claim so a retry gets in.
-            try:
-                await self._redis.delete(dedup_key)
-            except RedisError:
-                log.warning("could not release dedup claim %s", dedup_key)
-            if isinstance(exc, RedisError):
-                raise StoreUnavailable(f"cannot publish event: {type(exc).__name__}") from exc
-            raise
+        except RedisError as exc:
+            # Nothing was claimed unless the event was also published (one script):
+            # the platform's retry gets through.
+            raise StoreUnavailable(f"cannot publish event: {type(exc).__name__}") from exc
+        if not published:
+            self.counts[Submitted.DUPLICATE] += 1
+            METRICS.inc("parley_dedup_drops_total", channel=event.channel)
+            log.debug("duplicate event %s:%s dropped", event.channel, event.event_id)
+            return Submitted.DUPLICATE
         self.counts[Submitted.ACCEPTED] += 1
         METRICS.inc("parley_events_in_total", channel=event.channel)
         return Submitted.ACCEPTED

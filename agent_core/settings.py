@@ -235,3 +235,28 @@ class CoreSettings(ParleySettings):
     @staticmethod
     def id_list(raw: str) -> frozenset[str]:
         return frozenset(p.strip() for p in raw.split(",") if p.strip())
+
+    # --- proactive (issue 12) -------------------------------------------------
+    heartbeat_enabled: bool = False
+    heartbeat_interval_secs: float = Field(default=1800.0, gt=0)
+    heartbeat_notify: str = ""  # a target: telegram:123456, slack:T01/C0123, web:<sid> ...
+    heartbeat_file: Path = Path("HEARTBEAT.md")
+    heartbeat_max_failures: int = Field(default=3, ge=1)
+    turn_timeout_secs: float = Field(default=600.0, ge=0)  # 0 = no limit
+    scheduler_enabled: bool = True  # run the routine scheduler in worker processes
+    scheduler_tick_secs: float = Field(default=1.0, gt=0)
+    scheduler_lease_secs: float = Field(default=15.0, ge=0.3)
+    routine_timezone: str = "UTC"  # default timezone of cron routines
+    routine_run_history: int = Field(default=20, ge=1, le=1000)
+
+    @field_validator("routine_timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        v = v.strip() or "UTC"
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {v!r} (expected e.g. Europe/Paris)") from None
+        return v

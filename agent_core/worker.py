@@ -212,6 +212,7 @@ class Worker:
                     session_json=result.session.to_json(),
                     version=state.session_version,
                     sent_fields=result.sent_fields,
+                    with_calls=result.completion_calls,
                 )
                 self.turns_done += 1
                 elapsed = time.perf_counter() - started

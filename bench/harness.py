@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from agent_core.store import keys
 from tests.fakes.llm_servers import FakeLLMServer, Reply, openai_stream
 from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram
 
@@ -414,7 +415,7 @@ class Box:
             for p in procs:
                 p.check()
             with contextlib.suppress(Exception):
-                groups = await self.redis.xinfo_groups("parley:inbox")
+                groups = await self.redis.xinfo_groups(keys.INBOX_STREAM)
                 if groups and int(groups[0]["consumers"]) >= n:
                     # a consumer registers on its first XREADGROUP: it is reading now
                     return

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -41,6 +41,7 @@ from agent_core.outbox import Outbox
 from agent_core.settings import CoreSettings
 from agent_core.store import keys
 from agent_core.store.delivery import Delivery, TurnState
+from agent_core.store.scripting import Call
 from agent_core.tools import default_registry
 from agent_core.tools.registry import ToolRegistry
 
@@ -64,6 +65,7 @@ class TurnResult:
     consumed: int
     sent_fields: list[str]
     outcome: str
+    completion_calls: list[Call] = field(default_factory=list)
 
 
 def user_message_text(event: InboundEvent) -> str:
@@ -266,4 +268,6 @@ class Agent:
             outcome,
             (time.perf_counter() - started) * 1000,
         )
-        return TurnResult(turn.session, turn.consumed, writer.fields, outcome)
+        return TurnResult(
+            turn.session, turn.consumed, writer.fields, outcome, turn.completion_calls
+        )

@@ -66,6 +66,7 @@ from agent_core.llm.base import (
 )
 from agent_core.store import keys
 from agent_core.store.delivery import TurnState
+from agent_core.store.scripting import Call
 from agent_core.tools.base import ToolContext
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class Turn:
         self.iteration = 0
         self.loop_guard = LoopGuard()
         self.pending_inject: list[ChatMessage] = []
+        self.completion_calls: list[Call] = []  # scripts that ride with the completion
+        self._checked_signals = False
         self._typing: asyncio.Task[None] | None = None
         self._reply: StreamingReply | None = None
         self._profile: Profile | None = None
@@ -248,8 +251,10 @@ class Turn:
         return tuple(out)
 
     async def run_text(self, head: InboundEvent, *, checkpoint: bool = True) -> str:
-        if checkpoint:
-            await self.agent.undo.checkpoint(self.thread, head.event_id, self.session)
+        if checkpoint:  # written with the completion, in the same round trip
+            self.completion_calls.append(
+                self.agent.undo.checkpoint_call(self.thread, head.event_id, self.session)
+            )
         prefix = self.take_held()
         self.session.history.extend(prefix)
         self.session.history.append(await self.user_message(head))
@@ -366,7 +371,8 @@ class Turn:
         signals.injected.extend(self.pending_inject)
         self.pending_inject = []
         arrived = self.state.mailbox[self.consumed :]
-        if not arrived:
+        first, self._checked_signals = not self._checked_signals, True
+        if not arrived and not first:  # the first check uses the mailbox just read
             async with self.agent.redis.pipeline(transaction=False) as pipe:
                 pipe.lrange(keys.mailbox(self.thread), self.consumed, -1)
                 pipe.get(keys.interrupt(self.thread))

@@ -19,6 +19,7 @@ from agent_core.agent.session import Session
 from agent_core.events import ThreadKey
 from agent_core.llm.base import ChatMessage
 from agent_core.store import keys, scripts
+from agent_core.store.scripting import Call
 
 
 @dataclass
@@ -55,6 +56,18 @@ class UndoStore:
         await self._checkpoint(
             keys=[keys.undo(thread), keys.redo(thread), keys.undo_ops(thread)],
             args=[event_id, Snapshot.of(session).to_json(), self.max, self.ttl_ms],
+        )
+
+    def checkpoint_call(self, thread: ThreadKey, event_id: str, session: Session) -> Call:
+        """The same checkpoint as a call for the worker's completion round trip.
+
+        Written only if the turn completes (a crashed turn's rerun writes it),
+        and idempotent on the event id like :meth:`checkpoint`.
+        """
+        return (
+            self._checkpoint,
+            [keys.undo(thread), keys.redo(thread), keys.undo_ops(thread)],
+            [event_id, Snapshot.of(session).to_json(), self.max, self.ttl_ms],
         )
 
     async def _step(

@@ -17,6 +17,7 @@ docs/architecture.md ("Delivery"):
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -26,7 +27,7 @@ from redis.exceptions import ResponseError
 
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.store import keys, scripts
-from agent_core.store.scripting import run_pipelined
+from agent_core.store.scripting import Call, run_pipelined
 
 
 @dataclass
@@ -193,10 +194,14 @@ class Delivery:
         session_json: bytes | None,
         version: int,
         sent_fields: list[str],
+        with_calls: Sequence[Call] = (),
     ) -> int:
-        res = await self._complete(
-            keys=[keys.mailbox(thread), keys.session(thread), keys.lock(thread), keys.sent(thread)],
-            args=[
+        """Complete the turn; ``with_calls`` (idempotent per-thread scripts such as
+        the undo checkpoint) ride in the same round trip."""
+        done: Call = (
+            self._complete,
+            [keys.mailbox(thread), keys.session(thread), keys.lock(thread), keys.sent(thread)],
+            [
                 owner,
                 consumed,
                 session_json if session_json is not None else b"",
@@ -206,7 +211,8 @@ class Delivery:
                 *sent_fields,
             ],
         )
-        return int(res)
+        res = await run_pipelined(self.redis, [done, *with_calls])
+        return int(res[0])
 
     async def save_session(self, thread: ThreadKey, data: bytes, version: int) -> int:
         return int(

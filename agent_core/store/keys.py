@@ -13,14 +13,17 @@ from agent_core.events import ThreadKey
 PREFIX = "parley:"
 
 # --- global ---------------------------------------------------------------
-INBOX_STREAM = PREFIX + "inbox"  # Redis Stream of InboundEvent JSON
+# The inbound stream and the dedup claims share the hash tag {inbox}, so one
+# script claims and publishes an event in one round trip (also on a Cluster,
+# where they therefore live on one node).
+INBOX_STREAM = PREFIX + "{inbox}"  # Redis Stream of InboundEvent JSON
 INBOX_GROUP = "workers"  # its consumer group
 ACTIVE_THREADS = PREFIX + "active"  # ZSET thread -> first-queued time; non-empty mailboxes
 WORKERS = PREFIX + "workers"  # ZSET worker name -> last heartbeat (ms)
 
 
 def dedup(channel: str, event_id: str) -> str:
-    return f"{PREFIX}dedup:{channel}:{event_id}"
+    return f"{PREFIX}{{inbox}}:dedup:{channel}:{event_id}"
 
 
 def web_session(session_id: str) -> str:
@@ -165,3 +168,59 @@ def pairing_pending(channel: str) -> str:
 def admin_thread(qualified_user: str) -> str:
     """STRING the thread an admin last wrote from (where budget warnings go)."""
     return f"{PREFIX}{{access}}:adminthread:{qualified_user}"
+
+
+# --- proactive (issue 12) ---
+# Routines: one hash tag for all of them, so one script may touch several keys.
+ROUTINES = PREFIX + "{routines}:defs"  # HASH routine id -> Routine JSON
+ROUTINE_QUEUE = PREFIX + "{routines}:queue"  # LIST of trigger JSON (manual / event), FIFO
+
+
+def routine_state(routine_id: str) -> str:
+    """HASH last_fire, last_run, outcome, duration, runs: the routine's record."""
+    return f"{PREFIX}{{routines}}:state:{routine_id}"
+
+
+def routine_runs(routine_id: str) -> str:
+    """LIST of the last runs (JSON, newest first)."""
+    return f"{PREFIX}{{routines}}:runs:{routine_id}"
+
+
+def routine_fire(routine_id: str, due: int) -> str:
+    """STRING: the fire due at ``due`` (epoch s) was claimed (exactly once)."""
+    return f"{PREFIX}{{routines}}:fire:{routine_id}:{due}"
+
+
+def routine_running(routine_id: str) -> str:
+    """ZSET run id -> expiry ms: runs in flight (max concurrent)."""
+    return f"{PREFIX}{{routines}}:running:{routine_id}"
+
+
+def routine_cooldown(routine_id: str) -> str:
+    """STRING PX: an event trigger fired recently."""
+    return f"{PREFIX}{{routines}}:cooldown:{routine_id}"
+
+
+def routine_dedup(routine_id: str, digest: str) -> str:
+    """STRING PX: the same message text triggered this routine recently."""
+    return f"{PREFIX}{{routines}}:dedup:{routine_id}:{digest}"
+
+
+# Heartbeat
+HEARTBEAT_CHECKLIST = PREFIX + "{heartbeat}:checklist"  # STRING set by /heartbeat set
+HEARTBEAT_STATE = PREFIX + "{heartbeat}:state"  # HASH last_tick, failures, outcome, at
+
+
+# Notifications
+def notified(dedup_key: str) -> str:
+    """STRING: a proactive notification with this key was sent (or is on the wire)."""
+    return f"{PREFIX}{{proactive}}:notified:{dedup_key}"
+
+
+TENANTS = PREFIX + "{proactive}:tenants"  # HASH '<channel>:<conversation>' -> tenant last seen
+
+
+# Per thread: the running turn's record (stuck-turn recovery)
+def turn_mark(t: ThreadKey) -> str:
+    """STRING JSON {e: event id, o: owner, t: start ms, n: attempts}: a turn is Processing."""
+    return f"{PREFIX}{t.tag}:turn"

@@ -20,15 +20,28 @@ Call = tuple[AsyncScript, Sequence[Any], Sequence[Any]]
 
 
 async def run_pipelined(redis: Redis, calls: Sequence[Call]) -> list[Any]:
-    for attempt in range(2):
-        async with redis.pipeline(transaction=False) as pipe:
-            for script, keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            try:
-                return list(await pipe.execute())
-            except NoScriptError:
-                if attempt:
-                    raise
-        for script in {id(c[0]): c[0] for c in calls}.values():
+    """EVALSHA every call in one pipeline; results in order.
+
+    Scripts the server did not know (NOSCRIPT: they did not run) are loaded and
+    only those calls are sent again, so a script that did run never runs twice.
+    Any other error is raised.
+    """
+    async with redis.pipeline(transaction=False) as pipe:
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        results = list(await pipe.execute(raise_on_error=False))
+    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+    if missing:
+        for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
             await redis.script_load(script.script)
-    raise AssertionError("unreachable")
+        async with redis.pipeline(transaction=False) as pipe:
+            for i in missing:
+                script, keys, args = calls[i]
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            again = list(await pipe.execute(raise_on_error=False))
+        for i, r in zip(missing, again, strict=True):
+            results[i] = r
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results

@@ -1,6 +1,20 @@
-"""Every Lua script Parley runs. Each touches one thread's keys only (cluster-safe)."""
+"""Every Lua script Parley runs. Each touches one hash tag's keys only (cluster-safe)."""
 
 from __future__ import annotations
+
+# KEYS: dedup claim, inbox stream (both tagged {inbox})
+# ARGV: claim ttl seconds, stream maxlen, event json
+# Claim the event id for 24 h and publish the event, atomically: either both
+# happen or neither (a duplicate returns 0 and publishes nothing).
+INGEST = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+local ok = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[3])
+if type(ok) == 'table' and ok.err then
+  redis.call('DEL', KEYS[1])  -- Lua does not roll back: release the claim ourselves
+  return ok
+end
+return 1
+"""
 
 # KEYS: mailbox, seen, lock
 # ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms
@@ -276,4 +290,38 @@ return {0}
 HOLDS = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0
+"""
+
+
+# --- proactive (issue 12) ---
+# KEYS: running zset ; ARGV: run_id, now_ms, expiry_ms, max
+# Takes one of ``max`` concurrent slots of a routine (expired runs are dropped
+# first, so a dead worker's slot frees itself).  1 taken, 0 all busy.
+SLOT_ACQUIRE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) - tonumber(ARGV[2]))
+return 1
+"""
+
+# KEYS: turn mark ; ARGV: event_id, owner, now_ms, ttl_ms
+# Records that ``owner`` starts a turn on ``event_id``.  Returns how many earlier
+# executions of this same event started and never completed (the mark of a
+# completed turn names an event that has left the mailbox), and the owner of
+# the last one ('' if none).
+MARK_TURN = """
+local prev = redis.call('GET', KEYS[1])
+local n = 0
+local who = ''
+if prev then
+  local d = cjson.decode(prev)
+  if d['e'] == ARGV[1] then
+    n = tonumber(d['n']) or 1
+    who = d['o'] or ''
+  end
+end
+redis.call('SET', KEYS[1], cjson.encode({e = ARGV[1], o = ARGV[2], t = tonumber(ARGV[3]), n = n + 1}),
+  'PX', ARGV[4])
+return {n, who}
 """

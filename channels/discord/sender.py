@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 GLOBAL_PACE = pace_key("discord", "global")
 TYPING_EVERY = 8.0  # Discord shows "typing" for 10 s per call
 TYPING_TIMEOUT = 3.0  # never hold a turn up for an indicator
+# A follow-up to a press not deferred yet: Discord answers 404 Unknown Webhook (10015);
+# 10062 Unknown Interaction is the same situation.  Retried this long after the press.
+FOLLOWUP_TOO_EARLY = frozenset({10015, 10062})
+FOLLOWUP_WAIT_SECS = 4.0
 
 
 def channel_pace(channel_id: str) -> str:
@@ -224,15 +228,34 @@ class DiscordOutbox:
             log.warning("[%s] press %s carries no interaction token", event.thread, event.event_id)
             return
         app_id, token = interaction
-        try:
-            await self._call(
-                Route(
-                    "POST",
-                    "/webhooks/{webhook_id}/{webhook_token}",
-                    webhook_id=app_id,
-                    webhook_token=token,
-                ),
-                json={"content": text[:2000], "flags": 64, "allowed_mentions": NO_MENTIONS},
-            )
-        except ChannelError as exc:
-            log.warning("[%s] could not answer press %s: %s", event.thread, event.event_id, exc)
+        body = {"content": text[:2000], "flags": 64, "allowed_mentions": NO_MENTIONS}
+        delay = 0.1
+        while True:
+            try:
+                await self._call(
+                    Route(
+                        "POST",
+                        "/webhooks/{webhook_id}/{webhook_token}",
+                        webhook_id=app_id,
+                        webhook_token=token,
+                    ),
+                    json=body,
+                )
+                return
+            except ChannelError as exc:
+                # The gateway publishes a press before it defers it, so this worker can
+                # be here before Discord knows the interaction: wait for the deferral
+                # (it is sent within 3 s of the press, or never).
+                cause = exc.__cause__
+                early = (
+                    isinstance(cause, discord.HTTPException)
+                    and cause.code in FOLLOWUP_TOO_EARLY
+                    and time.time() - event.received_at < FOLLOWUP_WAIT_SECS
+                )
+                if not early:
+                    log.warning(
+                        "[%s] could not answer press %s: %s", event.thread, event.event_id, exc
+                    )
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)

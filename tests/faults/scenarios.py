@@ -178,7 +178,7 @@ async def redis_restart(
         await server.stop()
 
 
-async def _ready_after(cluster: Cluster, t_up: float, timeout: float = 30.0) -> float:
+async def _ready_after(cluster: Cluster, t_up: float, timeout: float = 60.0) -> float:
     """Seconds from the server being back until the web and every worker work again.
 
     The web process must answer /readyz; the workers prove themselves by

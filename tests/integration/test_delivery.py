@@ -106,22 +106,34 @@ async def test_ingest_dedups_on_event_id(redis: Any) -> None:
     assert await redis.xlen(keys.INBOX_STREAM) == 1
 
 
-async def test_failed_publish_releases_the_claim(
-    redis: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_failed_publish_claims_nothing(redis: Any) -> None:
+    """Redis fails mid-ingest: 5xx for the platform, and its retry gets through."""
     ingest = Ingest(redis)
     t = ThreadKey("web", "local", "a")
 
     async def broken(*a: Any, **k: Any) -> None:
         raise RedisConnectionError("down")
 
-    monkeypatch.setattr(redis, "xadd", broken)
+    real = ingest._ingest
+    ingest._ingest = broken  # type: ignore[assignment]
     with pytest.raises(StoreUnavailable):
         await ingest.submit(msg(t, 1))
-    monkeypatch.undo()
-    # the platform's retry gets through
+    ingest._ingest = real  # type: ignore[method-assign]
+    assert await redis.exists(keys.dedup("web", "e1")) == 0
     assert await ingest.submit(msg(t, 1)) == Submitted.ACCEPTED
     assert await redis.xlen(keys.INBOX_STREAM) == 1
+
+
+async def test_claim_and_publish_are_one_atomic_step(redis: Any) -> None:
+    """A publish that fails inside the script leaves no claim behind."""
+    ingest = Ingest(redis, stream_maxlen=1000)
+    t = ThreadKey("web", "local", "a")
+    await redis.set(keys.INBOX_STREAM, "not a stream")  # XADD fails with WRONGTYPE
+    with pytest.raises(StoreUnavailable):
+        await ingest.submit(msg(t, 7))
+    assert await redis.exists(keys.dedup("web", "e7")) == 0
+    await redis.delete(keys.INBOX_STREAM)
+    assert await ingest.submit(msg(t, 7)) == Submitted.ACCEPTED
 
 
 async def test_handoff_is_idempotent_and_takes_the_lock_once(redis_clients: RedisClients) -> None:
@@ -231,7 +243,9 @@ async def test_entries_of_a_dead_consumer_are_reclaimed(redis_clients: RedisClie
     assert await d.pending_count() == 0
 
 
-async def test_scripts_are_reloaded_after_the_server_forgot_them(redis_clients: RedisClients) -> None:
+async def test_scripts_are_reloaded_after_the_server_forgot_them(
+    redis_clients: RedisClients,
+) -> None:
     d = Delivery(redis_clients.redis, redis_clients.blocking)
     t = ThreadKey("web", "local", "flushed")
     await redis_clients.redis.script_flush()  # as after a Redis restart without persistence

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import orjson
 
+from agent_core.store import keys
 from tests.fakes.llm_servers import FakeLLMServer
 
 
@@ -95,7 +96,7 @@ async def test_bad_bodies_get_4xx_and_publish_nothing(runtime: Any, redis: Any) 
             assert r.status_code == 400
             r = await client.get("/api/events", params={"after": "nonsense"})
             assert r.status_code == 400
-    assert await redis.xlen("parley:inbox") == 0
+    assert await redis.xlen(keys.INBOX_STREAM) == 0
 
 
 async def test_web_chat_token_is_required_when_set(runtime: Any, monkeypatch: Any) -> None:

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
+from agent_core.store import keys
 from channels.web.channel import WebSettings, status
 from tests.integration.web.webtools import wait_up
 
@@ -73,7 +74,7 @@ async def test_new_gives_the_browser_a_fresh_thread_and_leaves_the_old_one(
         # the old transcript is still there, untouched
         assert await redis.xlen(f"parley:{{{old_thread}}}:out") >= 2
         # the same browser (uid) sent both: one user across conversations
-        entries = await redis.xrange("parley:inbox")
+        entries = await redis.xrange(keys.INBOX_STREAM)
         users = {orjson.loads(f[b"e"])["u"] for _, f in entries}
         assert len(users) == 1
 
@@ -89,7 +90,7 @@ async def test_a_client_chosen_id_makes_a_resend_harmless(runtime: Any, redis: A
         assert again.status_code == 202 and again.json()["result"] == "duplicate"
         msgs = await _history(client, lambda m: any(x["kind"] == "message" for x in m))
         assert [m["tx"] for m in msgs if m["kind"] == "user"] == ["only once"]
-        assert await redis.xlen("parley:inbox") == 1
+        assert await redis.xlen(keys.INBOX_STREAM) == 1
         # a resent /new (its response was lost) lands in the same new conversation
         new = {"text": "/new", "id": "new0123456789"}
         first = await client.post("/api/messages", json=new)
@@ -114,7 +115,7 @@ async def test_json_only_so_other_sites_cannot_post_forms(runtime: Any, redis: A
             assert r.status_code == 415, ctype
         r = await client.post("/api/login", content=b'{"token": "x"}')
         assert r.status_code == 415
-    assert await redis.xlen("parley:inbox") == 0
+    assert await redis.xlen(keys.INBOX_STREAM) == 0
 
 
 async def test_a_refused_message_is_an_error_the_page_can_show(runtime: Any) -> None:

@@ -1,0 +1,302 @@
+"""Routines: what runs on its own, when, and what it does; stored in Redis.
+
+A routine has one trigger and one action:
+
+* trigger ``cron`` (a croniter expression in a timezone), ``event`` (a regex on
+  incoming messages of a channel, with a cooldown, a limit on runs in flight
+  and an optional dedup window) or ``manual`` (only `/routine run`);
+* action ``light`` (one LLM call with the prompt; ``ROUTINE_OK`` means stay
+  silent, anything else is sent to the notify target) or ``full`` (the prompt
+  is submitted to the target's thread as a message, so it runs through the
+  agent loop with tools, approvals as buttons in that chat).
+
+Routines are validated on creation (a bad cron expression, timezone, regex or
+target is refused with the reason) and stored as JSON in one Redis hash; each
+fire is recorded (last run, outcome, duration, and the last few runs).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from typing import Any, cast
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+from croniter import croniter
+from redis.asyncio import Redis
+
+from agent_core.events import CHANNELS
+from agent_core.proactive.targets import TargetError, parse_target
+from agent_core.store import keys
+
+TRIGGERS = ("cron", "event", "manual")
+ACTIONS = ("light", "full")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+ROUTINE_OK = "ROUTINE_OK"
+
+
+class RoutineError(ValueError):
+    """A routine that cannot be created as asked (the message says why)."""
+
+
+@dataclass
+class Routine:
+    name: str  # the id: lowercase letters, digits, - and _
+    trigger: str  # cron | event | manual
+    prompt: str
+    action: str = "light"  # light | full
+    notify: str = ""  # target (see targets.py); required
+    cron: str = ""
+    tz: str = "UTC"
+    channel: str = "*"  # event: the channel whose messages are watched ('*' = all)
+    pattern: str = ""  # event: regex (case-insensitive, searched anywhere)
+    cooldown_secs: float = 300.0
+    max_concurrent: int = 1
+    dedup_secs: float = 0.0  # event: the same text within this window triggers once
+    enabled: bool = True
+    created_by: str = ""
+    created_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Routine:
+        d = orjson.loads(raw)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def describe_trigger(self) -> str:
+        if self.trigger == "cron":
+            return f"cron `{self.cron}` ({self.tz})"
+        if self.trigger == "event":
+            extra = f", dedup {self.dedup_secs:g}s" if self.dedup_secs else ""
+            return (
+                f"event /{self.pattern}/ on {self.channel} (cooldown {self.cooldown_secs:g}s, "
+                f"max {self.max_concurrent} at once{extra})"
+            )
+        return "manual"
+
+    def next_fire(self, after: float) -> float:
+        """The first scheduled time strictly after ``after`` (epoch seconds)."""
+        start = datetime.fromtimestamp(after, ZoneInfo(self.tz))
+        return float(croniter(self.cron, start).get_next(float))
+
+
+def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
+    """Check every field; raise RoutineError with a readable reason."""
+    r.name = r.name.strip().lower()
+    if not NAME_RE.match(r.name):
+        raise RoutineError(
+            f"name {r.name!r}: use 1-40 lowercase letters, digits, - or _ (starting with one)"
+        )
+    if r.trigger not in TRIGGERS:
+        raise RoutineError(f"trigger must be one of {', '.join(TRIGGERS)}")
+    if r.action not in ACTIONS:
+        raise RoutineError(f"action must be one of {', '.join(ACTIONS)}")
+    if not r.prompt.strip():
+        raise RoutineError("the prompt is empty")
+    if not r.notify.strip():
+        raise RoutineError("a notify target is required (e.g. telegram:123456)")
+    try:
+        # with a placeholder tenant: whether the tenant is known is checked when sending
+        parse_target(r.notify, {**(tenants or {}), "telegram": "x", "slack": "x"})
+    except TargetError as exc:
+        raise RoutineError(str(exc)) from None
+    if r.trigger == "cron":
+        try:
+            ZoneInfo(r.tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise RoutineError(f"unknown timezone {r.tz!r} (e.g. Europe/Paris, UTC)") from None
+        if not r.cron.strip() or not croniter.is_valid(r.cron):
+            raise RoutineError(
+                f"bad cron expression {r.cron!r} (five fields: minute hour day month weekday, "
+                "e.g. '0 9 * * 1-5')"
+            )
+        r.cron = " ".join(r.cron.split())
+    if r.trigger == "event":
+        if not r.pattern:
+            raise RoutineError("an event routine needs a pattern (a regular expression)")
+        try:
+            re.compile(r.pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise RoutineError(f"bad regular expression {r.pattern!r}: {exc}") from None
+        if r.channel != "*" and r.channel not in CHANNELS:
+            raise RoutineError(f"channel must be * or one of {', '.join(CHANNELS)}")
+    if r.cooldown_secs < 0 or r.dedup_secs < 0:
+        raise RoutineError("cooldown and dedup windows cannot be negative")
+    if r.max_concurrent < 1:
+        raise RoutineError("max concurrent runs must be at least 1")
+    return r
+
+
+# --- parsing `/routine add` and `parley routines add` ---------------------------
+ADD_USAGE = (
+    "NAME (--cron 'EXPR' [--tz ZONE] | --event REGEX [--channel CH] [--cooldown S] "
+    "[--max N] [--dedup S] | --manual) [--full] --notify TARGET PROMPT..."
+)
+
+_FLAGS = {
+    "--cron": "cron",
+    "--tz": "tz",
+    "--event": "pattern",
+    "--channel": "channel",
+    "--cooldown": "cooldown_secs",
+    "--max": "max_concurrent",
+    "--dedup": "dedup_secs",
+    "--notify": "notify",
+}
+
+
+def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine:
+    """``NAME --cron '0 9 * * *' --notify telegram:1 Summarise ...`` -> a Routine."""
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise RoutineError(f"cannot read the arguments: {exc}") from None
+    if not words:
+        raise RoutineError("usage: " + ADD_USAGE)
+    d: dict[str, Any] = {"name": words[0], "tz": default_tz, "created_by": created_by}
+    trigger = ""
+    prompt: list[str] = []
+    i = 1
+    while i < len(words):
+        w = words[i]
+        if w in _FLAGS:
+            if i + 1 >= len(words):
+                raise RoutineError(f"{w} needs a value")
+            d[_FLAGS[w]] = words[i + 1]
+            if w == "--cron":
+                trigger = "cron"
+            elif w == "--event":
+                trigger = "event"
+            i += 2
+            continue
+        if w == "--manual":
+            trigger = "manual"
+        elif w == "--full":
+            d["action"] = "full"
+        elif w == "--light":
+            d["action"] = "light"
+        else:
+            prompt.append(w)
+        i += 1
+    if not trigger:
+        raise RoutineError("say when it runs: --cron 'EXPR', --event REGEX or --manual")
+    d["trigger"] = trigger
+    d["prompt"] = " ".join(prompt)
+    try:
+        for k, conv in (("cooldown_secs", float), ("dedup_secs", float), ("max_concurrent", int)):
+            if k in d:
+                d[k] = conv(d[k])
+    except ValueError:
+        raise RoutineError("--cooldown, --dedup and --max take numbers") from None
+    return Routine(**d)
+
+
+# --- the store ------------------------------------------------------------------
+@dataclass
+class RunRecord:
+    at: float
+    trigger: str  # cron | event | manual
+    outcome: str  # sent | ok (silent) | submitted | skipped:… | error:… | <turn outcome>
+    duration: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "tr": self.trigger, "o": self.outcome, "d": self.duration}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
+        return cls(d["at"], d.get("tr", ""), d.get("o", ""), d.get("d", 0.0))
+
+
+@dataclass
+class RoutineState:
+    last_fire: float = 0.0  # when the scheduler last fired it (catch-up base)
+    last_run: float = 0.0
+    outcome: str = ""
+    duration: float = 0.0
+    runs: int = 0
+
+
+class RoutineStore:
+    def __init__(self, redis: Redis, *, history: int = 20) -> None:
+        self.redis = redis
+        self.history = history
+
+    async def add(self, r: Routine, *, replace: bool = False) -> bool:
+        """Store a validated routine; False if the name is taken (and not ``replace``)."""
+        if replace:
+            await self.redis.hset(keys.ROUTINES, r.name, r.to_json())
+            return True
+        return bool(await self.redis.hsetnx(keys.ROUTINES, r.name, r.to_json()))
+
+    async def save(self, r: Routine) -> None:
+        await self.redis.hset(keys.ROUTINES, r.name, r.to_json())
+
+    async def get(self, name: str) -> Routine | None:
+        raw = await self.redis.hget(keys.ROUTINES, name.strip().lower())
+        return Routine.from_json(raw) if raw else None
+
+    async def all(self) -> list[Routine]:
+        raw = cast(dict[bytes, bytes], await self.redis.hgetall(keys.ROUTINES))
+        return sorted((Routine.from_json(v) for v in raw.values()), key=lambda r: r.name)
+
+    async def remove(self, name: str) -> bool:
+        name = name.strip().lower()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(keys.ROUTINES, name)
+            pipe.delete(keys.routine_state(name), keys.routine_runs(name))
+            pipe.delete(keys.routine_running(name), keys.routine_cooldown(name))
+            res = await pipe.execute()
+        return bool(res[0])
+
+    async def set_enabled(self, name: str, enabled: bool) -> Routine | None:
+        r = await self.get(name)
+        if r is None:
+            return None
+        r.enabled = enabled
+        await self.save(r)
+        return r
+
+    async def state(self, name: str) -> RoutineState:
+        raw = cast(dict[bytes, bytes], await self.redis.hgetall(keys.routine_state(name)))
+        d = {k.decode(): v.decode() for k, v in raw.items()}
+        return RoutineState(
+            float(d.get("last_fire", 0)),
+            float(d.get("last_run", 0)),
+            d.get("outcome", ""),
+            float(d.get("duration", 0)),
+            int(d.get("runs", 0)),
+        )
+
+    async def set_last_fire(self, name: str, at: float) -> None:
+        await self.redis.hset(keys.routine_state(name), "last_fire", repr(at))
+
+    async def record(self, name: str, run: RunRecord) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                keys.routine_state(name),
+                mapping={
+                    "last_run": repr(run.at),
+                    "outcome": run.outcome,
+                    "duration": repr(round(run.duration, 3)),
+                },
+            )
+            pipe.hincrby(keys.routine_state(name), "runs", 1)
+            pipe.lpush(keys.routine_runs(name), orjson.dumps(run.to_dict()))
+            pipe.ltrim(keys.routine_runs(name), 0, self.history - 1)
+            await pipe.execute()
+
+    async def runs(self, name: str, n: int = 5) -> list[RunRecord]:
+        raw = await self.redis.lrange(keys.routine_runs(name), 0, n - 1)
+        return [RunRecord.from_dict(orjson.loads(x)) for x in raw]
+
+    async def queue_run(self, name: str, trigger: str = "manual", **extra: Any) -> None:
+        """Ask the scheduler (wherever it runs) to run ``name`` once."""
+        item = {"r": name, "tr": trigger, "at": time.time(), **extra}
+        await self.redis.rpush(keys.ROUTINE_QUEUE, orjson.dumps(item))

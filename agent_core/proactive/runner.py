@@ -1,0 +1,262 @@
+"""Running a routine once, and the event trigger that watches incoming messages.
+
+:class:`RoutineRunner` runs one fire of a routine in the scheduler's process:
+
+* ``light``: one call to the cheap model with the routine's prompt; an answer of
+  ``ROUTINE_OK`` stays silent, anything else is sent to the notify target
+  (:class:`~agent_core.proactive.notify.Notifier`, deduplicated per fire);
+* ``full``: a synthetic ``InboundEvent`` (kind message, id ``routine:<name>:<fire>``)
+  is submitted through :class:`~agent_core.ingest.Ingest` for the target's thread,
+  so it takes the same worker path as a person's message: the thread lock, the
+  agent loop with tools, approvals as buttons in that chat, the channel's
+  formatting.  Its outcome is recorded when the turn ends (an ``after_turn`` hook).
+
+Runs in flight are counted per routine (a Redis sorted set with expiries, so a
+dead process's slot frees itself); a fire beyond ``max_concurrent`` is skipped
+and recorded as such.
+
+:class:`EventTriggers` is an ingest filter that never refuses anything: a
+message matching an event routine's regex queues a run for the scheduler,
+subject to the routine's cooldown and dedup window (both Redis SET NX PX, so
+they hold across every web / gateway process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from agent_core.events import EventKind, InboundEvent
+from agent_core.llm.base import ChatMessage, CompletionRequest
+from agent_core.proactive.notify import Notifier
+from agent_core.proactive.routines import ROUTINE_OK, Routine, RoutineStore, RunRecord
+from agent_core.settings import CoreSettings
+from agent_core.store import keys, scripts
+
+if TYPE_CHECKING:
+    from agent_core.agent.agent import Agent
+    from agent_core.agent.hooks import TurnInfo
+    from agent_core.ingest import Ingest
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_PREFIXES = ("routine:", "hb:")
+LIGHT_SYSTEM = (
+    "You are {name}'s background routine '{routine}'. Do the task below. If there is "
+    "nothing worth telling the user, answer exactly ROUTINE_OK and nothing else; otherwise "
+    "answer with the short message to send them."
+)
+LIGHT_SLOT_SECS = 300.0  # how long a light run may hold its concurrency slot
+
+
+def is_ok(text: str, token: str) -> bool:
+    """True if the model's answer means 'nothing to report' (``token``, maybe decorated)."""
+    t = text.strip().strip("*_`.!\"' \n")
+    return t.upper() == token or t.upper().startswith(token + "\n") or t == ""
+
+
+class RoutineRunner:
+    def __init__(
+        self,
+        settings: CoreSettings,
+        agent: Agent,
+        ingest: Ingest,
+        notifier: Notifier,
+        store: RoutineStore,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.agent = agent
+        self.redis = agent.redis
+        self.ingest = ingest
+        self.notifier = notifier
+        self.store = store
+        self.clock = clock
+        self._slot = self.redis.register_script(scripts.SLOT_ACQUIRE)
+
+    # -- concurrency -----------------------------------------------------------
+    async def take_slot(self, r: Routine, run_id: str) -> bool:
+        hold = LIGHT_SLOT_SECS
+        if r.action == "full":
+            hold = max(self.settings.turn_timeout_secs, 60.0) + self.settings.lock_ttl_secs
+        now_ms = int(time.time() * 1000)
+        got = await self._slot(
+            keys=[keys.routine_running(r.name)],
+            args=[run_id, now_ms, now_ms + int(hold * 1000), r.max_concurrent],
+        )
+        return bool(got)
+
+    async def free_slot(self, name: str, run_id: str) -> None:
+        await self.redis.zrem(keys.routine_running(name), run_id)
+
+    # -- one fire ----------------------------------------------------------------
+    async def run(self, r: Routine, trigger: str, fire_id: str, context: str = "") -> str:
+        """Run ``r`` once; record and return the outcome.  Never raises."""
+        started = self.clock()
+        t0 = time.perf_counter()
+        outcome = "?"
+        try:
+            if not await self.take_slot(r, fire_id):
+                outcome = f"skipped: {r.max_concurrent} run(s) already in flight"
+            elif r.action == "full":
+                outcome = await self._submit(r, fire_id, context)
+            else:
+                try:
+                    outcome = await self._light(r, fire_id, context)
+                finally:
+                    await self.free_slot(r.name, fire_id)
+        except Exception as exc:
+            log.warning("routine %s (%s) failed: %s: %s", r.name, trigger, type(exc).__name__, exc)
+            outcome = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+        duration = time.perf_counter() - t0
+        try:
+            await self.store.record(r.name, RunRecord(started, trigger, outcome, duration))
+        except RedisError as exc:
+            log.warning("routine %s: could not record its run (%s)", r.name, type(exc).__name__)
+        log.info("routine %s (%s): %s in %.2f s", r.name, trigger, outcome, duration)
+        return outcome
+
+    async def _light(self, r: Routine, fire_id: str, context: str) -> str:
+        system = LIGHT_SYSTEM.format(name=self.settings.agent_name, routine=r.name)
+        prompt = r.prompt + (f"\n\nThe message that triggered this:\n{context}" if context else "")
+        req = CompletionRequest(
+            (ChatMessage("system", system), ChatMessage("user", prompt)), temperature=0.2
+        )
+        completion = await self.agent.cheap_llm().complete(req)
+        text = completion.text.strip()
+        if is_ok(text, ROUTINE_OK):
+            return "ok (silent)"
+        ref = await self.notifier.notify(r.notify, text, f"routine:{r.name}:{fire_id}")
+        return "sent" if ref is not None else "sent before (not repeated)"
+
+    def run_as(self, r: Routine, channel: str) -> str:
+        """Whose message a full job is: its creator if on that channel, else an admin /
+        approver on that channel (so approvals can be decided there), else 'routine'."""
+        candidates = [r.created_by, *sorted(self.agent.admin_ids), *sorted(self.agent.approver_ids)]
+        for q in candidates:
+            ch, _, uid = q.partition(":")
+            if ch == channel and uid:
+                return uid
+        return "routine"
+
+    async def _submit(self, r: Routine, fire_id: str, context: str) -> str:
+        thread = await self.notifier.resolve(r.notify)
+        text = f"[routine {r.name}] {r.prompt}"
+        if context:
+            text += f"\n\nThe message that triggered this:\n{context}"
+        event = InboundEvent(
+            event_id=f"routine:{r.name}:{fire_id}",
+            kind=EventKind.MESSAGE,
+            channel=thread.channel,
+            thread=thread,
+            user_id=self.run_as(r, thread.channel),
+            user_name=f"routine {r.name}",
+            text=text,
+            is_direct=True,
+            mentions_bot=True,
+            received_at=time.time(),
+        )
+        res = await self.ingest.submit(event)
+        if res.value != "accepted":
+            await self.free_slot(r.name, fire_id)
+        return f"submitted to {thread}" if res.value == "accepted" else f"not submitted: {res}"
+
+    async def after_turn(self, info: TurnInfo) -> None:
+        """Record a full job's outcome when its turn ends (any worker)."""
+        eid = info.event.event_id
+        if not eid.startswith("routine:"):
+            return
+        _, name, fire_id = (eid.split(":", 2) + ["", ""])[:3]
+        if not name:
+            return
+        duration = max(0.0, time.time() - info.event.received_at)
+        await self.free_slot(name, fire_id)
+        await self.store.record(name, RunRecord(time.time(), "job", f"turn: {info.outcome}", duration))
+
+
+def new_fire_id(prefix: str) -> str:
+    return f"{prefix}{int(time.time() * 1000)}{secrets.token_hex(2)}"
+
+
+class EventTriggers:
+    """Ingest filter: queue event routines whose regex matches a message (never refuses)."""
+
+    def __init__(self, redis: Redis, store: RoutineStore, *, refresh_secs: float = 5.0) -> None:
+        self.redis = redis
+        self.store = store
+        self.refresh_secs = refresh_secs
+        self._loaded_at = -1e9
+        self._routines: list[tuple[Routine, re.Pattern[str]]] = []
+        self._seen_tenants: set[str] = set()
+
+    async def _load(self) -> list[tuple[Routine, re.Pattern[str]]]:
+        now = time.monotonic()
+        if now - self._loaded_at >= self.refresh_secs:
+            self._loaded_at = now
+            out = []
+            for r in await self.store.all():
+                if r.trigger == "event" and r.enabled:
+                    try:
+                        out.append((r, re.compile(r.pattern, re.IGNORECASE)))
+                    except re.error:
+                        continue
+            self._routines = out
+        return self._routines
+
+    def invalidate(self) -> None:
+        self._loaded_at = -1e9
+
+    async def _learn_tenant(self, event: InboundEvent) -> None:
+        t = event.thread
+        if t.channel not in ("slack", "discord"):
+            return
+        field = f"{t.channel}:{t.conversation}"
+        if field in self._seen_tenants:
+            return
+        if len(self._seen_tenants) > 10_000:
+            self._seen_tenants.clear()
+        self._seen_tenants.add(field)
+        await self.redis.hset(keys.TENANTS, field, t.tenant)
+
+    async def __call__(self, event: InboundEvent) -> str | None:
+        if event.kind != EventKind.MESSAGE or event.event_id.startswith(SYNTHETIC_PREFIXES):
+            return None
+        try:
+            await self._learn_tenant(event)
+            for r, rx in await self._load():
+                if r.channel not in ("*", event.channel) or not rx.search(event.text or ""):
+                    continue
+                await self._maybe_queue(r, event)
+        except RedisError as exc:  # a trigger must never block a message
+            log.warning("event triggers: Redis error (%s)", type(exc).__name__)
+        return None
+
+    async def _maybe_queue(self, r: Routine, event: InboundEvent) -> None:
+        if r.dedup_secs > 0:
+            digest = hashlib.sha1((event.text or "").strip().lower().encode()).hexdigest()[:16]
+            key = keys.routine_dedup(r.name, digest)
+            if not await self.redis.set(key, b"1", nx=True, px=int(r.dedup_secs * 1000)):
+                log.info("routine %s: same message within its dedup window; skipped", r.name)
+                return
+        if r.cooldown_secs > 0:
+            cd = keys.routine_cooldown(r.name)
+            if not await self.redis.set(cd, b"1", nx=True, px=int(r.cooldown_secs * 1000)):
+                log.info("routine %s: in cooldown; message not acted on", r.name)
+                return
+        await self.store.queue_run(
+            r.name,
+            "event",
+            text=(event.text or "")[:2000],
+            who=event.user_name or event.qualified_user,
+            thread=str(event.thread),
+        )
+        log.info("[%s] routine %s triggered by event %s", event.thread, r.name, event.event_id)

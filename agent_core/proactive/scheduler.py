@@ -1,0 +1,180 @@
+"""The scheduler: exactly one among all processes fires routines and the heartbeat.
+
+Every worker process runs :meth:`Scheduler.run`; only the holder of the
+``scheduler`` lease (:class:`~agent_core.store.lease.Lease`, renewed every
+ttl/3) ticks.  When the holder dies its lease expires and another process takes
+over within ``SCHEDULER_LEASE_SECS``.
+
+Each tick (every ``SCHEDULER_TICK_SECS``):
+
+* **cron**: for each enabled cron routine, the next fire after its last fire
+  (or its creation) is computed; if that time has passed, the routine fires
+  *once* and its last fire becomes now, so after downtime a missed schedule
+  runs once, not once per missed tick.  The fire is also claimed in Redis
+  (``fire:<name>:<due>``, SET NX) so two leaders overlapping for a moment
+  (a stalled holder, a takeover) never fire the same due time twice;
+* **queue**: manual runs (`/routine run`, `parley routines run`) and event
+  triggers queued by ingest are taken off the queue and run;
+* **heartbeat**: a tick when one is due.
+
+Runs are asyncio tasks (a slow model call never delays the next tick); on stop
+they get a short grace, then are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from agent_core.proactive.heartbeat import Heartbeat
+from agent_core.proactive.routines import RoutineStore
+from agent_core.proactive.runner import RoutineRunner, new_fire_id
+from agent_core.store import keys
+from agent_core.store.lease import Lease
+
+log = logging.getLogger(__name__)
+
+FIRE_CLAIM_SECS = 7 * 86_400
+QUEUE_BATCH = 100
+
+
+class Scheduler:
+    def __init__(
+        self,
+        redis: Redis,
+        store: RoutineStore,
+        runner: RoutineRunner,
+        heartbeat: Heartbeat | None,
+        *,
+        owner: str,
+        tick_secs: float = 1.0,
+        lease_secs: float = 15.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.store = store
+        self.runner = runner
+        self.heartbeat = heartbeat
+        self.owner = owner
+        self.tick_secs = tick_secs
+        self.clock = clock
+        self.lease = Lease(redis, "scheduler", owner, ttl=lease_secs)
+        self.leader = False
+        self.tasks: set[asyncio.Task[str]] = set()
+        self.ticks = 0
+
+    # -- leadership --------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop``: wait for the lease, tick while holding it, repeat."""
+        try:
+            while not stop.is_set():
+                if not await self.lease.acquire(stop):
+                    return
+                self.leader = True
+                log.info("scheduler: this process (%s) is the leader", self.owner)
+                try:
+                    await self._lead(stop)
+                finally:
+                    self.leader = False
+                    await self.lease.release()
+                if not stop.is_set():
+                    log.warning("scheduler: lease lost; waiting to take it back")
+        finally:
+            await self._drain()
+
+    async def _lead(self, stop: asyncio.Event) -> None:
+        while not stop.is_set() and not self.lease.lost.is_set():
+            try:
+                await self.tick()
+            except (RedisError, OSError) as exc:
+                log.warning("scheduler: Redis unavailable (%s)", type(exc).__name__)
+            except Exception:
+                log.exception("scheduler tick failed")  # the loop never dies
+            lost = asyncio.ensure_future(self.lease.lost.wait())
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({lost, stopped}, timeout=self.tick_secs, return_when="FIRST_COMPLETED")
+            lost.cancel()
+            stopped.cancel()
+
+    async def _drain(self, grace: float = 5.0) -> None:
+        if not self.tasks:
+            return
+        _, pending = await asyncio.wait(set(self.tasks), timeout=grace)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+
+    # -- one tick ------------------------------------------------------------------
+    async def tick(self) -> list[str]:
+        """Fire what is due; return the names started (for tests and logs)."""
+        self.ticks += 1
+        now = self.clock()
+        started: list[str] = []
+        for r in await self.store.all():
+            if r.trigger != "cron" or not r.enabled:
+                continue
+            st = await self.store.state(r.name)
+            base = st.last_fire or r.created_at
+            try:
+                due = r.next_fire(base)
+            except Exception as exc:  # stored before validation changed? never stop the loop
+                log.warning("routine %s: cannot compute its next fire (%s)", r.name, exc)
+                continue
+            if due > now:
+                continue
+            await self.store.set_last_fire(r.name, now)
+            claim = keys.routine_fire(r.name, int(due))
+            if not await self.redis.set(claim, self.owner, nx=True, ex=FIRE_CLAIM_SECS):
+                continue  # another leader fired this one
+            if due < now - 2 * self.tick_secs - 60:
+                log.info("routine %s: missed its %s fire while down; running it once", r.name, due)
+            self._spawn(r.name, self.runner.run(r, "cron", str(int(due))))
+            started.append(r.name)
+        started += await self._drain_queue()
+        if self.heartbeat is not None and await self.heartbeat.due(now):
+            self._spawn("heartbeat", self.heartbeat.tick(now))
+            started.append("heartbeat")
+        return started
+
+    async def _drain_queue(self) -> list[str]:
+        started: list[str] = []
+        raw = await self.redis.lpop(keys.ROUTINE_QUEUE, QUEUE_BATCH)
+        for item in raw or ():
+            try:
+                d = orjson.loads(item)
+                name = str(d["r"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("routine queue: malformed entry dropped")
+                continue
+            r = await self.store.get(name)
+            trigger = str(d.get("tr", "manual"))
+            if r is None:
+                log.info("routine %s was queued (%s) but no longer exists", name, trigger)
+                continue
+            if trigger == "event" and not r.enabled:
+                continue
+            context = ""
+            if d.get("text"):
+                context = f"{d.get('who', 'someone')}: {d['text']}"
+            fire_id = new_fire_id(trigger[0])
+            self._spawn(name, self.runner.run(r, trigger, fire_id, context))
+            started.append(name)
+        return started
+
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, str]) -> None:
+        task = asyncio.create_task(coro, name=f"routine {name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait for the runs started so far (tests)."""
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=timeout)

@@ -1,0 +1,279 @@
+"""Approvals end to end on Discord: real Runtimes (gateway + worker), real discord.py, fake Discord.
+
+The gateway process holds the websocket; a press reaches the persistent
+``ApprovalButton`` DynamicItem, is published and the interaction deferred
+(DEFERRED_UPDATE_MESSAGE) within Discord's 3 s.  A separate worker process
+decides; anything the presser alone should read is an ephemeral follow-up on
+the interaction's webhook.  The tests check what the fake Discord shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from approvals_harness import (
+    ASK,
+    RAN,
+    demo_runs,
+    process,
+    settings_for,
+    settle,
+    wait_expired,
+    wait_until,
+)
+from redis.asyncio import Redis
+
+import channels.discord as discord_pkg
+from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
+from bots.settings import Settings
+from channels.discord.channel import DiscordChannel
+from channels.discord.settings import DiscordSettings
+from tests.fakes.discord import ALICE, BOB, BOT_ID, CHANNEL_ID, FakeDiscord
+
+EPHEMERAL = 64
+DEFERRED_UPDATE_MESSAGE = 6
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    server = await FakeDiscord().start()
+    yield server
+    await server.stop()
+
+
+def make_settings(valkey: EmbeddedValkey, fake: FakeDiscord, **core: Any) -> Settings:
+    platform = DiscordSettings(
+        discord_bot_token=fake.token,  # type: ignore[arg-type]
+        discord_api_base_url=fake.api_base,
+        discord_gateway_url=fake.gateway_url,
+        discord_guild_ready_timeout=0.05,
+        discord_reidentify_delay=0.0,
+        discord_channel_pace_secs=0.0,
+        discord_global_pace_secs=0.0,
+        discord_stream_interval=0.2,
+    )
+    return settings_for(valkey, "discord", platform, discord_pkg, **core)
+
+
+def gateway_ready(rt: Runtime) -> bool:
+    ch = rt.channels["discord"]
+    assert isinstance(ch, DiscordChannel)
+    client = ch.client
+    return client is not None and client.is_ready() and client.catchups > 0
+
+
+@contextlib.asynccontextmanager
+async def gateway(settings: Settings) -> AsyncIterator[Runtime]:
+    """The gateway process (role gateway), connected and ready."""
+    async with process(settings, "gateway") as rt:
+        await wait_until(lambda: gateway_ready(rt), what="the Discord gateway to be ready")
+        yield rt
+
+
+@contextlib.asynccontextmanager
+async def stack(settings: Settings) -> AsyncIterator[None]:
+    """A gateway process and a worker process (two Runtimes on the same Redis)."""
+    async with gateway(settings), process(settings, "worker"):
+        yield
+
+
+class Conversation:
+    """Alice mentions the bot in #general; the bot answers in the channel."""
+
+    def __init__(self, fake: FakeDiscord) -> None:
+        self.fake = fake
+        self.prompt_id = ""
+        self.custom_ids: dict[str, str] = {}
+        self.since = ""  # the user's message: what the bot says comes after it
+
+    async def ask(self) -> dict[str, Any]:
+        msg = await self.fake.user_message(CHANNEL_ID, ASK, mention=True)
+        self.since = msg["id"]
+        prompt = await wait_until(self._prompt, what="the approval prompt")
+        self.prompt_id = prompt["id"]
+        (row,) = prompt["components"]
+        self.custom_ids = {c["label"]: c["custom_id"] for c in row["components"]}
+        assert list(self.custom_ids) == ["Approve", "Always", "Deny"]
+        return prompt
+
+    def _prompt(self) -> dict[str, Any] | None:
+        return next((m for m in self.bot_messages() if m.get("components")), None)
+
+    def bot_messages(self) -> list[dict[str, Any]]:
+        msgs = self.fake.messages[CHANNEL_ID].values()
+        return [m for m in msgs if m["author"]["id"] == BOT_ID]
+
+    @property
+    def prompt(self) -> dict[str, Any]:
+        return self.fake.messages[CHANNEL_ID][self.prompt_id]
+
+    def texts(self) -> list[str]:
+        return [str(m["content"]) for m in self.bot_messages()]
+
+    async def press(self, label: str = "Approve", user: dict[str, Any] = ALICE) -> dict[str, Any]:
+        return await self.fake.press(self.prompt_id, self.custom_ids[label], user=user)
+
+    async def deferred(self, inter: dict[str, Any]) -> dict[str, Any]:
+        """The interaction's initial response (must be a deferral, within 3 s)."""
+        state = self.fake.interactions[inter["id"]]
+        await wait_until(lambda: state["_answered"] is not None, what="the deferral")
+        answered: dict[str, Any] = state["_answered"]
+        assert answered["body"] == {"type": DEFERRED_UPDATE_MESSAGE}
+        assert answered["latency"] < 3.0
+        return answered
+
+    def followups(self, inter: dict[str, Any]) -> list[dict[str, Any]]:
+        """Ephemeral follow-ups sent on the interaction's webhook."""
+        path = re.escape(f"/webhooks/{inter['application_id']}/{inter['token']}")
+        return [c.json for c in self.fake.calls_to("POST", path) if c.status < 300]
+
+
+async def test_requester_press_runs_the_tool_once(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+) -> None:
+    async with stack(make_settings(valkey, fake)):
+        chat = Conversation(fake)
+        await chat.ask()
+        press = await chat.press("Approve")
+        await chat.deferred(press)  # acknowledged
+        await wait_until(lambda: chat.prompt["components"] == [], what="the buttons removed")
+        assert "Approved" in chat.prompt["content"]
+        await wait_until(lambda: any(RAN in t for t in chat.texts()), what="the tool's result")
+        await settle()
+        assert chat.followups(press) == []  # the decision is the prompt's edit; no notice
+    assert await demo_runs(redis) == 1
+    assert len([t for t in chat.texts() if RAN in t]) == 1
+
+
+async def test_someone_elses_press_is_refused_privately(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+) -> None:
+    async with stack(make_settings(valkey, fake)):
+        chat = Conversation(fake)
+        prompt = await chat.ask()
+        before = chat.texts()
+        press = await chat.press("Approve", user=BOB)
+        await chat.deferred(press)
+        (notice,) = await wait_until(lambda: chat.followups(press), what="the private notice")
+        assert "can decide" in notice["content"] and notice["flags"] == EPHEMERAL
+        await settle()
+        assert chat.prompt["components"] == prompt["components"]  # buttons stay
+        assert chat.prompt["content"] == prompt["content"]
+        assert chat.texts() == before
+    assert await demo_runs(redis) == 0
+
+
+async def test_double_press_runs_once(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+) -> None:
+    async with stack(make_settings(valkey, fake)):
+        chat = Conversation(fake)
+        await chat.ask()
+        first = await chat.press("Approve")
+        second = await chat.press("Approve")
+        await chat.deferred(first)
+        await chat.deferred(second)
+        (notice,) = await wait_until(lambda: chat.followups(second), what="the late notice")
+        assert "Already decided" in notice["content"] and notice["flags"] == EPHEMERAL
+        await wait_until(lambda: any(RAN in t for t in chat.texts()), what="the tool's result")
+        await settle()
+        assert chat.followups(first) == []
+        assert chat.prompt["components"] == [] and "Approved" in chat.prompt["content"]
+    assert await demo_runs(redis) == 1
+    assert len([t for t in chat.texts() if RAN in t]) == 1
+
+
+async def test_press_after_expiry_runs_nothing(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+) -> None:
+    async with stack(make_settings(valkey, fake, approval_ttl_secs=1)):
+        chat = Conversation(fake)
+        await chat.ask()
+        await wait_expired(redis)
+        press = await chat.press("Approve")
+        await chat.deferred(press)
+        (notice,) = await wait_until(lambda: chat.followups(press), what="the notice")
+        assert "expired" in notice["content"]
+        await wait_until(lambda: chat.prompt["components"] == [], what="the prompt closed")
+        assert "Expired" in chat.prompt["content"]
+        await settle()
+    assert await demo_runs(redis) == 0
+    assert not any(RAN in t for t in chat.texts())
+
+
+async def test_press_after_a_restart_uses_the_persistent_button(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+) -> None:
+    async with stack(make_settings(valkey, fake)):
+        chat = Conversation(fake)
+        await chat.ask()
+    identifies = len(fake.identifies)
+    # gateway and worker are gone; new ones (a new discord.py client that never
+    # sent this prompt) take the press through the DynamicItem template
+    async with stack(make_settings(valkey, fake)):
+        assert len(fake.identifies) > identifies
+        press = await chat.press("Approve")
+        await chat.deferred(press)
+        await wait_until(lambda: chat.prompt["components"] == [], what="the buttons removed")
+        assert "Approved" in chat.prompt["content"]
+        await wait_until(lambda: any(RAN in t for t in chat.texts()), what="the tool's result")
+        await settle()
+    assert await demo_runs(redis) == 1
+
+
+async def test_press_is_deferred_within_3s_without_a_worker(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+) -> None:
+    settings = make_settings(valkey, fake)
+    async with stack(settings):
+        chat = Conversation(fake)
+        await chat.ask()
+    async with gateway(settings):
+        # no worker runs: the deferral must not wait for the decision
+        press = await chat.press("Approve")
+        await chat.deferred(press)
+        await settle()
+        assert chat.prompt["components"] != [] and await demo_runs(redis) == 0
+        async with process(settings, "worker"):
+            await wait_until(lambda: chat.prompt["components"] == [], what="the decision")
+            assert "Approved" in chat.prompt["content"]
+            await wait_until(lambda: any(RAN in t for t in chat.texts()), what="the result")
+            await settle()
+    assert await demo_runs(redis) == 1
+
+
+async def test_notice_survives_a_slow_deferral(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker may answer a press before the gateway's deferral reached Discord.
+
+    The gateway publishes the press first and defers after (nothing is acknowledged
+    before it is durable), so on a slow link to Discord the worker's ephemeral
+    follow-up can come first, when Discord does not know the interaction yet.
+    """
+    settings = make_settings(valkey, fake)
+    async with gateway(settings) as gw, process(settings, "worker"):
+        ch = gw.channels["discord"]
+        assert isinstance(ch, DiscordChannel) and ch.client is not None
+        http = ch.client.http
+        original = http.request
+
+        async def slow_callback(route: Any, **kwargs: Any) -> Any:
+            if route.path.endswith("/callback"):
+                await asyncio.sleep(1.0)  # a slow network leg, still within Discord's 3 s
+            return await original(route, **kwargs)
+
+        monkeypatch.setattr(http, "request", slow_callback)
+        chat = Conversation(fake)
+        await chat.ask()
+        press = await chat.press("Approve", user=BOB)
+        await chat.deferred(press)
+        (notice,) = await wait_until(lambda: chat.followups(press), what="the private notice")
+        assert "can decide" in notice["content"]
+    assert await demo_runs(redis) == 0

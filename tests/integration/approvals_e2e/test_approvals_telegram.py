@@ -1,0 +1,187 @@
+"""Approvals end to end on Telegram: real Runtime, real python-telegram-bot, fake Bot API.
+
+Presses are callback queries posted to the webhook, as Telegram sends them;
+what the tests check is what the fake Bot API shows: the prompt's text and
+inline keyboard, and the answerCallbackQuery of every press.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from approvals_harness import (
+    ASK,
+    RAN,
+    demo_runs,
+    process,
+    settings_for,
+    settle,
+    wait_expired,
+    wait_until,
+)
+from redis.asyncio import Redis
+
+from agent_core.store.embedded import EmbeddedValkey
+from bots.settings import Settings
+from channels import telegram as telegram_pkg
+from channels.telegram.settings import TelegramSettings
+from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram, StoredMessage
+
+USER = 555
+STRANGER = 777
+
+Post = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    server = FakeTelegram()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def make_settings(valkey: EmbeddedValkey, fake: FakeTelegram, **core: Any) -> Settings:
+    platform = TelegramSettings(
+        telegram_bot_token=TOKEN,  # type: ignore[arg-type]
+        telegram_api_base_url=fake.base_url,
+        telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
+        telegram_mode="webhook",
+    )
+    return settings_for(valkey, "telegram", platform, telegram_pkg, **core)
+
+
+@contextlib.asynccontextmanager
+async def served(settings: Settings) -> AsyncIterator[Post]:
+    """A Runtime (role all) whose webhook the returned ``post`` delivers to."""
+    async with process(settings, "all") as rt:
+        transport = httpx.ASGITransport(app=rt.web_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
+
+            async def post(update: dict[str, Any]) -> None:
+                r = await client.post(
+                    "/telegram/webhook",
+                    json=update,
+                    headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
+                )
+                assert r.status_code == 200, r.text
+
+            yield post
+
+
+def prompt_of(fake: FakeTelegram) -> StoredMessage | None:
+    for m in fake.messages.values():
+        if m.chat_id == USER and m.reply_markup:
+            return m
+    return None
+
+
+async def ask(fake: FakeTelegram, post: Post) -> tuple[StoredMessage, dict[str, str]]:
+    """The user asks; the prompt and its buttons (label -> callback_data)."""
+    await post(fake.message_update(USER, ASK, user_id=USER))
+    prompt = await wait_until(lambda: prompt_of(fake), what="the approval prompt")
+    buttons = {b["text"]: b["callback_data"] for b in prompt.reply_markup["inline_keyboard"][0]}
+    assert list(buttons) == ["Approve", "Always", "Deny"]
+    return prompt, buttons
+
+
+def texts(fake: FakeTelegram) -> list[str]:
+    return [m.text for m in fake.messages.values() if m.chat_id == USER]
+
+
+async def answered(fake: FakeTelegram, press: dict[str, Any]) -> str | None:
+    cq = press["callback_query"]["id"]
+    await wait_until(lambda: cq in fake.answered, what=f"the answer to press {cq}")
+    return fake.answered[cq]
+
+
+async def test_requester_press_runs_the_tool_once(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
+) -> None:
+    async with served(make_settings(valkey, fake)) as post:
+        prompt, buttons = await ask(fake, post)
+        press = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        await post(press)
+        assert await answered(fake, press) is None  # acknowledged, silently
+        await wait_until(lambda: fake.message(USER, prompt.message_id).reply_markup is None)
+        assert "Approved" in fake.message(USER, prompt.message_id).text
+        await wait_until(lambda: any(RAN in t for t in texts(fake)), what="the tool's result")
+        await settle()
+    assert await demo_runs(redis) == 1
+    assert len([t for t in texts(fake) if RAN in t]) == 1
+
+
+async def test_someone_elses_press_is_refused_privately(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
+) -> None:
+    async with served(make_settings(valkey, fake)) as post:
+        prompt, buttons = await ask(fake, post)
+        before = texts(fake)
+        press = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=STRANGER)
+        await post(press)
+        notice = await answered(fake, press)
+        assert notice is not None and "can decide" in notice
+        await settle()
+        shown = fake.message(USER, prompt.message_id)
+        assert shown.reply_markup == prompt.reply_markup  # buttons stay
+        assert "Approved" not in shown.text
+        assert texts(fake) == before  # nothing said in the chat
+    assert await demo_runs(redis) == 0
+
+
+async def test_double_press_runs_once(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
+) -> None:
+    async with served(make_settings(valkey, fake)) as post:
+        prompt, buttons = await ask(fake, post)
+        first = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        second = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        await post(first)
+        await post(second)
+        answers = [await answered(fake, first), await answered(fake, second)]
+        assert answers[0] is None
+        assert answers[1] is not None and "Already decided" in answers[1]
+        await wait_until(lambda: any(RAN in t for t in texts(fake)), what="the tool's result")
+        await settle()
+        assert fake.message(USER, prompt.message_id).reply_markup is None
+    assert await demo_runs(redis) == 1
+    assert len([t for t in texts(fake) if RAN in t]) == 1
+
+
+async def test_press_after_expiry_runs_nothing(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
+) -> None:
+    async with served(make_settings(valkey, fake, approval_ttl_secs=1)) as post:
+        prompt, buttons = await ask(fake, post)
+        await wait_expired(redis)
+        press = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        await post(press)
+        notice = await answered(fake, press)
+        assert notice is not None and "expired" in notice
+        await wait_until(lambda: fake.message(USER, prompt.message_id).reply_markup is None)
+        assert "Expired" in fake.message(USER, prompt.message_id).text
+        await settle()
+    assert await demo_runs(redis) == 0
+    assert not any(RAN in t for t in texts(fake))
+
+
+async def test_press_after_a_restart(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
+) -> None:
+    settings = make_settings(valkey, fake)
+    async with served(settings) as post:
+        prompt, buttons = await ask(fake, post)
+    # every process is gone; a new one on the same Redis takes the press
+    async with served(make_settings(valkey, fake)) as post:
+        press = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        await post(press)
+        assert await answered(fake, press) is None
+        await wait_until(lambda: fake.message(USER, prompt.message_id).reply_markup is None)
+        assert "Approved" in fake.message(USER, prompt.message_id).text
+        await wait_until(lambda: any(RAN in t for t in texts(fake)), what="the tool's result")
+        await settle()
+    assert await demo_runs(redis) == 1
