@@ -39,6 +39,7 @@ from agent_core.agent.reply import LockGuard
 from agent_core.errors import LockLost
 from agent_core.events import InboundEvent, ThreadKey
 from agent_core.metrics import METRICS
+from agent_core.proactive.recovery import TurnRecovery
 from agent_core.settings import CoreSettings
 from agent_core.store.delivery import Delivery
 
@@ -71,6 +72,8 @@ class Worker:
         self.stopping = False
         self.turns_done = 0
         self.reclaimed = 0
+        # proactive (issue 12): turn timeout and interrupted-turn reset around every turn
+        self.recovery = TurnRecovery(settings, agent, self.owner)
 
     # -- lifecycle ---------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -179,7 +182,7 @@ class Worker:
                     return
                 started = time.perf_counter()
                 try:
-                    result = await self.agent.run_turn(thread, state, guard)
+                    result = await self.recovery.run_turn(thread, state, guard)
                 except LockLost:
                     released = True  # not ours any more
                     return

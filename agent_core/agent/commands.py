@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.agent.session import Session, ThreadState
 from agent_core.events import InboundEvent, ThreadKey
+from agent_core.proactive.commands import register as register_proactive_commands
 
 if TYPE_CHECKING:
     from agent_core.agent.agent import Agent
@@ -360,4 +361,5 @@ def builtin_commands() -> CommandRegistry:
     reg.add("version", "Parley's version", _version)
     reg.add("approve", "approve the pending action", _approve, "[id] [always]")
     reg.add("deny", "deny the pending action", _deny, "[id] [reason]")
+    register_proactive_commands(reg)  # proactive (issue 12): /routine, /heartbeat
     return reg

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session, ThreadState
@@ -85,7 +85,7 @@ class TurnRecovery:
                 who,
                 earlier + 1,
             )
-            if earlier + 1 >= MAX_ATTEMPTS + 1:
+            if earlier >= MAX_ATTEMPTS:
                 return await self._give_up(thread, state, guard, INTERRUPTED_DROPPED, "dropped")
             notes = await self._tell(thread, state, guard, INTERRUPTED_RETRY, "r")
         timeout = self.settings.turn_timeout_secs
@@ -97,7 +97,9 @@ class TurnRecovery:
                 result = await self.agent.run_turn(thread, state, guard)
         except TimeoutError:
             self.timeouts += 1
-            log.warning("[%s] turn on event %s timed out after %g s", thread, head.event_id, timeout)
+            log.warning(
+                "[%s] turn on event %s timed out after %g s", thread, head.event_id, timeout
+            )
             return await self._give_up(thread, state, guard, timeout_notice(timeout), "timeout")
         result.sent_fields.extend(notes)
         return result
@@ -134,7 +136,7 @@ class TurnRecovery:
 
         fields = await self._tell(thread, state, guard, text, why[0])
         head = state.mailbox[0]
-        raw = await self.agent.redis.hkeys(keys.sent(thread))
+        raw = cast(list[bytes], await self.agent.redis.hkeys(keys.sent(thread)))
         prefix = f"{head.event_id}:"
         fields += [f.decode() for f in raw if f.decode().startswith(prefix)]
         session = Session.load(str(thread), state.session_version, state.session_data)

@@ -154,6 +154,8 @@ _FLAGS = {
 
 def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine:
     """``NAME --cron '0 9 * * *' --notify telegram:1 Summarise ...`` -> a Routine."""
+    for smart, plain in (("“", '"'), ("”", '"'), ("‘", "'"), ("’", "'"), ("—", "--")):
+        args = args.replace(smart, plain)  # phones "improve" quotes and dashes
     try:
         words = shlex.split(args)
     except ValueError as exc:

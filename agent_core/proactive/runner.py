@@ -175,12 +175,14 @@ class RoutineRunner:
         eid = info.event.event_id
         if not eid.startswith("routine:"):
             return
-        _, name, fire_id = (eid.split(":", 2) + ["", ""])[:3]
+        _, name, fire_id = ([*eid.split(":", 2), "", ""])[:3]
         if not name:
             return
         duration = max(0.0, time.time() - info.event.received_at)
         await self.free_slot(name, fire_id)
-        await self.store.record(name, RunRecord(time.time(), "job", f"turn: {info.outcome}", duration))
+        await self.store.record(
+            name, RunRecord(time.time(), "job", f"turn: {info.outcome}", duration)
+        )
 
 
 def new_fire_id(prefix: str) -> str:

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -99,7 +99,9 @@ class Scheduler:
                 log.exception("scheduler tick failed")  # the loop never dies
             lost = asyncio.ensure_future(self.lease.lost.wait())
             stopped = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({lost, stopped}, timeout=self.tick_secs, return_when="FIRST_COMPLETED")
+            await asyncio.wait(
+                {lost, stopped}, timeout=self.tick_secs, return_when="FIRST_COMPLETED"
+            )
             lost.cancel()
             stopped.cancel()
 
@@ -146,7 +148,7 @@ class Scheduler:
 
     async def _drain_queue(self) -> list[str]:
         started: list[str] = []
-        raw = await self.redis.lpop(keys.ROUTINE_QUEUE, QUEUE_BATCH)
+        raw = cast(list[bytes] | None, await self.redis.lpop(keys.ROUTINE_QUEUE, QUEUE_BATCH))
         for item in raw or ():
             try:
                 d = orjson.loads(item)

@@ -91,9 +91,7 @@ async def process(settings: Settings, role: str) -> AsyncIterator[Runtime]:
                 await asyncio.wait_for(task, 30)
 
 
-async def wait_until(
-    pred: Callable[[], Any], timeout: float = 8.0, what: str = "condition"
-) -> Any:
+async def wait_until(pred: Callable[[], Any], timeout: float = 8.0, what: str = "condition") -> Any:
     """Poll ``pred`` (sync or async) until it returns something truthy; that value."""
     deadline = time.monotonic() + timeout
     while True:

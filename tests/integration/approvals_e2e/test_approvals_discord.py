@@ -34,7 +34,7 @@ from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.discord.channel import DiscordChannel
 from channels.discord.settings import DiscordSettings
-from tests.fakes.discord import ALICE, BOB, BOT_ID, CHANNEL_ID, FakeDiscord
+from tests.fakes.discord import ALICE, BOB, BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
 
 EPHEMERAL = 64
 DEFERRED_UPDATE_MESSAGE = 6
@@ -84,16 +84,17 @@ async def stack(settings: Settings) -> AsyncIterator[None]:
 
 
 class Conversation:
-    """Alice mentions the bot in #general; the bot answers in the channel."""
+    """Alice mentions the bot in #general (or writes to it in a DM); it answers there."""
 
-    def __init__(self, fake: FakeDiscord) -> None:
+    def __init__(self, fake: FakeDiscord, channel: str = CHANNEL_ID) -> None:
         self.fake = fake
+        self.channel = channel
         self.prompt_id = ""
         self.custom_ids: dict[str, str] = {}
         self.since = ""  # the user's message: what the bot says comes after it
 
     async def ask(self) -> dict[str, Any]:
-        msg = await self.fake.user_message(CHANNEL_ID, ASK, mention=True)
+        msg = await self.fake.user_message(self.channel, ASK, mention=self.channel == CHANNEL_ID)
         self.since = msg["id"]
         prompt = await wait_until(self._prompt, what="the approval prompt")
         self.prompt_id = prompt["id"]
@@ -106,12 +107,12 @@ class Conversation:
         return next((m for m in self.bot_messages() if m.get("components")), None)
 
     def bot_messages(self) -> list[dict[str, Any]]:
-        msgs = self.fake.messages[CHANNEL_ID].values()
+        msgs = self.fake.messages[self.channel].values()
         return [m for m in msgs if m["author"]["id"] == BOT_ID]
 
     @property
     def prompt(self) -> dict[str, Any]:
-        return self.fake.messages[CHANNEL_ID][self.prompt_id]
+        return self.fake.messages[self.channel][self.prompt_id]
 
     def texts(self) -> list[str]:
         return [str(m["content"]) for m in self.bot_messages()]
@@ -134,11 +135,12 @@ class Conversation:
         return [c.json for c in self.fake.calls_to("POST", path) if c.status < 300]
 
 
+@pytest.mark.parametrize("channel", [CHANNEL_ID, DM_CHANNEL_ID], ids=["guild", "dm"])
 async def test_requester_press_runs_the_tool_once(
-    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord, channel: str
 ) -> None:
     async with stack(make_settings(valkey, fake)):
-        chat = Conversation(fake)
+        chat = Conversation(fake, channel)
         await chat.ask()
         press = await chat.press("Approve")
         await chat.deferred(press)  # acknowledged

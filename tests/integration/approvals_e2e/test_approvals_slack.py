@@ -33,6 +33,7 @@ from agent_core.events import EventKind, InboundEvent
 from agent_core.store import keys
 from agent_core.store.embedded import EmbeddedValkey
 from bots.settings import Settings
+from channels.slack.parse import is_dm
 from channels.slack.settings import SlackSettings
 from tests.fakes.slack import FakeSlack, Message
 
@@ -81,11 +82,12 @@ def has_buttons(m: Message) -> bool:
 
 
 class Conversation:
-    """The user's mention in #C1 and the thread Parley answers in."""
+    """The user's mention in #C1 and the thread Parley answers in (or a DM, top level)."""
 
-    def __init__(self, fake: FakeSlack, client: httpx.AsyncClient) -> None:
+    def __init__(self, fake: FakeSlack, client: httpx.AsyncClient, channel: str = CHANNEL) -> None:
         self.fake = fake
         self.client = client
+        self.channel = channel
         self.root = ""
         self.prompt_ts = ""
 
@@ -95,42 +97,49 @@ class Conversation:
         return resp
 
     async def ask(self) -> Message:
-        body = self.fake.message(CHANNEL, f"<@UBOT> {ASK}", user=USER, kind="app_mention")
-        self.root = body["event"]["ts"]
+        if is_dm(self.channel):
+            body = self.fake.message(self.channel, ASK, user=USER)
+        else:
+            body = self.fake.message(self.channel, f"<@UBOT> {ASK}", user=USER, kind="app_mention")
+            self.root = body["event"]["ts"]
         await self.deliver(body)
         prompt = await wait_until(self._prompt, what="the approval prompt")
         self.prompt_ts = prompt.ts
         labels = [
-            el["text"]["text"] for b in prompt.blocks if b["type"] == "actions" for el in b["elements"]
+            el["text"]["text"]
+            for b in prompt.blocks
+            if b["type"] == "actions"
+            for el in b["elements"]
         ]
         assert labels == ["Approve", "Always", "Deny"]
         return prompt
 
     def _prompt(self) -> Message | None:
-        return next((m for m in self.fake.thread(CHANNEL, self.root) if has_buttons(m)), None)
+        return next((m for m in self.fake.thread(self.channel, self.root) if has_buttons(m)), None)
 
     @property
     def prompt(self) -> Message:
-        return self.fake.messages[(CHANNEL, self.prompt_ts)]
+        return self.fake.messages[(self.channel, self.prompt_ts)]
 
     def press(self, label: str = "Approve", user: str = USER) -> dict[str, Any]:
-        payload = self.fake.press(CHANNEL, self.prompt_ts, label, user=user)
+        payload = self.fake.press(self.channel, self.prompt_ts, label, user=user)
         # every real press has its own action_ts (the press's event id): never share one
         payload["actions"][0]["action_ts"] = f"{time.time():.6f}{len(self.fake.calls)}"
         return payload
 
     def texts(self) -> list[str]:
-        return [m.text for m in self.fake.thread(CHANNEL, self.root)]
+        return [m.text for m in self.fake.thread(self.channel, self.root)]
 
     def ephemerals(self, user: str) -> list[str]:
         return [e["text"] for e in self.fake.ephemerals if e["user"] == user]
 
 
+@pytest.mark.parametrize("channel", [CHANNEL, "D1"], ids=["channel-thread", "dm"])
 async def test_requester_press_runs_the_tool_once(
-    valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack, channel: str
 ) -> None:
     async with stack(make_settings(valkey, fake)) as client:
-        chat = Conversation(fake, client)
+        chat = Conversation(fake, client, channel)
         await chat.ask()
         await chat.deliver(chat.press("Approve"), form=True)  # acknowledged: HTTP 200
         await wait_until(lambda: not has_buttons(chat.prompt), what="the prompt's buttons removed")
@@ -195,9 +204,7 @@ async def test_press_after_expiry_runs_nothing(
     assert not any(RAN in t for t in chat.texts())
 
 
-async def test_press_after_a_restart(
-    valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack
-) -> None:
+async def test_press_after_a_restart(valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack) -> None:
     async with stack(make_settings(valkey, fake)) as client:
         chat = Conversation(fake, client)
         await chat.ask()
