@@ -470,7 +470,7 @@ class Box:
     async def drain(self, timeout: float) -> int:
         """Wait for outstanding replies; count the ones that never came as errors."""
         deadline = time.monotonic() + timeout
-        while self.tracker.pending and time.monotonic() < deadline:  # noqa: ASYNC110
+        while self.tracker.pending and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         missing = list(self.tracker.pending)
         for chat in missing:

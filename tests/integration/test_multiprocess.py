@@ -43,7 +43,9 @@ def echo_all_since_last_answer(path: str, body: Any) -> Reply:
     return openai_stream([text], model="fake")
 
 
-def env_for(valkey: EmbeddedValkey, tg: FakeTelegram, llm: FakeLLMServer, port: int) -> dict[str, str]:
+def env_for(
+    valkey: EmbeddedValkey, tg: FakeTelegram, llm: FakeLLMServer, port: int
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
     env.update(
         PARLEY_ENV_FILE="/nonexistent/.env",

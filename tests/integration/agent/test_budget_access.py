@@ -55,7 +55,7 @@ async def test_four_processes_never_overspend_by_more_than_one_call(
         )
         for i in range(4)
     ]
-    while int(await redis.get("test:ready") or 0) < 4:  # noqa: ASYNC110 - other processes
+    while int(await redis.get("test:ready") or 0) < 4:
         await asyncio.sleep(0.02)
     await redis.set("test:go", 1)
     outs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 60)

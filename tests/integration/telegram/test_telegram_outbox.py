@@ -131,7 +131,9 @@ async def test_429_pauses_the_chat_and_retries(
 async def test_pacing_keeps_under_the_fakes_limits(
     fake: FakeTelegram, channel: TelegramChannel
 ) -> None:
-    fake.chat_interval = channel.outbox().limits.group_interval * 0.75  # group: 20/min analogue (margin for a loaded box)
+    fake.chat_interval = (
+        channel.outbox().limits.group_interval * 0.75
+    )  # group: 20/min analogue (margin for a loaded box)
     fake.set_chat(-100900, "supergroup")
     await channel.outbox().send(GROUP, OutboundMessage(long_answer(10)))
     await channel.outbox().send(GROUP, OutboundMessage("and one more"))
