@@ -218,9 +218,3 @@ def notified(dedup_key: str) -> str:
 
 
 TENANTS = PREFIX + "{proactive}:tenants"  # HASH '<channel>:<conversation>' -> tenant last seen
-
-
-# Per thread: the running turn's record (stuck-turn recovery)
-def turn_mark(t: ThreadKey) -> str:
-    """STRING JSON {e: event id, o: owner, t: start ms, n: attempts}: a turn is Processing."""
-    return f"{PREFIX}{t.tag}:turn"

@@ -304,24 +304,3 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) - tonumber(ARGV[2]))
 return 1
 """
-
-# KEYS: turn mark ; ARGV: event_id, owner, now_ms, ttl_ms
-# Records that ``owner`` starts a turn on ``event_id``.  Returns how many earlier
-# executions of this same event started and never completed (the mark of a
-# completed turn names an event that has left the mailbox), and the owner of
-# the last one ('' if none).
-MARK_TURN = """
-local prev = redis.call('GET', KEYS[1])
-local n = 0
-local who = ''
-if prev then
-  local d = cjson.decode(prev)
-  if d['e'] == ARGV[1] then
-    n = tonumber(d['n']) or 1
-    who = d['o'] or ''
-  end
-end
-redis.call('SET', KEYS[1], cjson.encode({e = ARGV[1], o = ARGV[2], t = tonumber(ARGV[3]), n = n + 1}),
-  'PX', ARGV[4])
-return {n, who}
-"""

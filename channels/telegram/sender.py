@@ -390,6 +390,15 @@ class TelegramOutbox:
         except TelegramError as exc:
             raise SendFailed(f"could not download the file: {exc.message}") from exc
 
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """For the agent: an image for a vision model, refused above ``max_bytes``."""
+        if attachment.size and attachment.size > max_bytes:
+            raise SendFailed(f"file is larger than {max_bytes} bytes")
+        data = await self.download(attachment)
+        if len(data) > max_bytes:
+            raise SendFailed(f"file is larger than {max_bytes} bytes")
+        return data
+
     async def close(self) -> None:
         tasks = list(self._typing.values())
         self._typing.clear()
