@@ -35,6 +35,9 @@ from agent_core.ingest import Ingest
 from agent_core.llm.base import LLMProvider
 from agent_core.metrics import METRICS
 from agent_core.outbox import Outbox
+from agent_core.proactive.routines import RoutineStore
+from agent_core.proactive.runner import EventTriggers
+from agent_core.proactive.service import Proactive
 from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
 from agent_core.store.delivery import Delivery
 from agent_core.store.embedded import EmbeddedValkey
@@ -92,6 +95,7 @@ class Runtime:
         self.delivery: Delivery | None = None
         self.worker: Worker | None = None
         self.agent: Agent | None = None
+        self.proactive: Proactive | None = None
         self.summary = Summary(role=role)
         self.started_at = time.time()
         self.draining = False
@@ -141,6 +145,8 @@ class Runtime:
         )
         # agent core (issue 4): /interrupt flags a busy thread before it is queued
         self.ingest.add_filter(interrupt_filter(redis))
+        # proactive (issue 12): event-triggered routines watch what comes in (never refuse)
+        self.ingest.add_filter(EventTriggers(redis, RoutineStore(redis)))
         self.delivery = Delivery(
             redis,
             self.clients.blocking,
@@ -190,6 +196,16 @@ class Runtime:
             self.agent = Agent(core, self.llm, self.delivery, self.outboxes)
             await self.agent.initialize()  # model window check, profiles, tool clients
             self.worker = Worker(core, self.delivery, self.agent)
+            # proactive (issue 12): routines, heartbeat, notifications (one scheduler leads)
+            self.proactive = Proactive(
+                core, self.agent, self.ingest, owner=self.worker.name, tenants=self._tenants()
+            )
+
+    def _tenants(self) -> dict[str, str]:
+        """Tenants a notification target may leave out (the Telegram bot id)."""
+        tg = self.settings.platforms.get("telegram")
+        bot_id = getattr(tg, "bot_id", "") if tg is not None else ""
+        return {"telegram": bot_id} if bot_id else {}
 
     async def _stop(self) -> None:
         if self.agent is not None:
@@ -312,6 +328,8 @@ class Runtime:
                         asyncio.create_task(self._run_gateway(ch, stop), name=f"gateway-{ch.name}")
                     )
         tasks.append(asyncio.create_task(self._metrics_loop(stop), name="metrics"))
+        if self.proactive is not None and self.role in ("all", "worker"):
+            tasks.append(asyncio.create_task(self.proactive.run(stop), name="scheduler"))
         if self.runs_web:
             server = make_server(self.web_app(), host, port)
             tasks.append(asyncio.create_task(server.serve(), name="web"))

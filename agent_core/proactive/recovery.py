@@ -2,17 +2,19 @@
 
 The worker runs every turn through :meth:`TurnRecovery.run_turn`:
 
-* **Processing mark.**  Before the turn, one script records in
-  ``{thread}:turn`` that this owner is processing the mailbox head (event id,
-  owner, start, attempts) and returns how many earlier executions of that same
-  event started and never completed.  A completed turn's mark names an event
-  that has left the mailbox, so no clean-up write is needed.  If an earlier
-  execution exists and was not ours, its worker died (or stalled past its lock):
-  the thread is Processing with no live lock.  The user is told the previous
-  turn was interrupted; the first time the message is run again (so a SIGKILL
-  loses nothing: the delivery invariant), the second time it is dropped (a
-  message that kills its worker must not kill every worker in turn) and the
-  thread's state is reset.
+* **Interrupted turns.**  A turn is Processing from its start until the
+  worker's completion script consumes its message and deletes its reply-part
+  records (``{thread}:sent``, ``<event>:<n>``).  So when a turn begins and
+  the mailbox head already has reply parts recorded (or claimed), an earlier
+  execution of that same message sent something and never completed: its
+  worker died (or stalled past its lock), i.e. the thread said Processing with
+  no live lock.  This costs no Redis round trip: ``begin`` already read the
+  records.  The user is told the previous turn was interrupted; the first
+  time the message is run again (a SIGKILL loses nothing: the delivery
+  invariant), and if that rerun is interrupted too the message is dropped and
+  the thread's state reset (a message that kills its worker must not take
+  every worker down in turn).  An execution that died before sending
+  anything left nothing visible and is rerun silently.
 * **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled,
   the user is told, the message is consumed with the session as it was before
   the turn (the history stays valid) and the worker's completion releases the
@@ -32,7 +34,7 @@ from agent_core.agent.session import Session, ThreadState
 from agent_core.errors import ChannelError
 from agent_core.events import OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
-from agent_core.store import keys, scripts
+from agent_core.store import keys
 from agent_core.store.delivery import TurnState
 
 if TYPE_CHECKING:
@@ -40,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 2  # executions of one message before it is dropped
-MARK_TTL_MS = 86_400_000
 INTERRUPTED_RETRY = (
     "⚠️ My previous turn here was interrupted (the process running it stopped). "
     "Picking your message up again."
@@ -64,28 +64,25 @@ class TurnRecovery:
         self.settings = settings
         self.agent = agent
         self.owner = owner
-        self._mark = agent.redis.register_script(scripts.MARK_TURN)
         self.timeouts = 0
         self.recovered = 0
 
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:
         head = state.mailbox[0]
-        res = await self._mark(
-            keys=[keys.turn_mark(thread)],
-            args=[head.event_id, self.owner, int(time.time() * 1000), MARK_TTL_MS],
-        )
-        earlier, who = int(res[0]), (res[1].decode() if isinstance(res[1], bytes) else str(res[1]))
+        prefix = f"{head.event_id}:"
+        earlier = [f for f in (*state.sent, *state.pending) if f.startswith(prefix)]
+        retry_note = f"{head.event_id}#r:0"
+        retried = retry_note in state.sent or retry_note in state.pending
         notes: list[str] = []
-        if earlier and who != self.owner:
+        if earlier or retried:
             self.recovered += 1
             log.warning(
-                "[%s] previous turn on event %s was interrupted (owner %s); attempt %d",
+                "[%s] previous turn on event %s was interrupted (%s)",
                 thread,
                 head.event_id,
-                who,
-                earlier + 1,
+                "again; dropping it" if retried else "running it again",
             )
-            if earlier >= MAX_ATTEMPTS:
+            if retried:
                 return await self._give_up(thread, state, guard, INTERRUPTED_DROPPED, "dropped")
             notes = await self._tell(thread, state, guard, INTERRUPTED_RETRY, "r")
         timeout = self.settings.turn_timeout_secs
@@ -137,8 +134,8 @@ class TurnRecovery:
         fields = await self._tell(thread, state, guard, text, why[0])
         head = state.mailbox[0]
         raw = cast(list[bytes], await self.agent.redis.hkeys(keys.sent(thread)))
-        prefix = f"{head.event_id}:"
-        fields += [f.decode() for f in raw if f.decode().startswith(prefix)]
+        # every record of this message (its parts, earlier notices) goes with it
+        fields += [f.decode() for f in raw if f.decode().startswith(head.event_id)]
         session = Session.load(str(thread), state.session_version, state.session_data)
         if session.state == ThreadState.PROCESSING:
             session.state = ThreadState.IDLE

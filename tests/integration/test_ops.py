@@ -1,0 +1,88 @@
+"""`parley doctor` and `parley release` against fake Telegram and LLM servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings
+from agent_core.store.embedded import EmbeddedValkey
+from bots.ops import doctor, release
+from bots.settings import Settings
+from channels import telegram as telegram_pkg
+from channels.telegram.settings import TelegramSettings
+from channels.web.channel import WebSettings
+from tests.fakes.llm_servers import FakeLLMServer
+from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram
+from tests.integration.conftest import free_port
+
+PUBLIC = "https://parley.example"
+
+
+def settings_for(valkey: EmbeddedValkey, fake: FakeTelegram, llm_url: str) -> Settings:
+    return Settings(
+        core=CoreSettings(redis_url=valkey.url, public_url=PUBLIC),  # type: ignore[arg-type]
+        llm=LLMSettings(llm_backend="openai_compatible", llm_base_url=llm_url, llm_model="fake"),
+        web=WebSettings(web_chat_enabled=False),
+        platforms={
+            "telegram": TelegramSettings(
+                telegram_bot_token=TOKEN,  # type: ignore[arg-type]
+                telegram_api_base_url=fake.base_url,
+                telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
+            )
+        },
+        modules={"telegram": telegram_pkg},
+    )
+
+
+async def test_release_registers_the_webhook_and_doctor_agrees(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        async with FakeLLMServer() as llm:
+            s = settings_for(valkey, fake, llm.openai_url)
+            before = {c.name: c for c in await doctor(s)}
+            assert before["redis"].ok and "version" in before["redis"].detail
+            assert before["telegram"].ok
+            assert not before["telegram webhook"].ok  # not registered yet
+            assert "set-webhook" in before["telegram webhook"].fix
+            assert before["llm"].ok
+
+            done = await release(s)
+            assert any("webhook set" in line for line in done)
+            assert fake.webhook["url"] == PUBLIC + "/telegram/webhook"
+            assert fake.webhook["secret_token"] == WEBHOOK_SECRET
+
+            after = await doctor(s)
+            assert all(c.ok for c in after), [c for c in after if not c.ok]
+            text = " ".join(f"{c.detail} {c.fix}" for c in after)
+            assert TOKEN not in text and WEBHOOK_SECRET not in text
+    finally:
+        await fake.stop()
+
+
+async def test_doctor_names_an_unreachable_llm(valkey: EmbeddedValkey, redis: Any) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        s = settings_for(valkey, fake, f"http://127.0.0.1:{free_port()}/v1")
+        checks = {c.name: c for c in await doctor(s)}
+        assert not checks["llm"].ok
+        assert "openai_compatible" in checks["llm"].detail
+    finally:
+        await fake.stop()
+
+
+async def test_doctor_reports_a_revoked_token(valkey: EmbeddedValkey, redis: Any) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    fake.revoked = True
+    try:
+        async with FakeLLMServer() as llm:
+            checks = {c.name: c for c in await doctor(settings_for(valkey, fake, llm.openai_url))}
+            assert not checks["telegram"].ok
+            assert TOKEN not in checks["telegram"].detail
+    finally:
+        await fake.stop()

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import io
+import logging
+
+import orjson
+
+from bots.logs import JsonFormatter, RedactFilter
+
+
+def _logger(fmt: logging.Formatter, secrets: list[str]) -> tuple[logging.Logger, io.StringIO]:
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(fmt)
+    handler.addFilter(RedactFilter(secrets))
+    log = logging.getLogger(f"test-{id(buf)}")
+    log.handlers = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    return log, buf
+
+
+def test_json_logs_are_one_object_per_line_and_redacted() -> None:
+    log, buf = _logger(JsonFormatter(), ["sk-test-SECRET-123456"])
+    log.info("[%s] calling with key %s", "telegram:1:2:", "sk-test-SECRET-123456")
+    try:
+        raise RuntimeError("boom sk-test-SECRET-123456")
+    except RuntimeError:
+        log.exception("failed")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2
+    first, second = (orjson.loads(line) for line in lines)
+    assert first["msg"] == "[telegram:1:2:] calling with key ***"
+    assert first["level"] == "info"
+    assert "sk-test-SECRET" not in buf.getvalue()
+    assert "boom ***" in second["exc"]
+
+
+def test_text_logs_redact_secrets_in_arguments() -> None:
+    log, buf = _logger(logging.Formatter("%(message)s"), ["xoxb-very-secret-token"])
+    log.warning("token %r rejected", "xoxb-very-secret-token")
+    assert buf.getvalue().strip() == "token '***' rejected"
