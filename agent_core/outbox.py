@@ -76,3 +76,26 @@ def set_on_wire(callback: Callable[[], Awaitable[None]] | None) -> object:
 
 def reset_on_wire(token: object) -> None:
     _ON_WIRE.reset(token)  # type: ignore[arg-type]
+
+
+# --- the part being sent -------------------------------------------------------
+# The agent names every message it sends ("<event_id>:<n>").  A channel whose
+# sender sets ``idempotent_parts = True`` uses that name so that sending the
+# same part twice shows one message (the local channels key their transcript
+# entries by it); the agent may then resend a part whose first sender died
+# mid-send instead of leaving it unsent.
+
+_PART: ContextVar[str | None] = ContextVar("parley_part", default=None)
+
+
+def current_part() -> str | None:
+    """The name of the reply part being sent, if the agent is sending one."""
+    return _PART.get()
+
+
+def set_current_part(name: str | None) -> object:
+    return _PART.set(name)
+
+
+def reset_current_part(token: object) -> None:
+    _PART.reset(token)  # type: ignore[arg-type]

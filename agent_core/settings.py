@@ -167,7 +167,7 @@ class CoreSettings(ParleySettings):
     max_history_messages: int = Field(default=200, ge=2)
     worker_concurrency: int = Field(default=256, ge=1)
     lock_ttl_secs: float = Field(default=30.0, ge=0.5)
-    reclaim_idle_secs: float = Field(default=15.0, gt=0)
+    reclaim_idle_secs: float = Field(default=5.0, gt=0)
     sweep_interval_secs: float = Field(default=2.0, gt=0)
     stream_maxlen: int = Field(default=100_000, ge=1000)
     dedup_ttl_secs: int = Field(default=86_400, ge=60)

@@ -130,15 +130,28 @@ class Worker:
     # -- consume -----------------------------------------------------------
     async def _consume(self, stop: asyncio.Event) -> None:
         delay = 0.2
+        # Entries delivered to this consumer but not handed off (a read whose reply
+        # was lost with the connection, a hand-off that failed) are re-read first,
+        # before anything newer, so per-thread order survives Redis hiccups.
+        replay_own = True
         while not stop.is_set():
             free = self.settings.worker_concurrency - len(self.running)
             if free <= 0:
                 await asyncio.sleep(0.01)
                 continue
             try:
+                if replay_own:
+                    own = await self.delivery.read_own_pending(self.name, count=100)
+                    if own:
+                        log.info("re-reading %d entries this worker had not handed off", len(own))
+                        await self._hand_off(own)
+                        continue
+                    replay_own = False
                 entries = await self.delivery.read(self.name, count=min(free, 100), block_ms=1000)
                 if entries:
+                    replay_own = True  # if the hand-off fails, re-read these first
                     await self._hand_off(entries)
+                    replay_own = False
                 delay = 0.2
             except ResponseError as exc:
                 if "NOGROUP" in str(exc):
@@ -147,6 +160,7 @@ class Worker:
                 log.exception("unexpected Redis error while consuming")
                 await asyncio.sleep(delay)
             except (RedisError, OSError) as exc:
+                replay_own = True
                 log.warning(
                     "consume: Redis unavailable (%s); retrying in %.1f s", type(exc).__name__, delay
                 )
@@ -188,6 +202,17 @@ class Worker:
                     return
                 except asyncio.CancelledError:
                     raise
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    # Redis went away mid-turn: the message stays in the mailbox and
+                    # the sweeper runs it again once Redis is back (never skipped).
+                    log.warning(
+                        "[%s] Redis unavailable during the turn on event %s (%s); "
+                        "it stays queued and will be retried",
+                        thread,
+                        state.mailbox[0].event_id,
+                        type(exc).__name__,
+                    )
+                    return
                 except Exception:
                     log.exception(
                         "[%s] turn failed on event %s; skipping it",

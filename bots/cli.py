@@ -388,6 +388,116 @@ def pairing_approve(
     _run_async(lambda: _with_redis(go))
 
 
+# --- proactive (issue 12): routines ------------------------------------------------
+routines_app = typer.Typer(help="Routines: scheduled, event-triggered and manual jobs.")
+app.add_typer(routines_app, name="routines")
+
+
+def _routine_store(redis: Any) -> Any:
+    from agent_core.proactive.routines import RoutineStore
+
+    return RoutineStore(redis)
+
+
+def _plain(markdown: str) -> str:
+    return markdown.replace("**", "").replace("`", "")
+
+
+@routines_app.command("list")
+def routines_list() -> None:
+    """Every routine, its trigger and its last run."""
+    from agent_core.proactive.commands import list_text
+
+    async def go(redis: Any) -> None:
+        print(_plain(await list_text(_routine_store(redis))))
+
+    _run_async(lambda: _with_redis(go))
+
+
+@routines_app.command(
+    "add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def routines_add(ctx: typer.Context) -> None:
+    """NAME (--cron 'EXPR' [--tz Z] | --event REGEX [--channel C] [--cooldown S] [--max N]
+    [--dedup S] | --manual) [--full] --notify TARGET PROMPT..."""
+    import shlex
+
+    from agent_core.proactive.routines import RoutineError, parse_add, validate
+
+    s = _settings()
+    try:
+        r = validate(
+            parse_add(shlex.join(ctx.args), created_by="cli", default_tz=s.core.routine_timezone)
+        )
+    except RoutineError as exc:
+        _fail([f"routine not added: {exc}"])
+        return
+
+    async def go(redis: Any) -> None:
+        if not await _routine_store(redis).add(r):
+            _fail([f"routine not added: a routine named {r.name!r} exists (remove it first)"])
+        print(f"added routine {r.name}: {_plain(r.describe_trigger())}, {r.action} -> {r.notify}")
+
+    _run_async(lambda: _with_redis(go))
+
+
+@routines_app.command("show")
+def routines_show(name: Annotated[str, typer.Argument(help="the routine's name")]) -> None:
+    """A routine, its next fire and its last runs."""
+    from agent_core.proactive.commands import show_text
+
+    async def go(redis: Any) -> None:
+        text = await show_text(_routine_store(redis), name)
+        if text.startswith("No routine"):
+            _fail([_plain(text)])
+        print(_plain(text))
+
+    _run_async(lambda: _with_redis(go))
+
+
+def _routine_action(name: str, action: str) -> None:
+    async def go(redis: Any) -> None:
+        store = _routine_store(redis)
+        if action in ("pause", "resume"):
+            ok = await store.set_enabled(name, action == "resume") is not None
+        elif action == "remove":
+            ok = await store.remove(name)
+        else:
+            ok = await store.get(name) is not None
+            if ok:
+                await store.queue_run(name.strip().lower(), "manual")
+        if not ok:
+            _fail([f"no routine named {name!r}"])
+        done = {"pause": "paused", "resume": "resumed", "remove": "removed"}
+        print(f"routine {name} {done.get(action, 'queued (a running worker runs it)')}")
+
+    _run_async(lambda: _with_redis(go))
+
+
+@routines_app.command("pause")
+def routines_pause(name: Annotated[str, typer.Argument()]) -> None:
+    """Stop firing it (manual runs still work)."""
+    _routine_action(name, "pause")
+
+
+@routines_app.command("resume")
+def routines_resume(name: Annotated[str, typer.Argument()]) -> None:
+    """Fire it again."""
+    _routine_action(name, "resume")
+
+
+@routines_app.command("remove")
+def routines_remove(name: Annotated[str, typer.Argument()]) -> None:
+    """Delete it and its history."""
+    _routine_action(name, "remove")
+
+
+@routines_app.command("run")
+def routines_run(name: Annotated[str, typer.Argument()]) -> None:
+    """Queue one run now (the scheduler of a running worker runs it)."""
+    _routine_action(name, "run")
+
+
 def main(argv: list[str] | None = None) -> Any:
     return app(args=argv)
 

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import Outbox, reset_on_wire, set_on_wire
+from agent_core.outbox import (
+    Outbox,
+    reset_current_part,
+    reset_on_wire,
+    set_current_part,
+    set_on_wire,
+)
 from agent_core.store.delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -81,7 +87,8 @@ class ReplyWriter:
         self.fields.append(field)
         self.guard.check()
         known = self.sent.get(field)
-        if known is None and field in self.pending:
+        idempotent = bool(getattr(self.outbox, "idempotent_parts", False))
+        if known is None and field in self.pending and not idempotent:
             known = await self._wait_for_part(field)
         if known is None and self.guard.owner and not getattr(self.outbox, "wire_hook", False):
             await self._claim(field)  # a channel without the hook: claim before sending
@@ -89,7 +96,8 @@ class ReplyWriter:
             return await self._converge(field, known, message)
         token = None
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
-            token = set_on_wire(lambda: self._claim(field))
+            token = set_on_wire(lambda: self._claim(field, resend_pending=idempotent))
+        part_token = set_current_part(field)
         try:
             ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
         except _PartExists as exc:
@@ -99,6 +107,7 @@ class ReplyWriter:
                 return MessageRef(self.thread.channel, self.thread.conversation, "")
             return await self._converge(field, exc.ref, message)
         finally:
+            reset_current_part(part_token)
             if token is not None:
                 reset_on_wire(token)
         self.sent[field] = ref
@@ -114,13 +123,18 @@ class ReplyWriter:
             return known
         return await self.outbox.edit(known, message)
 
-    async def _claim(self, field: str) -> None:
-        """Fenced claim of ``field`` right before it goes on the wire."""
+    async def _claim(self, field: str, *, resend_pending: bool = False) -> None:
+        """Fenced claim of ``field`` right before it goes on the wire.
+
+        ``resend_pending``: the channel shows a part once however often it is
+        sent, so a part an earlier execution claimed but never recorded is sent
+        (again) rather than waited for.
+        """
         code, known = await self.delivery.claim_part(self.thread, self.guard.owner, field)
         if code == -1:
             self.guard.lost = True
             self.guard.check()
-        if code in (1, 2):
+        if code == 1 or (code == 2 and not resend_pending):
             raise _PartExists(known)
 
     async def _wait_for_part(self, field: str, timeout: float = 15.0) -> MessageRef | None:

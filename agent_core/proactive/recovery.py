@@ -9,12 +9,13 @@ The worker runs every turn through :meth:`TurnRecovery.run_turn`:
   execution of that same message sent something and never completed: its
   worker died (or stalled past its lock), i.e. the thread said Processing with
   no live lock.  This costs no Redis round trip: ``begin`` already read the
-  records.  The user is told the previous turn was interrupted; the first
-  time the message is run again (a SIGKILL loses nothing: the delivery
-  invariant), and if that rerun is interrupted too the message is dropped and
-  the thread's state reset (a message that kills its worker must not take
-  every worker down in turn).  An execution that died before sending
-  anything left nothing visible and is rerun silently.
+  records.  The first time, the message is run again silently (a SIGKILL
+  loses nothing — the delivery invariant — and parts already shown are edited,
+  never repeated) and a retry record is left; if that rerun is interrupted
+  too, the message is dropped, the thread's state reset and the user told the
+  previous turn was interrupted (a message that kills its worker must not take
+  every worker down in turn).  An execution that died before sending anything
+  left nothing visible and is simply rerun.
 * **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled,
   the user is told, the message is consumed with the session as it was before
   the turn (the history stays valid) and the worker's completion releases the
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, cast
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session, ThreadState
 from agent_core.errors import ChannelError
-from agent_core.events import OutboundMessage, ThreadKey
+from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
 from agent_core.store import keys
 from agent_core.store.delivery import TurnState
@@ -42,10 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED_RETRY = (
-    "⚠️ My previous turn here was interrupted (the process running it stopped). "
-    "Picking your message up again."
-)
 INTERRUPTED_DROPPED = (
     "⚠️ My previous turn here was interrupted again (the process running it stopped), "
     "so I gave up on that message. Please send it again if you still need it."
@@ -84,7 +81,12 @@ class TurnRecovery:
             )
             if retried:
                 return await self._give_up(thread, state, guard, INTERRUPTED_DROPPED, "dropped")
-            notes = await self._tell(thread, state, guard, INTERRUPTED_RETRY, "r")
+            # rerun silently (recorded parts are edited, never sent twice) and leave a
+            # record that this message was retried once
+            await self.agent.delivery.record_sent(
+                thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
+            )
+            notes = [retry_note]
         timeout = self.settings.turn_timeout_secs
         try:
             if timeout > 0:

@@ -90,6 +90,19 @@ class Delivery:
                 out.append((entry_id, _decode(fields)))
         return out
 
+    async def read_own_pending(
+        self, consumer: str, *, count: int = 100
+    ) -> list[tuple[bytes, InboundEvent | None]]:
+        """Entries already delivered to ``consumer`` and not acknowledged (oldest first)."""
+        resp: Any = await self.redis.xreadgroup(
+            keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: "0"}, count=count
+        )
+        out: list[tuple[bytes, InboundEvent | None]] = []
+        for _stream, entries in resp or ():
+            for entry_id, fields in entries:
+                out.append((entry_id, _decode(fields)))
+        return out
+
     async def reclaim(
         self, consumer: str, *, min_idle_ms: int, count: int = 100
     ) -> list[tuple[bytes, InboundEvent | None]]:

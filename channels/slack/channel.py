@@ -110,7 +110,9 @@ class SlackChannel(Channel):
         secret = self.settings.secret("slack_signing_secret")
         if not secret:
             return []
-        return EventsEndpoint(self._inbound(ingest), secret).routes()
+        return EventsEndpoint(
+            self._inbound(ingest), secret, max_body_bytes=self.settings.slack_max_body_bytes
+        ).routes()
 
     @property
     def has_gateway(self) -> bool:

@@ -25,12 +25,44 @@ from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest, Submitted
 
-from .parse import Payload, followup_candidate, is_dm, parse_action, parse_command, parse_event
+from .parse import (
+    MalformedPayload,
+    Payload,
+    followup_candidate,
+    is_dm,
+    parse_action,
+    parse_command,
+    parse_event,
+)
 from .state import SlackState
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # Slack's payloads are a few KB
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (before reading it) one over ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge
+    return bytes(body)
+
+
+def _object(value: Any) -> Payload:
+    if not isinstance(value, dict):
+        raise MalformedPayload("the body is not a JSON object")
+    return value
 
 
 class SlackInbound:
@@ -109,15 +141,26 @@ class SlackInbound:
 class EventsEndpoint:
     """POST /slack/events: events, interactivity and slash commands, signed by Slack."""
 
-    def __init__(self, inbound: SlackInbound, signing_secret: str) -> None:
+    def __init__(
+        self,
+        inbound: SlackInbound,
+        signing_secret: str,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
         self.inbound = inbound
         self.verifier = SignatureVerifier(signing_secret)
+        self.max_body_bytes = max_body_bytes
 
     def routes(self) -> list[BaseRoute]:
         return [Route(EVENTS_PATH, self.handle, methods=["POST"], name="slack_events")]
 
     async def handle(self, request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await _read_body(request, self.max_body_bytes)
+        except _TooLarge:
+            log.warning("Slack request over %d bytes rejected unread", self.max_body_bytes)
+            return PlainTextResponse("body too large", status_code=413)
         ts = request.headers.get("x-slack-request-timestamp")
         sig = request.headers.get("x-slack-signature")
         try:
@@ -143,7 +186,7 @@ class EventsEndpoint:
         if content_type.startswith("application/x-www-form-urlencoded"):
             form = {k: v[0] for k, v in parse_qs(body.decode(), keep_blank_values=True).items()}
             if "payload" in form:
-                payload = orjson.loads(form["payload"])
+                payload = _object(orjson.loads(form["payload"]))
                 if payload.get("type") == "block_actions":
                     await self.inbound.on_action(payload)
                 return Response(status_code=200)
@@ -152,7 +195,7 @@ class EventsEndpoint:
             if "command" in form:
                 return JSONResponse(await self.inbound.on_command(form))
             raise ValueError("unknown form payload")
-        data = orjson.loads(body)
+        data = _object(orjson.loads(body))
         kind = data.get("type")
         if kind == "url_verification":
             return JSONResponse({"challenge": str(data.get("challenge", ""))})

@@ -13,6 +13,11 @@ one Slack message yields one event whatever the path: ``m:<channel>:<ts>``
 for messages (a retried delivery, and the ``message`` copy of an
 ``app_mention``, share it), ``a:<channel>:<message_ts>:<action_ts>`` for
 presses, ``c:<trigger_id>`` for slash commands.
+
+Shapes are checked, not assumed: a field Parley reads that has the wrong JSON
+type (an ``event`` that is not an object, a ``channel`` that is a list, ...)
+raises :class:`MalformedPayload` (a ``ValueError``: the HTTP route answers
+400), while a well-formed payload Parley does not handle yields ``None``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,35 @@ _SPECIAL = re.compile(r"<([@#!])([^>|]+)(?:\|([^>]*))?>")
 _LINK = re.compile(r"<((?:https?|mailto):[^>|]+)(?:\|([^>]*))?>")
 
 Payload = dict[str, Any]
+
+
+class MalformedPayload(ValueError):
+    """A Slack payload whose shape is not one Slack sends (wrong JSON types)."""
+
+
+def as_object(value: Any, what: str = "payload") -> Payload:
+    """``value`` if it is a JSON object, ``{}`` if absent/null, else MalformedPayload."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MalformedPayload(f"{what} is not an object")
+    return value
+
+
+def _str(obj: Payload, key: str) -> str:
+    """A string field, ``""`` if absent/null; any other JSON type is MalformedPayload."""
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedPayload(f"{key!r} is not a string")
+    return value
+
+
+def _loose(obj: Payload, key: str) -> str:
+    """A cosmetic string field (names, mime types): wrong types read as ``""``."""
+    value = obj.get(key)
+    return value if isinstance(value, str) else ""
 
 
 def is_dm(channel_id: str) -> bool:
@@ -66,16 +100,17 @@ def _attachments(files: Any) -> tuple[Attachment, ...]:
     for f in files if isinstance(files, list) else ():
         if not isinstance(f, dict) or f.get("mode") == "tombstone":
             continue
-        mime = str(f.get("mimetype") or "")
+        mime = _loose(f, "mimetype")
         major = mime.split("/", 1)[0]
         kind = major if major in ("image", "audio", "video") else "document"
+        size = f.get("size")
         out.append(
             Attachment(
                 kind=kind,
-                name=str(f.get("name") or f.get("title") or ""),
+                name=_loose(f, "name") or _loose(f, "title"),
                 mime=mime,
-                size=int(f.get("size") or 0),
-                ref=str(f.get("url_private") or f.get("id") or ""),
+                size=size if type(size) is int and size >= 0 else 0,
+                ref=_loose(f, "url_private") or _loose(f, "id"),
             )
         )
     return tuple(out)
@@ -85,9 +120,10 @@ def bot_user_of(body: Payload, default: str = "") -> str:
     """The bot's own user id: from auth.test (default) or the event's authorizations."""
     if default:
         return default
-    for auth in body.get("authorizations") or ():
-        if isinstance(auth, dict) and auth.get("is_bot") and auth.get("user_id"):
-            return str(auth["user_id"])
+    auths = body.get("authorizations")
+    for auth in auths if isinstance(auths, list) else ():
+        if isinstance(auth, dict) and auth.get("is_bot") and _loose(auth, "user_id"):
+            return _loose(auth, "user_id")
     return ""
 
 
@@ -99,19 +135,19 @@ def followup_candidate(body: Payload, bot_user_id: str = "") -> tuple[str, str, 
     """
     if body.get("type") != "event_callback":
         return None
-    ev = body.get("event") or {}
+    ev = as_object(body.get("event"), "event")
     if ev.get("type") != "message" or ev.get("channel_type") == "im":
         return None
-    if ev.get("subtype") not in _USER_SUBTYPES or ev.get("bot_id") or not ev.get("user"):
+    if ev.get("subtype") not in _USER_SUBTYPES or ev.get("bot_id") or not _str(ev, "user"):
         return None
-    thread_ts = ev.get("thread_ts")
+    thread_ts = _str(ev, "thread_ts")
     if not thread_ts:
         return None
-    return _team(body, ev), str(ev.get("channel") or ""), str(thread_ts)
+    return _team(body, ev), _str(ev, "channel"), thread_ts
 
 
 def _team(body: Payload, ev: Payload) -> str:
-    return str(body.get("team_id") or ev.get("team") or ev.get("user_team") or "")
+    return _str(body, "team_id") or _str(ev, "team") or _str(ev, "user_team")
 
 
 def parse_event(
@@ -125,26 +161,24 @@ def parse_event(
     """An Events API ``event_callback`` body -> InboundEvent, or None to ignore it."""
     if body.get("type") != "event_callback":
         return None
-    ev = body.get("event")
-    if not isinstance(ev, dict):
-        return None
+    ev = as_object(body.get("event"), "event")
     bot = bot_user_of(body, bot_user_id)
     etype = ev.get("type")
     if etype not in ("message", "app_mention"):
-        return None
-    user = str(ev.get("user") or "")
-    # never answer ourselves or another bot (loops), nor edits / deletions / joins
-    if ev.get("bot_id") or ev.get("bot_profile") or not user or (bot and user == bot):
+        return None  # a well-formed event Parley does not handle
+    # never answer another bot (loops), nor edits / deletions / joins
+    if ev.get("bot_id") or ev.get("bot_profile"):
         return None
     if ev.get("subtype") not in _USER_SUBTYPES or ev.get("hidden"):
         return None
-    channel = str(ev.get("channel") or "")
-    ts = str(ev.get("ts") or ev.get("event_ts") or "")
-    if not channel or not ts:
-        return None
-    raw_text = str(ev.get("text") or "")
-    thread_ts = str(ev.get("thread_ts") or "")
+    user = _str(ev, "user")
+    channel = _str(ev, "channel")
+    ts = _str(ev, "ts") or _str(ev, "event_ts")
+    raw_text = _str(ev, "text")
+    thread_ts = _str(ev, "thread_ts")
     team = _team(body, ev)
+    if not user or (bot and user == bot) or not channel or not ts:
+        return None
     mention = bool(bot) and f"<@{bot}>" in raw_text
 
     if etype == "app_mention":
@@ -162,8 +196,9 @@ def parse_event(
             return None
         direct, mentions = False, False
 
-    profile = ev.get("user_profile") or {}
-    name = str(profile.get("display_name") or profile.get("real_name") or profile.get("name") or "")
+    profile = ev.get("user_profile")
+    profile = profile if isinstance(profile, dict) else {}
+    name = _loose(profile, "display_name") or _loose(profile, "real_name") or _loose(profile, "name")
     return InboundEvent(
         event_id=f"m:{channel}:{ts}",
         kind=EventKind.MESSAGE,
@@ -184,41 +219,42 @@ def parse_action(payload: Payload, *, received_at: float | None = None) -> Inbou
     """A ``block_actions`` payload (a press on one of our buttons) -> action event."""
     if payload.get("type") != "block_actions":
         return None
-    action = next(
-        (
-            a
-            for a in payload.get("actions") or ()
-            if isinstance(a, dict) and str(a.get("action_id", "")).startswith(ACTION_PREFIX)
-        ),
-        None,
+    actions = payload.get("actions") or []
+    if not isinstance(actions, list) or not all(isinstance(a, dict) for a in actions):
+        raise MalformedPayload("'actions' is not a list of objects")
+    action = next((a for a in actions if _str(a, "action_id").startswith(ACTION_PREFIX)), None)
+    if action is None:
+        return None
+    value = _str(action, "value")
+    user = as_object(payload.get("user"), "user")
+    container = as_object(payload.get("container"), "container")
+    message = as_object(payload.get("message"), "message")
+    channel = _str(as_object(payload.get("channel"), "channel"), "id") or _str(
+        container, "channel_id"
     )
-    if action is None or not action.get("value"):
+    msg_ts = _str(container, "message_ts") or _str(message, "ts")
+    user_id = _str(user, "id")
+    thread = _str(message, "thread_ts") or _str(container, "thread_ts")
+    team = _str(as_object(payload.get("team"), "team"), "id") or _str(user, "team_id")
+    response_url = _str(payload, "response_url")
+    action_ts = _str(action, "action_ts") or _str(payload, "trigger_id")
+    if not value or not channel or not msg_ts or not user_id:
         return None
-    user = payload.get("user") or {}
-    container = payload.get("container") or {}
-    message = payload.get("message") or {}
-    channel = str((payload.get("channel") or {}).get("id") or container.get("channel_id") or "")
-    msg_ts = str(container.get("message_ts") or message.get("ts") or "")
-    if not channel or not msg_ts or not user.get("id"):
-        return None
-    thread = str(message.get("thread_ts") or container.get("thread_ts") or "")
     if thread == msg_ts:
         thread = ""  # the prompt is itself a top-level message: its thread is the channel's
-    team = str((payload.get("team") or {}).get("id") or user.get("team_id") or "")
     extra = ""
-    if container.get("is_ephemeral") and payload.get("response_url"):
-        extra = RESPONSE_URL_PREFIX + str(payload["response_url"])
-    action_ts = str(action.get("action_ts") or payload.get("trigger_id") or "")
+    if container.get("is_ephemeral") and response_url:
+        extra = RESPONSE_URL_PREFIX + response_url
     return InboundEvent(
         event_id=f"a:{channel}:{msg_ts}:{action_ts}",
         kind=EventKind.ACTION,
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, team, channel, thread),
-        user_id=str(user["id"]),
-        user_name=str(user.get("username") or user.get("name") or ""),
+        user_id=user_id,
+        user_name=_loose(user, "username") or _loose(user, "name"),
         is_direct=is_dm(channel),
         mentions_bot=True,
-        action=Action(token=str(action["value"])),
+        action=Action(token=value),
         reply_ref=MessageRef(CHANNEL, channel, msg_ts, thread=thread, extra=extra),
         received_at=time.time() if received_at is None else received_at,
     )

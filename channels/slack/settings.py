@@ -32,6 +32,8 @@ class SlackSettings(ParleySettings):
     slack_socket_ping_interval: float = Field(default=10.0, gt=0)
     # Web API timeout in seconds.
     slack_http_timeout: int = Field(default=15, ge=1)
+    # Largest POST /slack/events body accepted; larger ones get 413 unread.
+    slack_max_body_bytes: int = Field(default=1024 * 1024, ge=16 * 1024)
 
     @field_validator("slack_slash_command")
     @classmethod

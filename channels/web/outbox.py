@@ -12,6 +12,7 @@ Entry fields: ``t`` = user | message | edit | typing | done | notice-private,
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from typing import Any
@@ -20,10 +21,15 @@ import orjson
 from redis.asyncio import Redis
 
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import on_wire
+from agent_core.outbox import current_part, on_wire
 from agent_core.store import keys
 
 TRANSCRIPT_MAXLEN = 2000
+
+
+def part_message_id(thread: ThreadKey, part: str) -> str:
+    """A stable id for a reply part: resending the part updates the same entry."""
+    return "p" + hashlib.sha256(f"{thread}|{part}".encode()).hexdigest()[:20]
 
 
 def new_message_id() -> str:
@@ -34,6 +40,7 @@ class LocalOutbox:
     """Outbox for ``web`` and ``console``: XADD to the thread's out stream."""
 
     wire_hook = True
+    idempotent_parts = True  # a part sent twice is one transcript entry (same id)
 
     def __init__(self, redis: Redis, channel: str, *, stream_interval: float | None = 0.2) -> None:
         self.redis = redis
@@ -51,7 +58,8 @@ class LocalOutbox:
     async def send(
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
     ) -> MessageRef:
-        mid = new_message_id()
+        part = current_part()
+        mid = part_message_id(thread, part) if part else new_message_id()
         await on_wire()
         await self._add(thread, {"t": "message", "id": mid, "m": message.to_dict()})
         return MessageRef(self.channel, str(thread), mid)
@@ -95,6 +103,9 @@ def fold_transcript(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[dic
         if kind in ("message", "user"):
             m = orjson.loads(f.get(b"m", b"{}"))
             item = {"kind": kind, "id": mid, "entry": entry_id.decode(), **m}
+            if mid and mid in index:  # the same part sent again: one entry
+                out[index[mid]] = item
+                continue
             index[mid] = len(out)
             out.append(item)
         elif kind == "edit" and mid in index:

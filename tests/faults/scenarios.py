@@ -41,6 +41,7 @@ async def worker_kill(
     kill_every: float = 5.0,
     chats: int = 100,
     workers: int = 3,
+    audit_wait: float = 90.0,
 ) -> dict[str, Any]:
     """A worker is SIGKILLed (and replaced) every ``kill_every`` s under ``rate`` msg/s."""
     redis = await _fresh_redis(redis_url)
@@ -67,7 +68,7 @@ async def worker_kill(
         load_secs = time.monotonic() - t0
         await asyncio.gather(*bg)
         t1 = time.monotonic()
-        result = await audit(redis, load, wait=90)
+        result = await audit(redis, load, wait=audit_wait)
         drain_secs = time.monotonic() - t1
         left = await wait_drained(redis)
         return {

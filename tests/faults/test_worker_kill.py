@@ -36,7 +36,9 @@ def _check(fig: dict[str, Any]) -> None:
 async def test_worker_sigkill_under_load_short(
     valkey: EmbeddedValkey, redis: Any, tmp_path: Path
 ) -> None:
-    fig = await worker_kill(valkey.url, tmp_path, rate=20, duration=8, kill_every=2.5, chats=40)
+    fig = await worker_kill(
+        valkey.url, tmp_path, rate=20, duration=8, kill_every=2.5, chats=40, audit_wait=30
+    )
     _check(fig)
 
 

@@ -256,13 +256,61 @@ async def test_slack_events_fuzz(
         assert len(ingest.published) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: POST /slack/events reads the whole body (request.body()) before any size "
-        "check: a 50 MB body is buffered in memory and answered 401, never 413"
-    ),
+@pytest.mark.parametrize(
+    ("body", "ctype"),
+    [
+        (
+            _dumps({"type": "event_callback", "team_id": "T0FAKE", "event": True}),
+            "application/json",
+        ),
+        (
+            urllib.parse.urlencode(
+                {
+                    "payload": json.dumps(
+                        {
+                            "type": "block_actions",
+                            "channel": [None],
+                            "actions": [{"action_id": "parley:a", "value": "0"}],
+                        }
+                    )
+                }
+            ).encode(),
+            "application/x-www-form-urlencoded",
+        ),
+    ],
+    ids=["event-true", "action-channel-list"],
 )
+async def test_slack_signed_wrong_field_types_is_4xx(
+    app: httpx.AsyncClient, ingest: CountingIngest, body: bytes, ctype: str
+) -> None:
+    r = await app.post(
+        "/slack/events", content=body, headers={"Content-Type": ctype, **_sign(body)}
+    )
+    assert r.status_code < 500, r.text
+    assert ingest.published == []
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype"),
+    [
+        (b"0", "application/json"),
+        (b"[]", "application/json"),
+        (b"null", "application/json"),
+        (b'"x"', "application/json"),
+        (b"payload=0", "application/x-www-form-urlencoded"),
+        (b"payload=%5B%5D", "application/x-www-form-urlencoded"),
+    ],
+)
+async def test_slack_signed_non_object_json_is_4xx(
+    app: httpx.AsyncClient, ingest: CountingIngest, body: bytes, ctype: str
+) -> None:
+    r = await app.post(
+        "/slack/events", content=body, headers={"Content-Type": ctype, **_sign(body)}
+    )
+    assert r.status_code < 500, r.text
+    assert ingest.published == []
+
+
 @pytest.mark.parametrize("declare", [True, False], ids=["content-length", "chunked"])
 async def test_slack_huge_body_is_413_and_not_read(
     app: httpx.AsyncClient, ingest: CountingIngest, declare: bool

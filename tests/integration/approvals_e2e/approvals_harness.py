@@ -105,6 +105,18 @@ async def wait_until(pred: Callable[[], Any], timeout: float = 8.0, what: str = 
         await asyncio.sleep(0.03)
 
 
+async def turn_finished(rt: Runtime) -> None:
+    """Until the worker of ``rt`` runs no thread (the prompt's turn is complete).
+
+    A prompt shows before its turn's completion script ran; a press handed off in
+    the instant between that script and the thread task's end is not run until the
+    lock expires (see test_worker_respawn_race.py), so presses wait for this.
+    """
+    worker = rt.worker
+    assert worker is not None
+    await wait_until(lambda: not worker.running, what="the turn to finish")
+
+
 async def demo_runs(redis: Redis) -> int:
     """How many times ``demo_approval`` ran, over every thread."""
     total = 0
@@ -145,6 +157,7 @@ __all__ = [
     "process",
     "settings_for",
     "settle",
+    "turn_finished",
     "wait_expired",
     "wait_until",
 ]

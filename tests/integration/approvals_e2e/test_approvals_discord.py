@@ -23,6 +23,7 @@ from approvals_harness import (
     process,
     settings_for,
     settle,
+    turn_finished,
     wait_expired,
     wait_until,
 )
@@ -77,17 +78,18 @@ async def gateway(settings: Settings) -> AsyncIterator[Runtime]:
 
 
 @contextlib.asynccontextmanager
-async def stack(settings: Settings) -> AsyncIterator[None]:
-    """A gateway process and a worker process (two Runtimes on the same Redis)."""
-    async with gateway(settings), process(settings, "worker"):
-        yield
+async def stack(settings: Settings) -> AsyncIterator[Runtime]:
+    """A gateway process and a worker process (two Runtimes on the same Redis); the worker."""
+    async with gateway(settings), process(settings, "worker") as worker:
+        yield worker
 
 
 class Conversation:
     """Alice mentions the bot in #general (or writes to it in a DM); it answers there."""
 
-    def __init__(self, fake: FakeDiscord, channel: str = CHANNEL_ID) -> None:
+    def __init__(self, fake: FakeDiscord, worker: Runtime, channel: str = CHANNEL_ID) -> None:
         self.fake = fake
+        self.worker = worker
         self.channel = channel
         self.prompt_id = ""
         self.custom_ids: dict[str, str] = {}
@@ -97,6 +99,7 @@ class Conversation:
         msg = await self.fake.user_message(self.channel, ASK, mention=self.channel == CHANNEL_ID)
         self.since = msg["id"]
         prompt = await wait_until(self._prompt, what="the approval prompt")
+        await turn_finished(self.worker)
         self.prompt_id = prompt["id"]
         (row,) = prompt["components"]
         self.custom_ids = {c["label"]: c["custom_id"] for c in row["components"]}
@@ -139,8 +142,8 @@ class Conversation:
 async def test_requester_press_runs_the_tool_once(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord, channel: str
 ) -> None:
-    async with stack(make_settings(valkey, fake)):
-        chat = Conversation(fake, channel)
+    async with stack(make_settings(valkey, fake)) as worker:
+        chat = Conversation(fake, worker, channel)
         await chat.ask()
         press = await chat.press("Approve")
         await chat.deferred(press)  # acknowledged
@@ -156,8 +159,8 @@ async def test_requester_press_runs_the_tool_once(
 async def test_someone_elses_press_is_refused_privately(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
 ) -> None:
-    async with stack(make_settings(valkey, fake)):
-        chat = Conversation(fake)
+    async with stack(make_settings(valkey, fake)) as worker:
+        chat = Conversation(fake, worker)
         prompt = await chat.ask()
         before = chat.texts()
         press = await chat.press("Approve", user=BOB)
@@ -174,8 +177,8 @@ async def test_someone_elses_press_is_refused_privately(
 async def test_double_press_runs_once(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
 ) -> None:
-    async with stack(make_settings(valkey, fake)):
-        chat = Conversation(fake)
+    async with stack(make_settings(valkey, fake)) as worker:
+        chat = Conversation(fake, worker)
         await chat.ask()
         first = await chat.press("Approve")
         second = await chat.press("Approve")
@@ -194,8 +197,8 @@ async def test_double_press_runs_once(
 async def test_press_after_expiry_runs_nothing(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
 ) -> None:
-    async with stack(make_settings(valkey, fake, approval_ttl_secs=1)):
-        chat = Conversation(fake)
+    async with stack(make_settings(valkey, fake, approval_ttl_secs=1)) as worker:
+        chat = Conversation(fake, worker)
         await chat.ask()
         await wait_expired(redis)
         press = await chat.press("Approve")
@@ -212,8 +215,8 @@ async def test_press_after_expiry_runs_nothing(
 async def test_press_after_a_restart_uses_the_persistent_button(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
 ) -> None:
-    async with stack(make_settings(valkey, fake)):
-        chat = Conversation(fake)
+    async with stack(make_settings(valkey, fake)) as worker:
+        chat = Conversation(fake, worker)
         await chat.ask()
     identifies = len(fake.identifies)
     # gateway and worker are gone; new ones (a new discord.py client that never
@@ -233,8 +236,8 @@ async def test_press_is_deferred_within_3s_without_a_worker(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeDiscord
 ) -> None:
     settings = make_settings(valkey, fake)
-    async with stack(settings):
-        chat = Conversation(fake)
+    async with stack(settings) as worker:
+        chat = Conversation(fake, worker)
         await chat.ask()
     async with gateway(settings):
         # no worker runs: the deferral must not wait for the decision
@@ -260,7 +263,7 @@ async def test_notice_survives_a_slow_deferral(
     follow-up can come first, when Discord does not know the interaction yet.
     """
     settings = make_settings(valkey, fake)
-    async with gateway(settings) as gw, process(settings, "worker"):
+    async with gateway(settings) as gw, process(settings, "worker") as worker:
         ch = gw.channels["discord"]
         assert isinstance(ch, DiscordChannel) and ch.client is not None
         http = ch.client.http
@@ -272,7 +275,7 @@ async def test_notice_survives_a_slow_deferral(
             return await original(route, **kwargs)
 
         monkeypatch.setattr(http, "request", slow_callback)
-        chat = Conversation(fake)
+        chat = Conversation(fake, worker)
         await chat.ask()
         press = await chat.press("Approve", user=BOB)
         await chat.deferred(press)

@@ -23,6 +23,7 @@ from approvals_harness import (
     process,
     settings_for,
     settle,
+    turn_finished,
     wait_expired,
     wait_until,
 )
@@ -32,6 +33,7 @@ import channels.slack as slack_pkg
 from agent_core.events import EventKind, InboundEvent
 from agent_core.store import keys
 from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.slack.parse import is_dm
 from channels.slack.settings import SlackSettings
@@ -71,10 +73,10 @@ async def web(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @contextlib.asynccontextmanager
-async def stack(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+async def stack(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
     """A web process and a worker process (two Runtimes on the same Redis)."""
-    async with web(settings) as client, process(settings, "worker"):
-        yield client
+    async with web(settings) as client, process(settings, "worker") as worker:
+        yield client, worker
 
 
 def has_buttons(m: Message) -> bool:
@@ -84,9 +86,11 @@ def has_buttons(m: Message) -> bool:
 class Conversation:
     """The user's mention in #C1 and the thread Parley answers in (or a DM, top level)."""
 
-    def __init__(self, fake: FakeSlack, client: httpx.AsyncClient, channel: str = CHANNEL) -> None:
+    def __init__(
+        self, fake: FakeSlack, stack: tuple[httpx.AsyncClient, Runtime], channel: str = CHANNEL
+    ) -> None:
         self.fake = fake
-        self.client = client
+        self.client, self.worker = stack
         self.channel = channel
         self.root = ""
         self.prompt_ts = ""
@@ -104,6 +108,7 @@ class Conversation:
             self.root = body["event"]["ts"]
         await self.deliver(body)
         prompt = await wait_until(self._prompt, what="the approval prompt")
+        await turn_finished(self.worker)
         self.prompt_ts = prompt.ts
         labels = [
             el["text"]["text"]
@@ -138,8 +143,8 @@ class Conversation:
 async def test_requester_press_runs_the_tool_once(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack, channel: str
 ) -> None:
-    async with stack(make_settings(valkey, fake)) as client:
-        chat = Conversation(fake, client, channel)
+    async with stack(make_settings(valkey, fake)) as both:
+        chat = Conversation(fake, both, channel)
         await chat.ask()
         await chat.deliver(chat.press("Approve"), form=True)  # acknowledged: HTTP 200
         await wait_until(lambda: not has_buttons(chat.prompt), what="the prompt's buttons removed")
@@ -154,8 +159,8 @@ async def test_requester_press_runs_the_tool_once(
 async def test_someone_elses_press_is_refused_privately(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack
 ) -> None:
-    async with stack(make_settings(valkey, fake)) as client:
-        chat = Conversation(fake, client)
+    async with stack(make_settings(valkey, fake)) as both:
+        chat = Conversation(fake, both)
         prompt = await chat.ask()
         before = chat.texts()
         await chat.deliver(chat.press("Approve", user=STRANGER), form=True)
@@ -171,8 +176,8 @@ async def test_someone_elses_press_is_refused_privately(
 async def test_double_press_runs_once(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack
 ) -> None:
-    async with stack(make_settings(valkey, fake)) as client:
-        chat = Conversation(fake, client)
+    async with stack(make_settings(valkey, fake)) as both:
+        chat = Conversation(fake, both)
         await chat.ask()
         first, second = chat.press("Approve"), chat.press("Approve")
         await chat.deliver(first, form=True)
@@ -190,8 +195,8 @@ async def test_double_press_runs_once(
 async def test_press_after_expiry_runs_nothing(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack
 ) -> None:
-    async with stack(make_settings(valkey, fake, approval_ttl_secs=1)) as client:
-        chat = Conversation(fake, client)
+    async with stack(make_settings(valkey, fake, approval_ttl_secs=1)) as both:
+        chat = Conversation(fake, both)
         await chat.ask()
         await wait_expired(redis)
         await chat.deliver(chat.press("Approve"), form=True)
@@ -205,11 +210,11 @@ async def test_press_after_expiry_runs_nothing(
 
 
 async def test_press_after_a_restart(valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack) -> None:
-    async with stack(make_settings(valkey, fake)) as client:
-        chat = Conversation(fake, client)
+    async with stack(make_settings(valkey, fake)) as both:
+        chat = Conversation(fake, both)
         await chat.ask()
     # every process is gone; new ones on the same Redis take the press
-    async with stack(make_settings(valkey, fake)) as client:
+    async with stack(make_settings(valkey, fake)) as (client, _worker):
         chat.client = client
         await chat.deliver(chat.press("Approve"), form=True)
         await wait_until(lambda: not has_buttons(chat.prompt), what="the prompt's buttons removed")
@@ -223,8 +228,8 @@ async def test_press_is_acked_at_once_and_decided_through_the_bus(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeSlack
 ) -> None:
     settings = make_settings(valkey, fake)
-    async with stack(settings) as client:
-        chat = Conversation(fake, client)
+    async with stack(settings) as both:
+        chat = Conversation(fake, both)
         await chat.ask()
     # only the web process runs: the press is acknowledged (200) and published, no more
     async with web(settings) as client:

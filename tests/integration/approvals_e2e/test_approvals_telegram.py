@@ -8,7 +8,7 @@ inline keyboard, and the answerCallbackQuery of every press.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -20,12 +20,14 @@ from approvals_harness import (
     process,
     settings_for,
     settle,
+    turn_finished,
     wait_expired,
     wait_until,
 )
 from redis.asyncio import Redis
 
 from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
 from bots.settings import Settings
 from channels import telegram as telegram_pkg
 from channels.telegram.settings import TelegramSettings
@@ -33,8 +35,6 @@ from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram, StoredMess
 
 USER = 555
 STRANGER = 777
-
-Post = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @pytest.fixture
@@ -55,22 +55,29 @@ def make_settings(valkey: EmbeddedValkey, fake: FakeTelegram, **core: Any) -> Se
     return settings_for(valkey, "telegram", platform, telegram_pkg, **core)
 
 
+class Webhook:
+    """Posts updates to a Runtime's webhook, as Telegram does."""
+
+    def __init__(self, rt: Runtime, client: httpx.AsyncClient) -> None:
+        self.rt = rt
+        self.client = client
+
+    async def __call__(self, update: dict[str, Any]) -> None:
+        r = await self.client.post(
+            "/telegram/webhook",
+            json=update,
+            headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
+        )
+        assert r.status_code == 200, r.text
+
+
 @contextlib.asynccontextmanager
-async def served(settings: Settings) -> AsyncIterator[Post]:
-    """A Runtime (role all) whose webhook the returned ``post`` delivers to."""
+async def served(settings: Settings) -> AsyncIterator[Webhook]:
+    """A Runtime (role all) and its webhook."""
     async with process(settings, "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
-
-            async def post(update: dict[str, Any]) -> None:
-                r = await client.post(
-                    "/telegram/webhook",
-                    json=update,
-                    headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
-                )
-                assert r.status_code == 200, r.text
-
-            yield post
+            yield Webhook(rt, client)
 
 
 def prompt_of(fake: FakeTelegram) -> StoredMessage | None:
@@ -80,10 +87,11 @@ def prompt_of(fake: FakeTelegram) -> StoredMessage | None:
     return None
 
 
-async def ask(fake: FakeTelegram, post: Post) -> tuple[StoredMessage, dict[str, str]]:
+async def ask(fake: FakeTelegram, post: Webhook) -> tuple[StoredMessage, dict[str, str]]:
     """The user asks; the prompt and its buttons (label -> callback_data)."""
     await post(fake.message_update(USER, ASK, user_id=USER))
     prompt = await wait_until(lambda: prompt_of(fake), what="the approval prompt")
+    await turn_finished(post.rt)
     buttons = {b["text"]: b["callback_data"] for b in prompt.reply_markup["inline_keyboard"][0]}
     assert list(buttons) == ["Approve", "Always", "Deny"]
     return prompt, buttons

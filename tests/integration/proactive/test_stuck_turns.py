@@ -1,0 +1,136 @@
+"""Stuck turns: the turn timeout, and the reset of a turn whose worker died (SIGKILL)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agent_core.events import MessageRef, ThreadKey
+from agent_core.store import keys
+from tests.fakes.llm_servers import FakeLLMServer, openai_stream
+from tests.integration.agent.conftest import FnModel, Rule, user_event
+
+ROOT = Path(__file__).resolve().parents[3]
+T = ThreadKey("web", "local", "stuck1")
+
+
+def echo() -> Rule:
+    from agent_core.llm.base import Completion
+
+    return lambda req: Completion("echo: " + req.messages[-1].content)
+
+
+async def test_a_turn_over_the_timeout_is_stopped_and_the_lock_released(pworld: Any) -> None:
+    model = FnModel(echo(), delay=5.0)
+    w = pworld(model, turn_timeout_secs=0.5)
+    await w.start()
+    started = time.monotonic()
+    await w.send(user_event(T, "a slow one"))
+    await w.settle(T, 5)
+    assert time.monotonic() - started < 3
+    texts = w.texts(T)
+    assert any("took longer than 0.5 seconds" in t for t in texts), texts
+    assert await w.redis.exists(keys.lock(T)) == 0
+    model.delay = 0
+    await w.send(user_event(T, "quick"))
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: quick"
+    s = await w.session(T)
+    assert [m.content for m in s.history] == ["quick", "echo: quick"]  # history stays valid
+
+
+async def _seed_part(w: Any, thread: ThreadKey, field: str) -> None:
+    ref = MessageRef("web", str(thread), "m-old")
+    await w.redis.hset(keys.sent(thread), field, orjson.dumps(ref.to_dict()))
+
+
+async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
+    w = pworld(FnModel(echo()))
+    # a turn on e-int1 sent a part, then its worker died (its record is still there)
+    await w.send(user_event(T, "first try", eid="e-int1"))
+    await _seed_part(w, T, "e-int1:0")
+    await w.start()
+    await w.settle(T)
+    texts = w.texts(T)
+    assert texts == ["echo: first try"]  # rerun: the recorded part becomes the answer
+    assert [s.op for s in w.outbox.log if s.op != "action"] == ["edit"]  # never sent twice
+    assert await w.redis.hlen(keys.sent(T)) == 0  # completion removed every record
+
+    # the rerun was interrupted too (the retry notice is recorded): drop and reset
+    await w.stop()
+    w.outbox.log.clear()
+    await w.send(user_event(T, "poison", eid="e-int2"))
+    await _seed_part(w, T, "e-int2:0")
+    await _seed_part(w, T, "e-int2#r:0")
+    await w.start()
+    await w.settle(T)
+    texts = w.texts(T)
+    assert any("gave up on that message" in t for t in texts), texts
+    assert not any("poison" in t for t in texts)
+    await w.send(user_event(T, "hello again"))
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: hello again"
+
+
+async def test_worker_sigkilled_mid_turn_is_recovered_by_another(
+    pworld: Any, valkey: Any, tmp_path: Path
+) -> None:
+    """A real worker process streams the first words of an answer, is SIGKILLed; another
+    worker takes the thread over, tells the user and answers."""
+    llm = FakeLLMServer()
+
+    def hang_after_first_words(path: str, body: Any) -> Any:
+        r = openai_stream(["Working on it", " …"], event_delay=4)
+        assert r.events is not None
+        r.events = r.events[1:]  # the first frame carries text; then a 4 s pause
+        return r
+
+    llm.responder = hang_after_first_words
+    await llm.start()
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    env.update(
+        PARLEY_ENV_FILE="/nonexistent/.env",
+        REDIS_URL=valkey.url,
+        LLM_BACKEND="openai_compatible",
+        LLM_BASE_URL=llm.openai_url,
+        LLM_MODEL="fake",
+        LLM_MAX_RETRIES="0",
+        DM_POLICY="open",
+        LOCK_TTL_SECS="1",
+        SCHEDULER_ENABLED="false",
+        LOG_LEVEL="WARNING",
+    )
+    log = (tmp_path / "worker.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bots.cli", "run", "worker", env=env, cwd=ROOT, stdout=log, stderr=log
+    )
+    w = pworld(FnModel(echo()), lock_ttl_secs=1.0)
+    try:
+        await w.send(user_event(T, "do the long thing", eid="e-kill"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not await w.redis.hexists(keys.sent(T), "e-kill:0"):
+            await asyncio.sleep(0.05)
+        assert await w.redis.hexists(keys.sent(T), "e-kill:0"), "the worker never started"
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        await w.start()  # another worker
+        await w.settle(T, 15)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await llm.stop()
+    # recovered: the streamed part is edited into the answer (no second message); a
+    # second death on the same message would drop it and tell the user (test above)
+    texts = w.texts(T)
+    assert texts == ["echo: do the long thing"], texts
+    assert not w.outbox.sends(str(T))
+    assert await w.redis.exists(keys.lock(T)) == 0
+    assert await w.redis.llen(keys.mailbox(T)) == 0
