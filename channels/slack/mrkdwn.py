@@ -19,6 +19,7 @@ _INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _LINK = re.compile(r"\[([^\]\n]+)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _AUTOLINK = re.compile(r"<(https?://[^\s>]+)>")
+_URL_SCHEME = re.compile(r"(?:https?://|mailto:)[^\s]", re.I)  # the only link targets
 _BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
 _ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
 _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
@@ -62,6 +63,16 @@ def _inline(line: str) -> str:
 
 
 def _link(url: str, label: str) -> str:
+    """``<url|label>`` for an http(s)/mailto URL; any other target is plain text.
+
+    Slack reads ``<!channel|x>``, ``<!here>``, ``<!subteam^…>`` and ``<@U…>`` as
+    mentions: a markdown link whose target is not a web or mail address must never
+    become one, so it is shown escaped, as ``label (target)``.
+    """
+    if not _URL_SCHEME.match(url):
+        label = label.strip()
+        shown = f"{label} ({url})" if label and label != url else url
+        return escape(shown)
     url = url.replace("|", "%7C").replace(">", "%3E").replace("<", "%3C")
     label = escape(label.replace("|", "¦").replace("*", "").replace("_", " ").strip())
     return f"<{url}|{label}>" if label and label != url else f"<{url}>"

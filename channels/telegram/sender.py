@@ -30,6 +30,7 @@ from telegram.error import (
     ChatMigrated,
     Forbidden,
     InvalidToken,
+    NetworkError,
     RetryAfter,
     TelegramError,
     TimedOut,
@@ -160,6 +161,7 @@ class TelegramOutbox:
         self, chat_id: int, fn: Callable[[], Awaitable[T]], *, droppable: bool = False
     ) -> T:
         waited = 0.0
+        server_errors = 0
         while True:
             await self._reserve(chat_id, droppable)
             await on_wire()  # the agent claims a new message here (no-op for edits)
@@ -198,6 +200,16 @@ class TelegramOutbox:
             except TimedOut as exc:
                 # It may have reached Telegram: do not blindly send it twice.
                 raise SendFailed("Telegram did not answer in time") from exc
+            except NetworkError as exc:
+                # Telegram (or its gateway) answered 5xx: nothing was created or
+                # changed, so the call is repeated (twice, after 0.5 s and 1.5 s).
+                # Transport errors after the request left (httpx.*) are ambiguous
+                # and are not repeated.
+                if exc.message.startswith("httpx") or server_errors >= 2:
+                    raise SendFailed(f"Telegram call failed: {exc.message}") from exc
+                server_errors += 1
+                log.warning("telegram answered %r; retrying", exc.message)
+                await asyncio.sleep(0.5 if server_errors == 1 else 1.5)
             except TelegramError as exc:
                 raise SendFailed(f"Telegram call failed: {exc.message}") from exc
 

@@ -143,13 +143,11 @@ CASES = [
         "5xx on send",
         lambda tg: tg.fail_next("sendMessage", 502, "Bad Gateway"),
         id="5xx",
-        marks=pytest.mark.xfail(strict=True, reason=BUG_5XX),
     ),
     pytest.param(
         "5xx on the final edit",
         lambda tg: tg.fail_next("editMessageText", 502, "Bad Gateway"),
         id="5xx-edit",
-        marks=pytest.mark.xfail(strict=True, reason=BUG_5XX),
     ),
 ]
 

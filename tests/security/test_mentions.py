@@ -61,14 +61,6 @@ def test_slack_raw_mentions_are_escaped(md: str) -> None:
         assert not PING.search(text), (md, text)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: Slack to_mrkdwn turns a markdown link whose target is '!channel' / '!here' / "
-        "'!everyone' / '@U…' into <!channel|x> etc.: an LLM answer '[x](!channel)' pings the "
-        "whole channel"
-    ),
-)
 @pytest.mark.parametrize("md", LINKS)
 def test_slack_markdown_links_cannot_become_mentions(md: str) -> None:
     for text in _slack_texts(md):
