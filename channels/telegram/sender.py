@@ -15,6 +15,7 @@ prompt or a final answer is never queued behind them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dtm
 import logging
 import time
@@ -105,6 +106,7 @@ class TelegramOutbox:
         self.limits = limits or Limits()
         self.stream_interval = max(self.limits.chat_interval, 0.0) or None
         self._typing: dict[ThreadKey, asyncio.Task[None]] = {}
+        self._typing_stop: dict[ThreadKey, asyncio.Event] = {}
         self._recent_429: dict[int, float] = {}
         self._global_key = pace_key(CHANNEL, bot_id, "all")
 
@@ -354,14 +356,15 @@ class TelegramOutbox:
         task = self._typing.get(thread)
         if task is not None and not task.done():
             return
+        self._typing_stop[thread] = stop = asyncio.Event()
         self._typing[thread] = asyncio.create_task(
-            self._typing_loop(thread), name=f"telegram-typing-{thread}"
+            self._typing_loop(thread, stop), name=f"telegram-typing-{thread}"
         )
 
-    async def _typing_loop(self, thread: ThreadKey) -> None:
+    async def _typing_loop(self, thread: ThreadKey, stop: asyncio.Event) -> None:
         chat_id, topic = _target(thread)
         deadline = time.monotonic() + self.limits.typing_max_secs
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop.is_set():
             delay = self.limits.typing_interval
             try:
                 await self._bot.send_chat_action(
@@ -375,12 +378,16 @@ class TelegramOutbox:
                     return
             except Exception:  # best effort: never kill anything over a typing dot
                 log.debug("[%s] typing indicator failed", thread, exc_info=True)
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
 
     async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
-        task = self._typing.pop(thread, None)
-        if task is not None:
-            task.cancel()
+        # Stop the loop between calls rather than cancelling it: cancelling an
+        # in-flight sendChatAction closes that pooled connection.
+        self._typing.pop(thread, None)
+        stop = self._typing_stop.pop(thread, None)
+        if stop is not None:
+            stop.set()
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
