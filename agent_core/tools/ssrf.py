@@ -6,6 +6,10 @@ private (RFC 1918, ULA), link-local (including cloud metadata at
 unspecified addresses — checked on every address the name resolves to, after
 DNS resolution (done by the event loop's resolver thread, never blocking it),
 and again on every redirect.
+
+:func:`check_url` returns the addresses it checked, and the caller connects to
+one of them rather than to the name: a second lookup at connection time could
+answer differently (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -44,8 +48,13 @@ def host_allowed(host: str, allowed: frozenset[str]) -> bool:
     return host.lower().rstrip(".") in allowed
 
 
-async def check_url(url: str, allowed: frozenset[str]) -> None:
-    """Raise :class:`Refused` unless ``url`` is http(s) to a public host (or an allowed one)."""
+async def check_url(url: str, allowed: frozenset[str]) -> tuple[str, ...]:
+    """Raise :class:`Refused` unless ``url`` is http(s) to a public host (or an allowed one).
+
+    Returns the checked addresses the host name resolved to (in resolver order):
+    connect to one of these, never to the name again.  Empty when no pinning is
+    needed: the host is an address literal, or listed in ``allowed``.
+    """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise Refused("only http and https URLs are allowed")
@@ -53,7 +62,7 @@ async def check_url(url: str, allowed: frozenset[str]) -> None:
     if not host:
         raise Refused("the URL has no host")
     if host_allowed(host, allowed):
-        return
+        return ()
     if host in _METADATA_NAMES:
         raise Refused(f"{host} is a cloud metadata service")
     try:
@@ -64,14 +73,20 @@ async def check_url(url: str, allowed: frozenset[str]) -> None:
         why = address_refused(literal)
         if why:
             raise Refused(f"{host} is {why}")
-        return
+        return ()
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, parts.port or 0, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise Refused(f"cannot resolve {host} ({exc})") from None
+    checked: list[str] = []
     for info in infos:
         ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         why = address_refused(ip)
         if why:
             raise Refused(f"{host} resolves to {ip}, {why}")
+        if str(ip) not in checked:
+            checked.append(str(ip))
+    if not checked:
+        raise Refused(f"cannot resolve {host} (no address)")
+    return tuple(checked)
