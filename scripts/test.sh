@@ -5,4 +5,4 @@ python -m pip install -q --disable-pip-version-check -e '.[dev]'
 ruff check .
 ruff format --check .
 mypy
-pytest -q "$@"
+pytest -q --durations=15 "$@"
