@@ -176,12 +176,22 @@ class Worker:
             self._spawn(thread)
 
     def _spawn(self, thread: ThreadKey) -> None:
-        if thread in self.running:
+        running = self.running.get(thread)
+        if running is not None:
+            # The thread's task is finishing (its completion released the lock)
+            # while a new event for it just took the lock for this worker: run the
+            # thread again once that task is gone, or the lock would sit idle
+            # until it expires.
+            running.add_done_callback(lambda _task: self._respawn(thread))
             return
         guard = LockGuard(owner=self.owner)
         self.guards[thread] = guard
         task = asyncio.create_task(self._run_thread(thread, guard), name=f"thread {thread}")
         self.running[thread] = task
+
+    def _respawn(self, thread: ThreadKey) -> None:
+        if not self.stopping and thread not in self.running:
+            self._spawn(thread)
 
     # -- a thread ----------------------------------------------------------
     async def _run_thread(self, thread: ThreadKey, guard: LockGuard) -> None:

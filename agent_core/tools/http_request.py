@@ -3,11 +3,16 @@
 See :mod:`agent_core.tools.ssrf` for the address rules.  Redirects are followed
 by hand (at most 5), each target checked again.  The body is read up to 1 MB
 and the LLM sees at most TOOL_OUTPUT_MAX_CHARS of it.
+
+Every hop connects to an address the check approved (DNS pinning): the URL's
+host is replaced by that address, the ``Host`` header keeps the name and, for
+https, so do SNI and certificate verification (httpcore's ``sni_hostname``
+request extension).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -33,6 +38,57 @@ def _needs_approval(args: HttpArgs) -> bool:
     return args.method.upper() not in SAFE_METHODS
 
 
+def _pinned(
+    url: httpx.URL, address: str | None, headers: dict[str, str]
+) -> tuple[httpx.URL, httpx.Headers, dict[str, Any]]:
+    """``url`` sent to ``address`` (None: as is), still naming its host for HTTP and TLS."""
+    out = httpx.Headers(headers)
+    if address is None:
+        return url, out, {}
+    out["Host"] = url.netloc.decode("ascii")
+    extensions: dict[str, Any] = {}
+    if url.scheme == "https":
+        extensions["sni_hostname"] = url.raw_host.decode("ascii")
+    return url.copy_with(host=address), out, extensions
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    args: HttpArgs,
+    method: str,
+    url: str,
+    body: str,
+    addresses: tuple[str, ...],
+) -> httpx.Response:
+    """One hop, to the first checked address that accepts a connection (or as is)."""
+    targets: tuple[str | None, ...] = addresses or (None,)
+    for address in targets[:-1]:
+        try:
+            return await _send_to(client, args, method, url, body, address)
+        except httpx.ConnectError:
+            continue  # e.g. an IPv6 address without IPv6 connectivity: try the next
+    return await _send_to(client, args, method, url, body, targets[-1])
+
+
+async def _send_to(
+    client: httpx.AsyncClient,
+    args: HttpArgs,
+    method: str,
+    url: str,
+    body: str,
+    address: str | None,
+) -> httpx.Response:
+    target, headers, extensions = _pinned(httpx.URL(url), address, args.headers)
+    req = client.build_request(
+        method,
+        target,
+        headers=headers,
+        content=body.encode() if body else None,
+        extensions=extensions,
+    )
+    return await client.send(req, stream=True)
+
+
 class HttpRequest(Tool[HttpArgs]):
     name = "http_request"
     description = (
@@ -54,7 +110,9 @@ class HttpRequest(Tool[HttpArgs]):
                 timeout=timeout,
                 follow_redirects=False,
                 headers={"user-agent": "Parley/1 (+http_request tool)"},
-                limits=httpx.Limits(max_connections=50, max_keepalive_connections=10),
+                # No keep-alive: pooled connections are keyed by address, and one
+                # whose TLS was verified for one name must not carry another's request.
+                limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
             )
         return self._client
 
@@ -70,21 +128,19 @@ class HttpRequest(Tool[HttpArgs]):
         method, url, body = args.method.upper(), args.url, args.body
         for _hop in range(MAX_REDIRECTS + 1):
             try:
-                await check_url(url, allowed)
+                addresses = await check_url(url, allowed)
             except Refused as exc:
                 raise ToolError(f"refused: {exc}") from None
             try:
-                req = client.build_request(
-                    method, url, headers=args.headers, content=body.encode() if body else None
-                )
-                resp = await client.send(req, stream=True)
+                resp = await _send(client, args, method, url, body, addresses)
             except httpx.TimeoutException:
                 raise ToolError(f"timed out after {s.http_tool_timeout_secs:g} s") from None
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise ToolError(f"request failed: {type(exc).__name__}: {exc}") from None
             try:
                 if resp.is_redirect and "location" in resp.headers:
-                    url = str(resp.url.join(resp.headers["location"]))
+                    # resolved against the URL as named, not the pinned address
+                    url = str(httpx.URL(url).join(resp.headers["location"]))
                     if resp.status_code in (301, 302, 303) and method not in SAFE_METHODS:
                         method, body = "GET", ""
                     continue

@@ -198,7 +198,9 @@ def parse_event(
 
     profile = ev.get("user_profile")
     profile = profile if isinstance(profile, dict) else {}
-    name = _loose(profile, "display_name") or _loose(profile, "real_name") or _loose(profile, "name")
+    name = (
+        _loose(profile, "display_name") or _loose(profile, "real_name") or _loose(profile, "name")
+    )
     return InboundEvent(
         event_id=f"m:{channel}:{ts}",
         kind=EventKind.MESSAGE,

@@ -224,21 +224,78 @@ async def test_allowed_hosts_are_reachable(target: Target, dns: dict[str, list[s
     assert target.secret_hits() == ["/secret"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: http_request resolves the name for the SSRF check and lets httpx resolve it "
-        "again to connect; a name that answers a public address first and 127.0.0.1 next "
-        "(DNS rebinding) reaches loopback"
-    ),
-)
 async def test_dns_rebinding_does_not_reach_loopback(
     target: Target, dns: dict[str, list[str]]
 ) -> None:
     dns["rebind.test"] = [PUBLIC, "127.0.0.1"]
     out, guard = await _run(f"http://rebind.test:{target.port}/secret")
     assert target.secret_hits() == [], out
-    assert guard.escaped == []
+    # Pinned: the one request went to the address that was checked (and stopped there
+    # by the guard, which lets nothing leave 127.0.0.1), not to a second lookup's answer.
+    assert guard.escaped == [f"http://{PUBLIC}:{target.port}/secret"]
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """Records every request; ``/r`` redirects to ``/next``, anything else is 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.url.path == "/r":
+            return httpx.Response(302, headers={"Location": "/next"})
+        return httpx.Response(200, text="ok")
+
+
+async def test_pinned_request_names_the_host_for_http_and_tls(
+    dns: dict[str, list[str]],
+) -> None:
+    """Connect to the checked address; Host header and SNI (thus the certificate check)
+    keep the name; a relative redirect is resolved against the name and pinned again."""
+    dns["pin.test"] = [PUBLIC, "93.184.215.14"]
+    rec = Recorder()
+    tool = HttpRequest(transport=rec)
+    ctx = ToolContext(
+        redis=None,  # type: ignore[arg-type]
+        settings=CoreSettings(http_tool_timeout_secs=5),
+        thread=ThreadKey("web", "local", "ssrf", ""),
+        user="web:u1",
+    )
+    try:
+        out = await tool.run(HttpArgs(url="https://pin.test:8443/r"), ctx)
+    finally:
+        await tool.shutdown()
+    assert out.startswith("HTTP 200"), out
+    first, second = rec.requests
+    assert str(first.url) == f"https://{PUBLIC}:8443/r"
+    assert str(second.url) == "https://93.184.215.14:8443/next"
+    for req in rec.requests:
+        assert req.headers["host"] == "pin.test:8443"
+        assert req.extensions["sni_hostname"] == "pin.test"
+
+
+async def test_redirect_is_pinned_again_on_rebinding(
+    target: Target, dns: dict[str, list[str]]
+) -> None:
+    """A relative redirect re-resolves the name: a loopback answer then is refused."""
+    dns["hop.test"] = [PUBLIC, "127.0.0.1"]
+    rec = Recorder()
+    tool = HttpRequest(transport=rec)
+    ctx = ToolContext(
+        redis=None,  # type: ignore[arg-type]
+        settings=CoreSettings(http_tool_timeout_secs=5),
+        thread=ThreadKey("web", "local", "ssrf", ""),
+        user="web:u1",
+    )
+    try:
+        with pytest.raises(ToolError, match="refused"):
+            await tool.run(HttpArgs(url="http://hop.test/r"), ctx)
+    finally:
+        await tool.shutdown()
+    assert [str(r.url) for r in rec.requests] == [f"http://{PUBLIC}/r"]
+    assert rec.requests[0].headers["host"] == "hop.test"
+    assert "sni_hostname" not in rec.requests[0].extensions
 
 
 def test_only_safe_methods_run_without_approval() -> None:

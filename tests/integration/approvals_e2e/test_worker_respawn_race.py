@@ -33,12 +33,6 @@ async def fake() -> AsyncIterator[FakeTelegram]:
     await server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent_core/worker.py: Worker._spawn drops a thread whose previous task is still "
-    "in Worker.running after the completion script released the lock; the hand-off's lock "
-    "then sits unrenewed and unused until LOCK_TTL_SECS (needs a fix in agent_core)",
-)
 async def test_event_handed_off_while_the_thread_task_finishes_is_run(
     valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
 ) -> None:
