@@ -71,6 +71,8 @@ from agent_core.tools.base import ToolContext
 
 log = logging.getLogger(__name__)
 
+TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
+
 T = TypeVar("T")
 MAX_HELD = 50
 INTERRUPT_POLL_SECS = 0.5
@@ -193,6 +195,9 @@ class Turn:
             await self.say_notice(text)
 
     async def _keep_typing(self) -> None:
+        # A turn that answers within TYPING_DELAY shows no indicator: it would
+        # cost a platform call and vanish at once.
+        await asyncio.sleep(TYPING_DELAY)
         outbox = self.writer.outbox
         while True:
             with contextlib.suppress(Exception):
