@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 import channels.slack
+from agent_core.llm.demo import DemoProvider
 from agent_core.llm.settings import LLMSettings
 from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
@@ -44,7 +45,9 @@ async def test_dm_over_http_and_mention_over_socket_are_answered_once(
         platforms={"slack": slack_settings},
         modules={"slack": channels.slack},
     )
-    async with Runtime(settings, "all") as rt:
+    # the demo streams a word every 0.1 s, so the turn outlasts TYPING_DELAY and the
+    # working reaction is shown (and taken off again)
+    async with Runtime(settings, "all", llm=DemoProvider(delay=0.1)) as rt:
         stop = asyncio.Event()
         port = free_port()
         task = asyncio.create_task(rt.serve(stop, host="127.0.0.1", port=port))
