@@ -136,6 +136,7 @@ class InboundEvent:
     action: Action | None = None
     reply_ref: MessageRef | None = None
     received_at: float = field(default_factory=time.time)
+    seq: int = 0  # per-thread arrival number, assigned at ingest (0: none)
 
     @property
     def qualified_user(self) -> str:
@@ -165,6 +166,8 @@ class InboundEvent:
             d["act"] = [self.action.token, self.action.decision]
         if self.reply_ref is not None:
             d["rr"] = self.reply_ref.to_dict()
+        if self.seq:
+            d["sq"] = self.seq
         return d
 
     def to_json(self) -> bytes:
@@ -188,6 +191,7 @@ class InboundEvent:
             action=Action(act[0], act[1]) if act else None,
             reply_ref=MessageRef.from_dict(rr) if rr else None,
             received_at=d.get("at", 0.0),
+            seq=d.get("sq", 0),
         )
 
     @classmethod

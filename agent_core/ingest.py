@@ -30,6 +30,10 @@ from agent_core.store import keys, scripts
 log = logging.getLogger(__name__)
 
 
+# A thread's arrival counter lives as long as an idle session (30 days).
+SEQ_TTL_SECS = 30 * 86_400
+
+
 class Submitted(StrEnum):
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
@@ -69,8 +73,12 @@ class Ingest:
                     log.info("[%s] event %s refused: %s", event.thread, event.event_id, reason)
                     return Submitted.REFUSED
             published = await self._ingest(
-                keys=[keys.dedup(event.channel, event.event_id), keys.INBOX_STREAM],
-                args=[self._dedup_ttl, self._maxlen, event.to_json()],
+                keys=[
+                    keys.dedup(event.channel, event.event_id),
+                    keys.INBOX_STREAM,
+                    keys.seq(event.thread),
+                ],
+                args=[self._dedup_ttl, self._maxlen, event.to_json(), SEQ_TTL_SECS],
             )
         except RedisError as exc:
             # Nothing was claimed unless the event was also published (one script):

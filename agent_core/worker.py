@@ -41,9 +41,15 @@ from agent_core.events import InboundEvent, ThreadKey
 from agent_core.metrics import METRICS
 from agent_core.proactive.recovery import TurnRecovery
 from agent_core.settings import CoreSettings
-from agent_core.store.delivery import Delivery
+from agent_core.store.delivery import Delivery, TurnState
 
 log = logging.getLogger(__name__)
+
+
+def _next_after(consumed: list[InboundEvent]) -> int:
+    """The arrival number that runs after ``consumed`` (0: no numbers)."""
+    top = max((ev.seq for ev in consumed), default=0)
+    return top + 1 if top else 0
 
 
 def worker_name() -> str:
@@ -72,6 +78,9 @@ class Worker:
         self.stopping = False
         self.turns_done = 0
         self.reclaimed = 0
+        # how long a thread waits for an earlier arrival whose reader died: long
+        # enough for the sweeper to reclaim it
+        self.gap_wait = 3 * settings.reclaim_idle_secs + 2 * settings.sweep_interval_secs
         # proactive (issue 12): turn timeout and interrupted-turn reset around every turn
         self.recovery = TurnRecovery(settings, agent, self.owner)
 
@@ -189,6 +198,35 @@ class Worker:
         task = asyncio.create_task(self._run_thread(thread, guard), name=f"thread {thread}")
         self.running[thread] = task
 
+    async def _waits_for_earlier(self, thread: ThreadKey, state: TurnState) -> bool:
+        """Is an earlier arrival of this thread still on its way (read by a worker
+        that died before handing it off)?  Then wait for it, up to a bound; past
+        the bound run what is here and let the late one follow."""
+        head = state.mailbox[0]
+        expected = state.next_seq or 1
+        if not head.seq or head.seq <= expected:
+            return False
+        waited = time.time() - head.received_at
+        if waited < self.gap_wait:
+            log.info(
+                "[%s] event %s (arrival %d) waits for arrival %d (%.1f s so far)",
+                thread,
+                head.event_id,
+                head.seq,
+                expected,
+                waited,
+            )
+            return True
+        log.warning(
+            "[%s] arrival %d never turned up within %.0f s; running %d",
+            thread,
+            expected,
+            self.gap_wait,
+            head.seq,
+        )
+        await self.delivery.skip_gap(thread, head.seq)
+        return False
+
     def _respawn(self, thread: ThreadKey) -> None:
         if not self.stopping and thread not in self.running:
             self._spawn(thread)
@@ -203,6 +241,10 @@ class Worker:
                     await self.delivery.release(thread, self.owner)
                     released = True
                     await self.delivery.deactivate(thread)
+                    return
+                if await self._waits_for_earlier(thread, state):
+                    await self.delivery.release(thread, self.owner)
+                    released = True  # the sweeper or the missing event's hand-off resumes it
                     return
                 started = time.perf_counter()
                 try:
@@ -236,6 +278,7 @@ class Worker:
                         session_json=None,
                         version=state.session_version,
                         sent_fields=[],
+                        next_seq=_next_after(state.mailbox[:1]),
                     )
                     if left <= 0:
                         released = left == 0
@@ -251,6 +294,7 @@ class Worker:
                     version=state.session_version,
                     sent_fields=result.sent_fields,
                     with_calls=result.completion_calls,
+                    next_seq=_next_after(state.mailbox[: result.consumed]),
                 )
                 self.turns_done += 1
                 elapsed = time.perf_counter() - started

@@ -386,7 +386,11 @@ class Turn:
             self.state.mailbox.extend(arrived)
             if flag and flag != b"x" and int(flag) >= self.started_ms:
                 raise Interrupted()
+        last = max((e.seq for e in self.state.mailbox[: self.consumed]), default=0)
         for ev in arrived:
+            if ev.seq and last and ev.seq != last + 1:
+                break  # an earlier arrival is still on its way: keep the order
+            last = ev.seq or last
             if ev.kind == EventKind.ACTION or is_command(ev.text):
                 if ev.kind != EventKind.ACTION and is_interrupt(ev.text):
                     raise Interrupted()

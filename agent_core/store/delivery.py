@@ -16,6 +16,7 @@ docs/architecture.md ("Delivery"):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class TurnState:
     session_data: bytes | None
     sent: dict[str, MessageRef] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)  # parts claimed, never recorded
+    next_seq: int = 0  # arrival number of the thread's next event to run (0: unknown)
 
 
 def _ms() -> int:
@@ -127,8 +129,16 @@ class Delivery:
                 calls.append(
                     (
                         self._handoff,
-                        [keys.mailbox(t), keys.seen(t), keys.lock(t)],
-                        [ev.event_id, ev.to_json(), now, owner, self.lock_ttl_ms, self.seen_ttl_ms],
+                        [keys.mailbox(t), keys.seen(t), keys.lock(t), keys.next_seq(t)],
+                        [
+                            ev.event_id,
+                            ev.to_json(),
+                            now,
+                            owner,
+                            self.lock_ttl_ms,
+                            self.seen_ttl_ms,
+                            ev.seq,
+                        ],
                     )
                 )
             results = await run_pipelined(self.redis, calls)
@@ -152,7 +162,8 @@ class Delivery:
             pipe.lrange(keys.mailbox(thread), 0, -1)
             pipe.hmget(keys.session(thread), "v", "d")
             pipe.hgetall(keys.sent(thread))
-            raw_box, (ver, data), raw_sent = await pipe.execute()
+            pipe.get(keys.next_seq(thread))
+            raw_box, (ver, data), raw_sent, raw_next = await pipe.execute()
         mailbox = [InboundEvent.from_json(r) for r in raw_box]
         sent = {
             k.decode(): MessageRef.from_dict(orjson.loads(v))
@@ -160,7 +171,7 @@ class Delivery:
             if not v.startswith(b"pending:")
         }
         pending = {k.decode() for k, v in raw_sent.items() if v.startswith(b"pending:")}
-        return TurnState(mailbox, int(ver or 0), data, sent, pending)
+        return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0))
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -208,12 +219,19 @@ class Delivery:
         version: int,
         sent_fields: list[str],
         with_calls: Sequence[Call] = (),
+        next_seq: int = 0,
     ) -> int:
         """Complete the turn; ``with_calls`` (idempotent per-thread scripts such as
         the undo checkpoint) ride in the same round trip."""
         done: Call = (
             self._complete,
-            [keys.mailbox(thread), keys.session(thread), keys.lock(thread), keys.sent(thread)],
+            [
+                keys.mailbox(thread),
+                keys.session(thread),
+                keys.lock(thread),
+                keys.sent(thread),
+                keys.next_seq(thread),
+            ],
             [
                 owner,
                 consumed,
@@ -221,6 +239,7 @@ class Delivery:
                 version,
                 self.session_ttl_ms,
                 self.lock_ttl_ms,
+                next_seq,
                 *sent_fields,
             ],
         )
@@ -237,6 +256,11 @@ class Delivery:
         return int(ver or 0), cast(bytes | None, data)
 
     # -- locks -------------------------------------------------------------
+    async def skip_gap(self, thread: ThreadKey, seq: int) -> None:
+        """Give up waiting for earlier arrivals: ``seq`` runs next (they will be
+        appended after it when they turn up)."""
+        await self.redis.set(keys.next_seq(thread), seq, px=self.session_ttl_ms)
+
     async def try_lock(self, thread: ThreadKey, owner: str) -> bool:
         return bool(await self.redis.set(keys.lock(thread), owner, nx=True, px=self.lock_ttl_ms))
 
@@ -284,6 +308,9 @@ def _decode(fields: dict[bytes, bytes] | None) -> InboundEvent | None:
     if not fields or b"e" not in fields:
         return None
     try:
-        return InboundEvent.from_json(fields[b"e"])
+        ev = InboundEvent.from_json(fields[b"e"])
+        if b"s" in fields:
+            ev = dataclasses.replace(ev, seq=int(fields[b"s"]))
+        return ev
     except (ValueError, KeyError, TypeError):
         return None

@@ -26,6 +26,11 @@ def dedup(channel: str, event_id: str) -> str:
     return f"{PREFIX}{{inbox}}:dedup:{channel}:{event_id}"
 
 
+def seq(t: ThreadKey) -> str:
+    """INCR counter numbering one thread's events in arrival order (tagged {inbox})."""
+    return f"{PREFIX}{{inbox}}:seq:{t}"
+
+
 def web_session(session_id: str) -> str:
     return f"{PREFIX}web:{session_id}"
 
@@ -39,6 +44,11 @@ def mailbox(t: ThreadKey) -> str:
 def seen(t: ThreadKey) -> str:
     """ZSET event_id -> handed-off time: hand-off is idempotent for 24 h."""
     return f"{PREFIX}{t.tag}:seen"
+
+
+def next_seq(t: ThreadKey) -> str:
+    """STRING: the arrival number of the thread's next event to run."""
+    return f"{PREFIX}{t.tag}:next"
 
 
 def lock(t: ThreadKey) -> str:

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-# KEYS: dedup claim, inbox stream (both tagged {inbox})
-# ARGV: claim ttl seconds, stream maxlen, event json
-# Claim the event id for 24 h and publish the event, atomically: either both
-# happen or neither (a duplicate returns 0 and publishes nothing).
+# KEYS: dedup claim, inbox stream, thread's arrival counter (all tagged {inbox})
+# ARGV: claim ttl seconds, stream maxlen, event json, counter ttl seconds
+# Claim the event id for 24 h, number the event in its thread's arrival order
+# and publish it, atomically: all of it happens or none (a duplicate returns 0
+# and publishes nothing).  Returns the event's arrival number.
 INGEST = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-local ok = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[3])
+local n = redis.call('INCR', KEYS[3])
+local ok = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[3], 's', n)
 if type(ok) == 'table' and ok.err then
   redis.call('DEL', KEYS[1])  -- Lua does not roll back: release the claim ourselves
+  redis.call('DECR', KEYS[3])
   return ok
 end
-return 1
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+return n
 """
 
-# KEYS: mailbox, seen, lock
-# ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms
-# Appends the event to the thread's mailbox unless it was handed off before
-# (idempotent on event id for seen_ttl), then tries the thread lock.
+# KEYS: mailbox, seen, lock, next
+# ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms, seq
+# Puts the event in the thread's mailbox unless it was handed off before
+# (idempotent on event id for seen_ttl), then tries the thread lock.  The
+# mailbox stays in arrival order: an event handed off late (its first reader
+# died) goes before later ones still waiting, never before the one running
+# (arrival number below the thread's next: appended at the end).
 # Returns {appended 0/1, lock acquired 0/1, mailbox length}.
 HANDOFF = """
 local appended = 0
@@ -27,7 +34,24 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[3]) - tonumber(ARGV[6]))
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
-  redis.call('RPUSH', KEYS[1], ARGV[2])
+  local seq = tonumber(ARGV[7])
+  local nxt = tonumber(redis.call('GET', KEYS[4]) or '1')
+  local placed = false
+  if seq > 0 and seq >= nxt then
+    local items = redis.call('LRANGE', KEYS[1], 0, -1)
+    for i = 1, #items do
+      local other = tonumber(cjson.decode(items[i])['sq'] or 0)
+      if other > seq then
+        -- the head may be running; it cannot be while its number is beyond next
+        if i > 1 or other > nxt then
+          redis.call('LINSERT', KEYS[1], 'BEFORE', items[i], ARGV[2])
+          placed = true
+        end
+        break
+      end
+    end
+  end
+  if not placed then redis.call('RPUSH', KEYS[1], ARGV[2]) end
   appended = 1
 end
 local got = 0
@@ -35,9 +59,10 @@ if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[5]) then got = 1 end
 return {appended, got, redis.call('LLEN', KEYS[1])}
 """
 
-# KEYS: mailbox, session, lock, sent
+# KEYS: mailbox, session, lock, sent, next
 # ARGV: owner, consumed, session_json ('' = unchanged), expected_version,
-#       session_ttl_ms, lock_ttl_ms, sent fields to delete...
+#       session_ttl_ms, lock_ttl_ms, next arrival number (0 = unchanged),
+#       sent fields to delete...
 # Returns the mailbox length left, -1 if the lock is not ours, -2 on a version
 # conflict (nothing changed in either case).  Releases the lock when the mailbox
 # is empty, otherwise keeps (and renews) it for the next turn.
@@ -51,7 +76,11 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
 local n = tonumber(ARGV[2])
 if n > 0 then redis.call('LTRIM', KEYS[1], n, -1) end
-for i = 7, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
+for i = 8, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
+local n2 = tonumber(ARGV[7])
+if n2 > 0 and n2 > tonumber(redis.call('GET', KEYS[5]) or '0') then
+  redis.call('SET', KEYS[5], n2, 'PX', ARGV[5])
+end
 local left = redis.call('LLEN', KEYS[1])
 if left == 0 then
   redis.call('DEL', KEYS[3])

@@ -15,8 +15,6 @@ import asyncio
 import time
 from typing import Any
 
-import pytest
-
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.store import keys
 from channels.web.outbox import fold_transcript
@@ -24,14 +22,6 @@ from tests.fakes.llm_servers import FakeLLMServer
 from tests.faults.harness import echo_all_since_last_answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a stream entry read by a worker that dies before hand-off is reclaimed "
-        "(XAUTOCLAIM) only after RECLAIM_IDLE_SECS and answered after later messages of "
-        "the same thread (per-thread arrival order broken)"
-    ),
-)
 async def test_entry_of_a_dead_reader_is_answered_before_later_messages(
     runtime: Any, redis: Any
 ) -> None:

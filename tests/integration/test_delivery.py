@@ -251,3 +251,45 @@ async def test_scripts_are_reloaded_after_the_server_forgot_them(
     await redis_clients.redis.script_flush()  # as after a Redis restart without persistence
     assert await d.handoff([(b"1-1", msg(t, 1))], "w1") == [t]
     assert await d.renew([t], "w1") == [True]
+
+
+async def test_a_thread_waits_for_an_earlier_arrival_but_not_forever(
+    redis_clients: RedisClients,
+) -> None:
+    """B arrived after A; A's entry vanished (read and lost): B runs once the gap
+    wait is over, and A, should it turn up later, is answered after B."""
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    await d.ensure_group()
+    t = ThreadKey("web", "local", "gap")
+    ingest = Ingest(redis_clients.redis)
+    await ingest.submit(msg(t, 1, "first"))
+    lost = await d.read("ghost", count=10, block_ms=100)  # A: read, never handed off
+    await redis_clients.redis.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, lost[0][0])  # and gone
+    await ingest.submit(msg(t, 2, "second"))
+    outbox = RecordingOutbox()
+    w = make_worker(redis_clients, SlowEcho(0.0), outbox, "w", reclaim_idle_secs=0.2)
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    started = time.monotonic()
+    await wait_for(lambda: w.turns_done >= 1)
+    assert time.monotonic() - started >= w.gap_wait * 0.5  # it did wait for A first
+    assert outbox.final_texts(str(t)) == ["echo: second"]
+    # A turns up late (e.g. reclaimed): answered after B, not lost
+    late = lost[0][1]
+    assert late is not None
+    await d.handoff([(b"9-9", late)], "w")
+    w._spawn(t)
+    await wait_for(lambda: w.turns_done >= 2)
+    stop.set()
+    await task
+    assert outbox.final_texts(str(t)) == ["echo: second", "echo: first"]
+
+
+async def test_arrival_numbers_follow_ingest_order(redis: Any) -> None:
+    ingest = Ingest(redis)
+    t = ThreadKey("web", "local", "n")
+    for i in range(3):
+        await ingest.submit(msg(t, i))
+    await ingest.submit(msg(t, 1))  # a duplicate gets no number
+    entries = await redis.xrange(keys.INBOX_STREAM)
+    assert [int(f[b"s"]) for _, f in entries] == [1, 2, 3]
