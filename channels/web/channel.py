@@ -262,7 +262,9 @@ class WebChannel(Channel):
                 data = {**data, "sid": self._next_sid(data["uid"], client_id)}
             thread = thread_for(data["sid"])
             event = InboundEvent(
-                event_id=client_id or secrets.token_hex(8),
+                # the page's id makes a retry idempotent; scoped to this browser so
+                # that no one else's id can collide with (or pre-empt) it
+                event_id=f"{data['uid']}.{client_id}" if client_id else secrets.token_hex(8),
                 kind=EventKind.MESSAGE,
                 channel="web",
                 thread=thread,
