@@ -397,8 +397,16 @@ async def llm_storm(
         await redis.aclose()
 
 
+def _same_event(raw: bytes, event_id: str) -> bool:
+    got = raw.decode()
+    return got == event_id or got.endswith("." + event_id)
+
+
 async def _turn_texts(redis: Redis, thread: str, event_id: str, timeout: float) -> list[str] | None:
-    """The bot's messages of the turn for ``event_id`` (until its ``done``), or None."""
+    """The bot's messages of the turn for ``event_id`` (until its ``done``), or None.
+
+    The web chat scopes the page's id to the browser (``<browser>.<id>``).
+    """
     from agent_core.events import ThreadKey
     from agent_core.store import keys
     from channels.web.outbox import fold_transcript
@@ -409,12 +417,12 @@ async def _turn_texts(redis: Redis, thread: str, event_id: str, timeout: float) 
         entries = await redis.xrange(stream)
         start = None
         for i, (_eid, f) in enumerate(entries):
-            if f.get(b"t") == b"user" and f.get(b"id", b"").decode() == event_id:
+            if f.get(b"t") == b"user" and _same_event(f.get(b"id", b""), event_id):
                 start = i
             if (
                 start is not None
                 and f.get(b"t") == b"done"
-                and f.get(b"ev", b"").decode() == event_id
+                and _same_event(f.get(b"ev", b""), event_id)
             ):
                 return [
                     str(m.get("tx", ""))
