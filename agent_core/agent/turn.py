@@ -30,11 +30,12 @@ from collections.abc import Awaitable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 from agent_core.agent import approvals as ap
+from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused
 from agent_core.agent.commands import CommandContext
 from agent_core.agent.context import estimate
-from agent_core.agent.executor import Planned, cap, plan, run_many, run_one
+from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.interrupt import is_interrupt
 from agent_core.agent.loop import (
@@ -52,6 +53,7 @@ from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState
+from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import Attachment, EventKind, InboundEvent, OutboundMessage, ThreadKey
 from agent_core.llm import errors as llm_errors
@@ -74,13 +76,8 @@ log = logging.getLogger(__name__)
 TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
 
 T = TypeVar("T")
-MAX_HELD = 50
 INTERRUPT_POLL_SECS = 0.5
 OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
-
-
-class Interrupted(Exception):
-    pass
 
 
 @runtime_checkable
@@ -92,6 +89,16 @@ class AttachmentFetcher(Protocol):
 
 class Turn:
     """One turn's state; also the loop's delegate."""
+
+    # the approval steps (agent_core/agent/turn_approvals.py)
+    ask = steps.ask
+    close_prompt = steps.close_prompt
+    hold_while_awaiting = steps.hold_while_awaiting
+    finish_pending = steps.finish_pending
+    cancel_pending = steps.cancel_pending
+    decide = steps.decide
+    run_approved = steps.run_approved
+    continue_resume = steps.continue_resume
 
     def __init__(
         self,
@@ -591,210 +598,6 @@ class Turn:
                 stop = "loop:" + v.message
             msgs.append(ChatMessage("tool", text, tool_call_id=c.id, name=c.name))
         return ToolRound(msgs, stop=stop)
-
-    # -- approvals ---------------------------------------------------------------
-    async def ask(self, call: ToolCall) -> ap.PendingApproval:
-        rs = self.session.resume
-        a = self.agent.approvals.new(
-            self.thread,
-            call.name,
-            call.id,
-            call.arguments,
-            rs.get("user", self.user),
-            rs.get("name", ""),
-        )
-        await self.agent.approvals.create(self.thread, a)
-        text = ap.prompt_text(a, self.s.approval_ttl_secs)
-        ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id)))
-        await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
-        a.prompt_ref = ref
-        self.session.state = ThreadState.AWAITING_APPROVAL
-        self.session.pending_approval = a.id
-        log.info("[%s] approval %s asked for %s", self.thread, a.id, call.name)
-        return a
-
-    async def close_prompt(self, a: ap.PendingApproval, decision: str, by_name: str) -> None:
-        if a.prompt_ref is None:
-            return
-        text = ap.resolved_text(a, decision, by_name, self.agent.clock())
-        try:
-            await self.writer.edit(a.prompt_ref, OutboundMessage(text))
-        except ChannelError as exc:
-            log.warning("[%s] could not update approval prompt: %s", self.thread, exc)
-
-    async def hold_while_awaiting(self, head: InboundEvent) -> str:
-        """Keep ``head`` for after the decision; '' if the approval is gone (expired)."""
-        aid = self.session.pending_approval
-        a = await self.agent.approvals.load(self.thread, aid) if aid else None
-        if a is not None and self.agent.clock() <= a.expires_at and not a.decision:
-            if len(self.session.held) >= MAX_HELD:
-                await self.say_notice(
-                    f"I'm still waiting for your decision on **{a.tool}**, and I can't queue "
-                    "more messages until then. This one was not kept — please decide first."
-                )
-                return "held-full"
-            self.session.held.append(head.to_dict())
-            await self.say_notice(
-                f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
-                "Approve / Always / Deny, or type yes / always / no). "
-                "I'll answer this message right after."
-            )
-            return "held"
-        if a is not None:
-            res = await self.agent.approvals.claim(
-                self.thread, a.id, "expired", "", "", head.event_id
-            )
-            await self.close_prompt(a, res.decision if res.decision else "expired", "")
-        await self.finish_pending("error: not run: the approval request expired")
-        return ""
-
-    async def finish_pending(self, text: str) -> None:
-        """End the wait without running what is left; the history stays valid."""
-        rs = self.session.resume
-        if rs:
-            results: dict[str, str] = rs.get("results", {})
-            for cid in rs.get("queue", ()):
-                results.setdefault(cid, text)
-            calls = [ToolCall.from_dict(c) for c in rs.get("calls", ())]
-            self.session.history.extend(
-                ChatMessage("tool", results.get(c.id, text), tool_call_id=c.id, name=c.name)
-                for c in calls
-            )
-        self.session.resume = {}
-        self.session.pending_approval = ""
-        self.session.state = ThreadState.IDLE
-
-    async def cancel_pending(self, head: InboundEvent, why: str = "cancel") -> bool:
-        """Cancel the approval being waited for (/new, /clear, /undo, /interrupt)."""
-        aid = self.session.pending_approval
-        if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
-            return False
-        a = await self.agent.approvals.load(self.thread, aid)
-        if a is not None:
-            by = head.user_name or head.user_id
-            res = await self.agent.approvals.claim(
-                self.thread, aid, why, head.qualified_user, by, head.event_id
-            )
-            await self.close_prompt(a, res.decision or why, by)
-        await self.finish_pending("error: not run: the user cancelled the request")
-        return True
-
-    async def decide(
-        self, head: InboundEvent, aid: str, decision: str, reason: str = "", *, button: bool
-    ) -> str:
-        store = self.agent.approvals
-        if not aid:
-            await self.private(head, "There is nothing waiting for a decision.", button=button)
-            return "approval-none"
-        a = await store.load(self.thread, aid)
-        if a is None or a.thread != str(self.thread):
-            await self.private(head, "That approval is not active any more.", button=button)
-            return "approval-unknown"
-        if not self.agent.may_decide(head.qualified_user, a):
-            who = a.requester_name or "the person who asked"
-            await self.private(head, f"Only {who} or an approver can decide this.", button=button)
-            return "approval-not-allowed"
-        by = head.user_name or head.user_id
-        res = await store.claim(self.thread, aid, decision, head.qualified_user, by, head.event_id)
-        if res.outcome is ap.ClaimOutcome.UNKNOWN:
-            await self.private(head, "That approval is not active any more.", button=button)
-            return "approval-unknown"
-        if res.outcome is ap.ClaimOutcome.ALREADY:
-            await self.private(head, f"Already decided ({res.decision}).", button=button)
-            return "approval-late"
-        current = self.session.pending_approval == aid and bool(self.session.resume)
-        if res.outcome is ap.ClaimOutcome.EXPIRED:
-            await self.private(
-                head, "This approval request expired, so nothing was run.", button=button
-            )
-            if current:
-                await self.close_prompt(a, "expired", "")
-                await self.finish_pending("error: not run: the approval request expired")
-                if self.session.held:
-                    self.pending_inject = self.take_held()
-                    return await self.loop(self.session.resume.get("iter", 1))
-            return "approval-expired"
-        if not current:
-            await self.private(head, "That approval is not active any more.", button=button)
-            return "approval-stale"
-        decision = res.decision
-        if button:
-            await self.private(head, "", button=True)  # acknowledge the press (silently)
-        await self.close_prompt(a, decision, by)
-        if decision in ("approve", "always"):
-            if decision == "always":
-                self.session.always_approved.add(a.tool)
-            result = a.result if a.result is not None else await self.run_approved(a)
-            if a.result is None:
-                await store.store_result(self.thread, aid, result)
-        else:
-            result = "denied: the user did not approve this call; it was not run."
-            if reason:
-                result += f" Their reason: {cap(reason, 500)}"
-        log.info("[%s] approval %s: %s by %s", self.thread, aid, decision, head.qualified_user)
-        rs = self.session.resume
-        rs.setdefault("results", {})[a.call_id] = result
-        queue: list[str] = rs.get("queue", [])
-        if queue and queue[0] == a.call_id:
-            queue.pop(0)
-        return await self.continue_resume(head)
-
-    async def run_approved(self, a: ap.PendingApproval) -> str:
-        tool = self.agent.tools.get(a.tool)
-        if tool is None:
-            return f"error: there is no tool named {a.tool!r}"
-        try:
-            args = self.agent.tools.parse_args(a.tool, a.arguments)
-        except ValueError as exc:
-            return f"error: invalid arguments: {exc}"
-        p = Planned(ToolCall(a.call_id, a.tool, a.arguments), tool, args)
-        self._typing = self._typing or asyncio.create_task(self._keep_typing())
-        try:
-            return await self.interruptible(
-                run_one(
-                    p,
-                    self.tool_context(a.requester),
-                    self.s.tool_timeout_secs,
-                    self.s.tool_output_max_chars,
-                )
-            )
-        except Interrupted:
-            await self._consume_interrupt()
-            return "error: interrupted by the user"
-
-    async def continue_resume(self, head: InboundEvent) -> str:
-        rs = self.session.resume
-        calls = {c["id"]: ToolCall.from_dict(c) for c in rs.get("calls", ())}
-        queue: list[str] = rs.get("queue", [])
-        results: dict[str, str] = rs.setdefault("results", {})
-        self.user = rs.get("user", self.user)
-        while queue:
-            call = calls[queue[0]]
-            if call.name in self.session.always_approved:
-                a = ap.PendingApproval(
-                    "", str(self.thread), call.name, call.id, call.arguments, self.user
-                )
-                results[call.id] = await self.run_approved(a)
-                queue.pop(0)
-                continue
-            await self.ask(call)
-            return "need-approval"
-        # every call of that response is settled: feed the results back, in order
-        self.loop_guard = LoopGuard.from_dict(rs.get("guard"))
-        first = int(rs.get("iter", 1))
-        ordered = [calls[c["id"]] for c in rs.get("calls", ())]
-        rnd = self.finish_round(ordered, results)
-        self.session.history.extend(rnd.results)
-        self.session.resume = {}
-        self.session.pending_approval = ""
-        self.pending_inject = self.take_held()
-        if rnd.stop:
-            self.session.state = ThreadState.IDLE
-            await self.say_notice(
-                f"I stopped because I was going in circles with my tools ({rnd.stop[5:]})."
-            )
-            return f"stopped:{rnd.stop}"
-        return await self.loop(first)
 
 
 def repair_history(history: list[ChatMessage]) -> None:

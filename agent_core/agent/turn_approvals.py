@@ -1,0 +1,243 @@
+"""The approval steps of a turn: ask, hold messages while waiting, decide, resume.
+
+Methods of :class:`agent_core.agent.turn.Turn`, bound there (one concept per
+module: the turn's conversation flow stays in turn.py, the approval state
+machine's steps live here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from agent_core.agent import approvals as ap
+from agent_core.agent.executor import Planned, cap, run_one
+from agent_core.agent.loopguard import LoopGuard
+from agent_core.agent.session import ThreadState
+from agent_core.errors import ChannelError
+from agent_core.events import InboundEvent, OutboundMessage
+from agent_core.llm.base import (
+    ChatMessage,
+    ToolCall,
+)
+
+if TYPE_CHECKING:
+    from agent_core.agent.turn import Turn
+
+log = logging.getLogger(__name__)
+
+MAX_HELD = 50  # messages kept while a thread awaits a decision
+
+
+class Interrupted(Exception):
+    """The user sent /interrupt: the running step stops."""
+
+
+async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
+    rs = self.session.resume
+    a = self.agent.approvals.new(
+        self.thread,
+        call.name,
+        call.id,
+        call.arguments,
+        rs.get("user", self.user),
+        rs.get("name", ""),
+    )
+    await self.agent.approvals.create(self.thread, a)
+    text = ap.prompt_text(a, self.s.approval_ttl_secs)
+    ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id)))
+    await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
+    a.prompt_ref = ref
+    self.session.state = ThreadState.AWAITING_APPROVAL
+    self.session.pending_approval = a.id
+    log.info("[%s] approval %s asked for %s", self.thread, a.id, call.name)
+    return a
+
+
+async def close_prompt(self: Turn, a: ap.PendingApproval, decision: str, by_name: str) -> None:
+    if a.prompt_ref is None:
+        return
+    text = ap.resolved_text(a, decision, by_name, self.agent.clock())
+    try:
+        await self.writer.edit(a.prompt_ref, OutboundMessage(text))
+    except ChannelError as exc:
+        log.warning("[%s] could not update approval prompt: %s", self.thread, exc)
+
+
+async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
+    """Keep ``head`` for after the decision; '' if the approval is gone (expired)."""
+    aid = self.session.pending_approval
+    a = await self.agent.approvals.load(self.thread, aid) if aid else None
+    if a is not None and self.agent.clock() <= a.expires_at and not a.decision:
+        if len(self.session.held) >= MAX_HELD:
+            await self.say_notice(
+                f"I'm still waiting for your decision on **{a.tool}**, and I can't queue "
+                "more messages until then. This one was not kept — please decide first."
+            )
+            return "held-full"
+        self.session.held.append(head.to_dict())
+        await self.say_notice(
+            f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
+            "Approve / Always / Deny, or type yes / always / no). "
+            "I'll answer this message right after."
+        )
+        return "held"
+    if a is not None:
+        res = await self.agent.approvals.claim(self.thread, a.id, "expired", "", "", head.event_id)
+        await self.close_prompt(a, res.decision if res.decision else "expired", "")
+    await self.finish_pending("error: not run: the approval request expired")
+    return ""
+
+
+async def finish_pending(self: Turn, text: str) -> None:
+    """End the wait without running what is left; the history stays valid."""
+    rs = self.session.resume
+    if rs:
+        results: dict[str, str] = rs.get("results", {})
+        for cid in rs.get("queue", ()):
+            results.setdefault(cid, text)
+        calls = [ToolCall.from_dict(c) for c in rs.get("calls", ())]
+        self.session.history.extend(
+            ChatMessage("tool", results.get(c.id, text), tool_call_id=c.id, name=c.name)
+            for c in calls
+        )
+    self.session.resume = {}
+    self.session.pending_approval = ""
+    self.session.state = ThreadState.IDLE
+
+
+async def cancel_pending(self: Turn, head: InboundEvent, why: str = "cancel") -> bool:
+    """Cancel the approval being waited for (/new, /clear, /undo, /interrupt)."""
+    aid = self.session.pending_approval
+    if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
+        return False
+    a = await self.agent.approvals.load(self.thread, aid)
+    if a is not None:
+        by = head.user_name or head.user_id
+        res = await self.agent.approvals.claim(
+            self.thread, aid, why, head.qualified_user, by, head.event_id
+        )
+        await self.close_prompt(a, res.decision or why, by)
+    await self.finish_pending("error: not run: the user cancelled the request")
+    return True
+
+
+async def decide(
+    self: Turn, head: InboundEvent, aid: str, decision: str, reason: str = "", *, button: bool
+) -> str:
+    store = self.agent.approvals
+    if not aid:
+        await self.private(head, "There is nothing waiting for a decision.", button=button)
+        return "approval-none"
+    a = await store.load(self.thread, aid)
+    if a is None or a.thread != str(self.thread):
+        await self.private(head, "That approval is not active any more.", button=button)
+        return "approval-unknown"
+    if not self.agent.may_decide(head.qualified_user, a):
+        who = a.requester_name or "the person who asked"
+        await self.private(head, f"Only {who} or an approver can decide this.", button=button)
+        return "approval-not-allowed"
+    by = head.user_name or head.user_id
+    res = await store.claim(self.thread, aid, decision, head.qualified_user, by, head.event_id)
+    if res.outcome is ap.ClaimOutcome.UNKNOWN:
+        await self.private(head, "That approval is not active any more.", button=button)
+        return "approval-unknown"
+    if res.outcome is ap.ClaimOutcome.ALREADY:
+        await self.private(head, f"Already decided ({res.decision}).", button=button)
+        return "approval-late"
+    current = self.session.pending_approval == aid and bool(self.session.resume)
+    if res.outcome is ap.ClaimOutcome.EXPIRED:
+        await self.private(
+            head, "This approval request expired, so nothing was run.", button=button
+        )
+        if current:
+            await self.close_prompt(a, "expired", "")
+            await self.finish_pending("error: not run: the approval request expired")
+            if self.session.held:
+                self.pending_inject = self.take_held()
+                return await self.loop(self.session.resume.get("iter", 1))
+        return "approval-expired"
+    if not current:
+        await self.private(head, "That approval is not active any more.", button=button)
+        return "approval-stale"
+    decision = res.decision
+    if button:
+        await self.private(head, "", button=True)  # acknowledge the press (silently)
+    await self.close_prompt(a, decision, by)
+    if decision in ("approve", "always"):
+        if decision == "always":
+            self.session.always_approved.add(a.tool)
+        result = a.result if a.result is not None else await self.run_approved(a)
+        if a.result is None:
+            await store.store_result(self.thread, aid, result)
+    else:
+        result = "denied: the user did not approve this call; it was not run."
+        if reason:
+            result += f" Their reason: {cap(reason, 500)}"
+    log.info("[%s] approval %s: %s by %s", self.thread, aid, decision, head.qualified_user)
+    rs = self.session.resume
+    rs.setdefault("results", {})[a.call_id] = result
+    queue: list[str] = rs.get("queue", [])
+    if queue and queue[0] == a.call_id:
+        queue.pop(0)
+    return await self.continue_resume(head)
+
+
+async def run_approved(self: Turn, a: ap.PendingApproval) -> str:
+    tool = self.agent.tools.get(a.tool)
+    if tool is None:
+        return f"error: there is no tool named {a.tool!r}"
+    try:
+        args = self.agent.tools.parse_args(a.tool, a.arguments)
+    except ValueError as exc:
+        return f"error: invalid arguments: {exc}"
+    p = Planned(ToolCall(a.call_id, a.tool, a.arguments), tool, args)
+    self._typing = self._typing or asyncio.create_task(self._keep_typing())
+    try:
+        return await self.interruptible(
+            run_one(
+                p,
+                self.tool_context(a.requester),
+                self.s.tool_timeout_secs,
+                self.s.tool_output_max_chars,
+            )
+        )
+    except Interrupted:
+        await self._consume_interrupt()
+        return "error: interrupted by the user"
+
+
+async def continue_resume(self: Turn, head: InboundEvent) -> str:
+    rs = self.session.resume
+    calls = {c["id"]: ToolCall.from_dict(c) for c in rs.get("calls", ())}
+    queue: list[str] = rs.get("queue", [])
+    results: dict[str, str] = rs.setdefault("results", {})
+    self.user = rs.get("user", self.user)
+    while queue:
+        call = calls[queue[0]]
+        if call.name in self.session.always_approved:
+            a = ap.PendingApproval(
+                "", str(self.thread), call.name, call.id, call.arguments, self.user
+            )
+            results[call.id] = await self.run_approved(a)
+            queue.pop(0)
+            continue
+        await self.ask(call)
+        return "need-approval"
+    # every call of that response is settled: feed the results back, in order
+    self.loop_guard = LoopGuard.from_dict(rs.get("guard"))
+    first = int(rs.get("iter", 1))
+    ordered = [calls[c["id"]] for c in rs.get("calls", ())]
+    rnd = self.finish_round(ordered, results)
+    self.session.history.extend(rnd.results)
+    self.session.resume = {}
+    self.session.pending_approval = ""
+    self.pending_inject = self.take_held()
+    if rnd.stop:
+        self.session.state = ThreadState.IDLE
+        await self.say_notice(
+            f"I stopped because I was going in circles with my tools ({rnd.stop[5:]})."
+        )
+        return f"stopped:{rnd.stop}"
+    return await self.loop(first)
