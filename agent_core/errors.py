@@ -12,6 +12,7 @@
     └── ChannelError                a platform call failed
         ├── SendRateLimited         429 with retry_after (transient)
         ├── SendFailed              permanent failure for this message
+        │   └── SendUnconfirmed     timed out after the request left: may have arrived
         └── FormattingRejected      the platform refused our markup; resend plain
 
 Transient vs permanent is a type, never a string match at the call site.
@@ -58,6 +59,12 @@ class SendRateLimited(ChannelError):
 
 class SendFailed(ChannelError):
     pass
+
+
+class SendUnconfirmed(SendFailed):
+    """The request left but no answer came back (a timeout): the platform may
+    have created the message.  Never repeated blindly; the agent records the part
+    as sent with an unknown id (see agent_core.agent.reply)."""
 
 
 class FormattingRejected(ChannelError):

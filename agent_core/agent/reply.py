@@ -23,7 +23,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from agent_core.errors import ChannelError, LockLost
+from agent_core.errors import ChannelError, LockLost, SendUnconfirmed
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import (
     Outbox,
@@ -100,6 +100,14 @@ class ReplyWriter:
         part_token = set_current_part(field)
         try:
             ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
+        except SendUnconfirmed as exc:
+            # The request left and no answer came back: the platform may have
+            # shown it.  Record the part as sent with an unknown id (never
+            # repeated, never edited); see StreamingReply.finish for previews.
+            log.warning(
+                "[%s] part %s unconfirmed (%s); not sending it again", self.thread, field, exc
+            )
+            ref = MessageRef(self.thread.channel, self.thread.conversation, "")
         except _PartExists as exc:
             if exc.ref is None:
                 exc.ref = await self._wait_for_part(field)
@@ -176,6 +184,11 @@ class StreamingReply:
     The first text is sent at once; later text edits the same message at most
     once per ``outbox.stream_interval``; ``finish`` makes the final edit with the
     whole text.  Channels that do not stream get only the final message.
+
+    A preview whose message id is unknown (its send timed out after leaving, or
+    its sender died mid-request) cannot be edited: ``finish`` then sends the
+    whole answer as a new message, unless the preview already held all of it.
+    The user may see the stale preview above the answer, never the answer twice.
     """
 
     def __init__(self, writer: ReplyWriter) -> None:
@@ -184,6 +197,7 @@ class StreamingReply:
         self.ref: MessageRef | None = None
         self._last_edit = 0.0
         self._shown = ""
+        self._preview = ""  # the text of the first (preview) send
 
     @property
     def streaming(self) -> bool:
@@ -198,6 +212,7 @@ class StreamingReply:
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(self.text, final=False))
             self._last_edit, self._shown = now, self.text
+            self._preview = self.text
         elif now - self._last_edit >= interval and self.text != self._shown:
             self._last_edit, self._shown = now, self.text
             try:
@@ -211,6 +226,9 @@ class StreamingReply:
             return self.ref
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(text))
+        elif not self.ref.message_id:
+            if text != self._preview:  # the preview cannot be edited: answer anew
+                self.ref = await self.w.say(OutboundMessage(text))
         else:
             self.ref = await self.w.edit(self.ref, OutboundMessage(text))
         self._shown = text

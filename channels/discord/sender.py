@@ -19,7 +19,7 @@ import aiohttp
 import discord
 from discord.http import Route
 
-from agent_core.errors import ChannelError, SendFailed, SendRateLimited
+from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
@@ -116,8 +116,11 @@ class DiscordOutbox:
             raise SendRateLimited(exc.retry_after) from exc
         except discord.HTTPException as exc:
             raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:  # never left
             raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            # It left and no answer came back: Discord may have created it.
+            raise SendUnconfirmed(f"Discord did not answer: {type(exc).__name__}") from exc
 
     # --- Outbox -------------------------------------------------------------
 

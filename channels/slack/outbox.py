@@ -24,7 +24,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from agent_core.errors import ChannelError, FormattingRejected, SendFailed, SendRateLimited
+from agent_core.errors import (
+    ChannelError,
+    FormattingRejected,
+    SendFailed,
+    SendRateLimited,
+    SendUnconfirmed,
+)
 from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer
@@ -111,7 +117,10 @@ class SlackOutbox:
         except (aiohttp.ClientError, TimeoutError) as exc:
             if droppable:
                 return None
-            raise SendFailed(f"Slack {method}: {type(exc).__name__}") from exc
+            if isinstance(exc, aiohttp.ClientConnectorError):  # never left
+                raise SendFailed(f"Slack {method}: {type(exc).__name__}") from exc
+            # It left and no answer came back: Slack may have posted it.
+            raise SendUnconfirmed(f"Slack {method}: {type(exc).__name__}") from exc
         finally:
             current_channel.reset(token)
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import httpx
 from redis.exceptions import RedisError
 from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
 from telegram.constants import ChatAction
@@ -37,7 +38,13 @@ from telegram.error import (
     TimedOut,
 )
 
-from agent_core.errors import ChannelError, FormattingRejected, SendFailed, SendRateLimited
+from agent_core.errors import (
+    ChannelError,
+    FormattingRejected,
+    SendFailed,
+    SendRateLimited,
+    SendUnconfirmed,
+)
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
@@ -47,6 +54,8 @@ from channels.telegram.render import Part, keyboard, render_text
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# Transport errors that prove the request never reached Telegram.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 CHANNEL = "telegram"
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # Bot API getFile limit
 
@@ -199,18 +208,24 @@ class TelegramOutbox:
                 ) from exc
             except InvalidToken as exc:
                 raise SendFailed("Telegram rejected the bot token") from exc
-            except TimedOut as exc:
-                # It may have reached Telegram: do not blindly send it twice.
-                raise SendFailed("Telegram did not answer in time") from exc
-            except NetworkError as exc:
-                # Telegram (or its gateway) answered 5xx: nothing was created or
-                # changed, so the call is repeated (twice, after 0.5 s and 1.5 s).
-                # Transport errors after the request left (httpx.*) are ambiguous
-                # and are not repeated.
-                if exc.message.startswith("httpx") or server_errors >= 2:
+            except NetworkError as exc:  # TimedOut included
+                # Three kinds: the request never left (no connection: safe to
+                # repeat), it left and no answer came back (Telegram may have
+                # created the message: never repeated blindly), or Telegram's
+                # gateway answered 5xx (nothing was created: repeated).
+                never_sent = isinstance(exc.__cause__, _NOT_SENT)
+                if not never_sent and (
+                    isinstance(exc, TimedOut) or exc.message.startswith("httpx")
+                ):
+                    raise SendUnconfirmed(
+                        "Telegram did not answer in time"
+                        if isinstance(exc, TimedOut)
+                        else f"Telegram call failed: {exc.message}"
+                    ) from exc
+                if server_errors >= 2:
                     raise SendFailed(f"Telegram call failed: {exc.message}") from exc
                 server_errors += 1
-                log.warning("telegram answered %r; retrying", exc.message)
+                log.warning("telegram call failed (%s); retrying", exc.message)
                 await asyncio.sleep(0.5 if server_errors == 1 else 1.5)
             except TelegramError as exc:
                 raise SendFailed(f"Telegram call failed: {exc.message}") from exc

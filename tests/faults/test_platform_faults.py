@@ -100,16 +100,6 @@ async def _wait_answer(tg: FakeTelegram, chat: int, mark: str, timeout: float) -
     return _answers(tg, chat, mark)
 
 
-BUG_TIMEOUT = (
-    "BUG: a sendMessage that times out after Telegram stored it (TimedOut -> SendFailed) "
-    "fails the whole turn: the user is left with the partial streamed preview and never "
-    "gets the answer"
-)
-BUG_5XX = (
-    "BUG: one 5xx from Telegram on sendMessage or on the final editMessageText (SendFailed) "
-    "fails the whole turn, never retried: the user never gets the answer"
-)
-
 CASES = [
     pytest.param(
         "429 retry_after", lambda tg: tg.fail_next("sendMessage", 429, retry_after=1), id="429"
@@ -137,7 +127,6 @@ CASES = [
         "timeout after reaching Telegram",
         lambda tg: tg.slow.__setitem__("sendMessage", 1),
         id="timeout-after-delivery",
-        marks=pytest.mark.xfail(strict=True, reason=BUG_TIMEOUT),
     ),
     pytest.param(
         "5xx on send",
