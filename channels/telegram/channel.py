@@ -9,12 +9,12 @@ import logging
 from starlette.routing import BaseRoute, Route
 from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
-from telegram.request import HTTPXRequest
 
 from agent_core.errors import ConfigError
 from agent_core.events import Attachment
 from agent_core.ingest import Ingest
 from channels.base import Channel, ChannelDeps
+from channels.telegram.aiohttp_request import AiohttpRequest
 from channels.telegram.parse import ParseContext
 from channels.telegram.polling import Poller
 from channels.telegram.sender import Limits, TelegramOutbox
@@ -31,9 +31,9 @@ def make_bot(settings: TelegramSettings, *, pool_size: int | None = None) -> Bot
         settings.token,
         base_url=settings.telegram_api_base_url,
         base_file_url=settings.file_url,
-        request=HTTPXRequest(connection_pool_size=size, pool_timeout=5.0),
+        request=AiohttpRequest(connection_pool_size=size, pool_timeout=5.0),
         # getUpdates holds its own connection for the long poll.
-        get_updates_request=HTTPXRequest(
+        get_updates_request=AiohttpRequest(
             connection_pool_size=1, read_timeout=settings.telegram_poll_timeout + 10.0
         ),
     )

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import aiohttp
 import httpx
 from redis.exceptions import RedisError
 from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
@@ -54,8 +55,15 @@ from channels.telegram.render import Part, keyboard, render_text
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# Transport errors that prove the request never reached Telegram.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Transport errors that prove the request never reached Telegram (aiohttp:
+# channels.telegram.aiohttp_request; httpx: PTB's default HTTPXRequest).
+_NOT_SENT = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
 CHANNEL = "telegram"
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # Bot API getFile limit
 
@@ -214,9 +222,8 @@ class TelegramOutbox:
                 # created the message: never repeated blindly), or Telegram's
                 # gateway answered 5xx (nothing was created: repeated).
                 never_sent = isinstance(exc.__cause__, _NOT_SENT)
-                if not never_sent and (
-                    isinstance(exc, TimedOut) or exc.message.startswith("httpx")
-                ):
+                transport = exc.__cause__ is not None  # not an answer from Telegram
+                if not never_sent and (isinstance(exc, TimedOut) or transport):
                     raise SendUnconfirmed(
                         "Telegram did not answer in time"
                         if isinstance(exc, TimedOut)
