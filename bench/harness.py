@@ -387,9 +387,9 @@ class Box:
         port = free_port()
         env = self.parley_env(port, **extra)
         if not paced:
-            # No knob exists for the sender's pacing; bench.launch patches the defaults.
-            env["BENCH_TG_CHAT_INTERVAL"] = "0"
-            env["BENCH_TG_GLOBAL_INTERVAL"] = "0"
+            # Unpaced sends (the fake Bot API enforces no limits in the bench).
+            env["TELEGRAM_CHAT_INTERVAL_SECS"] = "0"
+            env["TELEGRAM_GLOBAL_RATE"] = "0"
         if count_rtt:
             env["BENCH_RTT_FILE"] = str(self.tmp / "rtt")
         procs = [await spawn("parley-web", ["-m", "bench.launch", "run", "web"], env, self.tmp)]

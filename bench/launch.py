@@ -4,10 +4,6 @@
 
 Environment knobs (all optional):
 
-* ``BENCH_TG_CHAT_INTERVAL`` / ``BENCH_TG_GLOBAL_INTERVAL``: override the
-  Telegram sender's pacing defaults (``channels.telegram.sender.Limits``:
-  1 s per chat, 1/30 s global).  There is no setting for these, so the bench
-  patches the dataclass defaults in this process only.
 * ``BENCH_RTT_FILE``: count Redis round trips (every ``send_packed_command``
   on a redis-py asyncio connection: one per command, one per pipeline, plus
   the SCRIPT EXISTS redis-py sends before a pipeline holding scripts) and
@@ -22,23 +18,6 @@ import threading
 import time
 from collections import Counter
 from typing import Any
-
-
-def _patch_limits() -> None:
-    chat = os.environ.get("BENCH_TG_CHAT_INTERVAL")
-    glob = os.environ.get("BENCH_TG_GLOBAL_INTERVAL")
-    if chat is None and glob is None:
-        return
-    from channels.telegram import sender
-
-    init: Any = sender.Limits.__init__
-    names = init.__code__.co_varnames[1 : init.__code__.co_argcount]
-    defaults = dict(zip(names[-len(init.__defaults__) :], init.__defaults__, strict=True))
-    if chat is not None:
-        defaults["chat_interval"] = float(chat)
-    if glob is not None:
-        defaults["global_interval"] = float(glob)
-    init.__defaults__ = tuple(defaults[n] for n in names[-len(init.__defaults__) :])
 
 
 def _first_command(packed: Any) -> str:
@@ -86,7 +65,6 @@ def _patch_rtt(path: str) -> None:
 def main() -> None:
     import sys
 
-    _patch_limits()
     if os.environ.get("BENCH_RTT_FILE"):
         _patch_rtt(os.environ["BENCH_RTT_FILE"])
     from bots.cli import main as cli_main

@@ -142,9 +142,9 @@ async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Ta
         "(update_queue).",
         "Parley = `parley run web` + `parley run worker` (WORKER_CONCURRENCY 512, "
         "TELEGRAM_CONNECTION_POOL_SIZE 64); CPU is web + worker together.",
-        "Parley's Telegram pacing (1 msg/s per chat, 30 msg/s global) has no setting; "
-        "bench.launch patches both intervals to 0 for throughput runs (no streaming edits: "
-        "one sendMessage per turn, plus the typing action).",
+        "Telegram pacing off for throughput runs (TELEGRAM_CHAT_INTERVAL_SECS=0, "
+        "TELEGRAM_GLOBAL_RATE=0; production: 1 msg/s per chat, 30 msg/s): no streaming "
+        "edits, one sendMessage per turn, plus the typing action.",
         "Latency added = fake Bot API receives sendMessage − webhook POST sent − fake LLM "
         "latency (0 ms here).",
     ]
@@ -348,7 +348,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         f"{o.target} turns in flight at {o.llm_latency:g} s each needs "
         f"{o.target / o.llm_latency:.0f} turns/s: where the box cannot do that, the excess "
         "queues and shows as added latency.",
-        f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {o.target + 500}; Telegram pacing patched "
+        f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {o.target + 500}; Telegram pacing "
         "off (see turns).",
     ]
     return data, table, notes
@@ -724,7 +724,7 @@ async def scenario_stream(o: Options) -> tuple[dict, Table, list[str]]:
     )  # fmt: skip
     notes = [
         f"{s['n']} turns, two chats at a time; fake LLM: first token after {first_latency:g} s, "
-        "30 chunks 50 ms apart (OpenAI SSE).  Production Telegram pacing (not patched): the "
+        "30 chunks 50 ms apart (OpenAI SSE).  Production Telegram pacing (defaults): the "
         "first text is sent at once, then edited at most once per second.",
         "Measured between the fake LLM writing its first content chunk and the fake Bot API "
         "receiving sendMessage for that chat (same clock, CLOCK_MONOTONIC).",

@@ -39,6 +39,17 @@ def make_bot(settings: TelegramSettings, *, pool_size: int | None = None) -> Bot
     )
 
 
+def limits_for(settings: TelegramSettings) -> Limits:
+    """The sender's pacing from the TELEGRAM_* settings (0 = that pace is off)."""
+    rate = settings.telegram_global_rate
+    return Limits(
+        chat_interval=settings.telegram_chat_interval_secs,
+        group_interval=settings.telegram_group_interval_secs,
+        global_interval=1.0 / rate if rate else 0.0,
+        max_retry_wait=settings.telegram_max_retry_wait,
+    )
+
+
 async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
     """Bot.initialize() (getMe); one clear ConfigError line when the token is bad."""
     for attempt in range(attempts):
@@ -72,7 +83,7 @@ class TelegramChannel(Channel):
         self.deps = deps
         self.mode = settings.resolved_mode(deps.public_url)
         self.bot = make_bot(settings)
-        self._limits = limits or Limits(max_retry_wait=settings.telegram_max_retry_wait)
+        self._limits = limits or limits_for(settings)
         self._outbox: TelegramOutbox | None = None
         self._ctx = ParseContext(
             bot_id=settings.bot_id,

@@ -32,6 +32,11 @@ class TelegramSettings(ParleySettings):
     # A send that Telegram rate-limits is retried while the total wait stays
     # under this; beyond it the sender raises SendRateLimited.
     telegram_max_retry_wait: float = Field(default=60.0, ge=0)
+    # Pacing, shared by every worker through Redis (Telegram's published limits
+    # by default).  0 turns a pace off (test servers, local Bot API servers).
+    telegram_chat_interval_secs: float = Field(default=1.0, ge=0, le=60)
+    telegram_group_interval_secs: float = Field(default=3.0, ge=0, le=60)
+    telegram_global_rate: float = Field(default=30.0, ge=0, le=10_000)
 
     @field_validator("telegram_bot_token")
     @classmethod
