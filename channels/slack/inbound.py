@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest, Submitted
+from channels.http_body import BodyTooLarge, read_capped_body
 
 from .parse import (
     MalformedPayload,
@@ -40,23 +41,6 @@ log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # Slack's payloads are a few KB
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing (before reading it) one over ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _TooLarge
-    return bytes(body)
 
 
 def _object(value: Any) -> Payload:
@@ -157,8 +141,8 @@ class EventsEndpoint:
 
     async def handle(self, request: Request) -> Response:
         try:
-            body = await _read_body(request, self.max_body_bytes)
-        except _TooLarge:
+            body = await read_capped_body(request, self.max_body_bytes)
+        except BodyTooLarge:
             log.warning("Slack request over %d bytes rejected unread", self.max_body_bytes)
             return PlainTextResponse("body too large", status_code=413)
         ts = request.headers.get("x-slack-request-timestamp")

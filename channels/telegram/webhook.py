@@ -18,6 +18,7 @@ from telegram import Bot, Update
 
 from agent_core.errors import StoreUnavailable
 from agent_core.ingest import Ingest
+from channels.http_body import BodyTooLarge, read_capped_body
 from channels.telegram.parse import ParseContext, parse_update
 
 log = logging.getLogger(__name__)
@@ -28,22 +29,6 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 
 def _reply(status: int, text: str) -> Response:
     return PlainTextResponse(text, status_code=status)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _TooLarge
-    return bytes(body)
 
 
 def make_endpoint(
@@ -61,8 +46,8 @@ def make_endpoint(
         if not expected or not hmac.compare_digest(given, expected):
             return _reply(403, "forbidden")
         try:
-            body = await _read_body(request, max_body_bytes)
-        except _TooLarge:
+            body = await read_capped_body(request, max_body_bytes)
+        except BodyTooLarge:
             return _reply(413, "body too large")
         try:
             data = orjson.loads(body)
