@@ -3,7 +3,9 @@
 A backend subclasses :class:`HTTPBackend` and supplies the wire format
 (building the body, parsing the answer and the stream).  Everything that can
 go wrong on the wire is translated here into the tree in
-:mod:`agent_core.llm.errors`, with secrets scrubbed from the text.
+:mod:`agent_core.llm.errors`, with secrets scrubbed from the text.  Under the
+httpx client runs aiohttp's connection pool (:class:`MappedAiohttpTransport`),
+far cheaper in CPU per request than httpx's own transport.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from __future__ import annotations
 import email.utils
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import urllib.request
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
+from httpx_aiohttp import AiohttpTransport
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from agent_core.llm.base import ModelInfo
@@ -136,6 +141,82 @@ def transport_error(label: str, base_url: str, exc: httpx.HTTPError) -> LLMError
     return RequestFailed(f"{label}: {type(exc).__name__} talking to {base_url}")
 
 
+def _httpx_error(exc: aiohttp.ClientError) -> httpx.TransportError:
+    """The httpx error an aiohttp failure stands for.
+
+    httpx-aiohttp maps every ``ClientConnectionError`` it has no closer entry
+    for to ``ConnectTimeout`` (a refused connection, a server hanging up
+    mid-answer, a reset) and lets a malformed answer escape as a raw
+    ``ClientResponseError``; this is the mapping httpx's own transport gives.
+    """
+    text = str(exc)
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(text)
+    if isinstance(exc, aiohttp.ServerTimeoutError):  # SocketTimeoutError: sock_read
+        return httpx.ReadTimeout(text)
+    if isinstance(exc, aiohttp.ClientConnectorError):  # refused, DNS, TLS handshake
+        return httpx.ConnectError(text)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientResponseError):
+        return httpx.RemoteProtocolError(text)
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientConnectionError):
+        return httpx.ReadError(text)  # the body cut short, a reset after connecting
+    return httpx.TransportError(text)
+
+
+@contextmanager
+def _aiohttp_errors() -> Iterator[None]:
+    """Re-raise aiohttp failures (raw, or as httpx-aiohttp mapped them) as
+    :func:`_httpx_error` says, chained to the aiohttp exception."""
+    try:
+        yield
+    except (httpx.TransportError, aiohttp.ClientError) as exc:
+        cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__
+        if not isinstance(cause, aiohttp.ClientError):
+            raise
+        mapped = _httpx_error(cause)
+        if type(mapped) is httpx.TransportError and isinstance(exc, httpx.TransportError):
+            raise  # nothing better than httpx-aiohttp's own (e.g. UnsupportedProtocol)
+        raise mapped from cause
+
+
+class _Body(httpx.AsyncByteStream):
+    """An answer body from httpx-aiohttp with its errors re-mapped."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _aiohttp_errors():
+            async for chunk in self._inner:
+                yield chunk
+
+    async def aclose(self) -> None:
+        with _aiohttp_errors():
+            await self._inner.aclose()
+
+
+class MappedAiohttpTransport(AiohttpTransport):
+    """httpx over aiohttp (much less CPU per request than httpcore), with
+    aiohttp's failures mapped to the httpx errors httpx's own transport raises."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        with _aiohttp_errors():
+            response = await super().handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Body(response.stream)
+        return response
+
+
+def env_proxy(url: str) -> bool:
+    """Whether the environment (``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...,
+    read the way urllib reads it) sends ``url`` through a proxy."""
+    proxies = urllib.request.getproxies()
+    u = httpx.URL(url)
+    if not (proxies.get(u.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(u.host)
+
+
 def parse_model_list(data: Any) -> list[str]:
     """Model names from ``{data:[...]}``, ``{models:[...]}`` or a bare list."""
     items: Any = data
@@ -201,16 +282,24 @@ class HTTPBackend:
         if self._client is not None:
             return
         c = self.config
+        limits = httpx.Limits(
+            max_connections=c.pool_size,
+            max_keepalive_connections=c.pool_size,
+            keepalive_expiry=60.0,
+        )
+        transport = self._transport
+        if transport is None and not env_proxy(self.api_root):
+            # httpx's API over aiohttp's connection pool: a streamed call costs
+            # ~1.3-2 ms CPU against ~3-5 ms over httpcore + anyio + h11.  Behind
+            # a proxy from the environment (HTTPS_PROXY...) httpx's own
+            # transport is kept: it honours every proxy setting httpx does.
+            transport = MappedAiohttpTransport(limits=limits)
         self._client = httpx.AsyncClient(
             base_url=self.api_root,
             headers=self.headers(),
             timeout=httpx.Timeout(c.timeout_secs, connect=c.connect_timeout_secs),
-            limits=httpx.Limits(
-                max_connections=c.pool_size,
-                max_keepalive_connections=c.pool_size,
-                keepalive_expiry=60.0,
-            ),
-            transport=self._transport,
+            limits=limits,
+            transport=transport,
         )
 
     async def shutdown(self) -> None:

@@ -24,7 +24,7 @@ async def test_talks_to_v1_and_costs_nothing(server: FakeLLMServer) -> None:
     assert streamed[-1].text == "echo: hello"  # type: ignore[union-attr]
     assert server.requests[0].path == "/v1/chat/completions"
     assert server.requests[0].body["model"] == "llama3.2"
-    assert "Authorization" not in server.requests[0].headers
+    assert "authorization" not in {k.lower() for k in server.requests[0].headers}
     assert p.model_info().cost(TokenUsage(input=10**6, output=10**6)) == 0.0
     assert p.name == "ollama:llama3.2"
 

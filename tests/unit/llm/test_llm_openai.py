@@ -106,9 +106,11 @@ async def test_compatible_backend_is_not_strict_and_sends_extra_headers(
     req = server.requests[0]
     assert "strict" not in req.body["tools"][0]["function"]
     assert req.body["max_tokens"] == 50
-    assert req.headers["HTTP-Referer"] == "https://me"
-    assert req.headers["X-Title"] == "Parley"
-    assert "Authorization" not in req.headers  # LLM_API_KEY is optional
+    # Header names are case-insensitive; the aiohttp transport sends custom ones lower-cased.
+    headers = {k.lower(): v for k, v in req.headers.items()}
+    assert headers["http-referer"] == "https://me"
+    assert headers["x-title"] == "Parley"
+    assert "authorization" not in headers  # LLM_API_KEY is optional
 
 
 async def test_history_with_tool_calls_and_results_is_sent_in_wire_form(
