@@ -66,4 +66,5 @@ async def test_plain_turn_costs_at_most_eight_round_trips(
         busy_secs = time.monotonic() - t0
         assert rt.worker.turns_done == n
         per_turn = (sum(packets.values()) - idle * busy_secs / idle_secs) / n
+    print(f"round trips per turn: {per_turn:.2f} {dict(packets)}")
     assert per_turn <= 8.0, f"{per_turn:.2f} round trips per turn: {dict(packets)}"
