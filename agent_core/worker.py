@@ -180,11 +180,10 @@ class Worker:
         bad = [eid for eid, ev in entries if ev is None]
         if bad:
             log.error("dropping %d malformed stream entries %s", len(bad), bad[:5])
-        acquired = await self.delivery.handoff(entries, self.owner)
-        for thread in acquired:
-            self._spawn(thread)
+        for thread, state in await self.delivery.handoff_and_begin(entries, self.owner):
+            self._spawn(thread, state)
 
-    def _spawn(self, thread: ThreadKey) -> None:
+    def _spawn(self, thread: ThreadKey, state: TurnState | None = None) -> None:
         running = self.running.get(thread)
         if running is not None:
             # The thread's task is finishing (its completion released the lock)
@@ -195,7 +194,7 @@ class Worker:
             return
         guard = LockGuard(owner=self.owner)
         self.guards[thread] = guard
-        task = asyncio.create_task(self._run_thread(thread, guard), name=f"thread {thread}")
+        task = asyncio.create_task(self._run_thread(thread, guard, state), name=f"thread {thread}")
         self.running[thread] = task
 
     async def _waits_for_earlier(self, thread: ThreadKey, state: TurnState) -> bool:
@@ -232,11 +231,14 @@ class Worker:
             self._spawn(thread)
 
     # -- a thread ----------------------------------------------------------
-    async def _run_thread(self, thread: ThreadKey, guard: LockGuard) -> None:
+    async def _run_thread(
+        self, thread: ThreadKey, guard: LockGuard, first: TurnState | None = None
+    ) -> None:
         released = False
         try:
             while True:
-                state = await self.delivery.begin(thread)
+                # The hand-off script read the first turn's state already.
+                state, first = first or await self.delivery.begin(thread), None
                 if not state.mailbox:
                     await self.delivery.release(thread, self.owner)
                     released = True

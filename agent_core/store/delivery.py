@@ -118,9 +118,17 @@ class Delivery:
         self, entries: list[tuple[bytes, InboundEvent | None]], owner: str
     ) -> list[ThreadKey]:
         """Move entries into their mailboxes; return the threads whose lock we got."""
+        return [t for t, _ in await self.handoff_and_begin(entries, owner)]
+
+    async def handoff_and_begin(
+        self, entries: list[tuple[bytes, InboundEvent | None]], owner: str
+    ) -> list[tuple[ThreadKey, TurnState]]:
+        """Move entries into their mailboxes; return the threads whose lock we
+        got, each with the state its turn begins from (read by the same script,
+        so the first turn needs no ``begin`` round trip)."""
         now = _ms()
         valid = [(eid, ev) for eid, ev in entries if ev is not None]
-        acquired: list[ThreadKey] = []
+        acquired: dict[ThreadKey, TurnState | None] = {}
         if valid:
             calls = []
             for _eid, ev in valid:
@@ -129,7 +137,14 @@ class Delivery:
                 calls.append(
                     (
                         self._handoff,
-                        [keys.mailbox(t), keys.seen(t), keys.lock(t), keys.next_seq(t)],
+                        [
+                            keys.mailbox(t),
+                            keys.seen(t),
+                            keys.lock(t),
+                            keys.next_seq(t),
+                            keys.session(t),
+                            keys.sent(t),
+                        ],
                         [
                             ev.event_id,
                             ev.to_json(),
@@ -145,16 +160,22 @@ class Delivery:
             for (_eid, ev), res in zip(valid, results, strict=True):
                 assert ev is not None
                 if int(res[1]) == 1 and ev.thread not in acquired:
-                    acquired.append(ev.thread)
+                    acquired[ev.thread] = None
+                if ev.thread in acquired and len(res) > 3:
+                    # the latest read of a thread we hold (later events of the batch included)
+                    box, ver, data, sent, nxt = res[3:8]
+                    flat = dict(zip(sent[::2], sent[1::2], strict=True))
+                    acquired[ev.thread] = _state(box, ver or None, data or None, flat, nxt or None)
+        ready = [(t, st) for t, st in acquired.items() if st is not None]
         if not entries:
-            return acquired
+            return ready
         async with self.redis.pipeline(transaction=False) as pipe:
             for _eid, ev in valid:
                 assert ev is not None
                 pipe.zadd(keys.ACTIVE_THREADS, {str(ev.thread): now}, nx=True)
             pipe.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])
             await pipe.execute()
-        return acquired
+        return ready
 
     # -- turns -------------------------------------------------------------
     async def begin(self, thread: ThreadKey) -> TurnState:
@@ -164,14 +185,7 @@ class Delivery:
             pipe.hgetall(keys.sent(thread))
             pipe.get(keys.next_seq(thread))
             raw_box, (ver, data), raw_sent, raw_next = await pipe.execute()
-        mailbox = [InboundEvent.from_json(r) for r in raw_box]
-        sent = {
-            k.decode(): MessageRef.from_dict(orjson.loads(v))
-            for k, v in raw_sent.items()
-            if not v.startswith(b"pending:")
-        }
-        pending = {k.decode() for k, v in raw_sent.items() if v.startswith(b"pending:")}
-        return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0))
+        return _state(raw_box, ver, data, raw_sent, raw_next)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -312,6 +326,23 @@ class Delivery:
     async def pending_count(self) -> int:
         info = await self.redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
         return int(info["pending"]) if info else 0
+
+
+def _state(
+    raw_box: list[bytes],
+    ver: bytes | None,
+    data: bytes | None,
+    raw_sent: dict[bytes, bytes],
+    raw_next: bytes | None,
+) -> TurnState:
+    mailbox = [InboundEvent.from_json(r) for r in raw_box]
+    sent = {
+        k.decode(): MessageRef.from_dict(orjson.loads(v))
+        for k, v in raw_sent.items()
+        if not v.startswith(b"pending:")
+    }
+    pending = {k.decode() for k, v in raw_sent.items() if v.startswith(b"pending:")}
+    return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0))
 
 
 def _decode(fields: dict[bytes, bytes] | None) -> InboundEvent | None:

@@ -20,14 +20,16 @@ redis.call('EXPIRE', KEYS[3], ARGV[4])
 return n
 """
 
-# KEYS: mailbox, seen, lock, next
+# KEYS: mailbox, seen, lock, next, session, sent
 # ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms, seq
 # Puts the event in the thread's mailbox unless it was handed off before
 # (idempotent on event id for seen_ttl), then tries the thread lock.  The
 # mailbox stays in arrival order: an event handed off late (its first reader
 # died) goes before later ones still waiting, never before the one running
 # (arrival number below the thread's next: appended at the end).
-# Returns {appended 0/1, lock acquired 0/1, mailbox length}.
+# Returns {appended 0/1, lock acquired 0/1, mailbox length}, and when the lock
+# is this owner's, also what a turn begins from (as Delivery.begin reads it):
+# mailbox, session version, session data, sent records (flat), next arrival.
 HANDOFF = """
 local appended = 0
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
@@ -56,7 +58,13 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 end
 local got = 0
 if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[5]) then got = 1 end
-return {appended, got, redis.call('LLEN', KEYS[1])}
+if got == 0 and redis.call('GET', KEYS[3]) ~= ARGV[4] then
+  return {appended, got, redis.call('LLEN', KEYS[1])}
+end
+local sess = redis.call('HMGET', KEYS[5], 'v', 'd')
+return {appended, got, redis.call('LLEN', KEYS[1]), redis.call('LRANGE', KEYS[1], 0, -1),
+        sess[1] or '', sess[2] or '', redis.call('HGETALL', KEYS[6]),
+        redis.call('GET', KEYS[4]) or ''}
 """
 
 # KEYS: mailbox, session, lock, sent, next

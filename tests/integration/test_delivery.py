@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_core.agent.agent import Agent
 from agent_core.errors import StoreUnavailable
-from agent_core.events import EventKind, InboundEvent, ThreadKey
+from agent_core.events import EventKind, InboundEvent, MessageRef, ThreadKey
 from agent_core.ingest import Ingest, Submitted
 from agent_core.llm.base import Completion, CompletionRequest, ModelInfo, StreamItem, TextDelta
 from agent_core.settings import CoreSettings
@@ -145,6 +145,23 @@ async def test_handoff_is_idempotent_and_takes_the_lock_once(redis_clients: Redi
     got = await d.handoff([(b"1-2", ev)], "w2")  # redelivery of the same event
     assert got == []
     assert await redis_clients.redis.llen(keys.mailbox(t)) == 1
+
+
+async def test_handoff_returns_the_state_a_turn_begins_from(redis_clients: RedisClients) -> None:
+    """The hand-off script reads what ``begin`` would (one round trip less per turn),
+    including later events of the same batch and earlier sent records."""
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    t, other = ThreadKey("web", "local", "a"), ThreadKey("web", "local", "b")
+    await d.record_sent(t, "e0:0", MessageRef("web", "local", "m1"))
+    got = await d.handoff_and_begin(
+        [(b"1-1", msg(t, 1)), (b"1-2", msg(other, 2)), (b"1-3", msg(t, 3))], "w1"
+    )
+    assert [th for th, _ in got] == [t, other]
+    state = dict(got)[t]
+    assert [e.event_id for e in state.mailbox] == ["e1", "e3"]
+    assert state == await d.begin(t)
+    assert state.sent == {"e0:0": MessageRef("web", "local", "m1")}
+    assert await d.handoff_and_begin([(b"1-4", msg(t, 4))], "w2") == []  # not its lock
 
 
 async def test_one_turn_at_a_time_per_thread_in_arrival_order(redis_clients: RedisClients) -> None:

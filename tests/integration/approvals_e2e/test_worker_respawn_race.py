@@ -3,7 +3,7 @@
 Found by the approval end-to-end tests under load (a press right after the prompt
 showed stalled for LOCK_TTL_SECS).  Deterministic repro: widen the window between
 the completion script (which deletes the thread lock when the mailbox is empty) and
-the thread task leaving ``Worker.running`` (after ``Delivery.deactivate``).
+the thread task leaving ``Worker.running``.
 """
 
 from __future__ import annotations
@@ -45,15 +45,16 @@ async def test_event_handed_off_while_the_thread_task_finishes_is_run(
     settings = settings_for(valkey, "telegram", platform, telegram_pkg)
     async with process(settings, "all") as rt:
         assert rt.delivery is not None and rt.worker is not None
-        original = rt.delivery.deactivate
+        original = rt.delivery.complete
         finishing = asyncio.Event()
 
-        async def slow_deactivate(thread: Any) -> None:
+        async def slow_complete(thread: Any, owner: str, **kw: Any) -> int:
+            left = await original(thread, owner, **kw)
             finishing.set()
             await asyncio.sleep(0.5)  # the thread task is still in Worker.running
-            await original(thread)
+            return left
 
-        rt.delivery.deactivate = slow_deactivate  # type: ignore[method-assign]
+        rt.delivery.complete = slow_complete  # type: ignore[method-assign]
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
 
