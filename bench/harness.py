@@ -348,6 +348,14 @@ class Box:
     http: aiohttp.ClientSession | None = None
     webhook_url: str = ""
     webhook_headers: dict[str, str] = field(default_factory=dict)
+
+    def target(self) -> tuple[str, dict[str, str]]:
+        """Where load goes now (set by the last start_floor / start_parley)."""
+        return self.webhook_url, dict(self.webhook_headers)
+
+    def aim(self, target: tuple[str, dict[str, str]]) -> None:
+        self.webhook_url, self.webhook_headers = target[0], dict(target[1])
+
     chats: itertools.count[int] = field(default_factory=lambda: itertools.count(1_000_000))
 
     # -- subprocesses -----------------------------------------------------------

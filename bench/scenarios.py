@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import random
 import shutil
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass
@@ -43,13 +44,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 class Options:
     quick: bool = False
     rate: float = 100.0  # turns/s of the fixed-rate phase
-    duration: float = 15.0  # seconds per measured phase
+    duration: float = 10.0  # seconds per measured phase
     users: int = 64  # closed-loop users at saturation
     floor_pools: tuple[int, ...] = (64,)
     llm_latency: float = 2.0  # inflight
     target: int = 5000  # inflight
     sessions: tuple[int, ...] = (1_000, 100_000, 1_000_000)
     stream_turns: int = 20
+    rounds: int = 3  # turns: alternating fixed-rate rounds per system
 
     def tiny(self) -> Options:
         return Options(
@@ -62,6 +64,7 @@ class Options:
             target=60,
             sessions=(200, 2_000),
             stream_turns=2,
+            rounds=2,
         )
 
 
@@ -70,52 +73,111 @@ def _ms(x: float) -> str:
 
 
 # --- floor / turns -----------------------------------------------------------------
-async def _measure(b: Box, ph: Phases, label: str, procs: list[Proc], o: Options) -> dict[str, Any]:
-    """Warm-up, a fixed-rate phase and a saturation phase against the current target."""
+async def _warm(b: Box, ph: Phases, label: str, o: Options) -> None:
     warm = 1.0 if o.quick else 3.0
     await open_loop(b, min(o.rate, 50.0), warm, ph.phase(f"{label}: warm-up", warm, b))
     await b.drain(10)
-    targets = [p.name for p in procs]
-    out: dict[str, Any] = {"processes": targets}
 
+
+async def _phase(
+    b: Box, ph: Phases, label: str, procs: list[Proc], o: Options, phase: str
+) -> tuple[dict[str, Any], list[float]]:
+    """One measured phase against the current target: its figures and raw latencies."""
+    targets = [p.name for p in procs]
+    b.tracker.reset_window()
+    err0 = b.tracker.errors
+    kinds0 = dict(b.tracker.errors_by_kind)
+    win = CpuWindow(b, procs)
+    win.begin()
+    if phase == "fixed":
+        name = f"{label}: {o.rate:.0f} turns/s"
+        await open_loop(b, o.rate, o.duration, ph.phase(name, o.duration, b))
+        await b.drain(15)
+    else:
+        name = f"{label}: saturation ({o.users} users)"
+        await closed_loop(b, o.users, o.duration, ph.phase(name, o.duration, b))
+    w = win.end()
+    if phase == "saturation":
+        await b.drain(15)
+    turns = len(b.tracker.latencies)
+    cpu = w["cpu_s"]
+    target_cpu = sum(cpu[n] for n in targets)
+    total_cpu = sum(cpu.values())
+    out = {
+        "turns": turns,
+        "wall_s": w["wall_s"],
+        "turns_per_s": round(turns / w["wall_s"], 1) if w["wall_s"] else 0.0,
+        "cpu_s": cpu,
+        "cpu_ms_per_turn": round(1000 * target_cpu / turns, 3) if turns else None,
+        "cpu_share": {k: round(v / total_cpu, 3) for k, v in cpu.items()} if total_cpu else {},
+        "box_cpu_util": round(total_cpu / w["wall_s"] / 2, 3) if w["wall_s"] else 0.0,
+        "latency_added": lat_summary(b.tracker.latencies),
+        "errors": b.tracker.errors - err0,
+        "error_kinds": {
+            k: v - kinds0.get(k, 0)
+            for k, v in b.tracker.errors_by_kind.items()
+            if v - kinds0.get(k, 0)
+        },
+    }
+    return out, list(b.tracker.latencies)
+
+
+def _pooled(rounds: list[tuple[dict[str, Any], list[float]]]) -> dict[str, Any]:
+    """Fixed-rate rounds of one system: median CPU per turn, latencies pooled."""
+    figs = [f for f, _ in rounds]
+    cpu = [f["cpu_ms_per_turn"] for f in figs if f["cpu_ms_per_turn"] is not None]
+    out = dict(figs[len(figs) // 2])  # shares, wall etc. of one (the middle) round
+    out.update(
+        turns=sum(f["turns"] for f in figs),
+        cpu_ms_per_turn=round(statistics.median(cpu), 3) if cpu else None,
+        cpu_ms_per_turn_rounds=cpu,
+        latency_added=lat_summary([x for _, lat in rounds for x in lat]),
+        errors=sum(f["errors"] for f in figs),
+        rounds=len(figs),
+    )
+    return out
+
+
+async def _measure(b: Box, ph: Phases, label: str, procs: list[Proc], o: Options) -> dict[str, Any]:
+    """Warm-up, a fixed-rate phase and a saturation phase against the current target."""
+    await _warm(b, ph, label, o)
+    out: dict[str, Any] = {"processes": [p.name for p in procs]}
     for phase in ("fixed", "saturation"):
-        b.tracker.reset_window()
-        err0 = b.tracker.errors
-        kinds0 = dict(b.tracker.errors_by_kind)
-        win = CpuWindow(b, procs)
-        win.begin()
-        if phase == "fixed":
-            name = f"{label}: {o.rate:.0f} turns/s"
-            await open_loop(b, o.rate, o.duration, ph.phase(name, o.duration, b))
-            await b.drain(15)
-        else:
-            name = f"{label}: saturation ({o.users} users)"
-            await closed_loop(b, o.users, o.duration, ph.phase(name, o.duration, b))
-        w = win.end()
-        if phase == "saturation":
-            await b.drain(15)
-        turns = len(b.tracker.latencies)
-        cpu = w["cpu_s"]
-        target_cpu = sum(cpu[n] for n in targets)
-        total_cpu = sum(cpu.values())
-        out[phase] = {
-            "turns": turns,
-            "wall_s": w["wall_s"],
-            "turns_per_s": round(turns / w["wall_s"], 1) if w["wall_s"] else 0.0,
-            "cpu_s": cpu,
-            "cpu_ms_per_turn": round(1000 * target_cpu / turns, 3) if turns else None,
-            "cpu_share": {k: round(v / total_cpu, 3) for k, v in cpu.items()} if total_cpu else {},
-            "box_cpu_util": round(total_cpu / w["wall_s"] / 2, 3) if w["wall_s"] else 0.0,
-            "latency_added": lat_summary(b.tracker.latencies),
-            "errors": b.tracker.errors - err0,
-            "error_kinds": {
-                k: v - kinds0.get(k, 0)
-                for k, v in b.tracker.errors_by_kind.items()
-                if v - kinds0.get(k, 0)
-            },
-        }
+        out[phase], _ = await _phase(b, ph, label, procs, o, phase)
     out["rss_mb"] = {p.name: round(rss_mb(p.pid), 1) for p in procs}
     return out
+
+
+async def _side_by_side(b: Box, ph: Phases, o: Options, data: dict[str, Any]) -> None:
+    """Floor and Parley both running; the fixed-rate phase alternates between them
+    for ``o.rounds`` rounds (a noisy box then shifts both alike), then one
+    saturation phase each.  CPU per turn = median of the rounds; latencies pooled."""
+    pool = o.floor_pools[-1]
+    systems: list[tuple[str, str, list[Proc], tuple[str, dict[str, str]]]] = []
+    procs = await b.start_floor(pool)
+    systems.append((f"floor_pool{pool}", f"floor pool={pool}", procs, b.target()))
+    procs = await b.start_parley(WORKER_CONCURRENCY="512")
+    systems.append(("parley", "parley web+worker", procs, b.target()))
+    fixed: dict[str, list[tuple[dict[str, Any], list[float]]]] = {k: [] for k, *_ in systems}
+    for _key, label, _procs, target in systems:
+        b.aim(target)
+        await _warm(b, ph, label, o)
+    for r in range(o.rounds):
+        for key, label, procs, target in systems:
+            b.aim(target)
+            fixed[key].append(await _phase(b, ph, f"{label} #{r + 1}", procs, o, "fixed"))
+    for key, label, procs, target in systems:
+        b.aim(target)
+        sat, _ = await _phase(b, ph, label, procs, o, "saturation")
+        data[key] = {
+            "processes": [p.name for p in procs],
+            "fixed": _pooled(fixed[key]),
+            "saturation": sat,
+            "rss_mb": {p.name: round(rss_mb(p.pid), 1) for p in procs},
+        }
+    data["parley"]["telegram_calls"] = dict(b.tg.counts)
+    for _key, _label, procs, _target in systems:
+        await b.stop(procs)
 
 
 async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Table, list[str]]:
@@ -123,15 +185,14 @@ async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Ta
     async with box(0.0) as b:
         data["machine"] = machine_info(b.valkey_version)
         with Phases() as ph:
-            for pool in o.floor_pools:
-                procs = await b.start_floor(pool)
-                data[f"floor_pool{pool}"] = await _measure(b, ph, f"floor pool={pool}", procs, o)
-                await b.stop(procs)
-            if with_parley:
-                procs = await b.start_parley(WORKER_CONCURRENCY="512")
-                data["parley"] = await _measure(b, ph, "parley web+worker", procs, o)
-                data["parley"]["telegram_calls"] = dict(b.tg.counts)
-                await b.stop(procs)
+            if not with_parley:
+                for pool in o.floor_pools:
+                    procs = await b.start_floor(pool)
+                    label = f"floor pool={pool}"
+                    data[f"floor_pool{pool}"] = await _measure(b, ph, label, procs, o)
+                    await b.stop(procs)
+            else:
+                await _side_by_side(b, ph, o, data)
     floor = data[f"floor_pool{o.floor_pools[-1]}"]
     table = Table(title="parley bench turns" if with_parley else "parley bench floor")
     for col in ("figure", "floor", "parley", "ratio", "target", "met"):
@@ -145,6 +206,9 @@ async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Ta
         "Telegram pacing off for throughput runs (TELEGRAM_CHAT_INTERVAL_SECS=0, "
         "TELEGRAM_GLOBAL_RATE=0; production: 1 msg/s per chat, 30 msg/s): no streaming "
         "edits, one sendMessage per turn, plus the typing action.",
+        f"Both systems run side by side; the {o.rate:.0f} turns/s phase alternates between "
+        f"them for {o.rounds} rounds of {o.duration:.0f} s (CPU ms/turn = median of the rounds, "
+        "latencies pooled), then one saturation phase each: a noisy shared box shifts both.",
         "Latency added = fake Bot API receives sendMessage − webhook POST sent − fake LLM "
         "latency (0 ms here).",
     ]

@@ -217,7 +217,10 @@ def bench(
     ],
     quick: Annotated[bool, typer.Option(help="a tiny configuration that runs in seconds")] = False,
     rate: Annotated[float, typer.Option(help="turns/s of the fixed-rate phase")] = 100.0,
-    duration: Annotated[float, typer.Option(help="seconds per measured phase")] = 15.0,
+    duration: Annotated[float, typer.Option(help="seconds per measured phase")] = 10.0,
+    rounds: Annotated[
+        int, typer.Option(help="turns: alternating fixed-rate rounds per system (median)")
+    ] = 3,
     users: Annotated[int, typer.Option(help="closed-loop users at saturation")] = 64,
     floor_pool: Annotated[
         str, typer.Option(help="floor Bot connection pool sizes, e.g. 1,64 (last = compared)")
@@ -250,6 +253,7 @@ def bench(
             quick=quick,
             rate=rate,
             duration=duration,
+            rounds=rounds,
             users=users,
             floor_pools=tuple(int(x) for x in floor_pool.split(",") if x),
             llm_latency=llm_latency,
