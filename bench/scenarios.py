@@ -261,6 +261,15 @@ async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Ta
         f"CPU ms/turn @ {o.rate:.0f}/s", str(floor[fx]["cpu_ms_per_turn"]),
         str(p[fx]["cpu_ms_per_turn"]), f"{r_cpu}×", "≤ 2.0×", yes[v["cpu_target_met"]],
     )  # fmt: skip
+    fr, pr = floor[fx].get("cpu_ms_per_turn_rounds"), p[fx].get("cpu_ms_per_turn_rounds")
+    if fr and pr and len(fr) == len(pr):
+        paired = [round(a / c, 2) for a, c in zip(pr, fr, strict=True) if c]
+        data["verdict"]["cpu_ratio_per_round"] = paired
+        table.add_row(
+            "  rounds (floor / parley / ratio)",
+            " ".join(f"{x:.2f}" for x in fr), " ".join(f"{x:.2f}" for x in pr),
+            " ".join(f"{x:.2f}" for x in paired), "", "",
+        )  # fmt: skip
     table.add_row(
         "CPU ms/turn @ saturation", str(floor[sat]["cpu_ms_per_turn"]),
         str(p[sat]["cpu_ms_per_turn"]), f"{r_cpu_sat}×", "", "",
