@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -326,14 +327,34 @@ class WebChannel(Channel):
             Mount("/static", app=_SecuredApp(StaticFiles(directory=STATIC)), name="static"),
         ]
 
+    async def _retract(self, event: InboundEvent, recorded: bool) -> None:
+        if recorded:
+            with contextlib.suppress(RedisError):
+                await self._outbox.retract_user(event.thread, event.event_id)
+
     async def _submit(self, ingest: Ingest, event: InboundEvent, *, record: bool) -> Response:
+        # The user's message goes into the transcript *before* it is published: a
+        # worker can answer within milliseconds (an open circuit breaker, a
+        # command), and the answer must never show above the question.  A message
+        # the store then refuses or cannot take is retracted again.
+        recorded = False
+        if record:
+            try:
+                await self._outbox.record_user(event.thread, event)
+                recorded = True
+            except RedisError:
+                log.warning(
+                    "[%s] could not record the user message in the transcript", event.thread
+                )
         try:
             result = await ingest.submit(event)
         except StoreUnavailable:
+            await self._retract(event, recorded)
             return JSONResponse(
                 {"error": "the server cannot store messages right now"}, status_code=503
             )
         if result == Submitted.REFUSED:
+            await self._retract(event, recorded)
             return JSONResponse(
                 {
                     "error": "your message was not accepted (not allowed, or too many messages)",
@@ -341,13 +362,6 @@ class WebChannel(Channel):
                 },
                 status_code=429,
             )
-        if result == Submitted.ACCEPTED and record:
-            try:
-                await self._outbox.record_user(event.thread, event)
-            except RedisError:
-                log.warning(
-                    "[%s] could not record the user message in the transcript", event.thread
-                )
         return JSONResponse(
             {
                 "ok": True,

@@ -5,7 +5,7 @@ different process: the worker appends what it says to the thread's ``out``
 stream and the web process (SSE) or the console reads it.  The stream is also
 the visible transcript: a refreshed page replays it, edits applied.
 
-Entry fields: ``t`` = user | message | edit | typing | done | notice-private,
+Entry fields: ``t`` = user | message | edit | typing | done | retract | notice-private,
 ``id`` = message id, ``m`` = OutboundMessage JSON (or the user's text),
 ``ev`` = the inbound event id it answers (for ``done``).
 """
@@ -88,6 +88,10 @@ class LocalOutbox:
             {"t": "user", "id": event.event_id, "m": {"tx": event.text, "u": event.user_name}},
         )
 
+    async def retract_user(self, thread: ThreadKey, event_id: str) -> None:
+        """Take back a recorded user message the store then refused."""
+        await self._add(thread, {"t": "retract", "id": event_id})
+
 
 def kind_of(item: dict[str, Any]) -> str:
     return str(item.get("kind", "message"))
@@ -108,6 +112,8 @@ def fold_transcript(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[dic
                 continue
             index[mid] = len(out)
             out.append(item)
+        elif kind == "retract" and mid in index:
+            out[index.pop(mid)] = {}  # dropped below
         elif kind == "edit" and mid in index:
             m = orjson.loads(f.get(b"m", b"{}"))
             out[index[mid]] = {
@@ -116,4 +122,4 @@ def fold_transcript(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[dic
                 "entry": entry_id.decode(),
                 **m,
             }
-    return out
+    return [item for item in out if item]

@@ -87,7 +87,7 @@ def base_env(redis_url: str, llm_url: str, port: int, **extra: str) -> dict[str,
         RECLAIM_IDLE_SECS="2",
         SWEEP_INTERVAL_SECS="0.5",
         SHUTDOWN_GRACE_SECS="10",
-        LOG_LEVEL="WARNING",
+        LOG_LEVEL=os.environ.get("FAULT_LOG_LEVEL", "WARNING"),
     )
     env.update(extra)
     return env

@@ -166,6 +166,7 @@ function setTyping(on) {
 function handle(ev) {
   if (ev.t === "typing") { setTyping(true); return; }
   if (ev.t === "done") { setTyping(false); return; }
+  if (ev.t === "retract") { byId.get(ev.id)?.remove(); byId.delete(ev.id); return; }
   const m = ev.m || {};
   if (ev.t === "user") upsert({ kind: "user", id: ev.id, tx: m.tx });
   else if (ev.t === "message" || ev.t === "edit") upsert({ kind: "bot", id: ev.id, ...m });

@@ -133,6 +133,28 @@ async def test_a_refused_message_is_an_error_the_page_can_show(runtime: Any) -> 
         assert (await client.get("/api/history")).json()["messages"] == []
 
 
+async def test_the_question_is_above_the_answer_however_fast_the_worker_is(
+    runtime: Any,
+) -> None:
+    """The web process records the user's message before publishing it: a worker
+    answering while the web process is still busy cannot land above it."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        assert rt.ingest is not None
+        original = rt.ingest.submit
+
+        async def slow_after_publish(event: Any) -> Any:
+            result = await original(event)
+            await asyncio.sleep(0.5)  # the worker answers meanwhile
+            return result
+
+        rt.ingest.submit = slow_after_publish  # type: ignore[method-assign]
+        await client.get("/")
+        r = await client.post("/api/messages", json={"text": "ping order"})
+        assert r.status_code == 202
+        msgs = await _history(client, lambda ms: len(ms) >= 2)
+        assert msgs[0]["kind"] == "user" and msgs[0]["tx"] == "ping order", msgs
+
+
 async def test_cookie_is_secure_behind_an_https_proxy_and_survives_login(runtime: Any) -> None:
     async with runtime("all", serve_web=True) as rt:
         rt.channels["web"].settings.web_chat_token = SecretStr("s3cret")
