@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -213,7 +214,8 @@ def release() -> None:
 @app.command()
 def bench(
     scenario: Annotated[
-        str, typer.Argument(help="floor | turns | inflight | redis | sessions | stream | all")
+        str,
+        typer.Argument(help="floor | turns | inflight | redis | sessions | stream | all | chaos"),
     ],
     quick: Annotated[bool, typer.Option(help="a tiny configuration that runs in seconds")] = False,
     rate: Annotated[float, typer.Option(help="turns/s of the fixed-rate phase")] = 100.0,
@@ -233,7 +235,6 @@ def bench(
     out: Annotated[str, typer.Option(help="results directory (default bench/results)")] = "",
 ) -> None:
     """Benchmarks on loopback against the fakes (from a source checkout)."""
-    from pathlib import Path
 
     import bots
 
@@ -245,6 +246,9 @@ def bench(
     from bench.scenarios import SCENARIOS, Options
     from bench.scenarios import run as run_scenario
 
+    if scenario == "chaos":
+        _bench_chaos(quick, Path(out) if out else root / "bench" / "results")
+        return
     names = list(SCENARIOS[1:]) if scenario == "all" else [scenario]
     if any(n not in SCENARIOS for n in names):
         _fail([f"unknown scenario {scenario!r}; use one of: {', '.join(SCENARIOS)}, all"])
@@ -272,6 +276,28 @@ def bench(
             raise typer.Exit(130) from None
         except Exception as exc:
             _fail([f"bench {name}: {type(exc).__name__}: {exc}"])
+
+
+def _bench_chaos(quick: bool, out_dir: Path) -> None:
+    """The fault scenarios of tests/faults at their long sizes (--quick: CI sizes)."""
+    import datetime as dt
+    import json
+
+    from bench.chaos import run as run_chaos
+
+    result = asyncio.run(run_chaos(long=not quick))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{dt.date.today().isoformat()}-chaos{'-quick' if quick else ''}.json"
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    failed = False
+    for name, fig in result["scenarios"].items():
+        if "error" in fig:
+            failed = True
+        shown = {k: v for k, v in fig.items() if k not in ("trace", "rerun")}
+        typer.echo(f"{name}: {json.dumps(shown, default=str)}")
+    typer.echo(f"wrote {path}")
+    if failed:
+        raise typer.Exit(1)
 
 
 telegram_app = typer.Typer(help="Telegram webhook administration.", no_args_is_help=True)
