@@ -56,7 +56,7 @@ class SlackChannel(Channel):
 
     async def initialize(self) -> None:
         s = self.settings
-        self._session = make_session()
+        self._session = make_session(timeout=s.slack_http_timeout)
         self._web = make_web_client(
             s.secret("slack_bot_token"),
             s.slack_api_base_url,

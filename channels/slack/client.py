@@ -77,6 +77,39 @@ class PacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
         )
 
 
+# Calls that create something the user sees: repeating one whose answer was lost
+# can show it twice.
+_CREATING = ("chat.postMessage", "chat.postEphemeral", "chat.scheduleMessage", "chat.meMessage")
+
+
+class SafeConnectionErrorRetryHandler(AsyncConnectionErrorRetryHandler):
+    """slack_sdk's connection-error retry, minus the one case that duplicates.
+
+    The stock handler repeats a call after any ``ServerConnectionError`` -
+    including a read timeout or a dropped connection *after* Slack received the
+    request, so a ``chat.postMessage`` whose answer was lost was posted twice
+    (tests/integration/slack/test_slack_outbox.py).  Here a call that creates a
+    message is repeated only when it never left (no connection could be made);
+    otherwise the sender reports it unconfirmed (agent_core.errors.SendUnconfirmed).
+    """
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if isinstance(error, aiohttp.ClientConnectorError):
+            return True  # never reached Slack
+        if request.url.rstrip("/").endswith(_CREATING):
+            return False
+        return await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
 def make_web_client(
     token: str,
     base_url: str,
@@ -86,7 +119,7 @@ def make_web_client(
     timeout: int = 15,
 ) -> AsyncWebClient:
     handlers: list[AsyncRetryHandler] = [
-        AsyncConnectionErrorRetryHandler(),
+        SafeConnectionErrorRetryHandler(),
         PacedRateLimitRetryHandler(pacer),
     ]
     return AsyncWebClient(
@@ -98,8 +131,14 @@ def make_web_client(
     )
 
 
-def make_session(limit: int = 100) -> aiohttp.ClientSession:
-    """One keep-alive pool for every Web API call of this process."""
+def make_session(limit: int = 100, timeout: float = 15) -> aiohttp.ClientSession:
+    """One keep-alive pool for every Web API call of this process.
+
+    The timeout belongs here: slack_sdk applies its own ``timeout`` only to the
+    sessions it creates, so a session handed to it keeps aiohttp's 5-minute default
+    unless set (SLACK_HTTP_TIMEOUT was silently ignored before).
+    """
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
+        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300),
+        timeout=aiohttp.ClientTimeout(total=timeout),
     )

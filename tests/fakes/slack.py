@@ -127,6 +127,8 @@ class FakeSlack:
         self.bot_token = bot_token
         self.app_token = app_token
         self.signing_secret = signing_secret
+        self.stall: dict[str, float] = {}  # method -> seconds to wait before answering (once)
+        self.drop: set[str] = set()  # methods whose connection drops after doing it (once)
         self.team = team
         self.bot_user = bot_user
         self.channel_interval = channel_interval  # 429 when a channel is posted to faster
@@ -264,6 +266,13 @@ class FakeSlack:
                 status=429,
                 headers={"Retry-After": str(rl.retry_after)},
             )
+        stall = self.stall.pop(method, 0.0)
+        if stall:  # done, but the answer comes too late (the client timed out)
+            await asyncio.sleep(stall)
+        if method in self.drop:  # done, but the connection drops before the answer
+            self.drop.discard(method)
+            if request.transport is not None:
+                request.transport.close()
         return web.json_response({"ok": True, **result})
 
     def _methods(self) -> dict[str, Any]:

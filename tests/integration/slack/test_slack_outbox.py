@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from redis.asyncio import Redis
 
-from agent_core.errors import ConfigError, SendRateLimited
+from agent_core.errors import ConfigError, SendRateLimited, SendUnconfirmed
 from agent_core.events import (
     Action,
     Button,
@@ -257,3 +257,27 @@ async def test_pacer_pause_applies_to_other_processes(redis: Redis) -> None:
     await pacer.pause(channel_pace("C1"), 2.0)
     wait = await Pacer(redis).reserve([(channel_pace("C1"), 1.0)], max_wait=0.5)
     assert wait is None  # a droppable streaming edit is skipped during the pause
+
+
+@pytest.mark.parametrize("fault", ["late answer", "dropped connection"])
+async def test_post_whose_answer_is_lost_after_slack_stored_it_is_not_repeated(
+    fault: str, fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
+) -> None:
+    """Slack stored the message but its answer never arrived (SLACK_HTTP_TIMEOUT
+    passed, or the connection dropped): the sender reports it unconfirmed and nothing
+    posts it again (slack_sdk's stock retry handler re-sent on a dropped connection)."""
+    slack = channel_factory(slack_http_timeout=1)
+    await slack.initialize()
+    try:
+        thread = _thread(fake_slack)
+        if fault == "late answer":
+            fake_slack.stall["chat.postMessage"] = 2.0
+        else:
+            fake_slack.drop.add("chat.postMessage")
+        with pytest.raises(SendUnconfirmed):
+            await slack.outbox().send(thread, OutboundMessage("stored once"))
+        await asyncio.sleep(1.5)
+        posts = [c for c in fake_slack.calls if c.method == "chat.postMessage"]
+        assert len(posts) == 1, posts
+    finally:
+        await slack.shutdown()
