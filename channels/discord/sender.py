@@ -110,13 +110,20 @@ class DiscordOutbox:
 
     async def _call(self, route: Route, **kwargs: Any) -> Any:
         http = await self.http()
+        kwargs.setdefault(
+            "timeout", aiohttp.ClientTimeout(total=self._settings.discord_http_timeout)
+        )
         try:
             return await http.request(route, **kwargs)
         except discord.RateLimited as exc:
             raise SendRateLimited(exc.retry_after) from exc
         except discord.HTTPException as exc:
             raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
-        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:  # never left
+        except (
+            aiohttp.ClientConnectorError,
+            aiohttp.ConnectionTimeoutError,
+            ConnectionRefusedError,
+        ) as exc:  # never left
             raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             # It left and no answer came back: Discord may have created it.

@@ -36,6 +36,8 @@ class DiscordSettings(ParleySettings):
     discord_stream_interval: float = Field(default=1.0, ge=0.2)
     # A 429 longer than this is not slept through: the sender raises SendRateLimited.
     discord_max_retry_wait: float = Field(default=30.0, ge=30.0)
+    # Seconds one REST call may take (discord.py alone keeps aiohttp's 5 minutes).
+    discord_http_timeout: float = Field(default=15.0, gt=0, le=300)
     # Catch-up after a non-resumable reconnect: conversations active within this many
     # seconds are re-read from their last seen message.
     discord_catchup_window_secs: int = Field(default=86_400, ge=60)

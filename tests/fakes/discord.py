@@ -154,6 +154,7 @@ class FakeDiscord:
             "bot": True,
         }
         self.calls: list[Call] = []
+        self.stall: dict[str, float] = {}  # HTTP method -> seconds before answering (once)
         self.scripts: list[Script] = []
         self.guilds: dict[str, dict[str, Any]] = {GUILD_ID: {"id": GUILD_ID, "name": "Test Guild"}}
         self.channels: dict[str, dict[str, Any]] = {}
@@ -675,6 +676,9 @@ class FakeDiscord:
             resp = _json(err.body, err.status, err.headers)
         call.status = resp.status
         self._poke()
+        stall = self.stall.pop(method, 0.0)
+        if stall:  # done, but the answer comes too late (the client timed out)
+            await asyncio.sleep(stall)
         return resp
 
     async def _route(self, request: web.Request, method: str, path: str, body: Any) -> web.Response:

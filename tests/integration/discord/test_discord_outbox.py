@@ -10,7 +10,7 @@ import pytest
 from discord_harness import Gateway, wait_client_ready
 from redis.asyncio import Redis
 
-from agent_core.errors import SendFailed, SendRateLimited
+from agent_core.errors import SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import (
     Button,
     ButtonStyle,
@@ -240,3 +240,23 @@ async def test_press_while_redis_is_down_tells_the_presser(
     body = fake_discord.interactions[inter["id"]]["_answered"]["body"]
     assert body["type"] == 4 and body["data"]["flags"] == 64
     await asyncio.sleep(0)
+
+
+async def test_post_whose_answer_comes_too_late_is_unconfirmed_not_repeated(
+    redis: Redis, make_settings: Callable[..., DiscordSettings], fake_discord: FakeDiscord
+) -> None:
+    """DISCORD_HTTP_TIMEOUT bounds a REST call; a message Discord created but answered
+    too late for is reported unconfirmed and not posted again."""
+    box = DiscordOutbox(make_settings(discord_http_timeout=0.5), Pacer(redis))
+    try:
+        await box.http()
+        fake_discord.stall["POST"] = 1.5
+        t0 = time.monotonic()
+        with pytest.raises(SendUnconfirmed):
+            await box.send(THREAD, OutboundMessage("created once"))
+        assert time.monotonic() - t0 < 1.4
+        await asyncio.sleep(1.2)
+        posts = [c for c in fake_discord.calls if c.method == "POST" and "/messages" in c.path]
+        assert len(posts) == 1, posts
+    finally:
+        await box.close()
