@@ -283,7 +283,9 @@ class Worker:
                         next_seq=_next_after(state.mailbox[:1]),
                     )
                     if left <= 0:
-                        released = left == 0  # completion also left the active index
+                        released = left == 0
+                        if left == 0:
+                            await self.delivery.deactivate(thread)
                         return
                     continue
                 left = await self.delivery.complete(
@@ -314,7 +316,8 @@ class Worker:
                     )
                     continue
                 if left == 0:
-                    released = True  # completion also took it out of the active index
+                    released = True
+                    await self.delivery.deactivate(thread)
                     return
         except asyncio.CancelledError:
             log.info("[%s] turn cancelled (shutdown); its message stays queued", thread)

@@ -236,13 +236,7 @@ class Delivery:
         next_seq: int = 0,
     ) -> int:
         """Complete the turn; ``with_calls`` (idempotent per-thread scripts such as
-        the undo checkpoint) ride in the same round trip.
-
-        The thread also leaves the active index in that round trip: ZREM goes
-        first, so the script's mailbox check comes after it (see ``deactivate``
-        for why that order loses no hand-off); unless the script released the
-        thread (0: mailbox empty) it is put back.
-        """
+        the undo checkpoint) ride in the same round trip."""
         done: Call = (
             self._complete,
             [
@@ -263,12 +257,8 @@ class Delivery:
                 *sent_fields,
             ],
         )
-        unindex = ("ZREM", keys.ACTIVE_THREADS, str(thread))
-        res = await run_pipelined(self.redis, [done, *with_calls], before=[unindex])
-        left = int(res[0])
-        if left != 0:
-            await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
-        return left
+        res = await run_pipelined(self.redis, [done, *with_calls])
+        return int(res[0])
 
     async def save_session(self, thread: ThreadKey, data: bytes, version: int) -> int:
         return int(

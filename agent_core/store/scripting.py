@@ -19,27 +19,17 @@ from redis.exceptions import NoScriptError
 Call = tuple[AsyncScript, Sequence[Any], Sequence[Any]]
 
 
-async def run_pipelined(
-    redis: Redis, calls: Sequence[Call], *, before: Sequence[Sequence[Any]] = ()
-) -> list[Any]:
+async def run_pipelined(redis: Redis, calls: Sequence[Call]) -> list[Any]:
     """EVALSHA every call in one pipeline; results in order.
 
     Scripts the server did not know (NOSCRIPT: they did not run) are loaded and
     only those calls are sent again, so a script that did run never runs twice.
-    ``before``: plain commands sent first in the same pipeline (always ahead of
-    every call, also of one sent again; their results are dropped).
     Any other error is raised.
     """
     async with redis.pipeline(transaction=False) as pipe:
-        for command in before:
-            pipe.execute_command(*command)
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         results = list(await pipe.execute(raise_on_error=False))
-    for r in results[: len(before)]:
-        if isinstance(r, Exception):
-            raise r
-    results = results[len(before) :]
     missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
     if missing:
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
