@@ -71,6 +71,19 @@ def env_for(
     return env
 
 
+def _warnings(logdir: Path) -> str:
+    """The processes' warning and error lines, for a failure message."""
+    out = []
+    for log in sorted(logdir.glob("*.log")):
+        lines = [
+            ln
+            for ln in log.read_text(errors="replace").splitlines()
+            if "WARNING" in ln or "ERROR" in ln
+        ]
+        out += [f"{log.name}: {ln[:300]}" for ln in lines[-40:]]
+    return "\n".join(out)
+
+
 async def spawn(role: str, env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
     fh = log.open("wb")
     return await asyncio.create_subprocess_exec(
@@ -130,8 +143,12 @@ async def test_thousand_messages_three_workers_one_killed(
         total = sum(len(v) for v in covered.values())
         dupes = {c: [m for m in set(v) if v.count(m) > 1] for c, v in covered.items()}
         dupes = {c: d for c, d in dupes.items() if d}
-        assert dupes == {}, f"messages answered more than once: {dupes}"
-        assert total == chats * per_chat, f"{chats * per_chat - total} messages never answered"
+        assert dupes == {}, f"messages answered more than once: {dupes}\n{_warnings(tmp_path)}"
+        missing = {c: sorted(set(range(per_chat)) - set(covered.get(c, []))) for c in range(chats)}
+        missing = {c: m for c, m in missing.items() if m}
+        assert total == chats * per_chat, (
+            f"{chats * per_chat - total} messages never answered: {missing}\n{_warnings(tmp_path)}"
+        )
         for c, order in covered.items():
             assert order == sorted(order), f"chat {c} answered out of order: {order}"
         # nothing left behind
