@@ -143,44 +143,66 @@ class Worker:
         # was lost with the connection, a hand-off that failed) are re-read first,
         # before anything newer, so per-thread order survives Redis hiccups.
         replay_own = True
-        while not stop.is_set():
-            free = self.settings.worker_concurrency - len(self.running)
-            if free <= 0:
-                await asyncio.sleep(0.01)
-                continue
-            try:
-                if replay_own:
-                    own = await self.delivery.read_own_pending(self.name, count=100)
-                    if own:
-                        log.info("re-reading %d entries this worker had not handed off", len(own))
-                        await self._hand_off(own)
-                        continue
-                    replay_own = False
-                entries = await self.delivery.read(self.name, count=min(free, 100), block_ms=1000)
-                if entries:
-                    replay_own = True  # if the hand-off fails, re-read these first
-                    await self._hand_off(entries)
-                    replay_own = False
-                delay = 0.2
-            except ResponseError as exc:
-                if "NOGROUP" in str(exc):
-                    await self.delivery.ensure_group()
+        # Entries handed off but not yet acknowledged: the acknowledgement (active
+        # index ZADD + XACK) rides at the head of the next read's round trip.
+        unacked: list[tuple[bytes, InboundEvent | None]] = []
+        try:
+            while not stop.is_set():
+                free = self.settings.worker_concurrency - len(self.running)
+                if free <= 0:
+                    if unacked:
+                        await self.delivery.acknowledge(unacked)
+                        unacked = []
+                    await asyncio.sleep(0.01)
                     continue
-                log.exception("unexpected Redis error while consuming")
-                await asyncio.sleep(delay)
-            except (RedisError, OSError) as exc:
-                replay_own = True
-                log.warning(
-                    "consume: Redis unavailable (%s); retrying in %.1f s", type(exc).__name__, delay
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                try:
+                    if replay_own:
+                        own = await self.delivery.read_own_pending(self.name, count=100)
+                        if own:
+                            log.info(
+                                "re-reading %d entries this worker had not handed off", len(own)
+                            )
+                            await self._hand_off(own)
+                            unacked = []  # re-handed off and acknowledged just now
+                            continue
+                        replay_own = False
+                    entries = await self.delivery.read(
+                        self.name, count=min(free, 100), block_ms=1000, ack_first=unacked
+                    )
+                    unacked = []
+                    if entries:
+                        replay_own = True  # if the hand-off fails, re-read these first
+                        await self._hand_off(entries, ack=False)
+                        unacked = entries
+                        replay_own = False
+                    delay = 0.2
+                except ResponseError as exc:
+                    if "NOGROUP" in str(exc):
+                        await self.delivery.ensure_group()
+                        continue
+                    log.exception("unexpected Redis error while consuming")
+                    await asyncio.sleep(delay)
+                except (RedisError, OSError) as exc:
+                    replay_own = True
+                    log.warning(
+                        "consume: Redis unavailable (%s); retrying in %.1f s",
+                        type(exc).__name__,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            if unacked:
+                with contextlib.suppress(RedisError, OSError):
+                    await self.delivery.acknowledge(unacked)
 
-    async def _hand_off(self, entries: list[tuple[bytes, InboundEvent | None]]) -> None:
+    async def _hand_off(
+        self, entries: list[tuple[bytes, InboundEvent | None]], *, ack: bool = True
+    ) -> None:
         bad = [eid for eid, ev in entries if ev is None]
         if bad:
             log.error("dropping %d malformed stream entries %s", len(bad), bad[:5])
-        for thread, state in await self.delivery.handoff_and_begin(entries, self.owner):
+        for thread, state in await self.delivery.handoff_and_begin(entries, self.owner, ack=ack):
             self._spawn(thread, state)
 
     def _spawn(self, thread: ThreadKey, state: TurnState | None = None) -> None:

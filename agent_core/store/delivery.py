@@ -81,11 +81,30 @@ class Delivery:
                 raise
 
     async def read(
-        self, consumer: str, *, count: int = 100, block_ms: int = 2000
+        self,
+        consumer: str,
+        *,
+        count: int = 100,
+        block_ms: int = 2000,
+        ack_first: Sequence[tuple[bytes, InboundEvent | None]] = (),
     ) -> list[tuple[bytes, InboundEvent | None]]:
-        resp: Any = await self.blocking.xreadgroup(
-            keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: ">"}, count=count, block=block_ms
-        )
+        """Read new entries; ``ack_first``: entries already handed off, acknowledged
+        (index ZADD, then XACK) at the head of the same round trip."""
+        if ack_first:
+            async with self.blocking.pipeline(transaction=False) as pipe:
+                _queue_ack(pipe, ack_first)
+                pipe.xreadgroup(
+                    keys.INBOX_GROUP,
+                    consumer,
+                    {keys.INBOX_STREAM: ">"},
+                    count=count,
+                    block=block_ms,
+                )
+                resp: Any = (await pipe.execute())[-1]
+        else:
+            resp = await self.blocking.xreadgroup(
+                keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: ">"}, count=count, block=block_ms
+            )
         out: list[tuple[bytes, InboundEvent | None]] = []
         for _stream, entries in resp or ():
             for entry_id, fields in entries:
@@ -121,11 +140,21 @@ class Delivery:
         return [t for t, _ in await self.handoff_and_begin(entries, owner)]
 
     async def handoff_and_begin(
-        self, entries: list[tuple[bytes, InboundEvent | None]], owner: str
+        self,
+        entries: list[tuple[bytes, InboundEvent | None]],
+        owner: str,
+        *,
+        ack: bool = True,
     ) -> list[tuple[ThreadKey, TurnState]]:
         """Move entries into their mailboxes; return the threads whose lock we
         got, each with the state its turn begins from (read by the same script,
-        so the first turn needs no ``begin`` round trip)."""
+        so the first turn needs no ``begin`` round trip).
+
+        ``ack=False``: the caller acknowledges the entries later (``acknowledge``
+        or ``read(ack_first=...)``).  Until then they stay pending in the stream:
+        if this process dies first they are reclaimed and handed off again, which
+        is idempotent and puts their threads back in the active index.
+        """
         now = _ms()
         valid = [(eid, ev) for eid, ev in entries if ev is not None]
         acquired: dict[ThreadKey, TurnState | None] = {}
@@ -167,15 +196,16 @@ class Delivery:
                     flat = dict(zip(sent[::2], sent[1::2], strict=True))
                     acquired[ev.thread] = _state(box, ver or None, data or None, flat, nxt or None)
         ready = [(t, st) for t, st in acquired.items() if st is not None]
-        if not entries:
-            return ready
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for _eid, ev in valid:
-                assert ev is not None
-                pipe.zadd(keys.ACTIVE_THREADS, {str(ev.thread): now}, nx=True)
-            pipe.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])
-            await pipe.execute()
+        if entries and ack:
+            await self.acknowledge(entries)
         return ready
+
+    async def acknowledge(self, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:
+        """After their hand-off: the entries' threads into the active index, then XACK."""
+        if entries:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                _queue_ack(pipe, entries)
+                await pipe.execute()
 
     # -- turns -------------------------------------------------------------
     async def begin(self, thread: ThreadKey) -> TurnState:
@@ -316,6 +346,15 @@ class Delivery:
     async def pending_count(self) -> int:
         info = await self.redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
         return int(info["pending"]) if info else 0
+
+
+def _queue_ack(pipe: Any, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:
+    """ZADD (NX) every handed-off entry's thread to the active index, then XACK all."""
+    now = _ms()
+    for _eid, ev in entries:
+        if ev is not None:
+            pipe.zadd(keys.ACTIVE_THREADS, {str(ev.thread): now}, nx=True)
+    pipe.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])
 
 
 def _state(
