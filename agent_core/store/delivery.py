@@ -90,26 +90,14 @@ class Delivery:
     ) -> list[tuple[bytes, InboundEvent | None]]:
         """Read new entries; ``ack_first``: entries already handed off, acknowledged
         (index ZADD, then XACK) at the head of the same round trip."""
-        if ack_first:
-            async with self.blocking.pipeline(transaction=False) as pipe:
+        async with self.blocking.pipeline(transaction=False) as pipe:
+            if ack_first:
                 _queue_ack(pipe, ack_first)
-                pipe.xreadgroup(
-                    keys.INBOX_GROUP,
-                    consumer,
-                    {keys.INBOX_STREAM: ">"},
-                    count=count,
-                    block=block_ms,
-                )
-                resp: Any = (await pipe.execute())[-1]
-        else:
-            resp = await self.blocking.xreadgroup(
+            pipe.xreadgroup(
                 keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: ">"}, count=count, block=block_ms
             )
-        out: list[tuple[bytes, InboundEvent | None]] = []
-        for _stream, entries in resp or ():
-            for entry_id, fields in entries:
-                out.append((entry_id, _decode(fields)))
-        return out
+            resp: Any = (await pipe.execute())[-1]
+        return _entries(resp)
 
     async def read_own_pending(
         self, consumer: str, *, count: int = 100
@@ -118,11 +106,7 @@ class Delivery:
         resp: Any = await self.redis.xreadgroup(
             keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: "0"}, count=count
         )
-        out: list[tuple[bytes, InboundEvent | None]] = []
-        for _stream, entries in resp or ():
-            for entry_id, fields in entries:
-                out.append((entry_id, _decode(fields)))
-        return out
+        return _entries(resp)
 
     async def reclaim(
         self, consumer: str, *, min_idle_ms: int, count: int = 100
@@ -346,6 +330,15 @@ class Delivery:
     async def pending_count(self) -> int:
         info = await self.redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
         return int(info["pending"]) if info else 0
+
+
+def _entries(resp: Any) -> list[tuple[bytes, InboundEvent | None]]:
+    """(entry id, event or None when malformed) from an XREADGROUP reply."""
+    return [
+        (entry_id, _decode(fields))
+        for _stream, entries in resp or ()
+        for entry_id, fields in entries
+    ]
 
 
 def _queue_ack(pipe: Any, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:

@@ -23,6 +23,7 @@ from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnc
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
+from channels.never_sent import never_sent
 
 from .http import ParleyHTTPClient
 from .render import NO_MENTIONS, decode_extra, encode_extra, message_ids, render
@@ -119,13 +120,9 @@ class DiscordOutbox:
             raise SendRateLimited(exc.retry_after) from exc
         except discord.HTTPException as exc:
             raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
-        except (
-            aiohttp.ClientConnectorError,
-            aiohttp.ConnectionTimeoutError,
-            ConnectionRefusedError,
-        ) as exc:  # never left
-            raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if never_sent(exc):
+                raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
             # It left and no answer came back: Discord may have created it.
             raise SendUnconfirmed(f"Discord did not answer: {type(exc).__name__}") from exc
 

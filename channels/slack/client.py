@@ -18,6 +18,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.store.pacing import Pacer, pace_key
+from channels.never_sent import never_sent
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class SafeConnectionErrorRetryHandler(AsyncConnectionErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        if isinstance(error, aiohttp.ClientConnectorError):
+        if never_sent(error):
             return True  # never reached Slack
         if request.url.rstrip("/").endswith(_CREATING):
             return False

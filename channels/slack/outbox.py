@@ -34,6 +34,7 @@ from agent_core.errors import (
 from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer
+from channels.never_sent import never_sent
 
 from .client import channel_pace, current_channel
 from .mrkdwn import to_mrkdwn
@@ -117,7 +118,7 @@ class SlackOutbox:
         except (aiohttp.ClientError, TimeoutError) as exc:
             if droppable:
                 return None
-            if isinstance(exc, aiohttp.ClientConnectorError):  # never left
+            if never_sent(exc):  # nothing left this machine
                 raise SendFailed(f"Slack {method}: {type(exc).__name__}") from exc
             # It left and no answer came back: Slack may have posted it.
             raise SendUnconfirmed(f"Slack {method}: {type(exc).__name__}") from exc

@@ -23,8 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import aiohttp
-import httpx
 from redis.exceptions import RedisError
 from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
 from telegram.constants import ChatAction
@@ -49,21 +47,13 @@ from agent_core.errors import (
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
+from channels.never_sent import never_sent
 from channels.telegram import refs
 from channels.telegram.render import Part, keyboard, render_text
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# Transport errors that prove the request never reached Telegram (aiohttp:
-# channels.telegram.aiohttp_request; httpx: PTB's default HTTPXRequest).
-_NOT_SENT = (
-    aiohttp.ClientConnectorError,
-    aiohttp.ConnectionTimeoutError,
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-)
 CHANNEL = "telegram"
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # Bot API getFile limit
 
@@ -221,9 +211,9 @@ class TelegramOutbox:
                 # repeat), it left and no answer came back (Telegram may have
                 # created the message: never repeated blindly), or Telegram's
                 # gateway answered 5xx (nothing was created: repeated).
-                never_sent = isinstance(exc.__cause__, _NOT_SENT)
+                sent_nothing = never_sent(exc)
                 transport = exc.__cause__ is not None  # not an answer from Telegram
-                if not never_sent and (isinstance(exc, TimedOut) or transport):
+                if not sent_nothing and (isinstance(exc, TimedOut) or transport):
                     raise SendUnconfirmed(
                         "Telegram did not answer in time"
                         if isinstance(exc, TimedOut)
