@@ -26,6 +26,7 @@ from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent
 from agent_core.metrics import METRICS
 from agent_core.store import keys, scripts
+from agent_core.store.scripting import run_script
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,15 @@ class Ingest:
                     METRICS.inc("parley_refused_total", reason=reason.split(":")[0][:40])
                     log.info("[%s] event %s refused: %s", event.thread, event.event_id, reason)
                     return Submitted.REFUSED
-            published = await self._ingest(
-                keys=[
+            published = await run_script(
+                self._redis,
+                self._ingest,
+                [
                     keys.dedup(event.channel, event.event_id),
                     keys.INBOX_STREAM,
                     keys.seq(event.thread),
                 ],
-                args=[self._dedup_ttl, self._maxlen, event.to_json(), SEQ_TTL_SECS],
+                [self._dedup_ttl, self._maxlen, event.to_json(), SEQ_TTL_SECS],
             )
         except RedisError as exc:
             # Nothing was claimed unless the event was also published (one script):

@@ -56,6 +56,10 @@ def worker_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+class WorkerLoopDied(RuntimeError):
+    """One of the worker's own loops (consume, heartbeat, sweeper) stopped."""
+
+
 class Worker:
     def __init__(
         self,
@@ -96,9 +100,20 @@ class Worker:
             asyncio.create_task(self._heartbeat(stop), name="heartbeat"),
             asyncio.create_task(self._sweep(stop), name="sweeper"),
         ]
+        stopped = asyncio.create_task(stop.wait(), name="stop")
         try:
-            await stop.wait()
+            done, _ = await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
+            dead = [t for t in loops if t in done]
+            if dead and not stop.is_set():
+                # A loop that ends by itself (a bug, not Redis: those are retried
+                # inside) would leave a process that looks alive and consumes
+                # nothing.  Fail loudly instead; the process exits non-zero and
+                # its supervisor (Heroku, systemd) starts a fresh one.
+                t = dead[0]
+                exc = None if t.cancelled() else t.exception()
+                raise WorkerLoopDied(f"the worker's {t.get_name()} loop ended: {exc!r}") from exc
         finally:
+            stopped.cancel()
             self.stopping = True
             self.ready = False
             for t in loops:

@@ -140,6 +140,9 @@ def run(
             stop = asyncio.Event()
             _install_signals(stop)
             await rt.serve(stop, host=host, port=port)
+        if rt.crashed:
+            err.print("[red]stopped after a crash (see the log above)[/]")
+            raise typer.Exit(1)
         err.print("[dim]stopped[/]")
 
     _run_async(main)

@@ -100,6 +100,7 @@ class Runtime:
         self.summary = Summary(role=role)
         self.started_at = time.time()
         self.draining = False
+        self.crashed = False  # a task of this role ended before stop (see serve)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -335,7 +336,7 @@ class Runtime:
         if self.runs_web:
             server = make_server(self.web_app(), host, port)
             tasks.append(asyncio.create_task(server.serve(), name="web"))
-        await stop.wait()
+        await self._until_stop_or_crash(stop, tasks)
         self.draining = True
         web = self.channels.get("web")
         if isinstance(web, web_channel.WebChannel):
@@ -346,6 +347,32 @@ class Runtime:
         for t, r in zip(tasks, results, strict=True):
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 log.error("%s stopped with %s: %s", t.get_name(), type(r).__name__, r)
+
+    async def _until_stop_or_crash(
+        self, stop: asyncio.Event, tasks: list[asyncio.Task[Any]]
+    ) -> None:
+        """Wait for ``stop``.  A task of this role that fails first (worker, web
+        server, gateway) is a crash: log it, stop everything, and make the
+        process exit non-zero so its supervisor restarts it.  A task that just
+        returns (a scheduler that is switched off) is not."""
+        stopped = asyncio.create_task(stop.wait(), name="stop")
+        waiting: set[asyncio.Task[Any]] = {stopped, *tasks}
+        try:
+            while not stop.is_set():
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+                for t in failed:
+                    log.critical(
+                        "%s stopped unexpectedly (%r); shutting this process down so it is "
+                        "restarted",
+                        t.get_name(),
+                        t.exception(),
+                    )
+                if failed:
+                    self.crashed = True
+                    stop.set()
+        finally:
+            stopped.cancel()
 
 
 def freeze_startup_objects() -> None:

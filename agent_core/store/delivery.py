@@ -5,8 +5,9 @@ docs/architecture.md ("Delivery"):
 
 1. ``read`` / ``reclaim``: XREADGROUP (own blocking connection) / XAUTOCLAIM.
 2. ``handoff``: one script per entry appends it to its thread's mailbox
-   (idempotent on event id) and tries the thread lock; then ZADD to the active
-   index and XACK, in one pipeline.  The entry is durable in the mailbox before
+   (idempotent on event id) and tries the thread lock, then its thread is
+   ZADDed to the active index, in one round trip; the XACK follows (at the head
+   of the next read).  The entry is durable in the mailbox before
    it leaves the stream.
 3. ``begin``: mailbox + session + sent records, one round trip.
 4. ``record_sent``: a reply part, right after it reached the platform.
@@ -28,7 +29,8 @@ from redis.exceptions import ResponseError
 
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.store import keys, scripts
-from agent_core.store.scripting import Call, run_pipelined
+from agent_core.store.scripting import Call, run_pipelined, run_script
+from agent_core.store.wire import Command, call, pairs, roundtrip
 
 
 @dataclass
@@ -89,22 +91,42 @@ class Delivery:
         ack_first: Sequence[tuple[bytes, InboundEvent | None]] = (),
     ) -> list[tuple[bytes, InboundEvent | None]]:
         """Read new entries; ``ack_first``: entries already handed off, acknowledged
-        (index ZADD, then XACK) at the head of the same round trip."""
-        async with self.blocking.pipeline(transaction=False) as pipe:
-            if ack_first:
-                _queue_ack(pipe, ack_first)
-            pipe.xreadgroup(
-                keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: ">"}, count=count, block=block_ms
+        (XACK) at the head of the same round trip."""
+        commands = _ack_commands(ack_first)
+        commands.append(
+            (
+                "XREADGROUP",
+                "GROUP",
+                keys.INBOX_GROUP,
+                consumer,
+                "COUNT",
+                count,
+                "BLOCK",
+                block_ms,
+                "STREAMS",
+                keys.INBOX_STREAM,
+                ">",
             )
-            resp: Any = (await pipe.execute())[-1]
-        return _entries(resp)
+        )
+        replies = await roundtrip(self.blocking, commands)
+        _raise_first(replies)
+        return _entries(replies[-1])
 
     async def read_own_pending(
         self, consumer: str, *, count: int = 100
     ) -> list[tuple[bytes, InboundEvent | None]]:
         """Entries already delivered to ``consumer`` and not acknowledged (oldest first)."""
-        resp: Any = await self.redis.xreadgroup(
-            keys.INBOX_GROUP, consumer, {keys.INBOX_STREAM: "0"}, count=count
+        resp = await call(
+            self.redis,
+            "XREADGROUP",
+            "GROUP",
+            keys.INBOX_GROUP,
+            consumer,
+            "COUNT",
+            count,
+            "STREAMS",
+            keys.INBOX_STREAM,
+            "0",
         )
         return _entries(resp)
 
@@ -169,7 +191,13 @@ class Delivery:
                         ],
                     )
                 )
-            results = await run_pipelined(self.redis, calls)
+            # The threads go into the active index (crash recovery) right after
+            # their mailboxes, in the same round trip; the XACK comes later.
+            index: list[Command] = [
+                ("ZADD", keys.ACTIVE_THREADS, "NX", now, str(t))
+                for t in dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None)
+            ]
+            results = await run_pipelined(self.redis, calls, then=index)
             for (_eid, ev), res in zip(valid, results, strict=True):
                 assert ev is not None
                 if int(res[1]) == 1 and ev.thread not in acquired:
@@ -185,21 +213,24 @@ class Delivery:
         return ready
 
     async def acknowledge(self, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:
-        """After their hand-off: the entries' threads into the active index, then XACK."""
+        """XACK entries after their hand-off (which indexed their threads)."""
         if entries:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                _queue_ack(pipe, entries)
-                await pipe.execute()
+            _raise_first(await roundtrip(self.redis, _ack_commands(entries)))
 
     # -- turns -------------------------------------------------------------
     async def begin(self, thread: ThreadKey) -> TurnState:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(keys.mailbox(thread), 0, -1)
-            pipe.hmget(keys.session(thread), "v", "d")
-            pipe.hgetall(keys.sent(thread))
-            pipe.get(keys.next_seq(thread))
-            raw_box, (ver, data), raw_sent, raw_next = await pipe.execute()
-        return _state(raw_box, ver, data, raw_sent, raw_next)
+        replies = await roundtrip(
+            self.redis,
+            [
+                ("LRANGE", keys.mailbox(thread), 0, -1),
+                ("HMGET", keys.session(thread), "v", "d"),
+                ("HGETALL", keys.sent(thread)),
+                ("GET", keys.next_seq(thread)),
+            ],
+        )
+        _raise_first(replies)
+        raw_box, (ver, data), raw_sent, raw_next = replies
+        return _state(raw_box, ver, data, pairs(raw_sent), raw_next)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -211,9 +242,11 @@ class Delivery:
     ) -> tuple[int, MessageRef | None]:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
         (1, ref) already sent, (2, None) being sent by another execution."""
-        res = await self._claim(
-            keys=[keys.lock(thread), keys.sent(thread)],
-            args=[owner, field_name, int(time.time() * 1000)],
+        res = await run_script(
+            self.redis,
+            self._claim,
+            [keys.lock(thread), keys.sent(thread)],
+            [owner, field_name, int(time.time() * 1000)],
         )
         code = int(res[0])
         if code != 1:
@@ -232,10 +265,10 @@ class Delivery:
         return MessageRef.from_dict(orjson.loads(raw))
 
     async def holds(self, thread: ThreadKey, owner: str) -> bool:
-        return bool(await self._holds(keys=[keys.lock(thread)], args=[owner]))
+        return bool(await run_script(self.redis, self._holds, [keys.lock(thread)], [owner]))
 
     async def record_sent(self, thread: ThreadKey, field_name: str, ref: MessageRef) -> None:
-        await self.redis.hset(keys.sent(thread), field_name, orjson.dumps(ref.to_dict()))
+        await call(self.redis, "HSET", keys.sent(thread), field_name, orjson.dumps(ref.to_dict()))
 
     async def complete(
         self,
@@ -301,7 +334,7 @@ class Delivery:
         return [bool(r) for r in res]
 
     async def release(self, thread: ThreadKey, owner: str) -> None:
-        await self._release(keys=[keys.lock(thread)], args=[owner])
+        await run_script(self.redis, self._release, [keys.lock(thread)], [owner])
 
     # -- recovery index ----------------------------------------------------
     async def active_threads(self, limit: int = 200) -> list[ThreadKey]:
@@ -320,11 +353,12 @@ class Delivery:
         ZREM before LLEN: a hand-off RPUSHes before it ZADDs, so any push this
         LLEN misses has its ZADD after our ZREM.
         """
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(keys.ACTIVE_THREADS, str(thread))
-            pipe.llen(keys.mailbox(thread))
-            _, left = await pipe.execute()
-        if left:
+        replies = await roundtrip(
+            self.redis,
+            [("ZREM", keys.ACTIVE_THREADS, str(thread)), ("LLEN", keys.mailbox(thread))],
+        )
+        _raise_first(replies)
+        if replies[1]:
             await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
 
     async def pending_count(self) -> int:
@@ -336,18 +370,22 @@ def _entries(resp: Any) -> list[tuple[bytes, InboundEvent | None]]:
     """(entry id, event or None when malformed) from an XREADGROUP reply."""
     return [
         (entry_id, _decode(fields))
-        for _stream, entries in resp or ()
-        for entry_id, fields in entries
+        for _stream, entries in (resp.items() if isinstance(resp, dict) else resp or ())
+        for entry_id, fields in entries or ()
     ]
 
 
-def _queue_ack(pipe: Any, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:
-    """ZADD (NX) every handed-off entry's thread to the active index, then XACK all."""
-    now = _ms()
-    for _eid, ev in entries:
-        if ev is not None:
-            pipe.zadd(keys.ACTIVE_THREADS, {str(ev.thread): now}, nx=True)
-    pipe.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])
+def _ack_commands(entries: Sequence[tuple[bytes, InboundEvent | None]]) -> list[Command]:
+    """XACK handed-off entries (their threads are in the active index already)."""
+    if not entries:
+        return []
+    return [("XACK", keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])]
+
+
+def _raise_first(replies: Sequence[Any]) -> None:
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
 
 
 def _state(
@@ -367,7 +405,8 @@ def _state(
     return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0))
 
 
-def _decode(fields: dict[bytes, bytes] | None) -> InboundEvent | None:
+def _decode(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> InboundEvent | None:
+    fields = raw if isinstance(raw, dict) else pairs(raw)
     if not fields or b"e" not in fields:
         return None
     try:

@@ -106,7 +106,7 @@ async def test_ingest_dedups_on_event_id(redis: Any) -> None:
     assert await redis.xlen(keys.INBOX_STREAM) == 1
 
 
-async def test_a_failed_publish_claims_nothing(redis: Any) -> None:
+async def test_a_failed_publish_claims_nothing(redis: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis fails mid-ingest: 5xx for the platform, and its retry gets through."""
     ingest = Ingest(redis)
     t = ThreadKey("web", "local", "a")
@@ -114,11 +114,10 @@ async def test_a_failed_publish_claims_nothing(redis: Any) -> None:
     async def broken(*a: Any, **k: Any) -> None:
         raise RedisConnectionError("down")
 
-    real = ingest._ingest
-    ingest._ingest = broken  # type: ignore[assignment]
-    with pytest.raises(StoreUnavailable):
-        await ingest.submit(msg(t, 1))
-    ingest._ingest = real  # type: ignore[method-assign]
+    with monkeypatch.context() as m:
+        m.setattr("agent_core.ingest.run_script", broken)
+        with pytest.raises(StoreUnavailable):
+            await ingest.submit(msg(t, 1))
     assert await redis.exists(keys.dedup("web", "e1")) == 0
     assert await ingest.submit(msg(t, 1)) == Submitted.ACCEPTED
     assert await redis.xlen(keys.INBOX_STREAM) == 1
@@ -310,3 +309,22 @@ async def test_arrival_numbers_follow_ingest_order(redis: Any) -> None:
     await ingest.submit(msg(t, 1))  # a duplicate gets no number
     entries = await redis.xrange(keys.INBOX_STREAM)
     assert [int(f[b"s"]) for _, f in entries] == [1, 2, 3]
+
+
+async def test_a_worker_loop_that_dies_stops_the_worker_loudly(
+    redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the consume loop must not leave a process that looks alive and
+    reads nothing (found by the Valkey-restart fault test): Worker.run raises."""
+    from agent_core.worker import WorkerLoopDied
+
+    worker = make_worker(redis_clients, SlowEcho(0.0), RecordingOutbox(), "w-dies")
+
+    async def broken(*a: Any, **k: Any) -> Any:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(worker.delivery, "read", broken)
+    stop = asyncio.Event()
+    with pytest.raises(WorkerLoopDied, match="consume loop ended: ValueError"):
+        await asyncio.wait_for(worker.run(stop), 10)
+    assert not worker.ready
