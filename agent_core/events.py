@@ -50,11 +50,17 @@ class ThreadKey:
     tenant: str
     conversation: str
     thread: str = ""
+    # The escaped text form, computed once: every Redis key of a turn embeds it.
+    _text: str = field(init=False, repr=False, compare=False)
 
-    def __str__(self) -> str:
-        return ":".join(
+    def __post_init__(self) -> None:
+        text = ":".join(
             _escape(p) for p in (self.channel, self.tenant, self.conversation, self.thread)
         )
+        object.__setattr__(self, "_text", text)
+
+    def __str__(self) -> str:
+        return self._text
 
     @property
     def tag(self) -> str:

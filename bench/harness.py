@@ -631,6 +631,9 @@ class Phases:
         self.progress.console.print(text)
 
 
+_STYLE = re.compile(r"\[/?(?:bold |dim )?(?:green|red|yellow|bold|dim)?\]")  # rich colour tags
+
+
 def write_results(
     scenario: str, data: dict[str, Any], table: Table, notes: list[str], out_dir: Path
 ) -> tuple[Path, Path]:
@@ -654,7 +657,7 @@ def write_results(
     lines.append("|" + "---|" * len(table.columns))
     cells = [list(c.cells) for c in table.columns]
     for row in zip(*cells, strict=True):
-        lines.append("| " + " | ".join(str(v) for v in row) + " |")
+        lines.append("| " + " | ".join(_STYLE.sub("", str(v)) for v in row) + " |")
     if notes:
         lines.append("")
         lines += [f"- {n}" for n in notes]
