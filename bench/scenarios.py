@@ -115,6 +115,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
             await asyncio.gather(*users, return_exceptions=True)
             await b.drain(30)
         data["steps"] = rows
+        data["telegram_calls"] = dict(b.tg.counts)
         data["errors_total"] = b.tracker.errors
         data["error_kinds"] = b.tracker.errors_by_kind
         data["rss_peak_mb"] = {
