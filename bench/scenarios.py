@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import random
 import shutil
 import subprocess
@@ -81,6 +82,8 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
                 users = [u for u in users if not u.done()]
                 users += [asyncio.create_task(user(ramp * i / max(new, 1))) for i in range(new)]
                 tick = ph.phase(f"inflight: {n} concurrent turns", step_secs, b)
+                win = CpuWindow(b, procs)
+                win.begin()
                 t0 = time.monotonic()
                 peak_rss_w = peak_rss_web = 0.0
                 while time.monotonic() < stop_at:
@@ -99,8 +102,13 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
                     worker.check()
                     web.check()
                 lat = lat_summary(b.tracker.latencies)
+                cpu = win.end()
                 rows.append(
                     {
+                        "cpu_share_of_box": {
+                            k: round(v / cpu["wall_s"] / (os.cpu_count() or 1), 3)
+                            for k, v in cpu["cpu_s"].items()
+                        },
                         "concurrent_users": n,
                         "turns": lat["n"],
                         "turns_per_s": round(lat["n"] / step_secs, 1),
@@ -134,14 +142,19 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         "p99 added ms",
         "errors",
         "worker RSS MB",
+        "box CPU: worker / web / harness / valkey",
     ):
         table.add_column(col)
     for r in rows:
         la = r["latency_added"]
+        share = {k.split("-")[-1].split(" ")[0]: v for k, v in r["cpu_share_of_box"].items()}
+        cpu = " / ".join(
+            f"{100 * share.get(k, 0.0):.0f}%" for k in ("worker0", "web", "fakes+load", "valkey")
+        )
         table.add_row(
             str(r["concurrent_users"]), str(r["turns_per_s"]), str(r["peak_llm_in_flight"]),
             fmt_ms(la["p50_ms"]), fmt_ms(la["p95_ms"]), fmt_ms(la["p99_ms"]), str(r["errors"]),
-            str(r["peak_rss_worker_mb"]),
+            str(r["peak_rss_worker_mb"]), cpu,
         )  # fmt: skip
     last = rows[-1]
     data["verdict"] = {

@@ -182,6 +182,7 @@ class TelegramOutbox:
     ) -> T:
         waited = 0.0
         server_errors = 0
+        started = time.monotonic()
         while True:
             await self._reserve(chat_id, droppable)
             await on_wire()  # the agent claims a new message here (no-op for edits)
@@ -232,6 +233,16 @@ class TelegramOutbox:
                         if isinstance(exc, TimedOut)
                         else f"Telegram call failed: {exc.message}"
                     ) from exc
+                if sent_nothing:
+                    # No connection (or no free slot in our own pool: thousands of
+                    # turns sending at once) within the connect timeout.  Nothing
+                    # left, so waiting longer is safe; give up only after the
+                    # same budget a 429 gets, instead of dropping the answer.
+                    if droppable or time.monotonic() - started > self.limits.max_retry_wait:
+                        raise SendFailed(f"Telegram call failed: {exc.message}") from exc
+                    log.warning("telegram call could not start (%s); retrying", exc.message)
+                    await asyncio.sleep(0.5)
+                    continue
                 if server_errors >= 2:
                     raise SendFailed(f"Telegram call failed: {exc.message}") from exc
                 server_errors += 1
