@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.store import keys, scripts
 from agent_core.store.scripting import Call, run_pipelined, run_script
-from agent_core.store.wire import Command, call, pairs, roundtrip
+from agent_core.store.wire import Command, call, pairs, raise_first, roundtrip
 
 
 @dataclass
@@ -92,42 +92,16 @@ class Delivery:
     ) -> list[tuple[bytes, InboundEvent | None]]:
         """Read new entries; ``ack_first``: entries already handed off, acknowledged
         (XACK) at the head of the same round trip."""
-        commands = _ack_commands(ack_first)
-        commands.append(
-            (
-                "XREADGROUP",
-                "GROUP",
-                keys.INBOX_GROUP,
-                consumer,
-                "COUNT",
-                count,
-                "BLOCK",
-                block_ms,
-                "STREAMS",
-                keys.INBOX_STREAM,
-                ">",
-            )
-        )
+        commands = [*_ack_commands(ack_first), _xreadgroup(consumer, count, ">", block_ms)]
         replies = await roundtrip(self.blocking, commands)
-        _raise_first(replies)
+        raise_first(replies)
         return _entries(replies[-1])
 
     async def read_own_pending(
         self, consumer: str, *, count: int = 100
     ) -> list[tuple[bytes, InboundEvent | None]]:
         """Entries already delivered to ``consumer`` and not acknowledged (oldest first)."""
-        resp = await call(
-            self.redis,
-            "XREADGROUP",
-            "GROUP",
-            keys.INBOX_GROUP,
-            consumer,
-            "COUNT",
-            count,
-            "STREAMS",
-            keys.INBOX_STREAM,
-            "0",
-        )
+        resp = await call(self.redis, *_xreadgroup(consumer, count, "0"))
         return _entries(resp)
 
     async def reclaim(
@@ -215,7 +189,7 @@ class Delivery:
     async def acknowledge(self, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:
         """XACK entries after their hand-off (which indexed their threads)."""
         if entries:
-            _raise_first(await roundtrip(self.redis, _ack_commands(entries)))
+            raise_first(await roundtrip(self.redis, _ack_commands(entries)))
 
     # -- turns -------------------------------------------------------------
     async def begin(self, thread: ThreadKey) -> TurnState:
@@ -228,7 +202,7 @@ class Delivery:
                 ("GET", keys.next_seq(thread)),
             ],
         )
-        _raise_first(replies)
+        raise_first(replies)
         raw_box, (ver, data), raw_sent, raw_next = replies
         return _state(raw_box, ver, data, pairs(raw_sent), raw_next)
 
@@ -357,7 +331,7 @@ class Delivery:
             self.redis,
             [("ZREM", keys.ACTIVE_THREADS, str(thread)), ("LLEN", keys.mailbox(thread))],
         )
-        _raise_first(replies)
+        raise_first(replies)
         if replies[1]:
             await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
 
@@ -375,17 +349,20 @@ def _entries(resp: Any) -> list[tuple[bytes, InboundEvent | None]]:
     ]
 
 
+def _xreadgroup(consumer: str, count: int, start: str, block_ms: int | None = None) -> Command:
+    """XREADGROUP on the inbox for ``consumer``: ``>`` new entries, ``0`` its own pending."""
+    block = ("BLOCK", block_ms) if block_ms is not None else ()
+    return (
+        "XREADGROUP", "GROUP", keys.INBOX_GROUP, consumer, "COUNT", count, *block,
+        "STREAMS", keys.INBOX_STREAM, start,
+    )  # fmt: skip
+
+
 def _ack_commands(entries: Sequence[tuple[bytes, InboundEvent | None]]) -> list[Command]:
     """XACK handed-off entries (their threads are in the active index already)."""
     if not entries:
         return []
     return [("XACK", keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])]
-
-
-def _raise_first(replies: Sequence[Any]) -> None:
-    for r in replies:
-        if isinstance(r, Exception):
-            raise r
 
 
 def _state(

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from agent_core.store.wire import Command, roundtrip
+from agent_core.store.wire import Command, raise_first, roundtrip
 
 Call = tuple[AsyncScript, Sequence[Any], Sequence[Any]]
 
@@ -49,9 +49,7 @@ async def run_pipelined(
         for i, r in zip(missing, again[: len(missing)], strict=True):
             results[i] = r
         after += again[len(missing) :]
-    for r in [*results, *after]:
-        if isinstance(r, Exception):
-            raise r
+    raise_first([*results, *after])
     return results
 
 

@@ -58,12 +58,18 @@ async def roundtrip(redis: Redis, commands: Sequence[Command]) -> list[Any]:
     return out
 
 
+def raise_first(replies: Sequence[Any]) -> None:
+    """Raise the first refusal among ``roundtrip`` replies, if any."""
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+
+
 async def call(redis: Redis, *command: Any) -> Any:
     """One command, one round trip; a refusal is raised."""
-    (res,) = await roundtrip(redis, [command])
-    if isinstance(res, Exception):
-        raise res
-    return res
+    replies = await roundtrip(redis, [command])
+    raise_first(replies)
+    return replies[0]
 
 
 def pairs(reply: Sequence[Any] | dict[Any, Any] | None) -> dict[Any, Any]:
