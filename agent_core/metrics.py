@@ -35,6 +35,10 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
     "parley_tool_runs_total": ("counter", "Tool runs, by tool and outcome"),
     "parley_approvals_total": ("counter", "Approvals asked and decided, by decision"),
     "parley_reclaims_total": ("counter", "Stream entries reclaimed from dead consumers"),
+    "parley_worker_busy_seconds_total": (
+        "counter",
+        "Seconds workers held back from reading because their event loop lagged",
+    ),
     "parley_budget_refusals_total": ("counter", "LLM calls refused by a budget, by kind"),
 }
 

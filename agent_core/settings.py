@@ -166,6 +166,7 @@ class CoreSettings(ParleySettings):
     system_prompt: str = ""
     max_history_messages: int = Field(default=200, ge=2)
     worker_concurrency: int = Field(default=256, ge=1)
+    worker_busy_lag_ms: float = Field(default=50.0, ge=0)  # 0: read whatever concurrency allows
     lock_ttl_secs: float = Field(default=30.0, ge=0.5)
     reclaim_idle_secs: float = Field(default=5.0, gt=0)
     sweep_interval_secs: float = Field(default=2.0, gt=0)

@@ -4,7 +4,9 @@ Loops (all owned by :meth:`Worker.run`, all stopped by its ``stop`` event):
 
 * **consume**  XREADGROUP (own blocking connection) -> hand-off -> spawn the
   threads whose lock we got.  Reading pauses while ``worker_concurrency``
-  threads are running.
+  threads are running, or while the event loop lags more than
+  ``worker_busy_lag_ms`` (the CPU is saturated: unread messages wait in the
+  stream, where another worker can take them; see :mod:`agent_core.loadgate`).
 * **heartbeat** renews every held thread lock in one pipeline every TTL/3; a
   thread whose lock is gone is flagged so its turn stops sending.
 * **sweeper**  reclaims stream entries left pending by a dead worker
@@ -38,6 +40,7 @@ from agent_core.agent.agent import Agent
 from agent_core.agent.reply import LockGuard
 from agent_core.errors import LockLost
 from agent_core.events import InboundEvent, ThreadKey
+from agent_core.loadgate import LoopLag
 from agent_core.metrics import METRICS
 from agent_core.proactive.recovery import TurnRecovery
 from agent_core.settings import CoreSettings
@@ -87,6 +90,8 @@ class Worker:
         self.gap_wait = 3 * settings.reclaim_idle_secs + 2 * settings.sweep_interval_secs
         # proactive (issue 12): turn timeout and interrupted-turn reset around every turn
         self.recovery = TurnRecovery(settings, agent, self.owner)
+        self.loop_lag = LoopLag()
+        self.busy_pauses = 0  # reads skipped because the loop lagged
 
     # -- lifecycle ---------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -99,6 +104,7 @@ class Worker:
             asyncio.create_task(self._consume(stop), name="consume"),
             asyncio.create_task(self._heartbeat(stop), name="heartbeat"),
             asyncio.create_task(self._sweep(stop), name="sweeper"),
+            asyncio.create_task(self.loop_lag.run(), name="loop lag"),
         ]
         stopped = asyncio.create_task(stop.wait(), name="stop")
         try:
@@ -164,11 +170,18 @@ class Worker:
         try:
             while not stop.is_set():
                 free = self.settings.worker_concurrency - len(self.running)
-                if free <= 0:
+                busy = self.running and self.loop_lag.busy(self.settings.worker_busy_lag_ms / 1000)
+                if free <= 0 or busy:
+                    paused = time.perf_counter()
                     if unacked:
                         await self.delivery.acknowledge(unacked)
                         unacked = []
                     await asyncio.sleep(0.01)
+                    if busy:
+                        self.busy_pauses += 1
+                        METRICS.inc(
+                            "parley_worker_busy_seconds_total", time.perf_counter() - paused
+                        )
                     continue
                 try:
                     if replay_own:

@@ -14,6 +14,7 @@ class Options:
     floor_pools: tuple[int, ...] = (64,)
     llm_latency: float = 2.0  # inflight
     target: int = 5000  # inflight
+    worker_concurrency: int = 0  # inflight: WORKER_CONCURRENCY (0 = target + 500)
     sessions: tuple[int, ...] = (1_000, 100_000, 1_000_000)
     stream_turns: int = 20
     rounds: int = 3  # turns: alternating fixed-rate rounds per system

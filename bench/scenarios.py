@@ -53,7 +53,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
     rows = []
     async with box(o.llm_latency) as b:
         data["machine"] = machine_info(b.valkey_version)
-        conc = str(o.target + 500)
+        conc = str(o.worker_concurrency or o.target + 500)
         procs = await b.start_parley(
             workers=1, WORKER_CONCURRENCY=conc, LLM_POOL_SIZE=conc, LLM_TIMEOUT_SECS="120"
         )
@@ -172,7 +172,8 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         f"{o.target} turns in flight at {o.llm_latency:g} s each needs "
         f"{o.target / o.llm_latency:.0f} turns/s: where the box cannot do that, the excess "
         "queues and shows as added latency.",
-        f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {o.target + 500}; Telegram pacing "
+        f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {o.worker_concurrency or o.target + 500}; "
+        "Telegram pacing "
         "off (see turns).",
     ]
     return data, table, notes

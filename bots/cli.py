@@ -232,6 +232,9 @@ def bench(
     ] = "64",
     llm_latency: Annotated[float, typer.Option(help="inflight: fake LLM seconds")] = 2.0,
     target: Annotated[int, typer.Option(help="inflight: concurrent turns to reach")] = 5000,
+    worker_concurrency: Annotated[
+        int, typer.Option(help="inflight: the worker's WORKER_CONCURRENCY (0 = target + 500)")
+    ] = 0,
     sessions: Annotated[
         str, typer.Option(help="sessions: stored-session counts")
     ] = "1000,100000,1000000",
@@ -265,6 +268,7 @@ def bench(
             floor_pools=tuple(int(x) for x in floor_pool.split(",") if x),
             llm_latency=llm_latency,
             target=target,
+            worker_concurrency=worker_concurrency,
             sessions=tuple(int(x) for x in sessions.split(",") if x),
         )
     except ValueError:

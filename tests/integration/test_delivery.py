@@ -328,3 +328,52 @@ async def test_a_worker_loop_that_dies_stops_the_worker_loudly(
     with pytest.raises(WorkerLoopDied, match="consume loop ended: ValueError"):
         await asyncio.wait_for(worker.run(stop), 10)
     assert not worker.ready
+
+
+async def test_a_busy_worker_leaves_new_messages_in_the_stream_for_another(
+    redis_clients: RedisClients,
+) -> None:
+    """While its event loop lags (CPU saturated), a worker that is running turns reads
+    nothing new: the messages wait in the stream and another worker answers them."""
+    llm = SlowEcho(0.0)
+    llm.block = asyncio.Event()
+    outbox = RecordingOutbox()
+    busy = make_worker(redis_clients, llm, outbox, "w-busy")
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(busy.run(stop))]
+    ingest = Ingest(redis_clients.redis)
+    first = ThreadKey("web", "local", "first")
+    await ingest.submit(msg(first, 1, "hold on"))
+    await wait_for(lambda: len(llm.seen) == 1)  # w-busy is running one turn
+    busy.loop_lag.lag = 1.0  # as if its loop ran 1 s late
+    busy.loop_lag.sample_secs = 3600.0  # and stayed so (no new sample lowers it)
+    await wait_for(lambda: busy.busy_pauses > 0)  # a read already waiting has returned
+    others = [ThreadKey("web", "local", f"o{i}") for i in range(3)]
+    for i, t in enumerate(others):
+        await ingest.submit(msg(t, f"o{i}", f"question {i}"))
+    await asyncio.sleep(0.5)
+    assert len(llm.seen) == 1, "the busy worker read new messages"
+    helper = make_worker(redis_clients, llm, outbox, "w-helper")
+    tasks.append(asyncio.create_task(helper.run(stop)))
+    llm.block.set()
+    await wait_for(lambda: all(outbox.final_texts(str(t)) for t in [first, *others]))
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert helper.turns_done == 3 and busy.turns_done == 1
+
+
+async def test_an_idle_worker_reads_however_late_its_loop_runs(
+    redis_clients: RedisClients,
+) -> None:
+    """The gate only holds back a worker that has turns to finish (progress)."""
+    outbox = RecordingOutbox()
+    worker = make_worker(redis_clients, SlowEcho(0.0), outbox, "w-idle")
+    worker.loop_lag.lag = 1.0
+    worker.loop_lag.sample_secs = 3600.0
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    t = ThreadKey("web", "local", "a")
+    await Ingest(redis_clients.redis).submit(msg(t, 1, "hi"))
+    await wait_for(lambda: outbox.final_texts(str(t)))
+    stop.set()
+    await task
