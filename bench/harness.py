@@ -43,6 +43,7 @@ from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+WEBHOOK_ATTEMPTS = 3  # deliveries of one update when the connection fails (Telegram retries too)
 console = Console(stderr=True, highlight=False)
 
 
@@ -200,6 +201,7 @@ class Tracker:
         self.replies = 0
         self.errors = 0
         self.errors_by_kind: dict[str, int] = {}
+        self.retries_by_kind: dict[str, int] = {}  # webhook deliveries sent again
         self.offset = 0.0  # subtracted from every latency (the fake LLM's own time)
 
     def expect(self, chat: int) -> asyncio.Future[float]:
@@ -464,15 +466,32 @@ class Box:
         fut = self.tracker.expect(chat)
         update = self.tg.message_update(chat, f"c{chat} {text}", user_id=chat)
         self.tg.chats.pop(chat, None)
-        try:
-            async with self.http.post(
-                self.webhook_url, data=orjson.dumps(update), headers=self.webhook_headers
-            ) as r:
-                await r.read()
-                if r.status != 200:
-                    self.tracker.fail(chat, f"webhook {r.status}")
-        except (aiohttp.ClientError, OSError) as exc:
-            self.tracker.fail(chat, f"webhook {type(exc).__name__}")
+        body = orjson.dumps(update)
+        # Like Telegram, deliver again when the connection failed (a keep-alive
+        # connection the server closed as it was reused, a reset under load): the
+        # update id makes the retry a no-op if the first one got in.  Latency still
+        # counts from the first attempt; retries are reported.
+        for attempt in range(WEBHOOK_ATTEMPTS):
+            try:
+                async with self.http.post(
+                    self.webhook_url, data=body, headers=self.webhook_headers
+                ) as r:
+                    await r.read()
+                    if r.status != 200:
+                        self.tracker.fail(chat, f"webhook {r.status}")
+                return fut
+            except aiohttp.ClientConnectionError as exc:
+                kind = f"webhook {type(exc).__name__}: {exc}"[:120]
+                if attempt + 1 == WEBHOOK_ATTEMPTS:
+                    self.tracker.fail(chat, kind)
+                else:
+                    self.tracker.retries_by_kind[kind] = (
+                        self.tracker.retries_by_kind.get(kind, 0) + 1
+                    )
+                    await asyncio.sleep(0.2 * (attempt + 1))
+            except (aiohttp.ClientError, OSError) as exc:
+                self.tracker.fail(chat, f"webhook {type(exc).__name__}: {exc}"[:120])
+                return fut
         return fut
 
     async def drain(self, timeout: float) -> int:
@@ -507,7 +526,8 @@ async def box(llm_latency: float = 0.0) -> AsyncIterator[Box]:
     version = str(info.get("valkey_version") or info.get("redis_version") or "")
     b = Box(tmp, tracker, tg, llm, redis, valkey.url, int(info["process_id"]), version)
     b.http = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=512, force_close=False),
+        # idle connections are dropped before uvicorn's 5 s keep-alive closes them
+        connector=aiohttp.TCPConnector(limit=512, force_close=False, keepalive_timeout=4),
         timeout=aiohttp.ClientTimeout(total=30),
     )
     try:

@@ -77,6 +77,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
                 b.tracker.reset_window()
                 b.llm.peak_in_flight = b.llm.in_flight
                 err0 = b.tracker.errors
+                retries0 = sum(b.tracker.retries_by_kind.values())
                 stop_at = time.monotonic() + step_secs
                 ramp = min(1.0, step_secs / 4)
                 new = n - len([u for u in users if not u.done()])
@@ -116,6 +117,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
                         "peak_llm_in_flight": b.llm.peak_in_flight,
                         "latency_added": lat,
                         "errors": b.tracker.errors - err0,
+                        "webhook_retries": sum(b.tracker.retries_by_kind.values()) - retries0,
                         "peak_rss_worker_mb": round(peak_rss_w, 1),
                         "peak_rss_web_mb": round(peak_rss_web, 1),
                     }
@@ -127,6 +129,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         data["telegram_calls"] = dict(b.tg.counts)
         data["errors_total"] = b.tracker.errors
         data["error_kinds"] = b.tracker.errors_by_kind
+        data["webhook_retries"] = b.tracker.retries_by_kind
         data["rss_peak_mb"] = {
             "worker": rss_mb(worker.pid, peak=True),
             "web": rss_mb(web.pid, peak=True),
@@ -141,7 +144,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         "p50",
         "p95",
         "p99 added ms",
-        "errors",
+        "errors (webhook retries)",
         "worker RSS MB",
         "box CPU: worker / web / harness / valkey",
     ):
@@ -154,7 +157,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         )
         table.add_row(
             str(r["concurrent_users"]), str(r["turns_per_s"]), str(r["peak_llm_in_flight"]),
-            fmt_ms(la["p50_ms"]), fmt_ms(la["p95_ms"]), fmt_ms(la["p99_ms"]), str(r["errors"]),
+            fmt_ms(la["p50_ms"]), fmt_ms(la["p95_ms"]), fmt_ms(la["p99_ms"]), f'{r["errors"]} ({r["webhook_retries"]})',
             str(r["peak_rss_worker_mb"]), cpu,
         )  # fmt: skip
     last = rows[-1]

@@ -130,6 +130,7 @@ async def _side_by_side(b: Box, ph: Phases, o: Options, data: dict[str, Any]) ->
             "rss_mb": {p.name: round(rss_mb(p.pid), 1) for p in procs},
         }
     data["parley"]["telegram_calls"] = dict(b.tg.counts)
+    data["webhook_retries"] = dict(b.tracker.retries_by_kind)
     for _key, _label, procs, _target in systems:
         await b.stop(procs)
 
