@@ -79,7 +79,9 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
                 err0 = b.tracker.errors
                 retries0 = sum(b.tracker.retries_by_kind.values())
                 stop_at = time.monotonic() + step_secs
-                ramp = min(1.0, step_secs / 4)
+                # new users start spread over one LLM latency: arrivals stay even
+                # (started within 1 s, a 2 s LLM's users come back as one wave)
+                ramp = min(max(o.llm_latency, 1.0), step_secs / 4)
                 new = n - len([u for u in users if not u.done()])
                 users = [u for u in users if not u.done()]
                 users += [asyncio.create_task(user(ramp * i / max(new, 1))) for i in range(new)]
