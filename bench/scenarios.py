@@ -185,7 +185,8 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         f"LLM latency {o.llm_latency:g} s is subtracted from every latency; "
         f"{o.target} turns in flight at {o.llm_latency:g} s each needs "
         f"{o.target / o.llm_latency:.0f} turns/s: where the box cannot do that, the excess "
-        "queues and shows as added latency.",
+        "queues and shows as added latency. p99 added ≤ 100 ms up to "
+        f"{data['verdict']['most_users_with_p99_within_100ms']} users in this run.",
         f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {o.worker_concurrency or o.target + 500}; "
         "Telegram pacing "
         "off (see turns).",
