@@ -158,6 +158,7 @@ class CoreSettings(ParleySettings):
     port: int = Field(default=8000, ge=1, le=65535)
     host: str = ""  # empty: 127.0.0.1 on a laptop, 0.0.0.0 when $PORT comes from the platform
     public_url: str = ""
+    web_keepalive_secs: int = Field(default=95, ge=1)  # > the proxy's idle timeout (Heroku: 90)
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
 

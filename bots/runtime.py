@@ -334,7 +334,9 @@ class Runtime:
         if self.proactive is not None and self.role in ("all", "worker"):
             tasks.append(asyncio.create_task(self.proactive.run(stop), name="scheduler"))
         if self.runs_web:
-            server = make_server(self.web_app(), host, port)
+            server = make_server(
+                self.web_app(), host, port, keepalive_secs=self.settings.core.web_keepalive_secs
+            )
             tasks.append(asyncio.create_task(server.serve(), name="web"))
         await self._until_stop_or_crash(stop, tasks)
         self.draining = True
@@ -401,7 +403,11 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def make_server(app: Starlette, host: str, port: int) -> Any:
+def make_server(app: Starlette, host: str, port: int, *, keepalive_secs: int = 95) -> Any:
+    """uvicorn on the runtime's loop.  Idle keep-alive connections stay open longer
+    than a proxy keeps them (Heroku's router: 90 s), so the proxy, not Parley, closes
+    them: a server that closes first races a request the proxy is sending on that
+    connection, which then fails (a webhook the platform has to deliver again)."""
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -417,5 +423,6 @@ def make_server(app: Starlette, host: str, port: int) -> Any:
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=keepalive_secs,
     )
     return _Server(config)
