@@ -170,7 +170,8 @@ class Worker:
         try:
             while not stop.is_set():
                 free = self.settings.worker_concurrency - len(self.running)
-                busy = self.running and self.loop_lag.busy(self.settings.worker_busy_lag_ms / 1000)
+                lag_limit = self.settings.worker_busy_lag_ms / 1000
+                busy = bool(self.running) and self.loop_lag.busy(lag_limit)
                 if free <= 0 or busy:
                     paused = time.perf_counter()
                     if unacked:
