@@ -11,7 +11,9 @@ a 429 seen by any worker pauses the channel's pace for all of them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -21,7 +23,7 @@ from discord.http import Route
 
 from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import on_wire
+from agent_core.outbox import current_part, on_wire
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 
@@ -42,6 +44,22 @@ FOLLOWUP_WAIT_SECS = 4.0
 
 def channel_pace(channel_id: str) -> str:
     return pace_key("discord", "ch", channel_id)
+
+
+def message_nonce(dest: str, k: int) -> str:
+    """The nonce of the ``k``-th Discord message of the reply part being sent.
+
+    Sent with ``enforce_nonce``: a second create with the same nonce within a few
+    minutes returns the first message instead of posting another.  discord.py
+    retries a create that got a 500/502/504/524 by itself, and a gateway error can
+    come back for a message Discord did create; with the nonce such a retry (or a
+    send of the same part again) cannot show the answer twice.  The nonce is derived
+    from the part's name, so it is the same for every attempt; at most 25 characters.
+    """
+    part = current_part()
+    if part is None:
+        return secrets.token_hex(12)  # still one per attempt loop inside discord.py
+    return hashlib.blake2b(f"{dest}|{part}|{k}".encode(), digest_size=12).hexdigest()
 
 
 class DiscordOutbox:
@@ -126,6 +144,33 @@ class DiscordOutbox:
             # It left and no answer came back: Discord may have created it.
             raise SendUnconfirmed(f"Discord did not answer: {type(exc).__name__}") from exc
 
+    async def _create(self, dest: str, k: int, payload: dict[str, Any]) -> str:
+        """POST one message (idempotently, see :func:`message_nonce`); its id."""
+        body = {**payload, "nonce": message_nonce(dest, k), "enforce_nonce": True}
+        route = Route("POST", "/channels/{channel_id}/messages", channel_id=dest)
+        try:
+            data = await self._call(route, json=body)
+        except SendUnconfirmed as exc:
+            # It left and no answer came back.  Asking again with the same nonce is
+            # safe: Discord returns the message if it made it, or makes it once.
+            log.info("discord: create in %s unconfirmed (%s); asking again", dest, exc)
+            data = await self._call(route, json=body)
+        message_id = str(data["id"])
+        if data.get("content", payload.get("content")) != payload.get("content"):
+            # Discord handed back the message an earlier attempt created with other
+            # text (a preview whose answer never came back): bring it up to date.
+            patch = {key: v for key, v in payload.items() if key != "message_reference"}
+            await self._call(
+                Route(
+                    "PATCH",
+                    "/channels/{channel_id}/messages/{message_id}",
+                    channel_id=dest,
+                    message_id=message_id,
+                ),
+                json=patch,
+            )
+        return message_id
+
     # --- Outbox -------------------------------------------------------------
 
     async def send(
@@ -144,10 +189,7 @@ class DiscordOutbox:
                 }
             await self._pace(dest)
             await on_wire()  # the agent claims a new message here
-            data = await self._call(
-                Route("POST", "/channels/{channel_id}/messages", channel_id=dest), json=payload
-            )
-            ids.append(str(data["id"]))
+            ids.append(await self._create(dest, k, payload))
         return MessageRef(
             "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])
         )
@@ -180,10 +222,7 @@ class DiscordOutbox:
             else:
                 if not await self._pace(dest, droppable=droppable):
                     return self._ref(ref, ids)
-                data = await self._call(
-                    Route("POST", "/channels/{channel_id}/messages", channel_id=dest), json=payload
-                )
-                ids.append(str(data["id"]))
+                ids.append(await self._create(dest, k, payload))
         if not droppable:
             for extra_id in old[len(payloads) :]:
                 try:

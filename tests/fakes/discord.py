@@ -11,7 +11,10 @@ REST (``/api/v10``): ``GET /users/@me``, ``GET /oauth2/applications/@me``,
 It enforces what Parley depends on: the bot token (401), 2,000 characters and
 no empty message (400, code 50035), ``custom_id`` at most 100 characters, one
 callback per interaction (400, code 40060), 429 responses shaped like
-Discord's (``Via`` header, ``retry_after`` body) when scripted.
+Discord's (``Via`` header, ``retry_after`` body) when scripted, and message
+``nonce`` (at most 25 characters): with ``enforce_nonce`` a second create with the
+same nonce within ``nonce_window_secs`` returns the first message instead of
+creating another.
 
 Gateway (``/gateway``): HELLO, IDENTIFY -> READY + GUILD_CREATE, heartbeats and
 ACKs, RESUME (replays missed events, then RESUMED) or INVALID_SESSION when the
@@ -23,7 +26,8 @@ Scriptable: ``user_message`` (a person writes; ``dispatch=False`` keeps it off
 the gateway, as if said while disconnected), ``press`` (a button press),
 ``invalidate_sessions`` (a non-resumable disconnect), ``drop_connections``
 (an abrupt close: the client resumes), ``rate_limit`` / ``fail`` (inject 429s
-and errors), ``wait_call``.  Every REST call is recorded in ``calls``.
+and errors; ``fail(..., after=True)`` does the call, then answers the error, like a
+proxy timing out on a request the API completed), ``wait_call``.  Every REST call is recorded in ``calls``.
 
 Standalone: ``python -m tests.fakes.discord --port 8082`` prints the URLs.
 Control endpoints for other processes: ``POST /_fake/message``
@@ -101,6 +105,7 @@ class Script:
     body: Any
     headers: dict[str, str]
     times: int
+    after: bool = False  # do the call, then answer the error anyway
 
 
 @dataclass
@@ -155,7 +160,10 @@ class FakeDiscord:
         }
         self.calls: list[Call] = []
         self.stall: dict[str, float] = {}  # HTTP method -> seconds before answering (once)
+        self.stall_every: dict[str, float] = {}  # the same, for every call
         self.scripts: list[Script] = []
+        self.nonces: dict[tuple[str, str], tuple[float, str]] = {}  # -> (created at, id)
+        self.nonce_window_secs = 300.0  # "the past few minutes"
         self.guilds: dict[str, dict[str, Any]] = {GUILD_ID: {"id": GUILD_ID, "name": "Test Guild"}}
         self.channels: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, dict[str, dict[str, Any]]] = {}  # channel -> id -> message
@@ -378,8 +386,10 @@ class FakeDiscord:
         *,
         times: int = 1,
         headers: dict[str, str] | None = None,
+        after: bool = False,
     ) -> None:
-        """The next ``times`` calls matching (method, path regex) answer ``status``."""
+        """The next ``times`` calls matching (method, path regex) answer ``status``
+        (``after``: once the call has been carried out)."""
         self.scripts.append(
             Script(
                 method.upper(),
@@ -388,6 +398,7 @@ class FakeDiscord:
                 body if body is not None else {"message": "scripted failure", "code": 0},
                 headers or {},
                 times,
+                after,
             )
         )
 
@@ -676,7 +687,7 @@ class FakeDiscord:
             resp = _json(err.body, err.status, err.headers)
         call.status = resp.status
         self._poke()
-        stall = self.stall.pop(method, 0.0)
+        stall = self.stall.pop(method, 0.0) or self.stall_every.get(method, 0.0)
         if stall:  # done, but the answer comes too late (the client timed out)
             await asyncio.sleep(stall)
         return resp
@@ -685,7 +696,12 @@ class FakeDiscord:
         for script in self.scripts:
             if script.times > 0 and script.method == method and script.pattern.search(path):
                 script.times -= 1
+                if script.after:
+                    await self._serve(request, method, path, body)
                 raise _Error(script.status, script.body, script.headers)
+        return await self._serve(request, method, path, body)
+
+    async def _serve(self, request: web.Request, method: str, path: str, body: Any) -> web.Response:
         public = path.startswith(("/interactions/", "/webhooks/"))
         if not public and request.headers.get("Authorization") != f"Bot {self.token}":
             raise _Error(401, {"message": "401: Unauthorized", "code": 0})
@@ -777,6 +793,13 @@ class FakeDiscord:
             return _json([store[i] for i in reversed(ids)])
         if rest == ["messages"] and method == "POST":
             self._check_message(body)
+            nonce = body.get("nonce")
+            if nonce is not None and len(str(nonce)) > 25:
+                raise _Error(400, {"message": "Invalid Form Body", "code": 50035})
+            if nonce is not None and body.get("enforce_nonce"):
+                seen = self.nonces.get((channel_id, str(nonce)))
+                if seen is not None and time.monotonic() - seen[0] < self.nonce_window_secs:
+                    return _json(store.get(seen[1]) or {})
             ref = body.get("message_reference") or {}
             reference = store.get(str(ref.get("message_id", ""))) if ref else None
             if ref and reference is None and ref.get("fail_if_not_exists", True):
@@ -789,6 +812,9 @@ class FakeDiscord:
                 reference=reference,
             )
             msg["allowed_mentions"] = body.get("allowed_mentions")
+            if nonce is not None:
+                msg["nonce"] = nonce
+                self.nonces[(channel_id, str(nonce))] = (time.monotonic(), msg["id"])
             await self.dispatch("MESSAGE_CREATE", self._with_guild(msg), self.guild_of(channel_id))
             return _json(msg)
         if len(rest) == 2 and rest[0] == "messages":

@@ -19,6 +19,7 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
+from agent_core.outbox import reset_current_part, set_current_part
 from agent_core.store.pacing import Pacer
 from channels.discord.render import LIMIT
 from channels.discord.sender import DiscordOutbox, channel_pace
@@ -242,21 +243,91 @@ async def test_press_while_redis_is_down_tells_the_presser(
     await asyncio.sleep(0)
 
 
-async def test_post_whose_answer_comes_too_late_is_unconfirmed_not_repeated(
+async def test_post_whose_answer_comes_too_late_is_asked_again_and_shown_once(
     redis: Redis, make_settings: Callable[..., DiscordSettings], fake_discord: FakeDiscord
 ) -> None:
     """DISCORD_HTTP_TIMEOUT bounds a REST call; a message Discord created but answered
-    too late for is reported unconfirmed and not posted again."""
+    too late for is asked for again with its nonce: one message, and its id is known."""
     box = DiscordOutbox(make_settings(discord_http_timeout=0.5), Pacer(redis))
     try:
         await box.http()
         fake_discord.stall["POST"] = 1.5
         t0 = time.monotonic()
-        with pytest.raises(SendUnconfirmed):
-            await box.send(THREAD, OutboundMessage("created once"))
+        ref = await box.send(THREAD, OutboundMessage("created once"))
         assert time.monotonic() - t0 < 1.4
         await asyncio.sleep(1.2)
         posts = [c for c in fake_discord.calls if c.method == "POST" and "/messages" in c.path]
-        assert len(posts) == 1, posts
+        assert len(posts) == 2 and posts[0].json["nonce"] == posts[1].json["nonce"]
+        (shown,) = fake_discord.messages[CHANNEL_ID].values()
+        assert shown["id"] == ref.message_id and shown["content"] == "created once"
     finally:
         await box.close()
+
+
+async def test_post_that_never_gets_an_answer_is_unconfirmed_not_repeated_further(
+    redis: Redis, make_settings: Callable[..., DiscordSettings], fake_discord: FakeDiscord
+) -> None:
+    box = DiscordOutbox(make_settings(discord_http_timeout=0.3), Pacer(redis))
+    try:
+        await box.http()
+        fake_discord.stall_every["POST"] = 1.0
+        with pytest.raises(SendUnconfirmed):
+            await box.send(THREAD, OutboundMessage("created once"))
+        await asyncio.sleep(1.0)
+        assert len(fake_discord.calls_to("POST", r"/messages$")) == 2
+        assert len(fake_discord.messages[CHANNEL_ID]) == 1  # the nonce kept it to one
+    finally:
+        fake_discord.stall_every.clear()
+        await box.close()
+
+
+# --- never twice: message nonces ----------------------------------------------
+
+
+async def test_a_create_that_got_a_gateway_error_is_not_posted_twice(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """Discord created the message, the answer was a 502: discord.py retries the POST
+    by itself; the nonce makes the retry return the same message."""
+    fake_discord.fail("POST", rf"/channels/{CHANNEL_ID}/messages$", 502, after=True)
+    token = set_current_part("e1:0")
+    try:
+        ref = await outbox.send(THREAD, OutboundMessage("only once"))
+    finally:
+        reset_current_part(token)
+    posts = fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")
+    assert [c.status for c in posts] == [502, 200]  # the retry happened
+    assert posts[0].json["nonce"] == posts[1].json["nonce"]
+    assert posts[0].json["enforce_nonce"] is True and len(posts[0].json["nonce"]) <= 25
+    shown = [m for m in fake_discord.messages[CHANNEL_ID].values() if m["content"] == "only once"]
+    assert [m["id"] for m in shown] == [ref.message_id]
+
+
+async def test_the_same_part_sent_again_is_one_message_brought_up_to_date(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    token = set_current_part("e2:0")
+    try:
+        first = await outbox.send(THREAD, OutboundMessage("a cut-short previ"))
+        again = await outbox.send(THREAD, OutboundMessage("a cut-short preview, then all of it"))
+    finally:
+        reset_current_part(token)
+    assert again.message_id == first.message_id
+    assert len(fake_discord.messages[CHANNEL_ID]) == 1
+    assert fake_discord.messages[CHANNEL_ID][first.message_id]["content"] == (
+        "a cut-short preview, then all of it"
+    )
+
+
+async def test_different_parts_with_the_same_text_are_different_messages(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    for part in ("e3:0", "e3:1", None):
+        token = set_current_part(part)
+        try:
+            await outbox.send(THREAD, OutboundMessage("ok"))
+            if part is None:  # no part name: a fresh nonce per send
+                await outbox.send(THREAD, OutboundMessage("ok"))
+        finally:
+            reset_current_part(token)
+    assert len(fake_discord.messages[CHANNEL_ID]) == 4
