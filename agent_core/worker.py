@@ -173,12 +173,14 @@ class Worker:
                 lag_limit = self.settings.worker_busy_lag_ms / 1000
                 busy = bool(self.running) and self.loop_lag.busy(lag_limit)
                 if free <= 0 or busy:
-                    paused = time.perf_counter()
                     if unacked:
-                        await self.delivery.acknowledge(unacked)
-                        unacked = []
+                        # not left for the next read: that may be a while away
+                        with contextlib.suppress(RedisError, OSError):  # else: next read
+                            await self.delivery.acknowledge(unacked)
+                            unacked = []
+                    paused = time.perf_counter()
                     await asyncio.sleep(0.01)
-                    if busy:
+                    if busy and free > 0:  # held back by the gate, not by the cap
                         self.busy_pauses += 1
                         METRICS.inc(
                             "parley_worker_busy_seconds_total", time.perf_counter() - paused

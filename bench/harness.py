@@ -526,7 +526,8 @@ async def box(llm_latency: float = 0.0) -> AsyncIterator[Box]:
     version = str(info.get("valkey_version") or info.get("redis_version") or "")
     b = Box(tmp, tracker, tg, llm, redis, valkey.url, int(info["process_id"]), version)
     b.http = aiohttp.ClientSession(
-        # idle connections are dropped before uvicorn's 5 s keep-alive closes them
+        # idle connections are dropped before the server's keep-alive could close them
+        # (WEB_KEEPALIVE_SECS, 95 s; the floor's uvicorn keeps uvicorn's 5 s)
         connector=aiohttp.TCPConnector(limit=512, force_close=False, keepalive_timeout=4),
         timeout=aiohttp.ClientTimeout(total=30),
     )

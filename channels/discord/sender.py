@@ -46,19 +46,22 @@ def channel_pace(channel_id: str) -> str:
     return pace_key("discord", "ch", channel_id)
 
 
-def message_nonce(dest: str, k: int) -> str:
-    """The nonce of the ``k``-th Discord message of the reply part being sent.
+def message_nonce(dest: str, k: int, part: str | None = None) -> str:
+    """The nonce of the ``k``-th Discord message of a reply part.
 
     Sent with ``enforce_nonce``: a second create with the same nonce within a few
     minutes returns the first message instead of posting another.  discord.py
     retries a create that got a 500/502/504/524 by itself, and a gateway error can
     come back for a message Discord did create; with the nonce such a retry (or a
-    send of the same part again) cannot show the answer twice.  The nonce is derived
-    from the part's name, so it is the same for every attempt; at most 25 characters.
+    send of the same part again) cannot show the answer twice.  ``part`` names the
+    reply part (default: the one the agent is sending; a streamed edit that adds a
+    message names it by the message it extends), so every attempt gets the same
+    nonce; a create with no name gets a fresh one, which still covers discord.py's
+    retries of that one request.  24 hex characters (Discord allows 25).
     """
-    part = current_part()
+    part = part if part is not None else current_part()
     if part is None:
-        return secrets.token_hex(12)  # still one per attempt loop inside discord.py
+        return secrets.token_hex(12)
     return hashlib.blake2b(f"{dest}|{part}|{k}".encode(), digest_size=12).hexdigest()
 
 
@@ -144,9 +147,11 @@ class DiscordOutbox:
             # It left and no answer came back: Discord may have created it.
             raise SendUnconfirmed(f"Discord did not answer: {type(exc).__name__}") from exc
 
-    async def _create(self, dest: str, k: int, payload: dict[str, Any]) -> str:
+    async def _create(
+        self, dest: str, k: int, payload: dict[str, Any], *, part: str | None = None
+    ) -> str:
         """POST one message (idempotently, see :func:`message_nonce`); its id."""
-        body = {**payload, "nonce": message_nonce(dest, k), "enforce_nonce": True}
+        body = {**payload, "nonce": message_nonce(dest, k, part), "enforce_nonce": True}
         route = Route("POST", "/channels/{channel_id}/messages", channel_id=dest)
         try:
             data = await self._call(route, json=body)
@@ -154,21 +159,28 @@ class DiscordOutbox:
             # It left and no answer came back.  Asking again with the same nonce is
             # safe: Discord returns the message if it made it, or makes it once.
             log.info("discord: create in %s unconfirmed (%s); asking again", dest, exc)
-            data = await self._call(route, json=body)
+            try:
+                data = await self._call(route, json=body)
+            except ChannelError:
+                raise exc from None  # it may still be showing: say so, not "failed"
         message_id = str(data["id"])
-        if data.get("content", payload.get("content")) != payload.get("content"):
+        wanted = str(payload.get("content") or "").strip()
+        if str(data.get("content", wanted) or "").strip() != wanted:
             # Discord handed back the message an earlier attempt created with other
             # text (a preview whose answer never came back): bring it up to date.
             patch = {key: v for key, v in payload.items() if key != "message_reference"}
-            await self._call(
-                Route(
-                    "PATCH",
-                    "/channels/{channel_id}/messages/{message_id}",
-                    channel_id=dest,
-                    message_id=message_id,
-                ),
-                json=patch,
-            )
+            try:
+                await self._call(
+                    Route(
+                        "PATCH",
+                        "/channels/{channel_id}/messages/{message_id}",
+                        channel_id=dest,
+                        message_id=message_id,
+                    ),
+                    json=patch,
+                )
+            except ChannelError as err:  # it exists: keep its id, the next edit may fix it
+                log.warning("discord: could not update message %s: %s", message_id, err)
         return message_id
 
     # --- Outbox -------------------------------------------------------------
@@ -222,7 +234,7 @@ class DiscordOutbox:
             else:
                 if not await self._pace(dest, droppable=droppable):
                     return self._ref(ref, ids)
-                ids.append(await self._create(dest, k, payload))
+                ids.append(await self._create(dest, k, payload, part=f"+{ref.message_id}"))
         if not droppable:
             for extra_id in old[len(payloads) :]:
                 try:

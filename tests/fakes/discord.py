@@ -798,8 +798,9 @@ class FakeDiscord:
                 raise _Error(400, {"message": "Invalid Form Body", "code": 50035})
             if nonce is not None and body.get("enforce_nonce"):
                 seen = self.nonces.get((channel_id, str(nonce)))
-                if seen is not None and time.monotonic() - seen[0] < self.nonce_window_secs:
-                    return _json(store.get(seen[1]) or {})
+                fresh = seen is not None and time.monotonic() - seen[0] < self.nonce_window_secs
+                if seen is not None and fresh and seen[1] in store:
+                    return _json(store[seen[1]])
             ref = body.get("message_reference") or {}
             reference = store.get(str(ref.get("message_id", ""))) if ref else None
             if ref and reference is None and ref.get("fail_if_not_exists", True):

@@ -355,6 +355,7 @@ async def test_a_busy_worker_leaves_new_messages_in_the_stream_for_another(
     assert len(llm.seen) == 1, "the busy worker read new messages"
     helper = make_worker(redis_clients, llm, outbox, "w-helper")
     tasks.append(asyncio.create_task(helper.run(stop)))
+    await wait_for(lambda: len(llm.seen) == 4)  # the helper took all three
     llm.block.set()
     await wait_for(lambda: all(outbox.final_texts(str(t)) for t in [first, *others]))
     stop.set()

@@ -38,8 +38,11 @@ async def test_idle_connections_outlive_the_keepalive_they_are_given() -> None:
     server = make_server(app, "127.0.0.1", port, keepalive_secs=1)
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
+        for _ in range(500):
+            if server.started or task.done():
+                break
             await asyncio.sleep(0.01)
+        assert server.started, "the server did not start"
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         assert b"200 OK" in await _ask(reader, writer)
         await asyncio.sleep(0.5)  # idle, within the keep-alive: the same connection works

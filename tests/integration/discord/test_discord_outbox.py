@@ -331,3 +331,16 @@ async def test_different_parts_with_the_same_text_are_different_messages(
         finally:
             reset_current_part(token)
     assert len(fake_discord.messages[CHANNEL_ID]) == 4
+
+
+async def test_a_part_added_by_an_edit_is_created_once_if_the_edit_repeats(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """An edit that grows the answer past 2,000 characters adds a message; the same
+    edit again from the old reference (its result was lost) does not add another."""
+    ref = await outbox.send(DM, OutboundMessage("Thinking", final=False))
+    long = "x " * 1500
+    grown = await outbox.edit(ref, OutboundMessage(long, final=True))
+    again = await outbox.edit(ref, OutboundMessage(long, final=True))
+    assert again.extra == grown.extra
+    assert len(fake_discord.messages[DM_CHANNEL_ID]) == 2
