@@ -378,3 +378,39 @@ async def test_an_idle_worker_reads_however_late_its_loop_runs(
     await wait_for(lambda: outbox.final_texts(str(t)))
     stop.set()
     await task
+
+
+async def test_a_failed_acknowledgement_while_the_gate_is_closed_is_retried_later(
+    redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate closes right after a read (a busy loop); the acknowledgement it sends
+    then meets a Redis error: the worker keeps going and acknowledges with its next read."""
+    llm = SlowEcho(0.0)
+    llm.block = asyncio.Event()
+    outbox = RecordingOutbox()
+    worker = make_worker(redis_clients, llm, outbox, "w-ack")
+    worker.loop_lag.lag = 1.0
+    worker.loop_lag.sample_secs = 3600.0
+    failures = 0
+    real_ack = worker.delivery.acknowledge
+
+    async def flaky_ack(entries: Any) -> None:
+        nonlocal failures
+        failures += 1
+        raise RedisConnectionError("connection reset")
+
+    monkeypatch.setattr(worker.delivery, "acknowledge", flaky_ack)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    t = ThreadKey("web", "local", "a")
+    await Ingest(redis_clients.redis).submit(msg(t, 1, "hi"))
+    await wait_for(lambda: len(llm.seen) == 1 and failures >= 3)
+    assert not task.done(), "the consume loop died on a Redis error"
+    monkeypatch.setattr(worker.delivery, "acknowledge", real_ack)
+    llm.block.set()
+    await wait_for(lambda: outbox.final_texts(str(t)))
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    await wait_for(lambda: worker.turns_done == 1)
+    stop.set()
+    await task
+    assert await d.pending_count() == 0  # acknowledged after all
