@@ -29,6 +29,7 @@ from agent_core.agent.budget import BudgetGuard
 from agent_core.agent.commands import CommandRegistry, builtin_commands
 from agent_core.agent.context import Compactor
 from agent_core.agent.hooks import Hooks
+from agent_core.agent.interrupt import InterruptWatch
 from agent_core.agent.profiles import Profile, Profiles
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session
@@ -129,6 +130,7 @@ class Agent:
         self.approver_ids = settings.id_list(settings.approver_ids)
         self.admin_ids = settings.id_list(settings.admin_ids)
         self.approvals = ApprovalStore(self.redis, settings.approval_ttl_secs, clock)
+        self.interrupts = InterruptWatch(self.redis)  # one poll for all waiting turns
         self.budget = BudgetGuard(self.redis, settings, clock)
         self.access = AccessControl(self.redis, settings, clock)
         self.undo = UndoStore(

@@ -6,7 +6,10 @@ it would only run after it.  Instead the ingest pipeline notices it first
 sets ``{thread}:interrupt`` to the current time, then lets the command through
 as usual.  The running turn reads that flag between loop iterations and every
 0.5 s while it waits for the LLM or a tool, and stops when the flag is newer
-than the turn.  The queued ``/interrupt`` then runs as its own turn: it clears
+than the turn.  The 0.5 s reads are shared: one :class:`InterruptWatch` per
+process reads the flags of every waiting turn in one round trip per tick (a
+poll per turn cost ~4 GETs per 2 s LLM call, per turn held: thousands a
+second at a thousand turns in flight).  The queued ``/interrupt`` then runs as its own turn: it clears
 the flag and says "Nothing is running" if nothing was stopped (or cancels a
 pending approval).  The turn also stops if it sees ``/interrupt`` among the
 messages that arrived for it, so it works without the filter (more slowly).
@@ -14,16 +17,35 @@ messages that arrived for it, so it works without the filter (more slowly).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from agent_core.agent.parser import Command, parse
 from agent_core.events import EventKind, InboundEvent
 from agent_core.ingest import InboundFilter
 from agent_core.store import keys
 
+log = logging.getLogger(__name__)
+
 FLAG_TTL_MS = 600_000
+POLL_SECS = 0.5
+BATCH = 500  # flags read per round trip
+
+
+def flag_is_newer(raw: bytes | None, since_ms: int) -> bool:
+    """``{thread}:interrupt`` holds a time at or after ``since_ms`` ("x": consumed)."""
+    if not raw:
+        return False
+    try:
+        return int(raw) >= since_ms
+    except ValueError:
+        return False
 
 
 def is_interrupt(text: str) -> bool:
@@ -40,3 +62,71 @@ def interrupt_filter(redis: Redis) -> InboundFilter:
         return None
 
     return flag_interrupt
+
+
+@dataclass(eq=False)
+class Watch:
+    """One waiting turn: ``fired`` completes on ``/interrupt`` or a lost lock."""
+
+    key: str
+    since_ms: int
+    lost: Callable[[], bool]
+    fired: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def fire(self) -> None:
+        if not self.fired.done():
+            self.fired.set_result(None)
+
+
+class InterruptWatch:
+    """Every ``POLL_SECS``, one round trip reads the interrupt flags of all the
+    turns of this process that wait on the LLM or a tool (and checks their locks).
+    The loop runs only while someone is watching."""
+
+    def __init__(self, redis: Redis, poll_secs: float = POLL_SECS) -> None:
+        self.redis = redis
+        self.poll_secs = poll_secs
+        self.watches: set[Watch] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, key: str, since_ms: int, lost: Callable[[], bool]) -> Watch:
+        w = Watch(key, since_ms, lost)
+        self.watches.add(w)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="interrupt watch")
+        return w
+
+    def unwatch(self, w: Watch) -> None:
+        self.watches.discard(w)
+
+    async def _run(self) -> None:
+        while self.watches:
+            await asyncio.sleep(self.poll_secs)
+            try:
+                await self.poll_once()
+            except (RedisError, OSError):
+                pass  # the next tick tries again
+            except Exception:
+                log.exception("interrupt watch: poll failed")
+
+    async def poll_once(self) -> None:
+        from agent_core.store.wire import roundtrip
+
+        waiting = []
+        for w in list(self.watches):
+            if w.lost():
+                w.fire()
+            elif not w.fired.done():
+                waiting.append(w)
+        keys_ = sorted({w.key for w in waiting})
+        flags: dict[str, bytes | None] = {}
+        for i in range(0, len(keys_), BATCH):
+            chunk = keys_[i : i + BATCH]
+            replies = await roundtrip(self.redis, [("GET", k) for k in chunk])
+            for k, r in zip(chunk, replies, strict=True):
+                flags[k] = r if isinstance(r, bytes) else None
+        for w in waiting:
+            if flag_is_newer(flags.get(w.key), w.since_ms):
+                w.fire()

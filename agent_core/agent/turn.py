@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agent_core.agent import approvals as ap
 from agent_core.agent import turn_approvals as steps
@@ -76,7 +76,6 @@ log = logging.getLogger(__name__)
 TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
 
 T = TypeVar("T")
-INTERRUPT_POLL_SECS = 0.5
 OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
 
 
@@ -332,40 +331,27 @@ class Turn:
                 await reply.finish((reply.text + "\n\n" + tail).strip())
 
     # -- interrupt -------------------------------------------------------------
-    async def _interrupt_flag(self) -> bool:
-        raw = await self.agent.redis.get(keys.interrupt(self.thread))
-        if not raw:
-            return False
-        try:
-            return int(raw) >= self.started_ms
-        except ValueError:
-            return False
-
     async def _consume_interrupt(self) -> None:
         with contextlib.suppress(Exception):
             await self.agent.redis.set(keys.interrupt(self.thread), b"x", ex=600)
 
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(INTERRUPT_POLL_SECS)
-            if self.guard.lost:
-                return
-            with contextlib.suppress(Exception):
-                if await self._interrupt_flag():
-                    return
-
     async def interruptible(self, aw: Awaitable[T]) -> T:
-        """Await ``aw`` unless /interrupt (or a lost lock) cuts it short."""
+        """Await ``aw`` unless /interrupt (or a lost lock) cuts it short (the
+        agent's :class:`~agent_core.agent.interrupt.InterruptWatch` looks every
+        0.5 s, for all waiting turns at once)."""
         task = asyncio.ensure_future(aw)
-        watcher = asyncio.create_task(self._watch())
+        watch = self.agent.interrupts.watch(
+            keys.interrupt(self.thread), self.started_ms, lambda: self.guard.lost
+        )
+        either: set[asyncio.Future[Any]] = {task, watch.fired}
         try:
-            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
-            watcher.cancel()
             raise
+        finally:
+            self.agent.interrupts.unwatch(watch)
         if task in done:
-            watcher.cancel()
             return task.result()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
