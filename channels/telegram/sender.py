@@ -413,8 +413,11 @@ class TelegramOutbox:
         while time.monotonic() < deadline and not stop.is_set():
             delay = self.limits.typing_interval
             try:
-                await self._bot.send_chat_action(
-                    chat_id=chat_id, action=ChatAction.TYPING, message_thread_id=topic
+                await self._api(
+                    "send_chat_action",
+                    chat_id=chat_id,
+                    action=ChatAction.TYPING,
+                    message_thread_id=topic,
                 )
             except RetryAfter as exc:
                 delay = max(delay, _retry_after(exc))
