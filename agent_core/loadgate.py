@@ -12,6 +12,11 @@ stops reading while the lag is above ``WORKER_BUSY_LAG_MS`` and it is running at
 one thread (so one slow callback cannot stall an idle worker), and resumes when the
 lag is back under it.  The figure held is a peak that decays, so one quiet sample in
 a busy stretch does not open the gate to a burst.
+
+The gate only closes for a worker holding at least ``MIN_RUNNING`` threads: a lagging
+loop with a handful of turns in hand is a slow or shared machine (CPU steal on a small
+dyno), not a worker hoarding work, and holding back there would only make new
+conversations wait for the ones in hand.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 
 SAMPLE_SECS = 0.02  # how often the lag is sampled
+MIN_RUNNING = 16  # threads in hand below which the gate stays open
 DECAY = 0.7  # per sample: a 200 ms spike falls under 20 ms in ~7 samples (~0.15 s)
 
 

@@ -40,7 +40,7 @@ from agent_core.agent.agent import Agent
 from agent_core.agent.reply import LockGuard
 from agent_core.errors import LockLost
 from agent_core.events import InboundEvent, ThreadKey
-from agent_core.loadgate import LoopLag
+from agent_core.loadgate import MIN_RUNNING, LoopLag
 from agent_core.metrics import METRICS
 from agent_core.proactive.recovery import TurnRecovery
 from agent_core.settings import CoreSettings
@@ -91,6 +91,7 @@ class Worker:
         # proactive (issue 12): turn timeout and interrupted-turn reset around every turn
         self.recovery = TurnRecovery(settings, agent, self.owner)
         self.loop_lag = LoopLag()
+        self.busy_min_running = MIN_RUNNING  # the gate holds back only with this many
         self.busy_pauses = 0  # reads skipped because the loop lagged
 
     # -- lifecycle ---------------------------------------------------------
@@ -171,7 +172,8 @@ class Worker:
             while not stop.is_set():
                 free = self.settings.worker_concurrency - len(self.running)
                 lag_limit = self.settings.worker_busy_lag_ms / 1000
-                busy = bool(self.running) and self.loop_lag.busy(lag_limit)
+                held = len(self.running)
+                busy = held >= max(self.busy_min_running, 1) and self.loop_lag.busy(lag_limit)
                 if free <= 0 or busy:
                     if unacked:
                         # not left for the next read: that may be a while away

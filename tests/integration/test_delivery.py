@@ -339,6 +339,7 @@ async def test_a_busy_worker_leaves_new_messages_in_the_stream_for_another(
     llm.block = asyncio.Event()
     outbox = RecordingOutbox()
     busy = make_worker(redis_clients, llm, outbox, "w-busy")
+    busy.busy_min_running = 1  # one thread in hand is enough to hold back here
     stop = asyncio.Event()
     tasks = [asyncio.create_task(busy.run(stop))]
     ingest = Ingest(redis_clients.redis)
@@ -389,6 +390,7 @@ async def test_a_failed_acknowledgement_while_the_gate_is_closed_is_retried_late
     llm.block = asyncio.Event()
     outbox = RecordingOutbox()
     worker = make_worker(redis_clients, llm, outbox, "w-ack")
+    worker.busy_min_running = 1
     worker.loop_lag.lag = 1.0
     worker.loop_lag.sample_secs = 3600.0
     failures = 0
@@ -414,3 +416,28 @@ async def test_a_failed_acknowledgement_while_the_gate_is_closed_is_retried_late
     stop.set()
     await task
     assert await d.pending_count() == 0  # acknowledged after all
+
+
+async def test_a_lagging_worker_with_few_turns_in_hand_keeps_reading(
+    redis_clients: RedisClients,
+) -> None:
+    """A late loop with fewer than MIN_RUNNING threads is a slow machine, not a
+    hoarding worker: new conversations still start."""
+    llm = SlowEcho(0.0)
+    llm.block = asyncio.Event()
+    outbox = RecordingOutbox()
+    worker = make_worker(redis_clients, llm, outbox, "w-slowbox")
+    worker.loop_lag.lag = 1.0
+    worker.loop_lag.sample_secs = 3600.0
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    ingest = Ingest(redis_clients.redis)
+    threads = [ThreadKey("web", "local", f"s{i}") for i in range(3)]
+    for i, t in enumerate(threads):
+        await ingest.submit(msg(t, f"s{i}", f"q{i}"))
+        await wait_for(lambda i=i: len(llm.seen) == i + 1)  # each starts while others run
+    assert worker.busy_pauses == 0
+    llm.block.set()
+    await wait_for(lambda: all(outbox.final_texts(str(t)) for t in threads))
+    stop.set()
+    await task
