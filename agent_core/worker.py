@@ -5,8 +5,9 @@ Loops (all owned by :meth:`Worker.run`, all stopped by its ``stop`` event):
 * **consume**  XREADGROUP (own blocking connection) -> hand-off -> spawn the
   threads whose lock we got.  Reading pauses while ``worker_concurrency``
   threads are running, or while the event loop lags more than
-  ``worker_busy_lag_ms`` (the CPU is saturated: unread messages wait in the
-  stream, where another worker can take them; see :mod:`agent_core.loadgate`).
+  ``worker_busy_lag_ms`` with 16+ threads in hand (the CPU is saturated: unread
+  messages wait in the stream, where another worker can take them; see
+  :mod:`agent_core.loadgate`).
 * **heartbeat** renews every held thread lock in one pipeline every TTL/3; a
   thread whose lock is gone is flagged so its turn stops sending.
 * **sweeper**  reclaims stream entries left pending by a dead worker
