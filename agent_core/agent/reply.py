@@ -91,7 +91,13 @@ class ReplyWriter:
         if known is None and field in self.pending and not idempotent:
             known = await self._wait_for_part(field)
         if known is None and self.guard.owner and not getattr(self.outbox, "wire_hook", False):
-            await self._claim(field)  # a channel without the hook: claim before sending
+            try:
+                await self._claim(field)  # a channel without the hook: claim before sending
+            except _PartExists as exc:
+                if exc.ref is None:  # on the wire when its worker died: not sent twice
+                    self.sent[field] = MessageRef(self.thread.channel, self.thread.conversation, "")
+                    return self.sent[field]
+                known = exc.ref
         if known is not None:
             return await self._converge(field, known, message)
         token = None

@@ -124,6 +124,12 @@ class Turn:
         self.pending_inject: list[ChatMessage] = []
         self.completion_calls: list[Call] = []  # scripts that ride with the completion
         self._checked_signals = False
+        # A rerun of a message whose earlier execution died with a reply part on the
+        # wire: that part is not sent again (it may have reached the user), so this
+        # execution answers its own message only.  Messages that arrived meanwhile
+        # get turns of their own instead of riding in an answer that is never sent.
+        prefix = f"{state.mailbox[0].event_id}:" if state.mailbox else "\0"
+        self.inject = not any(f.startswith(prefix) for f in state.pending)
         self._typing: asyncio.Task[None] | None = None
         self._reply: StreamingReply | None = None
         self._profile: Profile | None = None
@@ -368,6 +374,8 @@ class Turn:
             return signals
         signals.injected.extend(self.pending_inject)
         self.pending_inject = []
+        if not self.inject:
+            return signals
         arrived = self.state.mailbox[self.consumed :]
         first, self._checked_signals = not self._checked_signals, True
         if not arrived and not first:  # the first check uses the mailbox just read

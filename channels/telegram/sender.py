@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 # python-telegram-bot warns about that on every call.
 warnings.filterwarnings(
     "ignore",
-    message=r"Please use 'Bot\.(send_message|edit_message_text)'",
+    message=r"Please use 'Bot\.(send_message|edit_message_text|send_chat_action)'",
     category=PTBUserWarning,
 )
 

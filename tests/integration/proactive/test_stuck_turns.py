@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from agent_core.events import MessageRef, ThreadKey
 from agent_core.store import keys
@@ -134,3 +135,52 @@ async def test_worker_sigkilled_mid_turn_is_recovered_by_another(
     assert not w.outbox.sends(str(T))
     assert await w.redis.exists(keys.lock(T)) == 0
     assert await w.redis.llen(keys.mailbox(T)) == 0
+
+
+@pytest.mark.parametrize("wire_hook", [True, False], ids=["claim-on-the-wire", "claim-first"])
+async def test_a_rerun_with_a_part_on_the_wire_leaves_later_messages_their_own_turns(
+    pworld: Any, monkeypatch: Any, wire_hook: bool, caplog: Any
+) -> None:
+    """The worker running e-w1 died with its reply part on the wire (claimed, never
+    recorded).  The rerun does not send that part again, so it must not fold the
+    messages that arrived meanwhile into it: they are answered in turns of their own
+    (found by the three-worker SIGKILL test: a chat's nine later messages were
+    answered inside the suppressed part, i.e. never)."""
+    from agent_core.agent.reply import ReplyWriter
+    from agent_core.llm.base import Completion
+    from agent_core.outbox import on_wire
+
+    wait = ReplyWriter._wait_for_part
+
+    async def short_wait(self: Any, field: str, timeout: float = 15.0) -> Any:
+        return await wait(self, field, 0.3)
+
+    monkeypatch.setattr(ReplyWriter, "_wait_for_part", short_wait)
+
+    def echo_since_last_answer(req: Any) -> Completion:
+        said: list[str] = []
+        for m in req.messages:
+            said = [] if m.role == "assistant" else [*said, m.content] if m.role == "user" else said
+        return Completion("echo: " + " + ".join(said))
+
+    w = pworld(FnModel(echo_since_last_answer))
+
+    class WireOutbox(type(w.outbox)):  # type: ignore[misc]
+        wire_hook = True  # like Telegram and Discord: the claim happens on the wire
+
+        async def send(self, thread: Any, message: Any, *, reply_to: Any = None) -> Any:
+            await on_wire()
+            return await super().send(thread, message, reply_to=reply_to)
+
+    if wire_hook:  # Telegram, Discord; without it (Slack) the writer claims first
+        w.outbox.__class__ = WireOutbox
+    await w.send(user_event(T, "first", eid="e-w1"))
+    await w.send(user_event(T, "second", eid="e-w2"))
+    await w.send(user_event(T, "third", eid="e-w3"))
+    await w.redis.hset(keys.sent(T), "e-w1:0", b"pending:1")  # claimed by the dead worker
+    await w.start()
+    await w.settle(T, 15)
+    shown = " | ".join(w.texts(T))
+    assert "second" in shown and "third" in shown, shown
+    assert "first" not in shown  # never twice: it may have reached the user
+    assert "turn failed" not in caplog.text  # an expected situation, not an error
