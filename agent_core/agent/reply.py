@@ -156,8 +156,9 @@ class ReplyWriter:
 
         If none appears (that execution died during the platform request), the
         part is *not* sent again: it most likely reached the user, and a second
-        copy is what this design exists to prevent.  Later edits of it are
-        skipped.
+        copy is what this design exists to prevent.  The answer is then a ref
+        with no message id (later edits of it are skipped).  None: the claim is
+        gone, the part may be sent.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -172,7 +173,7 @@ class ReplyWriter:
             self.thread,
             field,
         )
-        return None
+        return MessageRef(self.thread.channel, self.thread.conversation, "")
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         self.guard.check()

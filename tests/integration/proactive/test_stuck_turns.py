@@ -151,8 +151,10 @@ async def test_a_rerun_with_a_part_on_the_wire_leaves_later_messages_their_own_t
     from agent_core.outbox import on_wire
 
     wait = ReplyWriter._wait_for_part
+    waits: list[str] = []
 
     async def short_wait(self: Any, field: str, timeout: float = 15.0) -> Any:
+        waits.append(field)
         return await wait(self, field, 0.3)
 
     monkeypatch.setattr(ReplyWriter, "_wait_for_part", short_wait)
@@ -184,3 +186,4 @@ async def test_a_rerun_with_a_part_on_the_wire_leaves_later_messages_their_own_t
     assert "second" in shown and "third" in shown, shown
     assert "first" not in shown  # never twice: it may have reached the user
     assert "turn failed" not in caplog.text  # an expected situation, not an error
+    assert waits == ["e-w1:0"]  # waited for the dead worker's record once, not twice
