@@ -9,8 +9,8 @@ as usual.  The running turn reads that flag between loop iterations and every
 than the turn.  The 0.5 s reads are shared: one :class:`InterruptWatch` per
 process reads the flags of every waiting turn in one round trip per tick (a
 poll per turn cost ~4 GETs per 2 s LLM call, per turn held: thousands a
-second at a thousand turns in flight).  The queued ``/interrupt`` then runs as its own turn: it clears
-the flag and says "Nothing is running" if nothing was stopped (or cancels a
+second at a thousand turns in flight).  The queued ``/interrupt`` then runs as
+its own turn: it clears the flag and says "Nothing is running" if nothing was stopped (or cancels a
 pending approval).  The turn also stops if it sees ``/interrupt`` among the
 messages that arrived for it, so it works without the filter (more slowly).
 """

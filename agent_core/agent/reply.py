@@ -94,10 +94,7 @@ class ReplyWriter:
             try:
                 await self._claim(field)  # a channel without the hook: claim before sending
             except _PartExists as exc:
-                if exc.ref is None:  # on the wire when its worker died: not sent twice
-                    self.sent[field] = MessageRef(self.thread.channel, self.thread.conversation, "")
-                    return self.sent[field]
-                known = exc.ref
+                return await self._existing(field, exc, message)
         if known is not None:
             return await self._converge(field, known, message)
         token = None
@@ -113,13 +110,9 @@ class ReplyWriter:
             log.warning(
                 "[%s] part %s unconfirmed (%s); not sending it again", self.thread, field, exc
             )
-            ref = MessageRef(self.thread.channel, self.thread.conversation, "")
+            ref = self._unknown()
         except _PartExists as exc:
-            if exc.ref is None:
-                exc.ref = await self._wait_for_part(field)
-            if exc.ref is None:
-                return MessageRef(self.thread.channel, self.thread.conversation, "")
-            return await self._converge(field, exc.ref, message)
+            return await self._existing(field, exc, message)
         finally:
             reset_current_part(part_token)
             if token is not None:
@@ -127,6 +120,17 @@ class ReplyWriter:
         self.sent[field] = ref
         await self.delivery.record_sent(self.thread, field, ref)
         return ref
+
+    def _unknown(self) -> MessageRef:
+        """A part that may be showing under an id we do not know (never edited)."""
+        return MessageRef(self.thread.channel, self.thread.conversation, "")
+
+    async def _existing(self, field: str, exc: _PartExists, message: OutboundMessage) -> MessageRef:
+        """The claim found ``field`` taken by another execution of this turn."""
+        ref = exc.ref if exc.ref is not None else await self._wait_for_part(field)
+        if ref is None:
+            return self._unknown()
+        return await self._converge(field, ref, message)
 
     async def _converge(
         self, field: str, known: MessageRef, message: OutboundMessage
@@ -173,7 +177,7 @@ class ReplyWriter:
             self.thread,
             field,
         )
-        return MessageRef(self.thread.channel, self.thread.conversation, "")
+        return self._unknown()
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         self.guard.check()

@@ -37,7 +37,7 @@ from agent_core.agent.commands import CommandContext
 from agent_core.agent.context import estimate
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
-from agent_core.agent.interrupt import is_interrupt
+from agent_core.agent.interrupt import flag_is_newer, is_interrupt
 from agent_core.agent.loop import (
     LoopOutcome,
     MaxIterations,
@@ -385,7 +385,7 @@ class Turn:
                 raw, flag = await pipe.execute()
             arrived = [InboundEvent.from_json(r) for r in raw]
             self.state.mailbox.extend(arrived)
-            if flag and flag != b"x" and int(flag) >= self.started_ms:
+            if flag_is_newer(flag, self.started_ms):
                 raise Interrupted()
         last = max((e.seq for e in self.state.mailbox[: self.consumed]), default=0)
         for ev in arrived:
