@@ -139,7 +139,19 @@ class ReplyWriter:
         self.sent[field] = known
         if not known.message_id:
             return known
-        return await self.outbox.edit(known, message)
+        return await self._edited(field, known, await self.outbox.edit(known, message))
+
+    async def _edited(self, field: str | None, old: MessageRef, new: MessageRef) -> MessageRef:
+        """Record a part whose edit changed its ref (a long answer grew into more
+        messages, or shrank): a rerun must converge on every message it shows,
+        not send the extra ones again."""
+        if new != old:
+            if field is None:
+                field = next((f for f, r in self.sent.items() if r == old), None)
+            if field is not None:
+                self.sent[field] = new
+                await self.delivery.record_sent(self.thread, field, new)
+        return new
 
     async def _claim(self, field: str, *, resend_pending: bool = False) -> None:
         """Fenced claim of ``field`` right before it goes on the wire.
@@ -183,7 +195,7 @@ class ReplyWriter:
         self.guard.check()
         if not ref.message_id:
             return ref  # a part whose sender died mid-request: nothing to edit
-        return await self.outbox.edit(ref, message)
+        return await self._edited(None, ref, await self.outbox.edit(ref, message))
 
     def stream(self) -> StreamingReply:
         return StreamingReply(self)

@@ -13,12 +13,17 @@ both parts.  Anything that goes wrong while rendering falls back to plain text:
 from __future__ import annotations
 
 import logging
+import re
+import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyromark
 import telegramify_markdown
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity
+from telegramify_markdown.config import RenderConfig
+from telegramify_markdown.converter import STANDARD_OPTIONS
 
 from agent_core.events import Button
 
@@ -26,6 +31,9 @@ log = logging.getLogger(__name__)
 
 MAX_TEXT = 4096  # UTF-16 code units per message
 EMPTY_TEXT = "…"  # Telegram refuses empty messages
+MAX_ENTITIES = 100  # Telegram ignores the entities after the 100th
+MAX_ENTITY_BYTES = 8000  # below Telegram's ~9,500 (undocumented) for all entities
+ENTITY_BYTES = 16  # what one entity costs besides its URL (a safe guess)
 
 # Entities a split must not cut (unless they alone exceed a message).
 _UNSPLITTABLE = frozenset({"pre", "code", "text_link", "url", "email", "mention"})
@@ -40,7 +48,28 @@ class Part:
     entities: tuple[MessageEntity, ...] = ()
 
     def plain(self) -> Part:
-        return Part(self.text)
+        """This part without formatting, each link's address written after its
+        text (so a refused format costs looks, not links); text only if the
+        addresses would not fit."""
+        links = sorted(
+            (e for e in self.entities if e.type == "text_link" and e.url),
+            key=lambda e: e.offset,
+            reverse=True,
+        )
+        if not links:
+            return Part(self.text)
+        off = _offsets(self.text)
+        index = {u: i for i, u in enumerate(off)}
+        text = self.text
+        for e in links:
+            end = index.get(e.offset + e.length)
+            start = index.get(e.offset)
+            if end is None or start is None or text[start:end] == e.url:
+                continue
+            text = f"{text[:end]} ({e.url}){text[end:]}"
+        if len(text.encode("utf-16-le")) // 2 > MAX_TEXT:
+            return Part(self.text)
+        return Part(text)
 
     def digest(self, markup: InlineKeyboardMarkup | None = None) -> str:
         """A short fingerprint of what this part shows (to skip no-op edits)."""
@@ -82,7 +111,24 @@ def _to_spans(text: str, entities: Sequence[MessageEntity], off: list[int]) -> l
         if s is None or t is None or t <= s:
             continue  # lands inside a surrogate pair or empty: drop it
         spans.append(_Span(s, t, e))
+    spans.sort(key=lambda sp: sp.start)
     return spans
+
+
+def _entity_cap(spans: list[_Span], start: int) -> int:
+    """Where a part starting at ``start`` must end at the latest to stay within
+    Telegram's entity limits: it applies only the first 100 entities of a
+    message and refuses one whose entities are too large in total
+    (ENTITIES_TOO_LONG, about 9,500 bytes, link addresses included)."""
+    count, size = 0, 0
+    for sp in spans:  # in text order
+        if sp.end <= start:
+            continue
+        count += 1
+        size += ENTITY_BYTES + len((sp.entity.url or "").encode())
+        if (count > MAX_ENTITIES or size > MAX_ENTITY_BYTES) and sp.start > start:
+            return sp.start
+    return sys.maxsize
 
 
 def _cut_point(text: str, start: int, end: int, protected: list[tuple[int, int]]) -> int:
@@ -121,15 +167,21 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
         for sp in spans
         if sp.entity.type in _UNSPLITTABLE and off[sp.end] - off[sp.start] <= limit
     ]
+    code = [(sp.start, sp.end) for sp in spans if sp.entity.type in ("pre", "code")]
+
+    def in_code(i: int) -> bool:  # whitespace in code is content (indentation)
+        return any(s <= i < t for s, t in code)
+
     ranges: list[tuple[int, int]] = []
     start = 0
     while start < n:
         # Skip leading whitespace of the part.
-        while start < n and text[start].isspace():
+        while start < n and text[start].isspace() and not in_code(start):
             start += 1
         if start >= n:
             break
-        if off[n] - off[start] <= limit:
+        cap = _entity_cap(spans, start)
+        if off[n] - off[start] <= limit and cap >= n:
             ranges.append((start, n))
             break
         end = start
@@ -141,13 +193,13 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
                 lo = mid
             else:
                 hi = mid - 1
-        end = lo
+        end = min(lo, cap)
         cut = _cut_point(text, start, end, protected)
         ranges.append((start, cut))
         start = cut
     parts: list[Part] = []
     for s, t in ranges:
-        while t > s and text[t - 1].isspace():
+        while t > s and text[t - 1].isspace() and (text[t - 1] == "\n" or not in_code(t - 1)):
             t -= 1
         if t <= s:
             continue
@@ -173,8 +225,68 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
     return parts
 
 
+_CONFIG = RenderConfig.isolated()
+_CONFIG.markdown_symbol.task_uncompleted = "\N{WHITE LARGE SQUARE}"  # not a ticked box
+_BR = re.compile(rb"<br\s*/?>", re.IGNORECASE)
+_SPOILER_TAGS = frozenset({"<tg-spoiler>", "</tg-spoiler>"})
+_SHELL_VAR = re.compile(r"[A-Z_][A-Z0-9_]+(?![a-z])")  # $HOME, $PATH: not math
+
+
+def _chat_text(markdown: str) -> str:
+    """Rewrite what the Markdown parser would hide from a chat reader.
+
+    LLMs write ``<your-token>``, ``Vec<T>`` and ``<br>`` as text; the converter
+    drops anything that parses as HTML, so such text is escaped (``<br>`` becomes
+    a line break, or a space in a table).  ``$HOME/$USER`` is not math.  A link in
+    a table (tables become fixed-width text) keeps its address as ``text (url)``.
+    Positions come from the parser itself (pyromark, as the converter uses), so
+    code spans and blocks are never touched.  Each pass may uncover more (the rest
+    of an HTML block reads as inline HTML), so it runs until nothing is left.
+    """
+    source = markdown.encode("utf-8")
+    for _ in range(20):
+        edits: list[tuple[int, int, bytes]] = []
+        in_table = False
+        for payload, span in pyromark.events_with_range(
+            source.decode("utf-8"), options=STANDARD_OPTIONS
+        ):
+            if not isinstance(payload, dict):
+                continue
+            a, b = span["start"], span["end"]
+            start = payload.get("Start")
+            if isinstance(start, dict) and "Table" in start:
+                in_table = True
+            elif payload.get("End") == "Table":
+                in_table = False
+            elif "InlineHtml" in payload or "Html" in payload:
+                html = payload.get("InlineHtml") or payload.get("Html") or ""
+                if html.strip().lower() in _SPOILER_TAGS:
+                    continue
+                if _BR.fullmatch(html.strip().encode()):
+                    edits.append((a, b, b" " if in_table else b"\n"))
+                elif (lt := source.find(b"<", a, b)) >= 0:
+                    edits.append((lt, lt, b"\\"))
+            elif "InlineMath" in payload and _SHELL_VAR.match(payload["InlineMath"]):
+                edits.append((a, a, b"\\"))
+            elif in_table and isinstance(start, dict) and "Link" in start:
+                link = start["Link"]
+                close = source.rfind(b"](", a, b)
+                if link.get("link_type") == "Inline" and close > a:
+                    label = source[a + 1 : close]
+                    url = link.get("dest_url", "").encode()
+                    edits.append((a, b, label + b" (" + url + b")"))
+        if not edits:
+            break
+        done = len(source)  # edits apply back to front; an overlapping one waits
+        for a, b, new in sorted(set(edits), reverse=True):
+            if b <= done:
+                source = source[:a] + new + source[b:]
+                done = a
+    return source.decode("utf-8")
+
+
 def _entities_from_markdown(markdown: str) -> tuple[str, list[MessageEntity]]:
-    text, raw = telegramify_markdown.convert(markdown)
+    text, raw = telegramify_markdown.convert(_chat_text(markdown), config=_CONFIG)
     ents = []
     for e in raw:
         if e.type == "text_link" and not (e.url or "").lower().startswith(_SAFE_URL_PREFIXES):

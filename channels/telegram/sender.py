@@ -205,7 +205,7 @@ class TelegramOutbox:
                     raise _NotModified from exc
                 if "message to edit not found" in msg:
                     raise _NotFound from exc
-                if "parse entities" in msg or "entity" in msg:
+                if "entit" in msg:  # can't parse entities, ENTITIES_TOO_LONG, …
                     raise FormattingRejected(exc.message) from exc
                 raise SendFailed(f"Telegram refused the message: {exc.message}") from exc
             except ChatMigrated as exc:

@@ -149,8 +149,18 @@ def _check_mdv2(text: str) -> None:
         )
 
 
+# Telegram's undocumented entity limits: a message whose entities are too large
+# in total (about 9,500 bytes, link addresses included) is refused, and only the
+# first 100 entities are applied (tdlib/telegram-bot-api#165, #820).
+MAX_ENTITY_BYTES = 9500
+MAX_ENTITIES = 100
+
+
 def _check_entities(text: str, entities: list[dict[str, Any]]) -> None:
     n = utf16_len(text)
+    size = sum(16 + len(str(e.get("url") or "").encode()) for e in entities)
+    if size > MAX_ENTITY_BYTES:
+        raise ApiError(400, "Bad Request: ENTITIES_TOO_LONG")
     for e in entities:
         kind = e.get("type")
         off, length = e.get("offset"), e.get("length")
@@ -527,7 +537,7 @@ class FakeTelegram:
         if utf16_len(text) > 4096:
             raise ApiError(400, "Bad Request: message is too long")
         _check_entities(text, entities)
-        return text, entities
+        return text, entities[:MAX_ENTITIES]
 
     def _message_json(self, m: StoredMessage) -> dict[str, Any]:
         out: dict[str, Any] = {

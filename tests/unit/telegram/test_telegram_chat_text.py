@@ -1,0 +1,128 @@
+"""What LLM Markdown must not lose on its way to Telegram (channels/telegram/render.py):
+text the parser reads as HTML or math, link addresses in tables, code
+indentation at part boundaries, formatting past Telegram's entity limits."""
+
+from __future__ import annotations
+
+from channels.telegram.render import Part, render_text
+
+
+def shown(parts: list[Part]) -> str:
+    return "\n".join(p.text for p in parts)
+
+
+def code_of(parts: list[Part]) -> list[str]:
+    return [
+        p.text[e.offset : e.offset + e.length] for p in parts for e in p.entities if e.type == "pre"
+    ]  # fmt: skip  (no astral chars in these texts)
+
+
+# -- text silently dropped ------------------------------------------------------
+
+
+def test_angle_bracket_placeholders_are_not_dropped() -> None:
+    """LLMs write placeholders and generics in prose; the converter drops anything
+    that parses as an inline HTML tag ('Replace  with ...')."""
+    md = "Replace <your-token> with your key, then run ssh <user>@<host>. Returns Vec<T>."
+    text = shown(render_text(md))
+    for piece in ("<your-token>", "<user>", "<host>", "Vec<T>"):
+        assert piece in text, f"{piece!r} vanished: {text!r}"
+
+
+def test_html_block_content_is_not_dropped() -> None:
+    """An HTML block (and the words inside it) is shown as written."""
+    md = "<center>Backups run at 02:00 UTC</center>\n\nAnything else?"
+    text = shown(render_text(md))
+    assert "Backups run at 02:00 UTC" in text, text
+
+
+def test_br_in_text_still_separates_lines() -> None:
+    """`<br>` (common in LLM tables and lists) becomes a line break."""
+    text = shown(render_text("First step<br>Second step"))
+    assert "First stepSecond step" not in text, text
+
+
+def test_links_inside_a_table_keep_their_url() -> None:
+    """Tables become a `pre` block; a link in a cell keeps its address as text."""
+    md = "| Project | Docs |\n|---|---|\n| Parley | [guide](https://example.com/parley/guide) |\n"
+    parts = render_text(md)
+    text = shown(parts)
+    urls = [e.url for p in parts for e in p.entities if e.url]
+    assert "https://example.com/parley/guide" in text or urls, (text, urls)
+
+
+def test_unchecked_task_is_not_shown_as_checked() -> None:
+    """'- [ ] x' must not render as U+2611 BALLOT BOX WITH CHECK (a ticked box)."""
+    text = shown(render_text("- [ ] rotate the keys\n- [x] update the docs"))
+    first = text.splitlines()[0]
+    assert "\N{BALLOT BOX WITH CHECK}" not in first and "\N{WHITE HEAVY CHECK MARK}" not in first, (
+        first
+    )
+
+
+# -- code blocks lose indentation -------------------------------------------------
+
+
+def test_code_block_at_message_start_keeps_first_line_indentation() -> None:
+    """Leading whitespace of a part is skipped, but not inside a `pre`."""
+    md = "```yaml\n  name: parley\n  replicas: 2\n```"
+    [code] = code_of(render_text(md))
+    assert code == "  name: parley\n  replicas: 2"
+
+
+def test_huge_code_block_split_keeps_indentation() -> None:
+    """A code block longer than a message is split at a newline; the first line of
+    the next piece keeps its indentation (copied Python still runs)."""
+    lines = [
+        ("    " if i % 2 else "") + f"value_{i:04d} = compute({i})  # some explanation here"
+        for i in range(200)
+    ]
+    code = "\n".join(lines)
+    parts = render_text(f"```python\n{code}\n```")
+    assert len(parts) > 1
+    assert "\n".join(code_of(parts)) == code
+
+
+# -- Telegram's per-message entity limit -----------------------------------------
+
+
+def test_no_part_carries_more_than_100_entities() -> None:
+    """Telegram applies at most 100 entities per message and silently ignores the
+    rest (tdlib/telegram-bot-api#820, rubenlagus/TelegramBots#854): a 3 kB
+    answer with many `code`/**bold** items is split before the 101st."""
+    md = "\n".join(f"- **opt{i}**: set `KEY_{i}`" for i in range(80))  # 160 entities
+    parts = render_text(md)
+    assert all(len(p.text) <= 4096 for p in parts)
+    counts = [len(p.entities) for p in parts]
+    assert max(counts) <= 100, counts
+
+
+def test_shell_variables_in_prose_keep_their_dollar_signs() -> None:
+    """'$HOME/$USER' is not inline LaTeX (the dollars would vanish)."""
+    text = shown(render_text("Then run echo $HOME/$USER to check."))
+    assert "$HOME/$USER" in text, text
+
+
+def test_long_link_addresses_are_spread_over_parts_telegram_accepts() -> None:
+    """Telegram refuses a message whose entities total about 9,500 bytes (URLs
+    included): such an answer is split before that, all links kept."""
+    md = " ".join(f"[source {i}](https://example.com/{'p' * 500}/{i})" for i in range(40))
+    parts = render_text(md)
+    assert len(parts) > 1
+    for p in parts:
+        assert sum(16 + len((e.url or "").encode()) for e in p.entities) <= 8000
+    assert sum(1 for p in parts for e in p.entities if e.type == "text_link") == 40
+
+
+def test_plain_fallback_writes_link_addresses_only_when_they_fit() -> None:
+    [part] = render_text("See [the guide](https://example.com/guide) now.")
+    assert part.plain().text == "See the guide (https://example.com/guide) now."
+    [long] = render_text("[x](https://example.com/" + "a" * 2000 + ") " + "word " * 700)
+    assert long.plain().text == long.text  # with the address it would not fit
+
+
+def test_html_in_code_stays_code_and_spoilers_still_work() -> None:
+    parts = render_text("`<b>x</b>` and ||hidden||\n\n```html\n<br>\n```")
+    text = shown(parts)
+    assert "<b>x</b>" in text and "<br>" in text and "||" not in text
+    assert {e.type for p in parts for e in p.entities} >= {"code", "pre", "spoiler"}
