@@ -13,6 +13,7 @@ thread or platform, or a forged one, finds nothing and is refused.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
@@ -133,9 +134,15 @@ def buttons(approval_id: str) -> tuple[Button, ...]:
 def _show(value: Any, key: str = "") -> str:
     if key and _SECRET_KEY.search(key):
         return "•••"
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        # a JSON body (an HTTP request's, say): redact its keys like any others
+        with contextlib.suppress(orjson.JSONDecodeError):
+            value = orjson.loads(value)
     if isinstance(value, dict):
         inner = ", ".join(f"{k}: {_show(v, str(k))}" for k, v in value.items())
         text = "{" + inner + "}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_show(v) for v in value) + "]"
     elif isinstance(value, str):
         text = redact(value)
     else:

@@ -9,6 +9,7 @@ session changes are saved by the worker's completion script.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -323,10 +324,20 @@ async def _version(ctx: CommandContext, args: str) -> str:
     return f"Parley {__version__}"
 
 
+_APPROVAL_ID = re.compile(r"[A-Za-z0-9_\-]{12}")
+
+
 def _split_id(args: str, session: Session) -> tuple[str, str]:
+    """``[id] rest``: the first word is an approval id only if it is the pending one
+    or looks like one (12 url-safe characters, not a plain lowercase word), so
+    ``/deny expensive`` is a reason, not an unknown id."""
     parts = args.split(None, 1)
-    if parts and len(parts[0]) >= 6 and parts[0].lower() not in ("always", "because"):
-        return parts[0], (parts[1] if len(parts) > 1 else "")
+    if parts:
+        word = parts[0]
+        if word == session.pending_approval or (
+            _APPROVAL_ID.fullmatch(word) and not (word.isalpha() and word.islower())
+        ):
+            return word, (parts[1] if len(parts) > 1 else "")
     return session.pending_approval, args
 
 
@@ -351,6 +362,7 @@ def builtin_commands() -> CommandRegistry:
     reg.add("redo", "re-apply what /undo took back", _redo)
     reg.add("compact", "summarise older turns now to free context", _compact)
     reg.add("interrupt", "stop the turn that is running", _interrupt)
+    reg.add("stop", "the same as /interrupt", _interrupt)
     reg.add("status", "state, model, context fill and cost", _status)
     reg.add("cost", "what this conversation and today cost", _cost)
     reg.add("context", "how full the model's context is, by role", _context)

@@ -98,6 +98,8 @@ class Turn:
     decide = steps.decide
     run_approved = steps.run_approved
     continue_resume = steps.continue_resume
+    settle_given_up = steps.settle_given_up
+    stop_resume = steps.stop_resume
 
     def __init__(
         self,
@@ -190,21 +192,22 @@ class Turn:
         return await self.run_text(head)
 
     # -- talking ---------------------------------------------------------------
-    async def say_notice(self, text: str) -> None:
+    async def say_notice(self, text: str, *, private_to: str = "") -> None:
         try:
-            await self.writer.say(OutboundMessage(text, notice=True))
+            await self.writer.say(OutboundMessage(text, notice=True, private_to=private_to))
         except ChannelError as exc:
             log.warning("[%s] could not send notice: %s", self.thread, exc)
 
     async def private(self, event: InboundEvent, text: str, *, button: bool) -> None:
-        """A short notice to the presser only (for button presses), else in the chat."""
+        """A short notice to the presser only: the press's answer for a button, else a
+        notice only they see where the platform can (Slack, Discord, web chat)."""
         if button:
             try:
                 await self.writer.outbox.answer_action(event, text)
             except ChannelError as exc:
                 log.warning("[%s] could not answer a button press: %s", self.thread, exc)
         else:
-            await self.say_notice(text)
+            await self.say_notice(text, private_to=event.user_id)
 
     async def _keep_typing(self) -> None:
         # A turn that answers within TYPING_DELAY shows no indicator: it would
@@ -286,6 +289,7 @@ class Turn:
         """Run the loop on the session's history and turn its outcome into words."""
         self._typing = self._typing or asyncio.create_task(self._keep_typing())
         self.session.state = ThreadState.PROCESSING
+        self.iteration = first_iteration - 1  # the last iteration done
         history = self.session.history
         try:
             outcome: LoopOutcome = await run_loop(
@@ -567,7 +571,7 @@ class Turn:
             "calls": [c.to_dict() for c in final_calls],
             "results": results,
             "queue": [p.call.id for p in asks],
-            "iter": self.iteration + 1,  # this iteration is done once results are in
+            "iter": self.iteration + 2,  # this one (iteration + 1) is done once results are in
             "guard": self.loop_guard.to_dict(),
             "user": self.user,
             "name": self.head.user_name if self.head else "",

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_HELD = 50  # messages kept while a thread awaits a decision
+DENIED = "denied: the user did not approve this call; it was not run."
+INTERRUPTED = "error: interrupted by the user"
 
 
 class Interrupted(Exception):
@@ -83,11 +85,33 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
             "I'll answer this message right after."
         )
         return "held"
+    if a is not None and a.decision:
+        await self.settle_given_up(a)
+        return ""
     if a is not None:
         res = await self.agent.approvals.claim(self.thread, a.id, "expired", "", "", head.event_id)
         await self.close_prompt(a, res.decision if res.decision else "expired", "")
     await self.finish_pending("error: not run: the approval request expired")
     return ""
+
+
+async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:
+    """The approval was decided, but the turn acting on it was given up (timeout,
+    error) and the session put back as it was: finish the wait with what really
+    happened, never "expired" for a call that ran."""
+    if a.decision in ("approve", "always"):
+        if a.decision == "always":
+            self.session.always_approved.add(a.tool)
+        result = a.result or (
+            "error: approved, but the turn running it was stopped; it may or may not have run"
+        )
+    elif a.decision == "deny":
+        result = DENIED
+    else:
+        result = f"error: not run: the request was {a.decision}"
+    self.session.resume.setdefault("results", {})[a.call_id] = result
+    log.info("[%s] approval %s was decided (%s) by a turn given up", self.thread, a.id, a.decision)
+    await self.finish_pending("error: not run: the turn was stopped")
 
 
 async def finish_pending(self: Turn, text: str) -> None:
@@ -168,11 +192,17 @@ async def decide(
     if decision in ("approve", "always"):
         if decision == "always":
             self.session.always_approved.add(a.tool)
-        result = a.result if a.result is not None else await self.run_approved(a)
-        if a.result is None:
+        if a.result is not None:
+            result = a.result
+        else:
+            try:
+                result = await self.run_approved(a)
+            except Interrupted:
+                await store.store_result(self.thread, aid, INTERRUPTED)
+                return await self.stop_resume(a.call_id)
             await store.store_result(self.thread, aid, result)
     else:
-        result = "denied: the user did not approve this call; it was not run."
+        result = DENIED
         if reason:
             result += f" Their reason: {cap(reason, 500)}"
     log.info("[%s] approval %s: %s by %s", self.thread, aid, decision, head.qualified_user)
@@ -194,18 +224,14 @@ async def run_approved(self: Turn, a: ap.PendingApproval) -> str:
         return f"error: invalid arguments: {exc}"
     p = Planned(ToolCall(a.call_id, a.tool, a.arguments), tool, args)
     self._typing = self._typing or asyncio.create_task(self._keep_typing())
-    try:
-        return await self.interruptible(
-            run_one(
-                p,
-                self.tool_context(a.requester),
-                self.s.tool_timeout_secs,
-                self.s.tool_output_max_chars,
-            )
+    return await self.interruptible(  # Interrupted: the caller stops the turn
+        run_one(
+            p,
+            self.tool_context(a.requester),
+            self.s.tool_timeout_secs,
+            self.s.tool_output_max_chars,
         )
-    except Interrupted:
-        await self._consume_interrupt()
-        return "error: interrupted by the user"
+    )
 
 
 async def continue_resume(self: Turn, head: InboundEvent) -> str:
@@ -220,7 +246,10 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
             a = ap.PendingApproval(
                 "", str(self.thread), call.name, call.id, call.arguments, self.user
             )
-            results[call.id] = await self.run_approved(a)
+            try:
+                results[call.id] = await self.run_approved(a)
+            except Interrupted:
+                return await self.stop_resume(call.id)
             queue.pop(0)
             continue
         await self.ask(call)
@@ -241,3 +270,13 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
         )
         return f"stopped:{rnd.stop}"
     return await self.loop(first)
+
+
+async def stop_resume(self: Turn, call_id: str) -> str:
+    """/interrupt while an approved call ran: that call and every call still
+    queued end as interrupted, and the turn stops (as the loop does)."""
+    self.session.resume.setdefault("results", {})[call_id] = INTERRUPTED
+    await self.finish_pending("error: not run: the user interrupted the turn")
+    await self.say_notice("⏹ Stopped.")
+    await self._consume_interrupt()
+    return "stopped:interrupted"

@@ -141,6 +141,7 @@ class TurnRecovery:
         session = Session.load(str(thread), state.session_version, state.session_data)
         if session.state == ThreadState.PROCESSING:
             session.state = ThreadState.IDLE
-        repair_history(session.history)
+        if session.state != ThreadState.AWAITING_APPROVAL:  # its calls wait for results
+            repair_history(session.history)
         session.updated_at = time.time()
         return TurnResult(session, 1, sorted(set(fields)), f"interrupted:{why}")
