@@ -38,10 +38,13 @@ EMPTY = "\u200b"  # Discord refuses empty content; a zero-width space is invisib
 # as Discord's green "success" style.
 _STYLE = {ButtonStyle.PRIMARY: 3, ButtonStyle.SECONDARY: 2, ButtonStyle.DANGER: 4}
 
-_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
-_DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})(.*)$")
+_DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.+?)(?:\s+#+)?\s*$")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)[^)]*\)")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+_UNDERSCORE_BOLD = re.compile(r"(?<![\w_])__(?=\S)(.+?)(?<=\S)__(?![\w_])")
+_CODE_SPAN = re.compile(r"(`+).+?\1")
+_URL = re.compile(r"\S+://\S+")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
 
@@ -77,11 +80,42 @@ def components(buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
 # --- markdown -------------------------------------------------------------
 
 
+def _fence(line: str) -> tuple[str, str] | None:
+    """(marker, info) if ``line`` is a code fence (CommonMark's rule), else None."""
+    m = _FENCE.match(line)
+    if not m or (m.group(1)[0] == "`" and "`" in m.group(2)):
+        return None
+    return m.group(1), m.group(2).strip()
+
+
+def _closes(line: str, marker: str) -> bool:
+    """Whether ``line`` closes a block opened with ``marker`` (same kind, at least
+    as long, no info string)."""
+    f = _fence(line)
+    return f is not None and f[0][0] == marker[0] and len(f[0]) >= len(marker) and not f[1]
+
+
+def _bold_underscores(line: str) -> str:
+    """``__x__`` means bold in markdown but underline on Discord: make it ``**x**``
+    (not inside inline code or a URL)."""
+    if "__" not in line:
+        return line
+    keep = [(m.start(), m.end()) for m in (*_CODE_SPAN.finditer(line), *_URL.finditer(line))]
+
+    def swap(m: re.Match[str]) -> str:
+        if any(a < m.end() and m.start() < b for a, b in keep):
+            return m.group(0)
+        return f"**{m.group(1)}**"
+
+    return _UNDERSCORE_BOLD.sub(swap, line)
+
+
 def to_discord_markdown(text: str) -> str:
-    """Adapt common markdown to what Discord shows; code blocks pass untouched."""
+    """Adapt common markdown to what Discord shows.  Code blocks keep their
+    content; ``~~~`` and longer fences become ``` (Discord knows no other)."""
     out: list[str] = []
-    in_fence = False
     table: list[str] = []
+    lines = text.split("\n")
 
     def flush_table() -> None:
         if table:
@@ -90,14 +124,25 @@ def to_discord_markdown(text: str) -> str:
             out.append("```")
             table.clear()
 
-    for line in text.split("\n"):
-        if _FENCE.match(line):
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        f = _fence(line)
+        if f is not None:
             flush_table()
-            in_fence = not in_fence
-            out.append(line)
-            continue
-        if in_fence:
-            out.append(line)
+            body: list[str] = []
+            while i < len(lines) and not _closes(lines[i], f[0]):
+                body.append(lines[i])
+                i += 1
+            closed = i < len(lines)
+            i += 1
+            # Discord knows only ``` blocks, closed by the next ``` anywhere: every
+            # block becomes one, and a ``` inside it gets an invisible break.
+            body = [b.replace("```", "``\u200b`") for b in body]
+            out.extend(["```" + f[1], *body])
+            if closed:
+                out.append("```")
             continue
         if _TABLE_ROW.match(line):
             table.append(line.strip())
@@ -105,12 +150,13 @@ def to_discord_markdown(text: str) -> str:
         flush_table()
         m = _DEEP_HEADING.match(line)
         if m:
-            out.append(f"**{m.group(1)}**")
+            out.append(f"**{m.group(1).replace('**', '')}**")
             continue
         if _RULE.match(line):
             out.append("──────────")
             continue
-        out.append(_IMAGE.sub(lambda im: f"[{im.group(1) or 'image'}]({im.group(2)})", line))
+        line = _IMAGE.sub(lambda im: f"[{im.group(1) or 'image'}]({im.group(2)})", line)
+        out.append(_bold_underscores(line))
     flush_table()
     return "\n".join(out)
 
@@ -118,16 +164,20 @@ def to_discord_markdown(text: str) -> str:
 # --- splitting ------------------------------------------------------------
 
 
-def _split_line(line: str, width: int) -> list[str]:
+def _split_line(line: str, width: int, *, code: bool = False) -> list[str]:
+    """Cut a line longer than ``width`` at spaces (hard if none).  In code the
+    space stays at the end of the first piece: nothing of the code is lost."""
     if len(line) <= width:
         return [line]
     pieces: list[str] = []
     while len(line) > width:
-        cut = line.rfind(" ", width // 2, width)
+        cut = line.rfind(" ", width // 2, width - 1 if code else width)
         if cut <= 0:
-            cut = width
-            pieces.append(line[:cut])
-            line = line[cut:]
+            pieces.append(line[:width])
+            line = line[width:]
+        elif code:
+            pieces.append(line[: cut + 1])
+            line = line[cut + 1 :]
         else:
             pieces.append(line[:cut])
             line = line[cut + 1 :]
@@ -135,29 +185,27 @@ def _split_line(line: str, width: int) -> list[str]:
     return pieces
 
 
-def _fence_open(line: str) -> str | None:
-    m = _FENCE.match(line)
-    if not m:
-        return None
-    return m.group(1)[:3] + m.group(2).strip()[:20]
-
-
 def split_text(text: str, limit: int = LIMIT) -> list[str]:
     """Split into parts of at most ``limit`` characters, code blocks kept whole-looking."""
     if len(text) <= limit:
         return [text]
-    width = limit - 40  # room for a reopened fence line and a closing fence
+    # Fence state per line, as Discord reads it (any ``` line opens or closes;
+    # to_discord_markdown leaves no other kind): open_before[i] is the opener line
+    # in force before line i, None outside code.
     lines: list[str] = []
-    for raw in text.split("\n"):
-        lines.extend(_split_line(raw, width))
-    # open_before[i]: the fence opening line in force before line i (None outside code)
     open_before: list[str | None] = []
     fence: str | None = None
-    for ln in lines:
-        open_before.append(fence)
-        opened = _fence_open(ln)
-        if opened is not None:
-            fence = None if fence is not None else opened
+    for raw in text.split("\n"):
+        f = _fence(raw)
+        if f is not None and f[0][0] == "`":
+            lines.append(raw)
+            open_before.append(fence)
+            fence = None if fence is not None else "```" + f[1][:20]
+            continue
+        width = limit - len(fence) - 5 if fence else limit  # the fences around it
+        for piece in _split_line(raw, width, code=fence is not None):
+            lines.append(piece)
+            open_before.append(fence)
     open_before.append(fence)
 
     parts: list[str] = []

@@ -48,6 +48,7 @@ _FORMAT_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_
 _NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
+_TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -185,25 +186,52 @@ class SlackOutbox:
     async def _post_all(
         self, channel: str, thread_ts: str | None, posts: list[SlackPost]
     ) -> list[str]:
+        """Post ``posts`` in order; the timestamps posted ('' = posted, ts unknown).
+
+        Until the head is out an error propagates (nothing was shown).  After it,
+        the rest must follow (:meth:`_tail`); if it cannot, the head is returned
+        and the cut is logged (a rerun then edits what is out, never reposts it).
+        """
         sent: list[str] = []
-        for post in posts:
+        for i, post in enumerate(posts):
+            args: dict[str, Any] = {"thread_ts": thread_ts, "unfurl_links": False}
+            if not sent:
+                resp = await self._call("chat.postMessage", channel, **args, **post.kwargs())
+                assert resp is not None
+                sent.append(str(resp["ts"]))
+                continue
             try:
-                resp = await self._call(
-                    "chat.postMessage",
-                    channel,
-                    thread_ts=thread_ts,
-                    unfurl_links=False,
-                    **post.kwargs(),
-                )
-            except ChannelError:
-                if not sent:
-                    raise
-                # the head is out: return it; a later edit of this ref posts the rest
-                log.error("Slack answer cut after %d of %d messages", len(sent), len(posts))
+                sent.append(await self._tail("chat.postMessage", channel, post, args))
+            except ChannelError as exc:
+                log.error("Slack answer cut after %d of %d messages: %s", i, len(posts), exc)
                 break
-            assert resp is not None
-            sent.append(str(resp["ts"]))
         return sent
+
+    async def _tail(self, method: str, channel: str, post: SlackPost, args: dict[str, Any]) -> str:
+        """One message after the head of a multi-message answer (its ts, '' if unknown).
+
+        The head is already showing, so the rest must follow: a refused format is
+        sent again as text only, a rate limit is waited out (up to
+        ``_TAIL_MAX_WAIT`` in all; the pacer holds the channel meanwhile), a
+        request whose answer was lost counts as posted (never repeated).
+        """
+        waited = 0.0
+        text_only = False
+        while True:
+            try:
+                resp = await self._call(method, channel, **args, **post.kwargs())
+                return str(resp["ts"]) if resp is not None else ""
+            except FormattingRejected:
+                if text_only:
+                    raise
+                log.warning("Slack refused the formatting of a later message; text only")
+                post, text_only = _text_only(post), True
+            except SendRateLimited as exc:
+                waited += exc.retry_after
+                if waited > _TAIL_MAX_WAIT:
+                    raise
+            except SendUnconfirmed:
+                return str(args.get("ts", ""))
 
     async def _ephemeral(
         self, thread: ThreadKey, user: str, message: OutboundMessage
@@ -254,23 +282,35 @@ class SlackOutbox:
         return ref
 
     async def _replace(self, ref: MessageRef, posts: list[SlackPost]) -> MessageRef:
-        existing = [ref.message_id, *[t for t in ref.extra.split(",") if t]]
+        """Make the answer's messages show ``posts``: update those that exist, post
+        the missing ones, delete the surplus.  '' stands for a message posted with
+        an unknown ts (not editable).  After the head, a message that cannot be
+        written stops the edit and keeps the rest as they are (logged)."""
+        existing = [ref.message_id, *(ref.extra.split(",") if ref.extra else [])]
         tss: list[str] = []
         for i, post in enumerate(posts):
             if i < len(existing):
-                await self._call("chat.update", ref.conversation, ts=existing[i], **post.kwargs())
-                tss.append(existing[i])
+                args: dict[str, Any] = {"ts": existing[i]}
+                method = "chat.update"
+                if not existing[i]:
+                    tss.append("")
+                    continue
             else:
-                resp = await self._call(
-                    "chat.postMessage",
-                    ref.conversation,
-                    thread_ts=ref.thread or None,
-                    unfurl_links=False,
-                    **post.kwargs(),
-                )
-                assert resp is not None
-                tss.append(str(resp["ts"]))
-        for ts in existing[len(posts) :]:
+                args = {"thread_ts": ref.thread or None, "unfurl_links": False}
+                method = "chat.postMessage"
+            if i == 0:
+                await self._call(method, ref.conversation, **args, **post.kwargs())
+                tss.append(existing[0])
+                continue
+            try:
+                tss.append(await self._tail(method, ref.conversation, post, args))
+            except ChannelError as exc:
+                log.error("Slack edit stopped at message %d of %d: %s", i + 1, len(posts), exc)
+                tss.extend(existing[i:])
+                break
+        for ts in existing[len(tss) :]:
+            if not ts:
+                continue
             try:
                 await self._call("chat.delete", ref.conversation, ts=ts)
             except ChannelError as exc:
@@ -350,3 +390,9 @@ class SlackOutbox:
             )
         except ChannelError as exc:
             log.warning("[%s] could not answer the button press: %s", event.thread, exc)
+
+
+def _text_only(post: SlackPost) -> SlackPost:
+    """``post`` without its text blocks (Slack renders ``text`` as mrkdwn); the
+    buttons, if any, stay."""
+    return SlackPost(post.text, [b for b in post.blocks if b.get("type") == "actions"])

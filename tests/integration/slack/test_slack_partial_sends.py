@@ -1,0 +1,111 @@
+"""What a user sees when Slack rejects one message of a long answer after the first is
+out.  Real slack_sdk against the fake Web API (tests/fakes/slack.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from agent_core.events import OutboundMessage, ThreadKey
+from agent_core.settings import load
+from agent_core.store.pacing import Pacer
+from channels.base import ChannelDeps
+from channels.slack.channel import SlackChannel
+from channels.slack.settings import SlackSettings
+from tests.fakes.slack import TEAM, FakeSlack, SlackApiFault, _RateLimited
+
+
+@pytest.fixture
+async def fake_slack() -> AsyncIterator[FakeSlack]:
+    fake = FakeSlack()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def slack(fake_slack: FakeSlack, redis: Redis) -> AsyncIterator[SlackChannel]:
+    settings = load(
+        SlackSettings,
+        slack_bot_token=fake_slack.bot_token,
+        slack_signing_secret=fake_slack.signing_secret,
+        slack_app_token=fake_slack.app_token,
+        slack_api_base_url=fake_slack.api_url,
+        slack_channel_pace_secs=0.0,
+        slack_stream_interval=0.2,
+    )
+    ch = SlackChannel(settings, ChannelDeps(redis=redis, pacer=Pacer(redis)))
+    await ch.initialize()
+    yield ch
+    await ch.shutdown()
+
+
+def _thread(fake: FakeSlack) -> ThreadKey:
+    root = fake.add_user_message("C1", "question").ts
+    return ThreadKey("slack", TEAM, "C1", root)
+
+
+def _long_answer(n: int = 3) -> str:
+    # n paragraphs of ~3,500 chars: one Slack message each
+    return "\n\n".join(f"Section {i}: " + ("lorem ipsum " * 290) + f"END{i}" for i in range(n))
+
+
+def _fail_post(fake: FakeSlack, nth: set[int], error: Callable[[], Exception]) -> None:
+    """chat.postMessage number k (1-based) in ``nth`` answers with ``error()``."""
+    real = fake._m_chat_postMessage
+    count = {"n": 0}
+
+    def wrapped(args: dict[str, Any], request: Any) -> dict[str, Any]:
+        count["n"] += 1
+        if count["n"] in nth:
+            raise error()
+        return real(args, request)
+
+    fake._m_chat_postMessage = wrapped  # type: ignore[method-assign]
+
+
+def _bot_texts(fake: FakeSlack, thread: ThreadKey) -> list[str]:
+    return [m.text for m in fake.thread("C1", thread.thread) if m.user == fake.bot_user]
+
+
+async def test_formatting_rejected_on_a_later_message_does_not_lose_the_tail(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    _fail_post(fake_slack, {2}, lambda: SlackApiFault("invalid_blocks"))
+    await slack.outbox().send(thread, OutboundMessage(_long_answer()))
+    shown = "\n".join(_bot_texts(fake_slack, thread))
+    for i in range(3):
+        assert f"END{i}" in shown, f"section {i} never reached the user"
+
+
+async def test_rate_limited_later_message_does_not_silently_truncate_the_answer(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    # the 2nd message gets 429 twice (slack_sdk retries once): the rest must still follow.
+    _fail_post(fake_slack, {2, 3}, lambda: _RateLimited(0))
+    try:
+        await slack.outbox().send(thread, OutboundMessage(_long_answer()))
+    except Exception:
+        return  # raising lets the core retry: acceptable
+    shown = "\n".join(_bot_texts(fake_slack, thread))
+    assert all(f"END{i}" in shown for i in range(3)), "answer cut, and send() reported success"
+
+
+async def test_plain_fallback_of_an_edit_does_not_duplicate_messages(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    box = slack.outbox()
+    ref = await box.send(thread, OutboundMessage("Section 0: lorem", final=False))  # preview
+    # final edit = 3 messages: update the preview, post #2, post #3; post #3 is refused
+    _fail_post(fake_slack, {2}, lambda: SlackApiFault("invalid_blocks"))
+    await box.edit(ref, OutboundMessage(_long_answer()))
+    texts = _bot_texts(fake_slack, thread)
+    # the refused message goes again as text only; nothing is posted twice.
+    assert len(texts) == 3, [t[:12] + "…" + t[-6:] for t in texts]
+    assert sum("END1" in t for t in texts) == 1
