@@ -99,7 +99,14 @@ async def _end_conversation(ctx: CommandContext, reason: str) -> str:
     return note
 
 
+async def _refusal(ctx: CommandContext) -> str:
+    """'' unless an approval is pending that this sender may not cancel."""
+    return await ctx.turn.pending_refusal(ctx.event) if ctx.turn is not None else ""
+
+
 async def _new(ctx: CommandContext, args: str) -> str:
+    if refused := await _refusal(ctx):
+        return refused
     note = await _end_conversation(ctx, "new")
     await ctx.agent.undo.checkpoint(ctx.thread, ctx.event.event_id, ctx.session)
     await ctx.agent.archive(ctx.session)
@@ -117,6 +124,8 @@ async def _new(ctx: CommandContext, args: str) -> str:
 
 
 async def _clear(ctx: CommandContext, args: str) -> str:
+    if refused := await _refusal(ctx):
+        return refused
     note = await _end_conversation(ctx, "clear")
     await ctx.agent.undo.checkpoint(ctx.thread, ctx.event.event_id, ctx.session)
     s = ctx.session
@@ -131,6 +140,8 @@ async def _clear(ctx: CommandContext, args: str) -> str:
 
 
 async def _undo(ctx: CommandContext, args: str) -> str:
+    if refused := await _refusal(ctx):
+        return refused
     note = ""
     if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
         note = " (The pending approval was cancelled.)"
@@ -171,6 +182,8 @@ async def _interrupt(ctx: CommandContext, args: str) -> str | None:
 
     redis = ctx.agent.redis
     flag = await redis.getdel(keys.interrupt(ctx.thread))
+    if flag != b"x" and (refused := await _refusal(ctx)):
+        return refused
     if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
         return "Stopped: the pending approval was cancelled."
     if flag == b"x":

@@ -100,6 +100,7 @@ class Turn:
     continue_resume = steps.continue_resume
     settle_given_up = steps.settle_given_up
     stop_resume = steps.stop_resume
+    pending_refusal = steps.pending_refusal
 
     def __init__(
         self,

@@ -131,6 +131,19 @@ async def finish_pending(self: Turn, text: str) -> None:
     self.session.state = ThreadState.IDLE
 
 
+async def pending_refusal(self: Turn, head: InboundEvent) -> str:
+    """Why ``head``'s sender may not cancel the pending approval ('' if they may,
+    or none is pending): cancelling is deciding, so the same people may."""
+    aid = self.session.pending_approval
+    if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
+        return ""
+    a = await self.agent.approvals.load(self.thread, aid)
+    if a is None or a.decision or self.agent.may_decide(head.qualified_user, a):
+        return ""
+    who = a.requester_name or "the person who asked"
+    return f"An approval is pending; only {who} or an approver can cancel it (or decide it)."
+
+
 async def cancel_pending(self: Turn, head: InboundEvent, why: str = "cancel") -> bool:
     """Cancel the approval being waited for (/new, /clear, /undo, /interrupt)."""
     aid = self.session.pending_approval

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agent_core.agent.session import ThreadState
 from agent_core.events import ThreadKey
 from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
@@ -31,3 +33,25 @@ async def test_a_strangers_typed_yes_gets_a_private_notice(world: Any) -> None:
     assert all(n.private_to == "mallory" for n in notices), (
         f"shown to the whole channel: {[(n.text, n.private_to) for n in notices]}"
     )
+
+
+@pytest.mark.parametrize("command", ["/new", "/clear", "/undo", "/interrupt"])
+async def test_only_who_may_decide_can_cancel_a_pending_approval(world: Any, command: str) -> None:
+    """Cancelling is deciding: a bystander's /new, /clear, /undo or /interrupt is
+    refused and the approval stays; the requester's cancels it."""
+    w = world(FnModel(tools_then_answer(("ALICE: count it", [call("counter", label="x")]))))
+    await w.start()
+    await w.send(user_event(T, "count it", "alice", is_direct=False))
+    await w.settle(T)
+    aid = (await w.session(T)).pending_approval
+    assert aid
+    await w.send(user_event(T, command, "mallory", is_direct=False))
+    await w.settle(T)
+    s = await w.session(T)
+    assert s.state == ThreadState.AWAITING_APPROVAL and s.pending_approval == aid
+    assert any("only" in t and "can cancel" in t for t in w.texts(T)), w.texts(T)
+    await w.send(user_event(T, command, "alice", is_direct=False))
+    await w.settle(T)
+    s = await w.session(T)
+    assert s.state != ThreadState.AWAITING_APPROVAL and not s.pending_approval
+    assert await w.counter() == 0
