@@ -9,6 +9,10 @@ Each component has its own settings class (core, LLM, each channel) built on
 * a secret read from the plaintext ``.env`` file is reported once, so an
   operator knows where their keys live.
 
+An empty value means unset (``PORT=`` in a ``.env`` template is the default
+port), except for the few variables in :data:`KEEP_EMPTY` where empty is a value
+of its own.  Numbers must be finite (``inf`` / ``nan`` are refused).
+
 :func:`load` turns a validation failure into :class:`ConfigError` with one
 readable line per problem (the variable, the shape expected, never the value).
 """
@@ -19,11 +23,15 @@ import logging
 import os
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -36,6 +44,13 @@ ENV_FILE = os.environ.get("PARLEY_ENV_FILE", ".env")
 
 # Secrets that were found in the plaintext .env file, reported by the runtime.
 PLAINTEXT_SECRETS: set[str] = set()
+
+# Variables for which an empty value is a setting, not "unset": no exempt channel
+# (a public web chat gated like the platforms), no working reaction on Slack.
+KEEP_EMPTY = frozenset({"ACCESS_EXEMPT_CHANNELS", "SLACK_WORKING_REACTION"})
+
+# Upper bound of the durations Parley hands to Redis (longer ones overflow there).
+MAX_TTL_SECS = 10 * 365 * 86_400  # ten years
 
 
 def _is_secret(field: FieldInfo) -> bool:
@@ -63,12 +78,46 @@ class SecretFileSource(PydanticBaseSettingsSource):
             if not path:
                 continue
             try:
-                out[name] = Path(path).read_text(encoding="utf-8").strip()
+                # utf-8-sig: a byte-order mark (Windows editors) is not part of the secret
+                out[name] = Path(path).read_text(encoding="utf-8-sig").strip()
             except OSError as exc:
                 raise ConfigError(
                     [f"{env_name}_FILE: cannot read {path!r} ({exc.strerror or exc})"]
                 ) from None
+            except UnicodeDecodeError:
+                raise ConfigError(
+                    [f"{env_name}_FILE: {path!r} is not UTF-8 text; save it as UTF-8"]
+                ) from None
         return out
+
+
+def _kept_empty(source: PydanticBaseSettingsSource) -> None:
+    """Put back the :data:`KEEP_EMPTY` variables that ``env_ignore_empty`` dropped."""
+    if not isinstance(source, EnvSettingsSource):
+        return
+    names = {n for n in source.settings_cls.model_fields if n.upper() in KEEP_EMPTY}
+    if not names:
+        return
+    raw: dict[str, str | None] = {}
+    if isinstance(source, DotEnvSettingsSource):
+        files = source.env_file
+        if files is None:
+            return
+        for f in [files] if isinstance(files, str | os.PathLike) else files:
+            path = Path(f).expanduser()
+            try:
+                text = path.read_text(errors="replace").lower() if path.is_file() else ""
+            except OSError:
+                continue
+            # parse again only a file that names one (python-dotenv warns at each parse)
+            if any(n in text for n in names):
+                found = dotenv_values(path, encoding=source.env_file_encoding or "utf-8")
+                raw.update({k.lower(): v for k, v in found.items()})
+    else:
+        raw = {k.lower(): v for k, v in os.environ.items()}
+    kept = {k: "" for k, v in raw.items() if k in names and v == ""}
+    if kept:
+        source.env_vars = {**source.env_vars, **kept}
 
 
 class WarningDotEnvSource(PydanticBaseSettingsSource):
@@ -96,6 +145,8 @@ class ParleySettings(BaseSettings):
         extra="ignore",
         case_sensitive=False,
         populate_by_name=True,
+        env_ignore_empty=True,  # `NAME=` means unset (see KEEP_EMPTY for the exceptions)
+        allow_inf_nan=False,  # an infinite timeout overflows at start, or in Redis
     )
 
     @classmethod
@@ -107,6 +158,8 @@ class ParleySettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        _kept_empty(env_settings)
+        _kept_empty(dotenv_settings)
         dotenv = WarningDotEnvSource(settings_cls, dotenv_settings)
         return (init_settings, env_settings, SecretFileSource(settings_cls), dotenv)
 
@@ -124,6 +177,7 @@ _SHAPES: dict[str, str] = {
     "literal_error": "one of the listed values",
     "url_parsing": "a URL",
     "string_pattern_mismatch": "a value of the documented form",
+    "finite_number": "a finite number",
 }
 
 
@@ -133,6 +187,19 @@ def _env_name(cls: type[BaseSettings], loc: tuple[int | str, ...]) -> str:
     name = str(loc[0])
     field = cls.model_fields.get(name)
     return ((field.alias if field and field.alias else None) or name).upper()
+
+
+def http_url(v: str, *, required: bool = True) -> str:
+    """``v`` stripped; ValueError unless it is an http(s) URL (the value is not echoed)."""
+    v = v.strip()
+    if not v and not required:
+        return v
+    if not v.lower().startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    if "@" in urlsplit(v).netloc:
+        # they would be sent beside the key's Authorization header, which fails
+        raise ValueError("must not carry credentials (user:password@); put the key in its _API_KEY")
+    return v
 
 
 def load(cls: type[S], **overrides: Any) -> S:
@@ -156,10 +223,10 @@ class CoreSettings(ParleySettings):
     redis_tls_insecure: bool = False
     parley_data_dir: Path = Path(".parley")
     port: int = Field(default=8000, ge=1, le=65535)
-    host: str = ""  # empty: 127.0.0.1 on a laptop, 0.0.0.0 when $PORT comes from the platform
+    host: str = ""  # empty: 127.0.0.1, or 0.0.0.0 on Heroku ($DYNO set)
     public_url: str = ""
     web_keepalive_secs: int = Field(default=95, ge=1)  # > the proxy's idle timeout (Heroku: 90)
-    log_level: str = "INFO"
+    log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR | CRITICAL
     log_format: str = "text"  # text | json
 
     group_reply: str = "mention"  # mention | all
@@ -168,20 +235,36 @@ class CoreSettings(ParleySettings):
     max_history_messages: int = Field(default=200, ge=2)
     worker_concurrency: int = Field(default=256, ge=1)
     worker_busy_lag_ms: float = Field(default=50.0, ge=0)  # 0: read whatever concurrency allows
-    lock_ttl_secs: float = Field(default=30.0, ge=0.5)
-    reclaim_idle_secs: float = Field(default=5.0, gt=0)
+    lock_ttl_secs: float = Field(default=30.0, ge=0.5, le=MAX_TTL_SECS)
+    reclaim_idle_secs: float = Field(default=5.0, gt=0, le=MAX_TTL_SECS)
     sweep_interval_secs: float = Field(default=2.0, gt=0)
-    stream_maxlen: int = Field(default=100_000, ge=1000)
-    dedup_ttl_secs: int = Field(default=86_400, ge=60)
-    session_idle_ttl_secs: int = Field(default=30 * 86_400, ge=60)
+    stream_maxlen: int = Field(default=100_000, ge=1000, le=2**62)
+    dedup_ttl_secs: int = Field(default=86_400, ge=60, le=MAX_TTL_SECS)
+    session_idle_ttl_secs: int = Field(default=30 * 86_400, ge=60, le=MAX_TTL_SECS)
     shutdown_grace_secs: float = Field(default=20.0, ge=0)
 
     @field_validator("log_format")
     @classmethod
     def _fmt(cls, v: str) -> str:
-        v = v.lower()
+        v = v.strip().lower()
         if v not in ("text", "json"):
             raise ValueError("must be text or json")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.strip().upper()
+        if v not in ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"):
+            raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return "WARNING" if v == "WARN" else v
+
+    @field_validator("group_reply")
+    @classmethod
+    def _group_reply(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in ("mention", "all"):
+            raise ValueError("must be mention or all")
         return v
 
     @field_validator("redis_url")
@@ -192,13 +275,24 @@ class CoreSettings(ParleySettings):
         url = v.get_secret_value().strip()
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
+        try:
+            parts = urlsplit(url)
+            _ = parts.port  # a port that is not a number raises ValueError
+        except ValueError:
+            parts = None
+        if parts is None or (parts.scheme != "unix" and not parts.hostname):
+            # never the value: it holds the password
+            raise ValueError(
+                "not a valid URL (expected redis://[:password@]host:port[/db], "
+                "rediss://… or unix:///path; percent-encode special characters in the password)"
+            )
         return SecretStr(url)
 
     # --- agent core (issue 4) ----------------------------------------------
     max_tool_iterations: int = Field(default=50, ge=1, le=1000)
     tool_timeout_secs: float = Field(default=60.0, gt=0)
     tool_output_max_chars: int = Field(default=16_000, ge=200)
-    approval_ttl_secs: int = Field(default=1800, ge=10)
+    approval_ttl_secs: int = Field(default=1800, ge=10, le=MAX_TTL_SECS)
     approver_ids: str = ""  # channel-qualified ids: telegram:123,slack:U01,discord:42
     admin_ids: str = ""  # channel-qualified ids that get budget warnings
     http_tool_allowed_hosts: str = ""  # hosts exempt from the private-address refusal
@@ -247,7 +341,7 @@ class CoreSettings(ParleySettings):
     turn_timeout_secs: float = Field(default=600.0, ge=0)  # 0 = no limit
     scheduler_enabled: bool = True  # run the routine scheduler in worker processes
     scheduler_tick_secs: float = Field(default=1.0, gt=0)
-    scheduler_lease_secs: float = Field(default=15.0, ge=0.3)
+    scheduler_lease_secs: float = Field(default=15.0, ge=0.3, le=MAX_TTL_SECS)
     routine_timezone: str = "UTC"  # default timezone of cron routines
     routine_run_history: int = Field(default=20, ge=1, le=1000)
 

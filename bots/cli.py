@@ -2,7 +2,8 @@
 
 Every failure a user can cause (bad settings, unreachable Redis, port in use)
 ends with one clear line per problem on stderr and exit code 2, never a
-traceback.
+traceback.  SIGTERM, like Ctrl-C, stops any command cleanly, during start-up
+too (the embedded Valkey a command started is stopped with it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agent_core import __version__
 from agent_core.errors import ConfigError
@@ -33,13 +35,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, emoji=False)
 log = logging.getLogger("parley")
 
 
 def _fail(problems: list[str]) -> None:
     for p in problems:
-        err.print(f"[bold red]parley:[/] {p}", markup=True, soft_wrap=True)
+        err.print(f"[bold red]parley:[/] {escape(p)}", markup=True, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -53,13 +55,56 @@ def _settings() -> Settings:
     return s
 
 
-def _run_async(main: Callable[[], Awaitable[None]]) -> None:
+class _Terminated(Exception):
+    """SIGTERM arrived before the command installed its own handling."""
+
+
+async def _cancel_on_sigterm(main: Callable[[], Awaitable[None]], stdin_thread: bool) -> None:
+    """Run ``main`` so that SIGTERM cancels it, as asyncio.run does for Ctrl-C: the
+    ``finally`` / ``async with`` clean-ups run (Runtime stops the embedded Valkey)
+    instead of the process dying with everything it started.  `parley run`
+    replaces the handler with its graceful stop once started."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    hits = {"n": 0}
+
+    def on_sigterm() -> None:
+        hits["n"] += 1
+        if hits["n"] == 1:
+            task.cancel()
+        else:
+            os._exit(143)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
-        asyncio.run(main())
+        await main()
+    except asyncio.CancelledError:
+        if not hits["n"]:
+            raise
+        task.uncancel()
+        if stdin_thread:
+            # a thread blocked reading stdin would hold up asyncio.run's exit
+            err.print("[dim]stopped (SIGTERM)[/]")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(143)
+        raise _Terminated from None
+
+
+def _run_async(main: Callable[[], Awaitable[None]], *, stdin_thread: bool = False) -> None:
+    """``stdin_thread``: main may be blocked in a thread reading stdin, which cannot
+    be interrupted, so after SIGTERM and the clean-up the process exits at once."""
+    try:
+        asyncio.run(_cancel_on_sigterm(main, stdin_thread))
     except ConfigError as exc:
         _fail(exc.problems)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except _Terminated:
+        err.print("[dim]stopped (SIGTERM)[/]")
+        raise typer.Exit(143) from None
 
 
 def _version(value: bool) -> None:
@@ -81,28 +126,41 @@ def root(
 
 
 def host_for(s: Settings) -> str:
+    """HOST, else 0.0.0.0 on Heroku ($DYNO), else 127.0.0.1.  $PORT alone never
+    opens the port to the network: other platforms set HOST=0.0.0.0."""
     if s.core.host:
         return s.core.host
-    return "0.0.0.0" if s.hosted else "127.0.0.1"
+    return "0.0.0.0" if s.on_heroku else "127.0.0.1"
+
+
+def _shown_host(host: str) -> str:
+    if host in ("127.0.0.1", "0.0.0.0", "::", "::1", ""):
+        return "localhost"
+    return f"[{host}]" if ":" in host else host
 
 
 def print_summary(rt: Runtime, host: str, port: int) -> None:
     sm = rt.summary
     err.print(f"[bold]Parley {__version__}[/] — process role: [bold]{rt.role}[/]")
-    err.print(f"  redis:   {sm.redis}")
+    err.print(f"  redis:   {escape(sm.redis)}")
     if sm.llm:
-        err.print(f"  llm:     {sm.llm}")
+        err.print(f"  llm:     {escape(sm.llm)}")
     for name, on, why in sm.channels:
         mark = "[green]on[/]" if on else "[dim]off[/]"
-        err.print(f"  {name + ':':9}{mark} ({why})")
+        err.print(f"  {name + ':':9}{mark} ({escape(why)})")
     if rt.runs_web:
-        shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-        err.print(f"  web:     http://{shown}:{port}/")
+        err.print(f"  web:     http://{_shown_host(host)}:{port}/")
     for name in rt.settings.plaintext_secrets:
         err.print(
             f"  [yellow]warning:[/] {name} is read from the plaintext .env file; "
             f"prefer the environment or {name}_FILE"
         )
+
+
+def _redacted(text: str, secrets: list[str]) -> str:
+    for v in sorted(secrets, key=len, reverse=True):
+        text = text.replace(v, "***")
+    return text
 
 
 def _install_signals(stop: asyncio.Event) -> None:
@@ -171,7 +229,7 @@ def chat() -> None:
                 stop.set()
                 await worker
 
-    _run_async(main)
+    _run_async(main, stdin_thread=True)
 
 
 @app.command()
@@ -182,17 +240,23 @@ def doctor() -> None:
     from bots.ops import doctor as run_doctor
 
     s = _settings()
-    out = Console(highlight=False)
+    out = Console(highlight=False, emoji=False)  # "openai:m: …" is no emoji code
 
     async def main() -> None:
         checks = await run_doctor(s)
+        secrets = s.secret_values()  # an error may quote a URL with its credentials
         table = Table(title="parley doctor", show_lines=False)
         table.add_column("check")
         table.add_column("status")
         table.add_column("detail")
         table.add_column("how to fix")
         for c in checks:
-            table.add_row(c.name, "[green]OK[/]" if c.ok else "[red]problem[/]", c.detail, c.fix)
+            table.add_row(
+                c.name,
+                "[green]OK[/]" if c.ok else "[red]problem[/]",
+                escape(_redacted(c.detail, secrets)),
+                escape(_redacted(c.fix, secrets)),
+            )
         out.print(table)
         if not all(c.ok for c in checks):
             raise typer.Exit(1)
@@ -374,19 +438,28 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
 
     s = _settings()
     embedded = None
-    if s.core.redis_url is not None:
-        clients = make_clients(
-            s.core.redis_url.get_secret_value(), tls_insecure=s.core.redis_tls_insecure
-        )
-    else:
-        embedded = EmbeddedValkey(s.core.parley_data_dir)
-        await embedded.start()
-        clients = make_clients(embedded.url)
+    clients = None
     try:
+        if s.core.redis_url is not None:
+            clients = make_clients(
+                s.core.redis_url.get_secret_value(), tls_insecure=s.core.redis_tls_insecure
+            )
+        else:
+            embedded = EmbeddedValkey(s.core.parley_data_dir)
+            start = asyncio.ensure_future(embedded.start())
+            try:
+                await asyncio.shield(start)
+            except asyncio.CancelledError:
+                # SIGTERM: let the start finish, so the stop below finds the server
+                with contextlib.suppress(Exception):
+                    await start
+                raise
+            clients = make_clients(embedded.url)
         await check_reachable(clients)
         await fn(clients.redis)
     finally:
-        await clients.close()
+        if clients is not None:
+            await clients.close()
         if embedded is not None:
             await embedded.stop()
 

@@ -137,7 +137,14 @@ class Runtime:
             self.summary.redis = redact_url(url)
         else:
             self.embedded = EmbeddedValkey(core.parley_data_dir, watch=True)
-            await self.embedded.start()
+            starting = asyncio.ensure_future(self.embedded.start())
+            try:
+                await asyncio.shield(starting)  # a thread starts it: let it finish
+            except asyncio.CancelledError:  # SIGTERM during start-up: leave nothing running
+                with contextlib.suppress(Exception):
+                    await starting
+                await self.embedded.stop()
+                raise
             self.clients = make_clients(self.embedded.url)
             await check_reachable(self.clients)
             self.summary.redis = self.embedded.describe()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,10 +13,14 @@ from pydantic import SecretStr
 from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
 from agent_core.settings import PLAINTEXT_SECRETS, CoreSettings, ParleySettings, load
+from agent_core.store.client import url_secrets
 from channels.web.channel import WebSettings
 
 # Platform channel packages, in start-up summary order.
 PLATFORMS = ("telegram", "slack", "discord")
+
+# Header names whose values are secrets (LLM_EXTRA_HEADERS), for log redaction.
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "password")
 
 
 @dataclass
@@ -27,9 +32,18 @@ class Settings:
     modules: dict[str, Any] = field(default_factory=dict)  # name -> channel package
 
     @property
+    def on_heroku(self) -> bool:
+        """$DYNO is set: Heroku, where the web process must listen on 0.0.0.0.
+
+        $PORT alone proves nothing (a developer sets it on a laptop); other
+        platforms say HOST=0.0.0.0 themselves (deploy/Dockerfile does)."""
+        return bool(os.environ.get("DYNO"))
+
+    @property
     def hosted(self) -> bool:
-        """On a platform like Heroku ($DYNO, or $PORT given by the platform)."""
-        return "DYNO" in os.environ or "PORT" in os.environ
+        """Reachable from other machines: on Heroku, or HOST is not a loopback
+        address.  Then the web chat is off unless WEB_CHAT_ENABLED=true."""
+        return self.on_heroku or not is_loopback(self.core.host or "127.0.0.1")
 
     def platform_status(self) -> dict[str, tuple[bool, str]]:
         out: dict[str, tuple[bool, str]] = {}
@@ -50,17 +64,38 @@ class Settings:
                 v = getattr(obj, name)
                 if isinstance(v, SecretStr) and len(v.get_secret_value()) >= 6:
                     vals.append(v.get_secret_value())
+        # credentials inside URLs (redis://:pw@…, https://user:key@proxy/v1)
         if self.core.redis_url is not None:
-            from urllib.parse import urlsplit
-
-            pw = urlsplit(self.core.redis_url.get_secret_value()).password
-            if pw:
-                vals.append(pw)
+            vals.extend(url_secrets(self.core.redis_url.get_secret_value()))
+        llm = self.llm
+        for url in (
+            llm.llm_base_url,
+            llm.openai_base_url,
+            llm.anthropic_base_url,
+            llm.ollama_base_url,
+        ):
+            vals.extend(v for v in url_secrets(url) if len(v) >= 6)
+        # LLM_EXTRA_HEADERS may carry an Authorization or API-key header
+        for name, value in llm.extra_headers().items():
+            if any(w in name.lower() for w in _SECRET_HEADER_WORDS):
+                # the whole value and the credential after a scheme ("Bearer sk-…")
+                vals.extend(v for v in {value, value.split()[-1] if value else ""} if len(v) >= 6)
         return vals
 
     @property
     def plaintext_secrets(self) -> list[str]:
         return sorted(PLAINTEXT_SECRETS)
+
+
+def is_loopback(host: str) -> bool:
+    """127.x, ::1 or localhost (only this machine can connect)."""
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _channel_module(name: str) -> Any:

@@ -116,9 +116,11 @@ def backend_config(
         )
     elif name == "openai_compatible":
         if not settings.llm_base_url.strip():
-            problems.append("LLM_BASE_URL: required when LLM_BACKEND=openai_compatible")
+            problems.append(
+                "LLM_BASE_URL: required by the openai_compatible backend (the server's URL)"
+            )
         if not (model or settings.llm_model):
-            problems.append("LLM_MODEL: required when LLM_BACKEND=openai_compatible")
+            problems.append("LLM_MODEL: required by the openai_compatible backend")
         cfg = _make(
             settings,
             name,

@@ -34,6 +34,7 @@ from agent_core.llm.prices import PriceTable
 from agent_core.llm.retry import Retry, Sleep
 from agent_core.llm.routing import SmartRouting
 from agent_core.llm.settings import LLMSettings
+from agent_core.store.client import redact_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ def describe(settings: LLMSettings) -> str:
         cfg = backend_config(settings, backend)
     except ConfigError as exc:
         return f"{backend} (misconfigured: {'; '.join(exc.problems)}, from {why})"
-    where = f" at {cfg.base_url}" if cfg.base_url else ""
+    where = f" at {redact_url(cfg.base_url)}" if cfg.base_url else ""  # user:key@ hidden
     extras = []
     if settings.llm_fallback_model:
         extras.append(f"fallback {settings.llm_fallback_model}")

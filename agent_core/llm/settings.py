@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, field_validator
 
-from agent_core.settings import ParleySettings
+from agent_core.settings import MAX_TTL_SECS, ParleySettings, http_url
 
 BACKENDS = ("openai", "anthropic", "ollama", "openai_compatible", "demo")
 ALIASES = {"claude": "anthropic", "compatible": "openai_compatible"}
@@ -46,7 +46,7 @@ class LLMSettings(ParleySettings):
     circuit_breaker_threshold: int = Field(default=5, ge=1)
     circuit_breaker_recovery_secs: float = Field(default=30.0, gt=0)
     response_cache_enabled: bool = False
-    response_cache_ttl_secs: int = Field(default=3600, ge=1)
+    response_cache_ttl_secs: int = Field(default=3600, ge=1, le=MAX_TTL_SECS)
     response_cache_max_entries: int = Field(default=1000, ge=1)
     llm_fallback_model: str = ""  # same backend, another model
     llm_fallbacks: str = ""  # backend:model,backend:model
@@ -73,8 +73,18 @@ class LLMSettings(ParleySettings):
     @field_validator("llm_extra_headers")
     @classmethod
     def _headers(cls, v: str) -> str:
-        parse_headers(v)  # raises ValueError on a malformed pair
+        parse_headers(v)  # raises ValueError on a malformed pair (never echoing it)
         return v
+
+    @field_validator("openai_base_url", "anthropic_base_url", "ollama_base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return http_url(v)
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _compatible_url(cls, v: str) -> str:
+        return http_url(v, required=False)
 
     @field_validator("llm_fallbacks")
     @classmethod
@@ -83,14 +93,40 @@ class LLMSettings(ParleySettings):
         return v
 
     def resolve_backend(self) -> tuple[str, str]:
-        """(backend, why) — the start-up summary prints the why."""
+        """(backend, why) — the start-up summary and `parley doctor` print the why.
+
+        LLM_BACKEND wins.  Unset, the first that applies: OPENAI_API_KEY -> openai,
+        ANTHROPIC_API_KEY -> anthropic, a preset's key (OPENROUTER_API_KEY, …) ->
+        that preset, LLM_BASE_URL or LLM_API_KEY -> openai_compatible,
+        OLLAMA_BASE_URL or OLLAMA_MODEL -> ollama; else the offline demo.
+        """
         if self.llm_backend:
             return self.llm_backend, "LLM_BACKEND"
+        chosen: list[tuple[str, str]] = []
         if self.openai_api_key is not None:
-            return "openai", "OPENAI_API_KEY is set"
+            chosen.append(("openai", "OPENAI_API_KEY"))
         if self.anthropic_api_key is not None:
-            return "anthropic", "ANTHROPIC_API_KEY is set"
-        return "demo", "no LLM_BACKEND and no API key set"
+            chosen.append(("anthropic", "ANTHROPIC_API_KEY"))
+        for name, (_, var) in PRESETS.items():
+            if getattr(self, f"{name}_api_key", None) is not None:
+                chosen.append((name, var))
+        if self.llm_base_url:
+            chosen.append(("openai_compatible", "LLM_BASE_URL"))
+        elif self.llm_api_key is not None:
+            chosen.append(("openai_compatible", "LLM_API_KEY"))
+        if "ollama_base_url" in self.model_fields_set:
+            chosen.append(("ollama", "OLLAMA_BASE_URL"))
+        elif "ollama_model" in self.model_fields_set:
+            chosen.append(("ollama", "OLLAMA_MODEL"))
+        if not chosen:
+            return "demo", "no LLM_BACKEND and no API key set"
+        backend, var = chosen[0]
+        # a preset uses LLM_BASE_URL / LLM_API_KEY too (as overrides), so they are not ignored
+        used = {backend, "openai_compatible"} if backend in PRESETS else {backend}
+        ignored = [v for b, v in chosen[1:] if b not in used]
+        if ignored:
+            return backend, f"{var} is set; {', '.join(ignored)} ignored (LLM_BACKEND chooses)"
+        return backend, f"{var} is set"
 
     def extra_headers(self) -> dict[str, str]:
         return parse_headers(self.llm_extra_headers)
@@ -113,7 +149,8 @@ def parse_headers(raw: str) -> dict[str, str]:
             continue
         key, sep, value = part.partition(":")
         if not sep or not key.strip():
-            raise ValueError(f"expected Key:Value pairs separated by commas, got {key.strip()!r}")
+            # never the text itself: it usually holds a key
+            raise ValueError("expected Name:value pairs separated by commas")
         out[key.strip()] = value.strip()
     return out
 

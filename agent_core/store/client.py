@@ -17,11 +17,12 @@ health check, and the connect timeout.
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
@@ -44,16 +45,35 @@ _KEEPALIVE: dict[int, int] = {
 }
 
 
+# scheme://userinfo@rest: the userinfo runs to the last "@" before the host, so a
+# password holding "@" or "/" is still hidden (over-redacting an "@" in a path is fine)
+_USERINFO = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>.*)@(?P<rest>[^@]*)$", re.S
+)
+
+
 def redact_url(url: str) -> str:
-    """The URL without its password, for logs and the start-up summary."""
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
+    """The URL without its credentials, for logs, `parley doctor` and the start-up
+    summary: ``user:pass@`` -> ``user:***@``, a lone ``secret@`` -> ``***@``.
+    Never raises, whatever the URL looks like."""
+    m = _USERINFO.match(url)
+    if m is None:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else "***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    user, colon, _ = m["info"].partition(":")
+    shown = f"{user}:***" if colon and user else "***"
+    return f"{m['scheme']}{shown}@{m['rest']}"
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret parts of ``url``'s userinfo (the password, or a lone user name,
+    which Redis and proxies take as the password), as given and decoded, for the
+    log redaction filter.  Never raises."""
+    m = _USERINFO.match(url)
+    if m is None:
+        return []
+    user, colon, password = m["info"].partition(":")
+    secret = password if colon else user
+    return [v for v in {secret, unquote(secret)} if v]
 
 
 def _kwargs(url: str, tls_insecure: bool) -> dict[str, Any]:
@@ -106,37 +126,56 @@ def make_clients(
         kw["socket_keepalive_options"] = _KEEPALIVE
     # Blocking pools: a burst beyond max_connections waits for a free
     # connection (up to POOL_WAIT) instead of failing with "Too many connections".
-    pool = BlockingConnectionPool.from_url(
-        url,
-        socket_timeout=None,
-        socket_connect_timeout=SOCKET_TIMEOUT,
-        max_connections=max_connections,
-        timeout=POOL_WAIT,
-        **kw,
-    )
-    blocking_pool = BlockingConnectionPool.from_url(
-        url,
-        socket_timeout=None,
-        socket_connect_timeout=SOCKET_TIMEOUT,
-        max_connections=max_connections * 5,  # SSE followers and consumers hold theirs
-        timeout=POOL_WAIT,
-        **kw,
-    )
+    try:
+        pool = BlockingConnectionPool.from_url(
+            url,
+            socket_timeout=None,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            max_connections=max_connections,
+            timeout=POOL_WAIT,
+            **kw,
+        )
+        blocking_pool = BlockingConnectionPool.from_url(
+            url,
+            socket_timeout=None,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            max_connections=max_connections * 5,  # SSE followers and consumers hold theirs
+            timeout=POOL_WAIT,
+            **kw,
+        )
+    except (ValueError, TypeError) as exc:  # a query argument redis-py refuses
+        raise ConfigError([f"REDIS_URL: {_options_problem(exc)}"]) from None
     redis = Redis(connection_pool=pool)
     blocking = Redis(connection_pool=blocking_pool)
     return RedisClients(url, redis, blocking)
+
+
+def _options_problem(exc: Exception) -> str:
+    reason = str(exc).split("\n")[0][:200] or type(exc).__name__
+    return (
+        f"an option in the URL is refused ({type(exc).__name__}: {reason}); remove it "
+        "(TLS options such as ssl_cert_reqs need rediss://)"
+    )
 
 
 async def check_reachable(clients: RedisClients) -> None:
     """PING once; a failure becomes one clear ConfigError line."""
     try:
         await clients.redis.ping()
+    except (ValueError, TypeError) as exc:  # the connection refuses a URL query argument
+        raise ConfigError([f"REDIS_URL: {_options_problem(exc)}"]) from None
     except RedisError as exc:
         reason = str(exc).split("\n")[0][:200] or type(exc).__name__
-        raise ConfigError(
-            [
-                f"REDIS_URL: cannot reach {redact_url(clients.url)} ({reason}); "
+        if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
+            hint = (
+                "the server's certificate is not trusted; for a self-signed one "
+                "(Heroku Redis) set REDIS_TLS_INSECURE=true"
+            )
+        else:
+            hint = (
                 "check the URL and that the server runs, or unset REDIS_URL to use the "
                 "embedded server"
-            ]
+            )
+        raise ConfigError(
+            [f"REDIS_URL: cannot reach {redact_url(clients.url)} ({reason}); {hint}"]
         ) from None

@@ -22,7 +22,11 @@ async def _bot(settings: TelegramSettings) -> Bot:
     if settings.telegram_bot_token is None:
         raise ConfigError(["TELEGRAM_BOT_TOKEN: not set"])
     bot = make_bot(settings, pool_size=2)
-    await check_bot(bot, attempts=1)
+    try:
+        await check_bot(bot, attempts=1)
+    except BaseException:
+        await bot.shutdown()  # close the HTTP session getMe opened
+        raise
     return bot
 
 

@@ -499,7 +499,10 @@ def status(
     if platforms_enabled:
         return False, "a platform channel is configured (set WEB_CHAT_ENABLED=true to keep it)"
     if hosted:
-        return False, "running on a platform ($PORT set); set WEB_CHAT_ENABLED=true to expose it"
+        return (
+            False,
+            "listening beyond this machine (HOST, or $DYNO set); set WEB_CHAT_ENABLED=true to expose it",
+        )
     return True, "no platform configured"
 
 

@@ -74,4 +74,7 @@ def test_backend_aliases_and_auto_choice(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
     assert load(LLMSettings).resolve_backend()[0] == "anthropic"
     monkeypatch.setenv("OPENAI_API_KEY", "y")
-    assert load(LLMSettings).resolve_backend() == ("openai", "OPENAI_API_KEY is set")
+    assert load(LLMSettings).resolve_backend() == (
+        "openai",
+        "OPENAI_API_KEY is set; ANTHROPIC_API_KEY ignored (LLM_BACKEND chooses)",
+    )

@@ -209,7 +209,7 @@ async def test_close_streams_ends_live_event_streams_quickly(runtime: Any) -> No
     [
         (None, None, False, False, True, "no platform configured"),
         (None, None, True, False, False, "a platform channel is configured"),
-        (None, None, False, True, False, "$PORT set"),
+        (None, None, False, True, False, "beyond this machine"),
         (True, None, True, True, True, "anyone who can reach it"),
         (True, "t", False, True, True, "WEB_CHAT_ENABLED=true"),
         (False, None, False, False, False, "WEB_CHAT_ENABLED=false"),

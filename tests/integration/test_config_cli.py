@@ -1,0 +1,209 @@
+"""Configuration and start-up, through the `parley` command as a user runs it:
+one line and exit 2 for a bad value, no secret in the output, a clean stop.
+
+Real subprocesses and a real embedded Valkey, like tests/integration/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET")) and k not in ("REDIS_URL", "PORT")
+    }
+    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", **extra})
+    return base
+
+
+def parley(
+    args: list[str], env: dict[str, str], timeout: float = 60, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bots.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(env),
+        cwd=cwd,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers_ping(sock: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(1.0)
+            s.connect(str(sock))
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _shutdown(sock: Path) -> None:
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(2.0)
+            s.connect(str(sock))
+            s.sendall(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+            s.recv(64)
+    except OSError:
+        pass
+
+
+def _wait(pred, secs: float) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _spawn(args: list[str], env: dict[str, str], **kw: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", *args],
+        env=_env(env),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# --- tracebacks instead of one line --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "var"),
+    [
+        ({"LOG_LEVEL": "verbose"}, "LOG_LEVEL"),
+        ({"REDIS_URL": "redis://u:hunter2secret@127.0.0.1:notaport/0"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://:hunter2secret@[::1"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://:hunter2secret@127.0.0.1:1/0?ssl_cert_reqs=none"}, "REDIS_URL"),
+        ({"LOCK_TTL_SECS": "inf"}, "LOCK_TTL_SECS"),
+        ({"GROUP_REPLY": "always"}, "GROUP_REPLY"),
+        ({"LLM_BASE_URL": "localhost:8000/v1"}, "LLM_BASE_URL"),
+        ({"LLM_EXTRA_HEADERS": "Authorization Bearer hunter2secret"}, "LLM_EXTRA_HEADERS"),
+        ({"HOST": "192.0.2.1"}, "HOST"),
+    ],
+)
+def test_bad_value_is_one_line_not_a_traceback(
+    env: dict[str, str], var: str, tmp_path: Path
+) -> None:
+    r = parley(
+        ["run"],
+        {
+            "PARLEY_DATA_DIR": str(tmp_path / "d"),
+            "HOST": "127.0.0.1",
+            "PORT": str(_free_port()),
+            **env,
+        },
+        timeout=40,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode == 2, (r.returncode, r.stderr[-600:])
+    assert f"{var}:" in r.stderr
+    assert "hunter2secret" not in r.stdout + r.stderr
+
+
+def test_non_utf8_secret_file_is_one_line(tmp_path: Path) -> None:
+    key = tmp_path / "openai.key"
+    key.write_bytes("sk-abc\r\n".encode("utf-16"))  # PowerShell's `echo sk-abc > openai.key`
+    r = parley(
+        ["doctor"],
+        {"PARLEY_DATA_DIR": str(tmp_path / "d"), "OPENAI_API_KEY_FILE": str(key)},
+        timeout=40,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode == 2
+    assert "OPENAI_API_KEY_FILE:" in r.stderr
+
+
+# --- SIGTERM during start-up ---------------------------------------------------------
+
+
+def test_sigterm_during_start_up_leaves_no_valkey_behind(tmp_path: Path) -> None:
+    """SIGTERM while start-up is still going on (here: while the Telegram getMe
+    check retries) stops the embedded valkey-server this process started."""
+    data = tmp_path / "d"
+    p = _spawn(
+        ["run"],
+        {
+            "PARLEY_DATA_DIR": str(data),
+            "HOST": "127.0.0.1",
+            "PORT": str(_free_port()),
+            "TELEGRAM_BOT_TOKEN": "123:abcdef",
+            "TELEGRAM_API_BASE_URL": "http://127.0.0.1:9/bot",  # refused: getMe retries ~3 s
+        },
+    )
+    sock = data / "valkey.sock"
+    try:
+        assert _wait(lambda: _answers_ping(sock), 20)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+        time.sleep(1.0)
+        orphan = _answers_ping(sock)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        _shutdown(sock)  # an orphan: leave the machine as found
+    assert not orphan, "valkey-server still running after parley exited"
+    assert p.returncode == 143
+
+
+# --- noise -----------------------------------------------------------------------------------
+
+
+def test_doctor_with_unreachable_telegram_prints_no_asyncio_errors(tmp_path: Path) -> None:
+    """When the Telegram check fails, `parley doctor` closes the Bot's HTTP session
+    (no "Unclosed client session" around the table)."""
+    r = parley(
+        ["doctor"],
+        {
+            "PARLEY_DATA_DIR": str(tmp_path / "d"),
+            "TELEGRAM_BOT_TOKEN": "123:abcdef",
+            "TELEGRAM_API_BASE_URL": "http://127.0.0.1:9/bot",
+        },
+        timeout=60,
+    )
+    assert r.returncode == 1
+    assert "Unclosed client session" not in r.stdout + r.stderr
+
+
+def test_doctor_refuses_credentials_in_the_llm_url_without_echoing_them(tmp_path: Path) -> None:
+    """An LLM URL with user:key@ is refused in one line that never shows the key."""
+    env = {
+        "PARLEY_DATA_DIR": str(tmp_path / "d"),
+        "LLM_BASE_URL": "http://proxy:hunter2secret@127.0.0.9:9/v1",
+        "LLM_MODEL": "m",
+    }
+    r = parley(["doctor"], env, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out[-800:]
+    assert "Traceback" not in out, out[-800:]
+    assert "LLM_BASE_URL" in out and "credentials" in out, out[-800:]
+    assert "hunter2secret" not in out

@@ -1,0 +1,475 @@
+"""Configuration and first run: settings that are refused at load with one line
+naming the variable, secrets that never reach the output, and the choices made
+when a variable is left out (bind address, web chat, LLM backend)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+
+from agent_core.errors import ConfigError
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings, load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PORT", "DYNO", "HOST", "WEB_CHAT_ENABLED", "LLM_BACKEND", "LLM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- secrets in output ---------------------------------------------------------------
+
+
+def test_llm_extra_headers_error_does_not_echo_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLM_EXTRA_HEADERS carries auth headers: a typo ("Authorization Bearer ..."
+    instead of "Authorization:Bearer ...") names the variable and the form, not the key."""
+    monkeypatch.setenv("LLM_EXTRA_HEADERS", "Authorization Bearer sk-live-SECRET123")
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    text = "\n".join(exc.value.problems)
+    assert text.startswith("LLM_EXTRA_HEADERS:")
+    assert "SECRET123" not in text, text
+
+
+def test_redis_url_with_password_in_user_position_is_redacted() -> None:
+    """`redis://PASSWORD@host` (colon forgotten) is shown as `redis://***@host`."""
+    from agent_core.store.client import redact_url
+
+    shown = redact_url("redis://hunter2secret@127.0.0.1:1/0")
+    assert "hunter2secret" not in shown, shown
+    assert shown == "redis://***@127.0.0.1:1/0"
+    assert redact_url("redis://user:pw@h:6379/0") == "redis://user:***@h:6379/0"
+    assert redact_url("redis://:pw@h:6379") == "redis://***@h:6379"
+    assert redact_url("unix:///tmp/x.sock") == "unix:///tmp/x.sock"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://user:pw-SECRET@127.0.0.1:notaport/0",
+        "redis://:pw-SECRET@[::1",
+        "https://u:pw-SECRET@host:99999999/v1",
+        "redis://:pw/with@slash-SECRET@host:1/0",
+    ],
+)
+def test_redact_url_never_raises_and_hides_the_password(url: str) -> None:
+    from agent_core.store.client import redact_url
+
+    assert "SECRET" not in redact_url(url)
+
+
+def test_llm_base_url_with_credentials_is_refused_without_echoing_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Credentials in LLM_BASE_URL (user:key@host) cannot work (they would go beside
+    the key's Authorization header): refused at load, the value never echoed."""
+    monkeypatch.setenv("LLM_BACKEND", "openai_compatible")
+    monkeypatch.setenv("LLM_BASE_URL", "https://proxy:sk-proxy-SECRET99@llm.example.com/v1")
+    monkeypatch.setenv("LLM_MODEL", "m")
+    with pytest.raises(ConfigError) as err:
+        load(LLMSettings)
+    assert "LLM_BASE_URL" in str(err.value) and "credentials" in str(err.value)
+    assert "SECRET99" not in str(err.value)
+
+
+def test_llm_url_credentials_are_redacted_in_the_description() -> None:
+    """describe() redacts a URL's user:key@ all the same (defence in depth)."""
+    from agent_core.llm.factory import describe
+
+    settings = load(LLMSettings, llm_backend="openai_compatible", llm_model="m")
+    settings.llm_base_url = "https://proxy:sk-proxy-SECRET99@llm.example.com/v1"
+    line = describe(settings)
+    assert "SECRET99" not in line, line
+    assert "https://proxy:***@llm.example.com/v1" in line
+
+
+def test_url_credentials_are_redacted_in_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bots.logs import RedactFilter
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("LLM_API_KEY", "sk-proxy-SECRET99")
+    monkeypatch.setenv("LLM_BASE_URL", "https://llm.example.com/v1")
+    monkeypatch.setenv("LLM_MODEL", "m")
+    monkeypatch.setenv("REDIS_URL", "redis://hunter2secret@127.0.0.1:1/0")
+    secrets = load_settings().secret_values()
+    record = logging.LogRecord(
+        "t",
+        logging.ERROR,
+        __file__,
+        1,
+        "cannot connect to %s via %s",
+        ("https://proxy:sk-proxy-SECRET99@llm.example.com/v1", "redis://hunter2secret@x"),
+        None,
+    )
+    RedactFilter(secrets).filter(record)
+    assert "SECRET99" not in record.getMessage()
+    assert "hunter2secret" not in record.getMessage()
+
+
+# --- PORT on a laptop is not "hosted" -----------------------------------------------
+
+
+def test_setting_port_on_a_laptop_keeps_loopback_and_web_chat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`PORT=8123 parley run` on a laptop (what the port-in-use error tells the user
+    to do) still binds 127.0.0.1 and serves the local web chat."""
+    from bots.cli import host_for
+    from bots.settings import load_settings
+    from channels.web import channel as web_channel
+
+    monkeypatch.setenv("PORT", "8123")
+    s = load_settings()
+    assert host_for(s) == "127.0.0.1"
+    on, why = web_channel.status(s.web, False, hosted=s.hosted)
+    assert on, why
+
+
+def test_heroku_binds_all_interfaces_and_keeps_the_web_chat_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bots.cli import host_for
+    from bots.settings import load_settings
+    from channels.web import channel as web_channel
+
+    monkeypatch.setenv("DYNO", "web.1")
+    monkeypatch.setenv("PORT", "31000")
+    s = load_settings()
+    assert host_for(s) == "0.0.0.0"
+    assert not web_channel.status(s.web, False, hosted=s.hosted)[0]
+
+
+@pytest.mark.parametrize(("host", "exposed"), [("0.0.0.0", True), ("::", True), ("::1", False)])
+def test_explicit_host_decides_whether_the_web_chat_is_exposed(
+    host: str, exposed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other platforms (Docker, Render, Fly.io) set HOST=0.0.0.0: the port is then
+    reachable from other machines, so the web chat is off unless enabled."""
+    from bots.cli import host_for
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("HOST", host)
+    s = load_settings()
+    assert host_for(s) == host
+    assert s.hosted is exposed
+
+
+# --- the port check -------------------------------------------------------------------
+
+
+def test_ipv6_host_is_accepted_by_the_port_check() -> None:
+    """HOST=:: or ::1 (uvicorn supports both) passes the port check."""
+    from bots.runtime import check_port_free
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    check_port_free("::1", port)
+
+
+def test_port_in_use_on_ipv6_is_reported_as_port() -> None:
+    from bots.runtime import check_port_free
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ConfigError) as exc:
+            check_port_free("::1", port)
+    assert exc.value.problems[0].startswith(f"PORT: cannot listen on [::1]:{port}")
+
+
+@pytest.mark.parametrize("host", ["x" * 64 + ".example", "192.0.2.1"])  # no DNS query
+def test_bad_host_is_reported_as_host(host: str) -> None:
+    from bots.runtime import check_port_free
+
+    with pytest.raises(ConfigError) as exc:
+        check_port_free(host, 8000)
+    assert exc.value.problems[0].startswith("HOST:"), exc.value.problems
+
+
+# --- which LLM when LLM_BACKEND is unset ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "backend", "why"),
+    [
+        (
+            {
+                "LLM_BASE_URL": "https://openrouter.ai/api/v1",
+                "LLM_API_KEY": "sk-x",
+                "LLM_MODEL": "m",
+            },
+            "openai_compatible",
+            "LLM_BASE_URL is set",
+        ),
+        ({"OPENROUTER_API_KEY": "sk-or-x", "LLM_MODEL": "m"}, "openrouter", "OPENROUTER_API_KEY"),
+        ({"GROQ_API_KEY": "g", "LLM_BASE_URL": "https://x/v1"}, "groq", "GROQ_API_KEY is set"),
+        ({"LLM_API_KEY": "sk-x"}, "openai_compatible", "LLM_API_KEY is set"),
+        ({"OLLAMA_MODEL": "qwen3"}, "ollama", "OLLAMA_MODEL is set"),
+    ],
+)
+def test_configured_llm_without_llm_backend_is_not_silently_the_demo(
+    env: dict[str, str], backend: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With LLM_BASE_URL + LLM_API_KEY, a preset's key or an Ollama setting and no
+    LLM_BACKEND, that backend is used and the summary says which variable chose it."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    got, got_why = load(LLMSettings).resolve_backend()
+    assert got == backend, got_why
+    assert why in got_why
+
+
+def test_two_keys_without_llm_backend_says_which_one_is_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "a")
+    monkeypatch.setenv("LLM_BASE_URL", "https://proxy/v1")
+    assert load(LLMSettings).resolve_backend() == (
+        "openai",
+        "OPENAI_API_KEY is set; LLM_BASE_URL ignored (LLM_BACKEND chooses)",
+    )
+
+
+def test_llm_api_key_without_url_is_refused_not_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_core.llm.factory import build_provider
+
+    monkeypatch.setenv("LLM_API_KEY", "sk-x")
+    with pytest.raises(ConfigError) as exc:
+        build_provider(load(LLMSettings))
+    assert any(p.startswith("LLM_BASE_URL:") for p in exc.value.problems)
+
+
+# --- empty values -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["DAILY_BUDGET_USD", "PORT", "WEB_CHAT_ENABLED", "LLM_VISION", "LOG_LEVEL"]
+)
+def test_empty_value_means_unset(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`DAILY_BUDGET_USD=` (app.json: "empty: none") or `PORT=` from a .env
+    template is the default, not an error."""
+    from bots.settings import load_settings
+
+    monkeypatch.setenv(name, "")
+    load_settings()
+
+
+def test_empty_value_is_kept_where_it_means_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ACCESS_EXEMPT_CHANNELS= gates the local channels too; SLACK_WORKING_REACTION=
+    puts no reaction.  From the environment and from .env alike."""
+    from channels.slack.settings import SlackSettings
+
+    monkeypatch.setenv("ACCESS_EXEMPT_CHANNELS", "")
+    monkeypatch.setenv("SLACK_WORKING_REACTION", "")
+    assert load(CoreSettings).access_exempt_channels == ""
+    assert load(SlackSettings).slack_working_reaction == ""
+    monkeypatch.delenv("ACCESS_EXEMPT_CHANNELS")
+    env = tmp_path / ".env"
+    env.write_text("ACCESS_EXEMPT_CHANNELS=\nPORT=\n")
+    s = CoreSettings(_env_file=str(env))  # type: ignore[call-arg]
+    assert s.access_exempt_channels == ""
+    assert s.port == 8000
+    monkeypatch.delenv("SLACK_WORKING_REACTION")
+    assert load(SlackSettings).slack_working_reaction == "eyes"
+
+
+# --- values accepted that would break later ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LOG_LEVEL", "verbose"),  # was: a ValueError traceback from logging
+        ("LOCK_TTL_SECS", "inf"),  # was: OverflowError at start
+        ("SCHEDULER_LEASE_SECS", "inf"),
+        ("RECLAIM_IDLE_SECS", "nan"),
+        ("RECLAIM_IDLE_SECS", "inf"),  # was: `parley chat` hanging (the worker died)
+        ("DEDUP_TTL_SECS", "99999999999999999999"),  # was: every message StoreUnavailable
+        ("SESSION_IDLE_TTL_SECS", "99999999999999999999"),
+        ("GROUP_REPLY", "always"),  # was: silently `mention`
+    ],
+)
+def test_core_value_is_refused_at_load(
+    name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings)
+    assert exc.value.problems[0].startswith(f"{name}:")
+    assert value not in exc.value.problems[0]
+
+
+def test_enum_settings_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GROUP_REPLY", "ALL")
+    monkeypatch.setenv("LOG_LEVEL", "debug")
+    s = load(CoreSettings)
+    assert s.group_reply == "all"
+    assert s.log_level == "DEBUG"
+    monkeypatch.setenv("LOG_LEVEL", "warn")
+    assert load(CoreSettings).log_level == "WARNING"
+
+
+def test_infinite_llm_timeout_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_TIMEOUT_SECS", "inf")
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    assert exc.value.problems[0].startswith("LLM_TIMEOUT_SECS:")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LLM_BASE_URL", "localhost:8000/v1"),  # was: UnsupportedProtocol at every turn
+        ("OPENAI_BASE_URL", "api.openai.com/v1"),
+        ("OLLAMA_BASE_URL", "localhost:11434"),
+        ("ANTHROPIC_BASE_URL", "ftp://api.anthropic.com"),
+    ],
+)
+def test_llm_url_without_scheme_is_refused_at_load(
+    name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    assert exc.value.problems[0] == f"{name}: must start with http:// or https://"
+
+
+def test_secret_file_that_is_not_utf8_is_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key file saved as UTF-16 (PowerShell `echo key > file`) is one line naming
+    the variable, without the content."""
+    f = tmp_path / "key"
+    f.write_bytes("sk-abc\n".encode("utf-16"))
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(f))
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    assert exc.value.problems[0].startswith("OPENAI_API_KEY_FILE:")
+    assert "UTF-8" in exc.value.problems[0]
+
+
+def test_secret_file_with_a_utf8_byte_order_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "key"
+    f.write_bytes("sk-abc\r\n".encode("utf-8-sig"))
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(f))
+    key = load(LLMSettings).openai_api_key
+    assert key is not None and key.get_secret_value() == "sk-abc"
+
+
+# --- Redis URL errors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://user:pw@127.0.0.1:notaport/0",
+        "redis://:pw@[::1",
+        "redis://:pw@/0",
+    ],
+)
+def test_malformed_redis_url_is_config_error(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("REDIS_URL", url)
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert exc.value.problems[0].startswith("REDIS_URL:")
+    assert "pw" not in exc.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://user:pw@127.0.0.1:notaport/0", "redis://:pw@[::1", "redis://:pw@/0"]
+)
+def test_make_clients_refuses_a_malformed_url(url: str) -> None:
+    from agent_core.store.client import make_clients
+
+    with pytest.raises(ConfigError) as exc:
+        make_clients(url)
+    assert exc.value.problems[0].startswith("REDIS_URL:")
+
+
+def test_redis_url_query_argument_redis_py_refuses_is_config_error() -> None:
+    from agent_core.store.client import make_clients
+
+    with pytest.raises(ConfigError) as exc:
+        make_clients("redis://:pw@127.0.0.1:1/0?socket_timeout=soon")
+    assert exc.value.problems[0].startswith("REDIS_URL:")
+
+
+async def test_redis_url_with_tls_query_on_plain_scheme_is_config_error() -> None:
+    """`redis://...?ssl_cert_reqs=none` (the redis-py idiom for rediss://, pasted
+    onto a redis:// URL) is one REDIS_URL line at the first PING."""
+    from agent_core.store.client import check_reachable, make_clients
+
+    clients = make_clients("redis://:pw@127.0.0.1:1/0?ssl_cert_reqs=none")
+    try:
+        with pytest.raises(ConfigError) as exc:
+            await check_reachable(clients)
+    finally:
+        await clients.close()
+    assert exc.value.problems[0].startswith("REDIS_URL:")
+    assert "rediss://" in exc.value.problems[0]
+
+
+async def test_self_signed_rediss_error_names_redis_tls_insecure() -> None:
+    """Heroku Redis without REDIS_TLS_INSECURE=true: the line names the setting
+    that fixes it."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from agent_core.store.client import RedisClients, check_reachable
+
+    class _Redis:
+        async def ping(self) -> None:
+            raise RedisConnectionError(
+                "Error 1 connecting to h:6380. [SSL: CERTIFICATE_VERIFY_FAILED] certificate "
+                "verify failed: self-signed certificate in certificate chain (_ssl.c:1006)."
+            )
+
+    clients = RedisClients("rediss://:pw@h:6380", _Redis(), _Redis())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as exc:
+        await check_reachable(clients)
+    assert "REDIS_TLS_INSECURE=true" in exc.value.problems[0], exc.value.problems[0]
+
+
+# --- Heroku ---------------------------------------------------------------------------------
+
+
+def test_heroku_python_buildpack_finds_a_package_manager_file() -> None:
+    """app.json uses the heroku/python buildpack, which refuses a build without one
+    of these at the root ("Couldn't find any supported Python package manager files")."""
+    names = ("requirements.txt", "Pipfile.lock", "poetry.lock", "uv.lock")
+    assert any((ROOT / n).is_file() for n in names)
+    lines = [
+        line.strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines == ["."]  # Parley itself, its dependencies from pyproject.toml
+
+
+def test_container_files_bind_all_interfaces_explicitly() -> None:
+    """$PORT alone no longer means "hosted": the container files say HOST=0.0.0.0."""
+    assert "HOST=0.0.0.0" in (ROOT / "deploy" / "Dockerfile").read_text()
+    assert 'HOST: "0.0.0.0"' in (ROOT / "deploy" / "docker-compose.yml").read_text()
+
+
+def test_secret_extra_header_values_are_redacted_in_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("LLM_EXTRA_HEADERS", "Authorization:Bearer sk-hdr-SECRET1,X-Title:Parley")
+    secrets = load_settings().secret_values()
+    assert "Bearer sk-hdr-SECRET1" in secrets
+    assert "sk-hdr-SECRET1" in secrets
+    assert "Parley" not in secrets
