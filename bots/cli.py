@@ -25,7 +25,7 @@ from rich.markup import escape
 from agent_core import __version__
 from agent_core.errors import ConfigError
 from bots.logs import setup_logging
-from bots.runtime import ROLES, Runtime, check_port_free
+from bots.runtime import ROLES, Runtime, listen_on
 from bots.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -191,13 +191,16 @@ def run(
     host, port = host_for(s), s.core.port
 
     async def main() -> None:
-        if role in ("all", "web"):
-            check_port_free(host, port)
-        async with Runtime(s, role) as rt:
-            print_summary(rt, host, port)
-            stop = asyncio.Event()
-            _install_signals(stop)
-            await rt.serve(stop, host=host, port=port)
+        socks = listen_on(host, port) if role in ("all", "web") else None
+        try:
+            async with Runtime(s, role) as rt:
+                print_summary(rt, host, port)
+                stop = asyncio.Event()
+                _install_signals(stop)
+                await rt.serve(stop, host=host, port=port, sockets=socks)
+        finally:
+            for sock in socks or ():
+                sock.close()
         if rt.crashed:
             err.print("[red]stopped after a crash (see the log above)[/]")
             raise typer.Exit(1)

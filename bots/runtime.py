@@ -325,8 +325,16 @@ class Runtime:
         return JSONResponse({"ready": True})
 
     # -- running --------------------------------------------------------------
-    async def serve(self, stop: asyncio.Event, *, host: str, port: int) -> None:
-        """Run this process's role until ``stop`` is set, then drain."""
+    async def serve(
+        self,
+        stop: asyncio.Event,
+        *,
+        host: str,
+        port: int,
+        sockets: list[socket.socket] | None = None,
+    ) -> None:
+        """Run this process's role until ``stop`` is set, then drain.  ``sockets``:
+        already listening (:func:`listen_on`), else uvicorn binds host:port."""
         freeze_startup_objects()
         tasks: list[asyncio.Task[Any]] = []
         server = None
@@ -345,7 +353,7 @@ class Runtime:
             server = make_server(
                 self.web_app(), host, port, keepalive_secs=self.settings.core.web_keepalive_secs
             )
-            tasks.append(asyncio.create_task(server.serve(), name="web"))
+            tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="web"))
         await self._until_stop_or_crash(stop, tasks)
         self.draining = True
         web = self.channels.get("web")
@@ -399,7 +407,15 @@ def freeze_startup_objects() -> None:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Bind every address HOST resolves to (as uvicorn will; IPv4 or IPv6), then let go.
+    """Whether ``listen_on`` would succeed (binds, then lets go)."""
+    for sock in listen_on(host, port):
+        sock.close()
+
+
+def listen_on(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address HOST resolves to (IPv4 or IPv6), handed to
+    uvicorn as they are: the port is held from this check on, so a second process
+    started at the same moment fails here, with one line, not inside the server.
 
     A HOST that does not resolve, or is no address of this machine, is reported as
     HOST; a port in use or not allowed as PORT."""
@@ -412,23 +428,29 @@ def check_port_free(host: str, port: int) -> None:
         raise ConfigError(
             [f"HOST: cannot resolve {host!r} ({reason}); use an address such as 127.0.0.1 or ::1"]
         ) from None
+    socks: list[socket.socket] = []
     for family, kind, proto, _, addr in dict.fromkeys(infos):
-        with socket.socket(family, kind, proto) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                s.bind(addr)
-            except OSError as exc:
-                why = exc.strerror or str(exc)
-                if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-                    raise ConfigError(
-                        [f"HOST: cannot listen on {host} ({why}); use an address of this machine"]
-                    ) from None
-                where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        s = socket.socket(family, kind, proto)
+        socks.append(s)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            s.bind(addr)
+            s.listen(2048)
+        except OSError as exc:
+            for opened in socks:
+                opened.close()
+            why = exc.strerror or str(exc)
+            if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                 raise ConfigError(
-                    [f"PORT: cannot listen on {where} ({why}); set PORT to a free port"]
+                    [f"HOST: cannot listen on {host} ({why}); use an address of this machine"]
                 ) from None
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise ConfigError(
+                [f"PORT: cannot listen on {where} ({why}); set PORT to a free port"]
+            ) from None
+    return socks
 
 
 def make_server(app: Starlette, host: str, port: int, *, keepalive_secs: int = 95) -> Any:

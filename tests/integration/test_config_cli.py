@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,32 @@ def test_doctor_refuses_credentials_in_the_llm_url_without_echoing_them(tmp_path
     assert "Traceback" not in out, out[-800:]
     assert "LLM_BASE_URL" in out and "credentials" in out, out[-800:]
     assert "hunter2secret" not in out
+
+
+def test_two_runs_on_one_port_the_second_fails_in_one_line_and_the_first_keeps_redis(
+    tmp_path: Path,
+) -> None:
+    """The port is held from the check on (listen_on), so a second `parley run` on
+    the same port fails before it starts anything (exit 2, one PORT: line) and the
+    first keeps serving on its embedded Valkey."""
+    port = _free_port()
+    env = {"PARLEY_DATA_DIR": str(tmp_path / "d"), "HOST": "127.0.0.1", "PORT": str(port)}
+    first = _spawn(["run"], env)
+    try:
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        assert _wait(ready, 30)
+        second = parley(["run"], env, timeout=60)
+        assert second.returncode == 2, second.stderr[-800:]
+        assert f"PORT: cannot listen on 127.0.0.1:{port}" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert ready()  # the first one still has its Redis
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)

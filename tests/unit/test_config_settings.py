@@ -473,3 +473,20 @@ def test_secret_extra_header_values_are_redacted_in_logs(monkeypatch: pytest.Mon
     assert "Bearer sk-hdr-SECRET1" in secrets
     assert "sk-hdr-SECRET1" in secrets
     assert "Parley" not in secrets
+
+
+def test_listen_on_holds_the_port_until_the_server_takes_it() -> None:
+    """The port check returns the listening sockets uvicorn serves on, so nothing can
+    take the port between the check and the server's start."""
+    from bots.runtime import check_port_free, listen_on
+
+    socks = listen_on("127.0.0.1", 0)
+    try:
+        port = socks[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass  # already listening
+        with pytest.raises(ConfigError, match=f"PORT: cannot listen on 127.0.0.1:{port}"):
+            check_port_free("127.0.0.1", port)
+    finally:
+        for s in socks:
+            s.close()
