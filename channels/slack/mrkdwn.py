@@ -2,35 +2,39 @@
 
 Slack's mrkdwn is not markdown: bold is ``*x*``, italic ``_x_``, strike ``~x~``,
 links ``<url|text>``, no headings, no tables, and ``&``, ``<``, ``>`` must be
-escaped everywhere (code included).  :func:`to_mrkdwn` converts the common
-subset line by line, leaving code untouched apart from escaping; it never
-raises (on any internal error the text is only escaped: a plain fallback).
+escaped everywhere (code included).  :func:`to_mrkdwn` parses the text as
+CommonMark (plus tables, ``~~strike~~`` and task lists) with pyromark and writes
+every element in Slack's syntax: headings become bold lines, list items ``•`` or
+``N.``, rules a line, table rows plain ``| a | b |`` lines, code keeps its text
+(language tag dropped), raw HTML is shown as literal text, and links are only
+made for http(s)/mailto targets, so the text can never produce a mention.  Blank
+lines between blocks follow the source; emphasis is closed at each line end and a
+zero-width space marks a word boundary Slack needs but the source lacks (``x**y**``).
+It never raises (on any internal error the text is only escaped: a plain fallback).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from itertools import pairwise
+from typing import Any
+
+import pyromark
 
 log = logging.getLogger(__name__)
 
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
-_IMAGE = re.compile(r"!\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_LINK = re.compile(r"\[([^\]\n]+)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_AUTOLINK = re.compile(r"<(https?://[^\s>]+)>")
+_OPTIONS = (
+    pyromark.Options.ENABLE_TABLES
+    | pyromark.Options.ENABLE_STRIKETHROUGH
+    | pyromark.Options.ENABLE_TASKLISTS
+)
 _URL_SCHEME = re.compile(r"(?:https?://|mailto:)[^\s]", re.I)  # the only link targets
-_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(\[[ xX]\]\s+)?(.*)$")
-_HRULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
-
-# Private-use placeholders protect finished pieces from later substitutions.
-_PH = "\ue000{}\ue001"
-_PH_RE = re.compile("\ue000(\\d+)\ue001")
+_BARE_URL = re.compile(rb"(?:https?://|mailto:)[^\s<>\[\]]+", re.I)
+_FENCE_RUN = re.compile(r"`{3,}")
+_MARKS = {"Strong": "*", "Emphasis": "_", "Strikethrough": "~"}
+_RULE = "──────────"
+_ZWSP = "\u200b"  # lets Slack see a word boundary next to an emphasis marker
 
 
 def escape(text: str) -> str:
@@ -38,28 +42,9 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _inline(line: str) -> str:
-    saved: list[str] = []
-
-    def keep(s: str) -> str:
-        saved.append(s)
-        return _PH.format(len(saved) - 1)
-
-    line = line.replace("\ue000", "").replace("\ue001", "")
-    line = _INLINE_CODE.sub(lambda m: keep("`" + escape(m.group(2)) + "`"), line)
-    line = _IMAGE.sub(lambda m: keep(_link(m.group(2), m.group(1) or m.group(2))), line)
-    line = _LINK.sub(lambda m: keep(_link(m.group(2), m.group(1))), line)
-    line = _AUTOLINK.sub(lambda m: keep(_link(m.group(1), "")), line)
-    line = escape(line)
-    line = _BOLD.sub(lambda m: keep("*" + m.group(2) + "*"), line)
-    line = _ITALIC_STAR.sub(lambda m: "_" + m.group(1) + "_", line)
-    line = _STRIKE.sub(lambda m: "~" + m.group(1) + "~", line)
-    # Placeholders may nest (a link inside bold): resolve until none are left.
-    for _ in range(4):
-        if "\ue000" not in line:
-            break
-        line = _PH_RE.sub(lambda m: saved[int(m.group(1))], line)
-    return line
+def _code(text: str) -> str:
+    """Escaped code; a run of 3+ backticks inside would end Slack's block, so break it."""
+    return _FENCE_RUN.sub(lambda m: _ZWSP.join(m.group()), escape(text))
 
 
 def _link(url: str, label: str) -> str:
@@ -69,95 +54,258 @@ def _link(url: str, label: str) -> str:
     mentions: a markdown link whose target is not a web or mail address must never
     become one, so it is shown escaped, as ``label (target)``.
     """
+    label = " ".join(label.split())
     if not _URL_SCHEME.match(url):
-        label = label.strip()
-        shown = f"{label} ({url})" if label and label != url else url
-        return escape(shown)
-    url = url.replace("|", "%7C").replace(">", "%3E").replace("<", "%3C")
-    label = escape(label.replace("|", "¦").replace("*", "").replace("_", " ").strip())
-    return f"<{url}|{label}>" if label and label != url else f"<{url}>"
+        return escape(f"{label} ({url})" if label and label != url else url)
+    target = url
+    for ch, enc in (("|", "%7C"), (">", "%3E"), ("<", "%3C"), (" ", "%20")):
+        target = target.replace(ch, enc)
+    if not label or label == url:
+        return f"<{target}>"
+    return f"<{target}|{escape(label.replace('|', '¦'))}>"
+
+
+def _protect_bare_urls(md: str) -> str:
+    """Backslash-escape ``_*~`` inside bare URLs so they are not read as emphasis.
+
+    CommonMark has no bare-URL links: ``…/pkg/__init__.py`` would lose its
+    underscores to bold.  Code, raw HTML and ``<autolinks>`` (where a backslash
+    stays literal) are left alone; in a link's label or target it is harmless.
+    """
+    src = md.encode()
+    urls = [m for m in _BARE_URL.finditer(src) if re.search(rb"[_*~]", m.group())]
+    if not urls:
+        return md
+    skip: list[tuple[int, int]] = []
+    for ev, rng in pyromark.events_with_range(md, options=_OPTIONS):
+        match ev:
+            case (
+                {"Code": _}
+                | {"InlineHtml": _}
+                | {
+                    "Start": "HtmlBlock"
+                    | {"CodeBlock": _}
+                    | {"Link": {"link_type": "Autolink" | "Email"}}
+                }
+            ):
+                skip.append((rng["start"], rng["end"]))
+    at: list[int] = []
+    for m in urls:
+        if any(a < m.end() and m.start() < b for a, b in skip):
+            continue
+        url = m.group()  # without trailing punctuation or an unbalanced ')', as GitHub does
+        while url and (
+            url[-1:] in b"?!.,:;*_~'\"" or (url[-1:] == b")" and url.count(b")") > url.count(b"("))
+        ):
+            url = url[:-1]
+        at += [m.start() + i for i, c in enumerate(url) if c in b"_*~" and url[i - 1 : i] != b"\\"]
+    return b"\\".join(src[a:b] for a, b in pairwise([0, *sorted(at), len(src)])).decode()
+
+
+class _Writer:
+    """Turns pyromark's events into mrkdwn lines."""
+
+    def __init__(self, md: str) -> None:
+        self.src = md.encode()
+        self.lines: list[str] = []
+        self.line: list[str] | None = None  # the line being written, prefix included
+        self.blank = False  # the source had a blank line before the next block
+        self.boxes: list[list[Any]] = []  # open quotes and list items: [marker, shown?]
+        self.lists: list[int | None] = []  # next number of each open list (None: bullets)
+        self.marks: list[list[Any]] = []  # open emphasis: [marker, written?, ZWSP first?]
+        self.depth = dict.fromkeys("*_~", 0)
+        self.label: list[str] | None = None  # the text of the link being read
+        self.url, self.nested = "", 0  # its target; images nested in its label
+        self.code: list[str] | None = None  # the text of the code block being read
+
+    def _word(self, i: int, before: bool) -> bool:
+        """Is the source character before (or at) byte ``i`` a letter or digit?"""
+        near = (self.src[max(0, i - 4) : i] if before else self.src[i : i + 4]).decode(
+            "utf-8", "ignore"
+        )
+        return (near[-1:] if before else near[:1]).isalnum()
+
+    def _prefix(self, blank: bool) -> str:
+        out = ""
+        for box in self.boxes:  # a quote marks every line, an item only its first
+            shown = box[0] == "> " or not (box[1] or blank)
+            out += box[0] if shown else " " * len(box[0])
+            box[1] = box[1] or shown
+        return out.rstrip() if blank else out
+
+    def raw(self, s: str) -> None:
+        if self.line is None:
+            if self.blank and self.lines:
+                self.lines.append(self._prefix(blank=True))
+            self.blank, self.line = False, [self._prefix(blank=False)]
+        self.line.append(s)
+
+    def put(self, s: str) -> None:
+        """Inline text: first writes the emphasis markers opened before it."""
+        if self.label is not None:
+            return self.label.append(s)
+        for mark in self.marks:
+            if not mark[1]:
+                self.raw(_ZWSP * mark[2] + mark[0])
+                mark[1] = True
+        self.raw(s)
+
+    def end_line(self) -> None:
+        if self.line is not None:
+            self.lines.append("".join(self.line))
+        self.line = None
+
+    def block(self, start: int) -> None:
+        """A block starts at byte ``start``: a new line, after a blank one if the source had it."""
+        self.end_line()
+        nl = self.src.rfind(b"\n", 0, start)
+        prev = self.src[self.src.rfind(b"\n", 0, nl) + 1 : nl] if nl >= 0 else b"x"
+        self.blank = self.blank or not prev.strip(b" \t>")
+
+    def mark(self, ch: str, zwsp: bool, opening: bool) -> None:
+        """Emphasis: Slack needs no nested marker of the same kind, nor an empty pair."""
+        self.depth[ch] += 1 if opening else -1
+        if self.label is not None or self.depth[ch] != (1 if opening else 0):
+            return
+        if opening:
+            self.marks.append([ch, False, zwsp])
+        elif self.marks.pop()[1]:
+            self.raw(ch + _ZWSP * zwsp)
+
+    def br(self) -> None:
+        """A line break: Slack's emphasis cannot span lines, so close it and reopen."""
+        if self.label is not None:
+            return self.label.append(" ")
+        self.raw("".join(m[0] for m in reversed(self.marks) if m[1]))
+        self.end_line()
+        for mark in self.marks:
+            mark[1] = mark[2] = False
+
+    def event(self, ev: Any, start: int, end: int) -> None:
+        match ev:
+            case "SoftBreak" | "HardBreak":
+                self.br()
+            case "Rule":
+                self.block(start)
+                self.raw(_RULE)
+                self.end_line()
+            case {"Start": "Strong" | "Emphasis" | "Strikethrough" as tag}:
+                self.mark(_MARKS[tag], self._word(start, before=True), opening=True)
+            case {"End": "Strong" | "Emphasis" | "Strikethrough" as tag}:
+                self.mark(_MARKS[tag], self._word(end, before=False), opening=False)
+            case {"Start": {"Link": link} | {"Image": link}}:
+                if self.label is not None:
+                    self.nested += 1
+                else:
+                    email = link["link_type"] == "Email"
+                    self.label, self.url = [], "mailto:" * email + link["dest_url"]
+            case {"End": "Link" | "Image"}:
+                if self.nested:
+                    self.nested -= 1
+                elif self.label is not None:
+                    label, self.label = "".join(self.label), None
+                    self.put(_link(self.url, label))
+            case {"Start": "TableCell"}:
+                self.raw("| " if self.line is None else " | ")
+            case {"End": "TableHead" | "TableRow"}:
+                self.raw(" |")
+                self.end_line()
+            case {"Start": "TableHead" | "TableRow"} | {"End": "TableCell"}:
+                pass
+            case {"Start": tag}:
+                self.block(start)
+                name = next(iter(tag)) if isinstance(tag, dict) else tag
+                if name == "Heading":
+                    self.mark("*", False, opening=True)
+                elif name == "CodeBlock":
+                    self.code = []
+                elif name == "BlockQuote":
+                    self.boxes.append(["> ", True])
+                elif name == "List":
+                    self.lists.append(tag["List"])
+                elif name == "Item":
+                    n = self.lists[-1]
+                    self.boxes.append(["• " if n is None else f"{n}. ", False])
+                    self.lists[-1] = None if n is None else n + 1
+            case {"End": tag}:
+                name = next(iter(tag)) if isinstance(tag, dict) else tag
+                if name == "Heading":
+                    self.mark("*", False, opening=False)
+                elif name == "CodeBlock":
+                    text, self.code = "".join(self.code or []), None
+                    for line in ["```", *_code(text.removesuffix("\n")).split("\n"), "```"]:
+                        self.raw(line)
+                        self.end_line()
+                self.end_line()
+                if name in ("BlockQuote", "Item"):
+                    self.boxes.pop()
+                elif name == "List":
+                    self.lists.pop()
+            case {"TaskListMarker": done}:
+                self.put("☑ " if done else "☐ ")
+            case {"Text": text} if self.code is not None:
+                self.code.append(text)
+            case {"Html": html}:  # a line of an HTML block: shown as the text it is
+                for part in html.removesuffix("\n").split("\n"):
+                    self.raw(escape(part))
+                    self.end_line()
+            case {"Code": code} if self.label is None:
+                self.put(f"`{_code(code)}`")
+            case {"Text": text} | {"Code": text} | {"InlineHtml": text}:
+                self.put(text if self.label is not None else escape(text))
 
 
 def _convert(md: str) -> str:
-    out: list[str] = []
-    in_code = False
-    fence = ""
-    for raw in md.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        m = _FENCE.match(raw)
-        if in_code:
-            if m and m.group(1) == fence and raw.strip() == fence:
-                out.append("```")
-                in_code = False
-            else:
-                out.append(escape(raw))
-            continue
-        if m:
-            in_code, fence = True, m.group(1)
-            out.append("```")
-            rest = raw.strip()[3:]
-            # ```python -> the language tag is dropped (Slack has no highlighting)
-            if rest.endswith(fence) and len(rest) >= 3:
-                out[-1] = "```" + escape(rest[:-3]) + "```"
-                in_code = False
-            continue
-        if _TABLE_SEP.match(raw) and "-" in raw:
-            continue
-        h = _HEADING.match(raw)
-        if h:
-            out.append("*" + _inline(h.group(1)).strip("*") + "*" if h.group(1) else "")
-            continue
-        if _HRULE.match(raw):
-            out.append("──────────")
-            continue
-        b = _BULLET.match(raw)
-        if b:
-            indent = " " * (len(b.group(1).expandtabs(4)) // 2 * 2)
-            box = ""
-            if b.group(2):
-                box = "☑ " if b.group(2).strip()[1] in "xX" else "☐ "
-            out.append(f"{indent}• {box}{_inline(b.group(3))}")
-            continue
-        quote = re.match(r"^\s{0,3}>\s?(.*)$", raw)
-        if quote:
-            out.append("> " + _inline(quote.group(1)))
-            continue
-        out.append(_inline(raw))
-    if in_code:
-        out.append("```")
-    return "\n".join(out)
+    md = _protect_bare_urls(md.replace("\r\n", "\n").replace("\r", "\n"))
+    writer = _Writer(md)
+    for ev, rng in pyromark.events_with_range(md, options=_OPTIONS, merge_text=True):
+        writer.event(ev, rng["start"], rng["end"])
+    writer.end_line()
+    return "\n".join(writer.lines)
 
 
 def to_mrkdwn(md: str) -> str:
     """Render markdown as Slack mrkdwn; on any failure, the escaped plain text."""
     try:
         return _convert(md)
-    except Exception:  # a renderer bug must never lose the answer
+    except BaseException as exc:  # a renderer bug must never lose the answer
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise  # KeyboardInterrupt and the like; a Rust panic is a renderer bug
         log.warning("mrkdwn conversion failed; sending plain text", exc_info=True)
         return escape(md)
+
+
+def _outside(text: str, cut: int, floor: int) -> int:
+    """Move ``cut`` back before an unfinished ``<link>`` or ``&entity;`` (not down to ``floor``)."""
+    lt = text.rfind("<", 0, cut)
+    if lt > floor and text.rfind(">", 0, cut) < lt and text.find(">", cut) >= 0:
+        cut = lt
+    amp = text.rfind("&", max(0, cut - 4), cut)
+    if amp > floor and ";" not in text[amp:cut]:
+        cut = amp
+    run = cut - len(text[:cut].rstrip("`"))  # nor inside a run of backticks
+    if run and text[cut : cut + 1] == "`" and cut - run > floor:
+        cut -= run
+    return cut
 
 
 def _cut_point(text: str, limit: int) -> int:
     """Best index <= limit to cut at: paragraph, line, sentence/word, else hard."""
     window = text[:limit]
-    for sep in ("\n\n", "\n"):
+    for sep in ("\n\n", "\n", " "):
         i = window.rfind(sep)
         if i >= limit // 3:
-            return i + len(sep)
-    i = window.rfind(" ")
-    if i >= limit // 3:
-        return i + 1
-    # Avoid cutting an escape sequence like &amp; in half.
-    amp = window.rfind("&", max(0, limit - 5))
-    if amp > 0 and ";" not in window[amp:]:
-        return amp
-    return limit
+            return _outside(text, i + len(sep), limit // 3)
+    return _outside(text, limit, limit // 3)
 
 
 def split_text(text: str, limit: int) -> list[str]:
     """Split mrkdwn into pieces of at most ``limit`` characters.
 
-    Cuts on paragraph, line or word boundaries; a code block that has to be cut
-    is closed at the end of one piece and reopened at the start of the next.
+    Cuts on paragraph, line or word boundaries, never inside a ``<link>`` or an
+    ``&amp;``-style escape (unless one alone is longer than a piece); a code block
+    that has to be cut is closed at the end of one piece and reopened at the start
+    of the next.
     """
     if limit < 16:
         raise ValueError("limit too small")

@@ -1,0 +1,62 @@
+"""Markdown an LLM writes -> Slack mrkdwn: each test states what Slack should receive
+(cases the earlier line-by-line converter got wrong)."""
+
+from __future__ import annotations
+
+from channels.slack.mrkdwn import split_text, to_mrkdwn
+
+
+def test_link_whose_url_contains_parentheses_keeps_the_whole_url() -> None:
+    # Wikipedia-style URLs are common in LLM answers.
+    md = "See [Python](https://en.wikipedia.org/wiki/Python_(programming_language)) for more."
+    out = to_mrkdwn(md)
+    assert out == (
+        "See <https://en.wikipedia.org/wiki/Python_(programming_language)|Python> for more."
+    )
+
+
+def test_italic_and_strike_inside_bold_are_converted() -> None:
+    assert to_mrkdwn("**bold *it* more**") == "*bold _it_ more*"
+    assert to_mrkdwn("**~~gone~~**") == "*~gone~*"
+
+
+def test_bold_italic_triple_star() -> None:
+    assert to_mrkdwn("***both***") in ("*_both_*", "_*both*_")
+
+
+def test_heading_with_a_bold_part_stays_one_bold_line() -> None:
+    assert to_mrkdwn("## Step 1: **Install** it") == "*Step 1: Install it*"
+    assert to_mrkdwn("## **Install** it now") == "*Install it now*"
+
+
+def test_heading_ending_in_hash_keeps_it() -> None:
+    # CommonMark: a closing '#' sequence must be preceded by a space; 'C#' is the text.
+    assert to_mrkdwn("# Learning C#") == "*Learning C#*"
+
+
+def test_bare_url_with_double_underscore_is_not_mangled() -> None:
+    url = "https://github.com/acme/app/blob/main/pkg/__init__.py"
+    assert to_mrkdwn(f"Open {url} now") == f"Open {url} now"
+
+
+def test_horizontal_rule_dashes_become_a_line() -> None:
+    # docs/slack.md / module docstring: rules become a line.  '---' (the most common
+    # form) matches the table-separator regex first and silently disappears.
+    assert to_mrkdwn("above\n\n---\n\nbelow") == "above\n\n──────────\n\nbelow"
+
+
+def test_link_label_underscores_are_kept() -> None:
+    assert to_mrkdwn("[my_file.py](https://x.io/f)") == "<https://x.io/f|my_file.py>"
+
+
+def test_split_never_cuts_inside_a_link() -> None:
+    # One long paragraph of links (no newline): the word-boundary cut lands on a space
+    # inside '<url|label words>', leaving a broken '<https://…|the' in one message and
+    # 'documentation page number N>' in the next.
+    md = "See " + " and ".join(
+        f"[the documentation page number {i}](https://example.com/docs/{i})" for i in range(200)
+    )
+    pieces = split_text(to_mrkdwn(md), 3900)
+    assert len(pieces) > 1
+    for p in pieces:
+        assert p.count("<") == p.count(">"), (p[:60], p[-60:])
