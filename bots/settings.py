@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
-from agent_core.settings import PLAINTEXT_SECRETS, CoreSettings, ParleySettings, load
+from agent_core.settings import ENV_FILE, PLAINTEXT_SECRETS, CoreSettings, ParleySettings, load
 from agent_core.store.client import url_secrets
 from channels.web.channel import WebSettings
+
+log = logging.getLogger(__name__)
 
 # Platform channel packages, in start-up summary order.
 PLATFORMS = ("telegram", "slack", "discord")
@@ -108,7 +112,25 @@ def _channel_module(name: str) -> Any:
     return mod
 
 
+def _check_env_file() -> None:
+    """Report each line of the ``.env`` file that cannot be parsed, once, with the
+    file and line (python-dotenv warns about it at every settings class, without
+    the file, and skips the line)."""
+    from dotenv.parser import parse_stream
+
+    path = Path(ENV_FILE)
+    logging.getLogger("dotenv.main").setLevel(logging.ERROR)
+    try:
+        with path.open(encoding="utf-8") as f:
+            bad = [b.original.line for b in parse_stream(f) if b.error]
+    except (OSError, UnicodeDecodeError):
+        return  # missing or unreadable: the settings sources say what they need
+    for line in bad:
+        log.warning("%s line %d cannot be parsed; it is ignored (expected NAME=value)", path, line)
+
+
 def load_settings() -> Settings:
+    _check_env_file()
     problems: list[str] = []
     loaded: dict[str, Any] = {}
     for key, cls in (("core", CoreSettings), ("llm", LLMSettings), ("web", WebSettings)):

@@ -490,3 +490,18 @@ def test_listen_on_holds_the_port_until_the_server_takes_it() -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def test_a_line_of_dotenv_that_cannot_be_parsed_is_reported_once_with_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import bots.settings as bs
+
+    env = tmp_path / ".env"
+    env.write_text("LOG_LEVEL=INFO\nthis line is not NAME=value 'unclosed\n")
+    monkeypatch.setattr(bs, "ENV_FILE", str(env))
+    with caplog.at_level(logging.WARNING):
+        bs.load_settings()
+    ours = [r.getMessage() for r in caplog.records if "cannot be parsed" in r.getMessage()]
+    assert ours == [f"{env} line 2 cannot be parsed; it is ignored (expected NAME=value)"]
+    assert not [r for r in caplog.records if r.name == "dotenv.main"]
