@@ -7,6 +7,7 @@ a table of OK / problem / how to fix.  Neither prints a secret.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 
@@ -203,7 +204,13 @@ async def release(settings: Settings) -> list[str]:
 
                 done.append(await admin.set_webhook(tg, settings.core.public_url))
             else:
-                done.append("telegram: polling mode (no PUBLIC_URL), webhook not registered")
+                line = "telegram: polling mode (no PUBLIC_URL), webhook not registered"
+                if os.environ.get("DYNO"):
+                    line += (
+                        "; Telegram is answered only by a gateway process (heroku ps:scale "
+                        "gateway=1), or set PUBLIC_URL to this app's URL for a webhook"
+                    )
+                done.append(line)
     finally:
         if clients is not None:
             await clients.close()

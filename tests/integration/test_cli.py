@@ -119,3 +119,21 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert f"PORT: cannot listen on 127.0.0.1:{port}" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_release_on_heroku_without_public_url_says_how_telegram_gets_connected(
+    tmp_path: Path,
+) -> None:
+    """app.json leaves PUBLIC_URL empty (the domain is known only after the app
+    exists): the release log must say Telegram is not connected and how to fix it."""
+    r = parley(
+        ["release"],
+        {
+            "PARLEY_DATA_DIR": str(tmp_path / "data"),
+            "DYNO": "release.1",
+            "TELEGRAM_BOT_TOKEN": "123456:ABCDEFabcdef",
+        },
+    )
+    assert r.returncode == 0, r.stderr[-600:]
+    assert "polling mode (no PUBLIC_URL)" in r.stdout
+    assert "heroku ps:scale gateway=1" in r.stdout and "PUBLIC_URL" in r.stdout
