@@ -21,6 +21,10 @@ import orjson
 CHANNELS = ("telegram", "slack", "discord", "web", "console")
 
 
+# Event ids of messages Parley makes itself (routines, heartbeat checks).
+SYNTHETIC_PREFIXES = ("routine:", "hb:")
+
+
 class EventKind(StrEnum):
     MESSAGE = "message"
     ACTION = "action"

@@ -300,6 +300,7 @@ class CoreSettings(ParleySettings):
     enable_shell_tool: bool = False
     shell_tool_workdir: str = ""  # '' = the process's working directory
     shell_tool_timeout_secs: float = Field(default=30.0, gt=0)
+    shell_tool_env: str = ""  # extra environment variable names the shell may see
     max_undo_checkpoints: int = Field(default=20, ge=1, le=500)
     profiles_dir: Path = Path("profiles")
     context_window: int = Field(default=0, ge=0)  # 0 = the model's own (else 100,000)

@@ -122,10 +122,15 @@ def parse_token(tok: str) -> tuple[str, str] | None:
     return aid, _DECISION_CODES[code]
 
 
-def buttons(approval_id: str) -> tuple[Button, ...]:
+def buttons(approval_id: str, *, always: bool = True) -> tuple[Button, ...]:
+    """Approve / Always / Deny (no Always for a tool that asks every time)."""
     return (
         Button("Approve", token(approval_id, "approve"), ButtonStyle.PRIMARY),
-        Button("Always", token(approval_id, "always"), ButtonStyle.SECONDARY),
+        *(
+            [Button("Always", token(approval_id, "always"), ButtonStyle.SECONDARY)]
+            if always
+            else []
+        ),
         Button("Deny", token(approval_id, "deny"), ButtonStyle.DANGER),
     )
 

@@ -67,7 +67,8 @@ async def plan(
         except ValueError as exc:
             out.append(Planned(call, tool, answer=f"error: invalid arguments: {exc}"))
             continue
-        ask = tool.needs_approval(args) and call.name not in always_approved
+        trusted = call.name in always_approved and tool.allow_always
+        ask = tool.needs_approval(args) and not trusted
         out.append(Planned(ToolCall(call.id, call.name, checked.arguments), tool, args, ask))
     return out
 

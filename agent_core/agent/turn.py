@@ -55,7 +55,14 @@ from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
-from agent_core.events import Attachment, EventKind, InboundEvent, OutboundMessage, ThreadKey
+from agent_core.events import (
+    SYNTHETIC_PREFIXES,
+    Attachment,
+    EventKind,
+    InboundEvent,
+    OutboundMessage,
+    ThreadKey,
+)
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import (
     ChatMessage,
@@ -397,10 +404,12 @@ class Turn:
             if ev.seq and last and ev.seq != last + 1:
                 break  # an earlier arrival is still on its way: keep the order
             last = ev.seq or last
-            if ev.kind == EventKind.ACTION or is_command(ev.text):
-                if ev.kind != EventKind.ACTION and is_interrupt(ev.text):
+            synthetic = ev.event_id.startswith(SYNTHETIC_PREFIXES)
+            if ev.kind == EventKind.ACTION or synthetic or is_command(ev.text):
+                if ev.kind != EventKind.ACTION and not synthetic and is_interrupt(ev.text):
                     raise Interrupted()
-                break  # commands and button presses wait for their own turn, in order
+                # commands, button presses and routine runs wait for their own turn
+                break
             if self.agent.access.needs_redis(ev):
                 verdict = await self.agent.access.check(ev)
                 if not verdict.allowed:

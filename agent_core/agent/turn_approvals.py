@@ -48,7 +48,9 @@ async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
     )
     await self.agent.approvals.create(self.thread, a)
     text = ap.prompt_text(a, self.s.approval_ttl_secs)
-    ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id)))
+    tool = self.agent.tools.get(call.name)
+    always = tool.allow_always if tool is not None else True
+    ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id, always=always)))
     await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
     a.prompt_ref = ref
     self.session.state = ThreadState.AWAITING_APPROVAL
@@ -131,6 +133,14 @@ async def finish_pending(self: Turn, text: str) -> None:
     self.session.state = ThreadState.IDLE
 
 
+def may_decide(self: Turn, head: InboundEvent, a: ap.PendingApproval) -> bool:
+    """The requester or an approver; for a routine's call made as ``routine`` (no
+    person asked), whoever writes in that one-to-one chat (a web session, a DM)."""
+    if self.agent.may_decide(head.qualified_user, a):
+        return True
+    return a.requester == f"{head.channel}:routine" and head.is_direct
+
+
 async def pending_refusal(self: Turn, head: InboundEvent) -> str:
     """Why ``head``'s sender may not cancel the pending approval ('' if they may,
     or none is pending): cancelling is deciding, so the same people may."""
@@ -138,7 +148,7 @@ async def pending_refusal(self: Turn, head: InboundEvent) -> str:
     if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
         return ""
     a = await self.agent.approvals.load(self.thread, aid)
-    if a is None or a.decision or self.agent.may_decide(head.qualified_user, a):
+    if a is None or a.decision or may_decide(self, head, a):
         return ""
     who = a.requester_name or "the person who asked"
     return f"An approval is pending; only {who} or an approver can cancel it (or decide it)."
@@ -171,7 +181,7 @@ async def decide(
     if a is None or a.thread != str(self.thread):
         await self.private(head, "That approval is not active any more.", button=button)
         return "approval-unknown"
-    if not self.agent.may_decide(head.qualified_user, a):
+    if not may_decide(self, head, a):
         who = a.requester_name or "the person who asked"
         await self.private(head, f"Only {who} or an approver can decide this.", button=button)
         return "approval-not-allowed"
@@ -203,7 +213,8 @@ async def decide(
         await self.private(head, "", button=True)  # acknowledge the press (silently)
     await self.close_prompt(a, decision, by)
     if decision in ("approve", "always"):
-        if decision == "always":
+        tool = self.agent.tools.get(a.tool)
+        if decision == "always" and (tool is None or tool.allow_always):
             self.session.always_approved.add(a.tool)
         if a.result is not None:
             result = a.result

@@ -17,6 +17,7 @@ fire is recorded (last run, outcome, duration, and the last few runs).
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import time
@@ -37,6 +38,7 @@ TRIGGERS = ("cron", "event", "manual")
 ACTIONS = ("light", "full")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 ROUTINE_OK = "ROUTINE_OK"
+MAX_WINDOW_SECS = 30 * 86_400  # cooldown / dedup windows: at most 30 days
 
 
 class RoutineError(ValueError):
@@ -82,9 +84,24 @@ class Routine:
         return "manual"
 
     def next_fire(self, after: float) -> float:
-        """The first scheduled time strictly after ``after`` (epoch seconds)."""
-        start = datetime.fromtimestamp(after, ZoneInfo(self.tz))
-        return float(croniter(self.cron, start).get_next(float))
+        """The first scheduled time strictly after ``after`` (epoch seconds).
+
+        When clocks go back, a wall-clock time repeats; a routine with a fixed hour
+        fires at its first occurrence only (as cron does), not twice.
+        """
+        tz = ZoneInfo(self.tz)
+        start = datetime.fromtimestamp(after, tz)
+        it = croniter(self.cron, start)
+        nxt = float(it.get_next(float))
+        fixed_hour = not self.cron.startswith("@") and self.cron.split()[1] != "*"
+        if fixed_hour and _wall(nxt, tz) == _wall(after, tz):
+            nxt = float(it.get_next(float))
+        return nxt
+
+
+def _wall(at: float, tz: ZoneInfo) -> tuple[int, int, int, int, int]:
+    d = datetime.fromtimestamp(at, tz)
+    return (d.year, d.month, d.day, d.hour, d.minute)
 
 
 def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
@@ -112,12 +129,19 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
             ZoneInfo(r.tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise RoutineError(f"unknown timezone {r.tz!r} (e.g. Europe/Paris, UTC)") from None
-        if not r.cron.strip() or not croniter.is_valid(r.cron):
+        five = len(r.cron.split()) == 5 or (r.cron.strip().startswith("@") and " " not in r.cron)
+        if not r.cron.strip() or not five or not croniter.is_valid(r.cron):
             raise RoutineError(
                 f"bad cron expression {r.cron!r} (five fields: minute hour day month weekday, "
                 "e.g. '0 9 * * 1-5')"
             )
         r.cron = " ".join(r.cron.split())
+        try:
+            r.next_fire(time.time())
+        except Exception:  # croniter: no such date within its search horizon
+            raise RoutineError(
+                f"cron expression {r.cron!r} never fires (e.g. February 30)"
+            ) from None
     if r.trigger == "event":
         if not r.pattern:
             raise RoutineError("an event routine needs a pattern (a regular expression)")
@@ -127,8 +151,9 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
             raise RoutineError(f"bad regular expression {r.pattern!r}: {exc}") from None
         if r.channel != "*" and r.channel not in CHANNELS:
             raise RoutineError(f"channel must be * or one of {', '.join(CHANNELS)}")
-    if r.cooldown_secs < 0 or r.dedup_secs < 0:
-        raise RoutineError("cooldown and dedup windows cannot be negative")
+    for what, secs in (("cooldown", r.cooldown_secs), ("dedup", r.dedup_secs)):
+        if not math.isfinite(secs) or not 0 <= secs <= MAX_WINDOW_SECS:
+            raise RoutineError(f"the {what} window must be 0 to {MAX_WINDOW_SECS:,} seconds")
     if r.max_concurrent < 1:
         raise RoutineError("max concurrent runs must be at least 1")
     return r
@@ -263,6 +288,8 @@ class RoutineStore:
             return None
         r.enabled = enabled
         await self.save(r)
+        if enabled:  # the schedule resumes from now: a paused week is not a missed run
+            await self.set_last_fire(name, time.time())
         return r
 
     async def state(self, name: str) -> RoutineState:

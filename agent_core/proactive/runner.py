@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from agent_core.events import EventKind, InboundEvent
+from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
 from agent_core.proactive.routines import ROUTINE_OK, Routine, RoutineStore, RunRecord
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SYNTHETIC_PREFIXES = ("routine:", "hb:")
 LIGHT_SYSTEM = (
     "You are {name}'s background routine '{routine}'. Do the task below. If there is "
     "nothing worth telling the user, answer exactly ROUTINE_OK and nothing else; otherwise "
@@ -240,6 +239,8 @@ class EventTriggers:
                 await self._maybe_queue(r, event)
         except RedisError as exc:  # a trigger must never block a message
             log.warning("event triggers: Redis error (%s)", type(exc).__name__)
+        except Exception:  # nor may a bad routine
+            log.exception("event triggers: a routine failed on this message; ignored")
         return None
 
     async def _maybe_queue(self, r: Routine, event: InboundEvent) -> None:

@@ -66,6 +66,7 @@ class Tool(ABC, Generic[A]):
     approval: ClassVar[ApprovalPolicy] = Approval.NEVER
     timeout: ClassVar[float | None] = None  # None: TOOL_TIMEOUT_SECS
     external: ClassVar[bool] = False  # brings in outside content: output is marked as data
+    allow_always: ClassVar[bool] = True  # False: "Always" approves this call only
 
     def needs_approval(self, args: A) -> bool:
         policy = type(self).approval

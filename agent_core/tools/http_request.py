@@ -1,7 +1,9 @@
 """``http_request``: GET / HEAD freely, anything else after approval; SSRF-guarded.
 
 See :mod:`agent_core.tools.ssrf` for the address rules.  Redirects are followed
-by hand (at most 5), each target checked again.  The body is read up to 1 MB
+by hand (at most 5), each target checked again; credential headers are dropped
+when one leads to another host, and an unsafe method is not repeated there
+(307/308) without a new approval.  The body is read up to 1 MB
 and the LLM sees at most TOOL_OUTPUT_MAX_CHARS of it.
 
 Every hop connects to an address the check approved (DNS pinning): the URL's
@@ -12,7 +14,10 @@ request extension).
 
 from __future__ import annotations
 
+import re
+import zlib
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, Field
@@ -32,6 +37,51 @@ class HttpArgs(BaseModel):
     url: str = Field(description="absolute http(s) URL", max_length=4000)
     headers: dict[str, str] = Field(default_factory=dict, description="request headers")
     body: str = Field(default="", description="request body (text)", max_length=100_000)
+
+
+_CREDENTIAL = re.compile(r"auth|cookie|token|secret|key|session|password", re.IGNORECASE)
+
+
+def _credential(header: str) -> bool:
+    """Headers that must not follow a redirect to another host (as browsers and
+    curl do for Authorization and Cookie; API-key headers too)."""
+    return bool(_CREDENTIAL.search(header))
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    u = urlsplit(url)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    return (u.scheme.lower(), (u.hostname or "").lower(), port)
+
+
+async def _read_body(resp: httpx.Response) -> bytearray:
+    """Up to MAX_BODY bytes of the body, decoded.  A compressed body (a server may
+    send one despite ``accept-encoding: identity``) is inflated with the cap
+    applied to the output, so a small gzip bomb costs at most MAX_BODY."""
+    if resp.is_stream_consumed:  # built in memory (tests' mock transports): already read
+        return bytearray(resp.content[:MAX_BODY])
+    encoding = resp.headers.get("content-encoding", "").strip().lower()
+    data = bytearray()
+    if encoding in ("", "identity"):
+        async for chunk in resp.aiter_raw():
+            data += chunk
+            if len(data) >= MAX_BODY:
+                break
+        return data
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        return bytearray(f"(a body in {encoding!r} encoding, not shown)".encode())
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in encoding else zlib.MAX_WBITS)
+    try:
+        async for chunk in resp.aiter_raw():
+            data += inflate.decompress(chunk, MAX_BODY - len(data))
+            if len(data) >= MAX_BODY:
+                break
+    except zlib.error:
+        data += b"\n(the compressed body was damaged)"
+    return data
 
 
 def _needs_approval(args: HttpArgs) -> bool:
@@ -54,7 +104,7 @@ def _pinned(
 
 async def _send(
     client: httpx.AsyncClient,
-    args: HttpArgs,
+    headers: dict[str, str],
     method: str,
     url: str,
     body: str,
@@ -64,25 +114,25 @@ async def _send(
     targets: tuple[str | None, ...] = addresses or (None,)
     for address in targets[:-1]:
         try:
-            return await _send_to(client, args, method, url, body, address)
+            return await _send_to(client, headers, method, url, body, address)
         except httpx.ConnectError:
             continue  # e.g. an IPv6 address without IPv6 connectivity: try the next
-    return await _send_to(client, args, method, url, body, targets[-1])
+    return await _send_to(client, headers, method, url, body, targets[-1])
 
 
 async def _send_to(
     client: httpx.AsyncClient,
-    args: HttpArgs,
+    headers: dict[str, str],
     method: str,
     url: str,
     body: str,
     address: str | None,
 ) -> httpx.Response:
-    target, headers, extensions = _pinned(httpx.URL(url), address, args.headers)
+    target, sent, extensions = _pinned(httpx.URL(url), address, headers)
     req = client.build_request(
         method,
         target,
-        headers=headers,
+        headers=sent,
         content=body.encode() if body else None,
         extensions=extensions,
     )
@@ -109,7 +159,12 @@ class HttpRequest(Tool[HttpArgs]):
                 transport=self._transport,
                 timeout=timeout,
                 follow_redirects=False,
-                headers={"user-agent": "Parley/1 (+http_request tool)"},
+                # identity: the 1 MB cap then bounds memory too (a compressed body
+                # would be inflated a whole chunk at a time before the cap applies)
+                headers={
+                    "user-agent": "Parley/1 (+http_request tool)",
+                    "accept-encoding": "identity",
+                },
                 # No keep-alive: pooled connections are keyed by address, and one
                 # whose TLS was verified for one name must not carry another's request.
                 limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
@@ -126,13 +181,15 @@ class HttpRequest(Tool[HttpArgs]):
         allowed = frozenset(h.lower().rstrip(".") for h in s.id_list(s.http_tool_allowed_hosts))
         client = self._http(s.http_tool_timeout_secs)
         method, url, body = args.method.upper(), args.url, args.body
+        headers = dict(args.headers)
+        origin = _origin(url)
         for _hop in range(MAX_REDIRECTS + 1):
             try:
                 addresses = await check_url(url, allowed)
             except Refused as exc:
                 raise ToolError(f"refused: {exc}") from None
             try:
-                resp = await _send(client, args, method, url, body, addresses)
+                resp = await _send(client, headers, method, url, body, addresses)
             except httpx.TimeoutException:
                 raise ToolError(f"timed out after {s.http_tool_timeout_secs:g} s") from None
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
@@ -140,15 +197,23 @@ class HttpRequest(Tool[HttpArgs]):
             try:
                 if resp.is_redirect and "location" in resp.headers:
                     # resolved against the URL as named, not the pinned address
-                    url = str(httpx.URL(url).join(resp.headers["location"]))
+                    nxt = str(httpx.URL(url).join(resp.headers["location"]))
+                    elsewhere = _origin(nxt) != origin
                     if resp.status_code in (301, 302, 303) and method not in SAFE_METHODS:
                         method, body = "GET", ""
+                    elif elsewhere and method not in SAFE_METHODS:
+                        # 307/308 repeat the method and body: the user approved this
+                        # request for one host, never for the one it points to
+                        return (
+                            f"HTTP {resp.status_code} {resp.reason_phrase}\nlocation: {nxt}\n\n"
+                            f"(not followed: it would send this {method} to another host, "
+                            "which was not approved; ask the user before calling it)"
+                        )
+                    if elsewhere:  # credentials were meant for the first host only
+                        headers = {k: v for k, v in headers.items() if not _credential(k)}
+                    url = nxt
                     continue
-                data = bytearray()
-                async for chunk in resp.aiter_bytes():
-                    data += chunk
-                    if len(data) >= MAX_BODY:
-                        break
+                data = await _read_body(resp)
             finally:
                 await resp.aclose()
             shown = ("content-type", "content-length", "location", "date")

@@ -1,4 +1,8 @@
-"""``run_shell``: off unless ENABLE_SHELL_TOOL=true; every call needs approval."""
+"""``run_shell``: off unless ENABLE_SHELL_TOOL=true; every call needs approval
+("Always" approves one call only).  The command sees a minimal environment, not
+Parley's keys and tokens.  A timeout kills its process group and every process still
+below it (one that left the group with ``setsid`` too); a daemon that detached
+completely (double fork, its parent gone) is not tracked."""
 
 from __future__ import annotations
 
@@ -22,6 +26,53 @@ async def _read_capped(stream: asyncio.StreamReader) -> bytes:
     return bytes(buf)
 
 
+# What a command needs to behave normally; nothing of Parley's own configuration
+# (keys, tokens, REDIS_URL): the output goes back to the model.
+BASE_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+)
+
+
+def shell_env(extra: str = "") -> dict[str, str]:
+    """The command's environment: :data:`BASE_ENV` plus the names in
+    SHELL_TOOL_ENV (comma-separated), taken from Parley's environment."""
+    names = [*BASE_ENV, *(n.strip() for n in extra.split(",") if n.strip())]
+    return {n: os.environ[n] for n in names if n in os.environ}
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 class ShellArgs(BaseModel):
     command: str = Field(description="a shell command line", min_length=1, max_length=4000)
 
@@ -34,6 +85,7 @@ class RunShell(Tool[ShellArgs]):
     )
     args_model = ShellArgs
     approval = Approval.ALWAYS
+    allow_always = False  # a shell is never approved for the rest of a conversation
     external = True
 
     async def run(self, args: ShellArgs, ctx: ToolContext) -> str:
@@ -46,6 +98,7 @@ class RunShell(Tool[ShellArgs]):
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
                 cwd=cwd,
+                env=shell_env(s.shell_tool_env),
                 start_new_session=True,  # its own process group: a timeout kills it all
             )
         except OSError as exc:
@@ -56,8 +109,12 @@ class RunShell(Tool[ShellArgs]):
                 asyncio.gather(_read_capped(proc.stdout), proc.wait()), s.shell_tool_timeout_secs
             )
         except (TimeoutError, asyncio.CancelledError) as exc:
+            escaped = _descendants(proc.pid)  # read before the tree falls apart
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            for pid in escaped:  # those that left the group (setsid) are still its children
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 2)
             if isinstance(exc, asyncio.CancelledError):

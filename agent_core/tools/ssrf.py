@@ -29,8 +29,13 @@ class Refused(Exception):
 
 def address_refused(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """Why ``ip`` is off limits, or '' when it is a public address."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        # IPv6 forms that carry an IPv4 address: judge the IPv4 one
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is not None:
+            ip = embedded
+        elif ip.is_site_local:
+            return "a site-local address"
     if ip.is_loopback:
         return "a loopback address"
     if ip.is_link_local:
@@ -41,6 +46,8 @@ def address_refused(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
         return "a private address"
     if ip.is_multicast or ip.is_reserved or ip.is_unspecified:
         return "a reserved address"
+    if not ip.is_global:
+        return "not a public address"
     return ""
 
 
