@@ -492,7 +492,9 @@ class Turn:
         cost = 0.0
         try:
             final = await self.interruptible(self._stream(request))
-            cost = info.cost(final.usage)
+            # priced as the model that answered (a cheap route, a failover), not the primary
+            answered = final.model and final.model != (model or "") and final.model
+            cost = (self.agent.llm.model_info(answered) if answered else info).cost(final.usage)
         finally:
             if reservation:
                 crossed = await self.agent.budget.record(self.user, reservation, cost)

@@ -172,3 +172,26 @@ async def test_local_channels_are_exempt_and_allowlist_refuses(world: Any) -> No
     await w.send(user_event(T, "hi", "ok"))
     await w.settle(T)
     assert w.texts(T)[-1] == "echo: hi"
+
+
+class TwoPrices(FnModel):
+    """Answers as ``cheap-model`` (a smart route or a failover would); prices by name."""
+
+    def model_info(self, model: str | None = None) -> ModelInfo:
+        per_token = 0.000001 if model == "cheap-model" else 0.001
+        return ModelInfo(model or "primary", output_cost_per_token=per_token)
+
+
+async def test_an_answer_is_billed_at_the_price_of_the_model_that_gave_it(world: Any) -> None:
+    """A turn answered by another model than the primary (cheap route, failover) is
+    charged at that model's price, not the primary's (which used up budgets early)."""
+    from agent_core.llm.base import Completion, TokenUsage
+
+    model = TwoPrices(lambda req: Completion("ok", usage=TokenUsage(10, 5), model="cheap-model"))
+    w = world(model, user_daily_budget_usd=0.009)  # at the primary's price: 2 answers
+    await w.start()
+    for text in ("one", "two", "three", "four"):
+        await w.send(user_event(T, text))
+        await w.settle(T)
+    assert len(model.requests) == 4, w.texts(T)
+    assert not any("daily AI budget" in t for t in w.texts(T))

@@ -72,8 +72,8 @@ async def test_credentials_are_not_forwarded_to_another_host_on_redirect(
 
 @pytest.mark.parametrize("status", [307, 308])
 async def test_approved_post_is_not_replayed_to_another_host_on_redirect(
-    dns: dict[str, list[str]],
-    status: int,  # noqa: F811
+    dns: dict[str, list[str]],  # noqa: F811
+    status: int,
 ) -> None:
     """The user approved "POST http://a.test/api"; a 307/308 from a.test makes the tool
     POST the same body to b.test, a host nobody approved."""
@@ -100,8 +100,8 @@ async def test_approved_post_is_not_replayed_to_another_host_on_redirect(
     ],
 )
 async def test_ipv6_forms_embedding_private_ipv4_are_refused(
-    dns: dict[str, list[str]],
-    addr: str,  # noqa: F811
+    dns: dict[str, list[str]],  # noqa: F811
+    addr: str,
 ) -> None:
     """address_refused unwraps IPv4-mapped addresses only; 6to4 (2002::/16) forms of
     metadata / loopback and site-local fec0::/10 pass as 'public'."""
