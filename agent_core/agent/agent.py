@@ -167,10 +167,17 @@ class Agent:
         window = self.window_for(model)
         name = model or self.llm.name
         if window < MIN_WINDOW:
+            fix = "set CONTEXT_WINDOW if the model's size is known wrong"
+            if name.startswith("ollama"):
+                fix = (
+                    "Ollama runs models with a 4,096-token context unless told otherwise: "
+                    "start it with OLLAMA_CONTEXT_LENGTH=32768 and set the same value here "
+                    "(OLLAMA_CONTEXT_LENGTH or OLLAMA_CONTEXT_WINDOW)"
+                )
             raise ConfigError(
                 [
                     f"model {name}: its context window is {window:,} tokens; Parley needs at "
-                    f"least {MIN_WINDOW:,} (set CONTEXT_WINDOW if the model's size is known wrong)"
+                    f"least {MIN_WINDOW:,} ({fix})"
                 ]
             )
         if window < WARN_WINDOW:

@@ -11,6 +11,8 @@ reason, output usage), ``message_stop``, ``error``.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,7 +29,13 @@ from agent_core.llm.base import (
 from agent_core.llm.errors import InvalidResponse, LLMError
 from agent_core.llm.http import HTTPBackend, status_error
 from agent_core.llm.openai import NO_VISION_NOTE
-from agent_core.llm.schema import fix_tool_calls, flatten_tools, parse_arguments
+from agent_core.llm.schema import (
+    arguments_complete,
+    drop_cut_calls,
+    fix_tool_calls,
+    flatten_tools,
+    parse_arguments,
+)
 from agent_core.llm.usage import normalize_usage
 
 API_VERSION = "2023-06-01"
@@ -43,13 +51,34 @@ _ERROR_STATUS = {
 }
 
 
+# Anthropic's pattern for tool_use.id / tool_result.tool_use_id
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+_NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
+# what an otherwise empty user turn carries (a text block must not be blank)
+EMPTY_MESSAGE = "(empty message)"
+
+
+def tool_id(call_id: str) -> str:
+    """``call_id`` as Anthropic accepts it (``^[a-zA-Z0-9_-]+$``).
+
+    Ids from other backends (``functions.search:0`` from Kimi K2) get their
+    other characters replaced and a short hash of the original appended, so two
+    ids differing only there stay apart; the same id always maps the same way,
+    for the ``tool_use`` and its ``tool_result`` alike.  Valid ids are kept.
+    """
+    if _TOOL_ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:10]
+    return f"{_NOT_ID.sub('_', call_id)[:48]}_{digest}".lstrip("_")
+
+
 def _blocks(m: ChatMessage, vision: bool) -> list[dict[str, Any]]:
     if m.role == "tool":
         return [
             {
                 "type": "tool_result",
-                "tool_use_id": m.tool_call_id,
-                "content": m.content or "(no output)",
+                "tool_use_id": tool_id(m.tool_call_id),
+                "content": m.content if m.content.strip() else "(no output)",
             }
         ]
     blocks: list[dict[str, Any]] = []
@@ -64,10 +93,12 @@ def _blocks(m: ChatMessage, vision: bool) -> list[dict[str, Any]]:
                 )
             else:
                 blocks.append({"type": "text", "text": NO_VISION_NOTE})
-    if m.content:
+    if m.content.strip():  # "text content blocks must contain non-whitespace text"
         blocks.append({"type": "text", "text": m.content})
     for c in m.tool_calls:
-        blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+        blocks.append(
+            {"type": "tool_use", "id": tool_id(c.id), "name": c.name, "input": c.arguments}
+        )
     return blocks
 
 
@@ -88,7 +119,7 @@ class AnthropicProvider(HTTPBackend):
         info = self.model_info(model)
         use_tools = bool(request.tools) and info.supports_tools and not self.config.flatten_tools
         source = request.messages if use_tools else flatten_tools(request.messages)
-        system = "\n\n".join(m.content for m in source if m.role == "system" and m.content)
+        system = "\n\n".join(m.content for m in source if m.role == "system" and m.content.strip())
         messages: list[dict[str, Any]] = []
         for m in source:
             if m.role == "system":
@@ -96,7 +127,11 @@ class AnthropicProvider(HTTPBackend):
             role = "assistant" if m.role == "assistant" else "user"
             blocks = _blocks(m, info.supports_vision)
             if not blocks:
-                continue
+                if role == "assistant" or (messages and messages[-1]["role"] == "user"):
+                    continue  # nothing to say; the turns around it merge
+                # a blank user message still takes its turn (else the request
+                # would end on the assistant's answer, or two answers would merge)
+                blocks = [{"type": "text", "text": EMPTY_MESSAGE}]
             if messages and messages[-1]["role"] == role:
                 # tool results must come first in their user turn
                 prev: list[dict[str, Any]] = messages[-1]["content"]
@@ -141,26 +176,27 @@ class AnthropicProvider(HTTPBackend):
         if not isinstance(content, list):
             raise InvalidResponse(f"{self.name}: the answer has no content")
         text: list[str] = []
-        calls: list[ToolCall] = []
-        for b in content:
-            if not isinstance(b, dict):
-                continue
+        calls: list[tuple[ToolCall, bool]] = []
+        blocks = [b for b in content if isinstance(b, dict)]
+        for n, b in enumerate(blocks):
             if b.get("type") == "text":
                 text.append(str(b.get("text", "")))
             elif b.get("type") == "tool_use":
-                calls.append(
-                    ToolCall(
-                        str(b.get("id") or ""),
-                        str(b.get("name") or ""),
-                        parse_arguments(b.get("input")),
-                    )
+                call = ToolCall(
+                    str(b.get("id") or ""),
+                    str(b.get("name") or ""),
+                    parse_arguments(b.get("input")),
                 )
+                # cut by a token limit, the last block is the unfinished one
+                calls.append((call, n < len(blocks) - 1))
+        finish = str(data.get("stop_reason") or "")
+        whole, kept, _ = drop_cut_calls("".join(text), calls, finish)
         return Completion(
-            text="".join(text),
-            tool_calls=fix_tool_calls(calls, (t.name for t in request.tools)),
+            text=whole,
+            tool_calls=fix_tool_calls(kept, (t.name for t in request.tools)),
             usage=normalize_usage(data.get("usage")),
             model=str(data.get("model") or request.model or self.config.model),
-            finish_reason=str(data.get("stop_reason") or ""),
+            finish_reason=finish,
             provider=self.name,
         )
 
@@ -221,12 +257,18 @@ class AnthropicProvider(HTTPBackend):
         if not stopped:
             raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
         calls = [
-            ToolCall(b["id"], b["name"], parse_arguments(b["json"]))
+            (
+                ToolCall(b["id"], b["name"], parse_arguments(b["json"])),
+                arguments_complete(b["json"]),
+            )
             for _, b in sorted(blocks.items())
         ]
+        whole, kept, note = drop_cut_calls("".join(text), calls, finish)
+        if note:
+            yield TextDelta(note)
         yield Completion(
-            text="".join(text),
-            tool_calls=fix_tool_calls(calls, (t.name for t in request.tools)),
+            text=whole,
+            tool_calls=fix_tool_calls(kept, (t.name for t in request.tools)),
             usage=normalize_usage(usage),
             model=model,
             finish_reason=finish,

@@ -147,6 +147,8 @@ class ModelInfo:
     output_cost_per_token: float = 0.0  # USD
     cache_read_cost_per_token: float = 0.0
     cache_write_cost_per_token: float = 0.0
+    # an OpenAI reasoning model (o1, o3, o4-mini, gpt-5...): rejects temperature and stop
+    reasoning: bool = False
 
     def cost(self, usage: TokenUsage) -> float:
         """USD cost of ``usage`` on this model."""

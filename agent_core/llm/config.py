@@ -33,6 +33,7 @@ class BackendConfig:
     strict_tools: bool = False
     flatten_tools: bool = False
     local: bool = False  # zero cost
+    context_window: int = 0  # tokens every model of this backend gets; 0: the price table's
 
     @property
     def label(self) -> str:
@@ -54,6 +55,7 @@ def _make(
     *,
     strict_tools: bool = False,
     local: bool = False,
+    context_window: int = 0,
 ) -> BackendConfig:
     return BackendConfig(
         backend=backend,
@@ -70,6 +72,7 @@ def _make(
         strict_tools=strict_tools,
         flatten_tools=settings.llm_flatten_tools,
         local=local,
+        context_window=context_window,
     )
 
 
@@ -113,6 +116,7 @@ def backend_config(
             model or settings.ollama_model,
             settings.ollama_base_url.rstrip("/"),
             local=True,
+            context_window=settings.ollama_context_window,
         )
     elif name == "openai_compatible":
         if not settings.llm_base_url.strip():

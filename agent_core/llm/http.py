@@ -54,6 +54,8 @@ _CONTEXT_MARKERS = (
     "input is too long",
     "reduce the length",
     "string_above_max_length",
+    # Anthropic: "input length and `max_tokens` exceed context limit: N + M > W"
+    "exceed context limit",
 )
 _MODEL_MARKERS = (
     "model_not_found",
@@ -319,6 +321,8 @@ class HTTPBackend:
 
     def model_info(self, model: str | None = None) -> ModelInfo:
         info = self.prices.lookup(model or self.config.model, local=self.config.local)
+        if self.config.context_window:  # the server's own limit (Ollama's num_ctx)
+            info = replace(info, context_window=self.config.context_window)
         if self.config.vision is not None and (model is None or model == self.config.model):
             info = replace(info, supports_vision=self.config.vision)
         return info

@@ -23,7 +23,14 @@ from agent_core.llm.base import (
 )
 from agent_core.llm.errors import InvalidResponse
 from agent_core.llm.http import HTTPBackend, status_error
-from agent_core.llm.schema import fix_tool_calls, flatten_tools, parse_arguments, strict_schema
+from agent_core.llm.schema import (
+    arguments_complete,
+    drop_cut_calls,
+    fix_tool_calls,
+    flatten_tools,
+    parse_arguments,
+    strict_schema,
+)
 from agent_core.llm.usage import normalize_usage
 
 NO_VISION_NOTE = "[an image was attached, but this model cannot see images]"
@@ -94,9 +101,11 @@ class OpenAIProvider(HTTPBackend):
         if request.max_tokens is not None:
             key = "max_completion_tokens" if self.config.backend == "openai" else "max_tokens"
             body[key] = request.max_tokens
-        if request.temperature is not None:
+        # OpenAI's reasoning models answer 400 to any temperature but 1, and to stop
+        sampling = not (info.reasoning and self.config.backend == "openai")
+        if request.temperature is not None and sampling:
             body["temperature"] = request.temperature
-        if request.stop:
+        if request.stop and sampling:
             body["stop"] = list(request.stop)
         if use_tools:
             tools = []
@@ -124,20 +133,20 @@ class OpenAIProvider(HTTPBackend):
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise InvalidResponse(f"{self.name}: the answer has no choices")
         msg = choices[0].get("message") or {}
+        finish = str(choices[0].get("finish_reason") or "")
         calls = []
         for tc in msg.get("tool_calls") or ():
             fn = tc.get("function") or {}
-            calls.append(
-                ToolCall(
-                    tc.get("id") or "", fn.get("name") or "", parse_arguments(fn.get("arguments"))
-                )
-            )
+            raw = fn.get("arguments")
+            call = ToolCall(tc.get("id") or "", fn.get("name") or "", parse_arguments(raw))
+            calls.append((call, arguments_complete(raw)))
+        text, kept, _ = drop_cut_calls(_text_of(msg.get("content")), calls, finish)
         return Completion(
-            text=_text_of(msg.get("content")),
-            tool_calls=fix_tool_calls(calls, (t.name for t in request.tools)),
+            text=text,
+            tool_calls=fix_tool_calls(kept, (t.name for t in request.tools)),
             usage=normalize_usage(data.get("usage")),
             model=str(data.get("model") or request.model or self.config.model),
-            finish_reason=str(choices[0].get("finish_reason") or ""),
+            finish_reason=finish,
             provider=self.name,
         )
 
@@ -155,7 +164,7 @@ class OpenAIProvider(HTTPBackend):
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
         body = self.build_body(request, stream=True)
         text: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
+        calls = _Calls()
         usage: dict[str, Any] | None = None
         model = str(body["model"])
         finish = ""
@@ -189,18 +198,25 @@ class OpenAIProvider(HTTPBackend):
                         text.append(piece)
                         yield TextDelta(piece)
                     for tc in delta.get("tool_calls") or ():
-                        _merge_call(calls, tc)
+                        if isinstance(tc, dict):
+                            calls.merge(tc)
                     if choice.get("finish_reason"):
                         finish = str(choice["finish_reason"])
         if not done and not finish:
             raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
         assembled = [
-            ToolCall(c["id"], c["name"], parse_arguments(c["args"]))
-            for _, c in sorted(calls.items())
+            (
+                ToolCall(c["id"], c["name"], parse_arguments(c["args"])),
+                arguments_complete(c["args"]),
+            )
+            for c in calls.assembled()
         ]
+        whole, kept, note = drop_cut_calls("".join(text), assembled, finish)
+        if note:
+            yield TextDelta(note)
         yield Completion(
-            text="".join(text),
-            tool_calls=fix_tool_calls(assembled, (t.name for t in request.tools)),
+            text=whole,
+            tool_calls=fix_tool_calls(kept, (t.name for t in request.tools)),
             usage=normalize_usage(usage),
             model=model,
             finish_reason=finish,
@@ -208,24 +224,50 @@ class OpenAIProvider(HTTPBackend):
         )
 
 
-def _merge_call(calls: dict[int, dict[str, str]], tc: dict[str, Any]) -> None:
-    """Fold one streamed tool-call delta into the calls assembled so far."""
-    index = tc.get("index")
-    if not isinstance(index, int):
-        index = len(calls)
-    slot = calls.setdefault(index, {"id": "", "name": "", "args": ""})
-    if tc.get("id"):
-        slot["id"] = str(tc["id"])
-    fn = tc.get("function") or {}
-    name = fn.get("name")
-    if name:
-        # most servers send the name once; a few repeat it whole in every chunk
-        if not slot["name"] or name.startswith(slot["name"]):
-            slot["name"] = name
-        else:
-            slot["name"] += name
-    args = fn.get("arguments")
-    if isinstance(args, dict):
-        slot["args"] = orjson.dumps(args).decode()
-    elif args:
-        slot["args"] += args
+class _Calls:
+    """Tool calls assembled from streamed deltas.
+
+    A delta names its call by ``index``.  Some servers (Ollama's ``/v1``) send
+    parallel calls whole, one per chunk, every one with index 0 and its own id:
+    a delta bringing a function name and a different id to a slot that already
+    has an id and whole JSON arguments opens a new slot; later deltas of that
+    index continue the newest.  A different id alone does not: a few servers
+    change the id between the fragments of one call.
+    """
+
+    def __init__(self) -> None:
+        self._slots: list[tuple[int, dict[str, str]]] = []  # (server index, call)
+        self._current: dict[int, dict[str, str]] = {}  # server index -> its open slot
+
+    def merge(self, tc: dict[str, Any]) -> None:
+        """Fold one streamed tool-call delta into the calls assembled so far."""
+        index = tc.get("index")
+        if not isinstance(index, int):
+            index = max((i for i, _ in self._slots), default=-1) + 1
+        cid = str(tc.get("id") or "")
+        fn = tc.get("function") or {}
+        name = fn.get("name")
+        slot = self._current.get(index)
+        if slot is None or (
+            cid and name and slot["id"] and cid != slot["id"] and arguments_complete(slot["args"])
+        ):
+            slot = self._current[index] = {"id": "", "name": "", "args": ""}
+            self._slots.append((index, slot))
+        if cid:
+            slot["id"] = cid
+        if name:
+            # most servers send the name once; a few repeat it whole in every chunk
+            if not slot["name"] or name.startswith(slot["name"]):
+                slot["name"] = name
+            else:
+                slot["name"] += name
+        args = fn.get("arguments")
+        if isinstance(args, dict):
+            slot["args"] = orjson.dumps(args).decode()
+        elif args:
+            slot["args"] += args
+
+    def assembled(self) -> list[dict[str, str]]:
+        """The calls in index order (calls sharing an index in arrival order)."""
+        order = sorted(range(len(self._slots)), key=lambda n: (self._slots[n][0], n))
+        return [self._slots[n][1] for n in order]

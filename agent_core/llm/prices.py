@@ -14,6 +14,7 @@ warning per model.  ``LLM_PRICES_FILE`` (TOML or JSON) adds or overrides models:
     context_window = 32768            # optional
     supports_vision = false           # optional
     supports_tools = true             # optional
+    reasoning = false                 # optional: true sends no temperature / stop (OpenAI)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def _m(
     ctx: int = 128_000,
     vision: bool = True,
     tools: bool = True,
+    reasoning: bool = False,
 ) -> ModelInfo:
     return ModelInfo(
         name=name,
@@ -53,15 +55,16 @@ def _m(
         output_cost_per_token=out * M,
         cache_read_cost_per_token=cache_read * M,
         cache_write_cost_per_token=cache_write * M,
+        reasoning=reasoning,
     )
 
 
 # USD per million tokens: input, output, cache read, cache write
 _TABLE: tuple[ModelInfo, ...] = (
     # OpenAI
-    _m("gpt-5", 1.25, 10.0, 0.125, ctx=400_000),
-    _m("gpt-5-mini", 0.25, 2.0, 0.025, ctx=400_000),
-    _m("gpt-5-nano", 0.05, 0.40, 0.005, ctx=400_000),
+    _m("gpt-5", 1.25, 10.0, 0.125, ctx=400_000, reasoning=True),
+    _m("gpt-5-mini", 0.25, 2.0, 0.025, ctx=400_000, reasoning=True),
+    _m("gpt-5-nano", 0.05, 0.40, 0.005, ctx=400_000, reasoning=True),
     _m("gpt-4.1", 2.0, 8.0, 0.50, ctx=1_047_576),
     _m("gpt-4.1-mini", 0.40, 1.60, 0.10, ctx=1_047_576),
     _m("gpt-4.1-nano", 0.10, 0.40, 0.025, ctx=1_047_576),
@@ -71,13 +74,13 @@ _TABLE: tuple[ModelInfo, ...] = (
     _m("gpt-4-turbo", 10.0, 30.0),
     _m("gpt-4", 30.0, 60.0, ctx=8_192, vision=False),
     _m("gpt-3.5-turbo", 0.50, 1.50, ctx=16_385, vision=False),
-    _m("o1", 15.0, 60.0, 7.50, ctx=200_000),
-    _m("o1-mini", 1.10, 4.40, 0.55, ctx=128_000, vision=False),
-    _m("o1-pro", 150.0, 600.0, ctx=200_000),
-    _m("o3", 2.0, 8.0, 0.50, ctx=200_000),
-    _m("o3-mini", 1.10, 4.40, 0.55, ctx=200_000, vision=False),
-    _m("o3-pro", 20.0, 80.0, ctx=200_000),
-    _m("o4-mini", 1.10, 4.40, 0.275, ctx=200_000),
+    _m("o1", 15.0, 60.0, 7.50, ctx=200_000, reasoning=True),
+    _m("o1-mini", 1.10, 4.40, 0.55, ctx=128_000, vision=False, reasoning=True),
+    _m("o1-pro", 150.0, 600.0, ctx=200_000, reasoning=True),
+    _m("o3", 2.0, 8.0, 0.50, ctx=200_000, reasoning=True),
+    _m("o3-mini", 1.10, 4.40, 0.55, ctx=200_000, vision=False, reasoning=True),
+    _m("o3-pro", 20.0, 80.0, ctx=200_000, reasoning=True),
+    _m("o4-mini", 1.10, 4.40, 0.275, ctx=200_000, reasoning=True),
     # Anthropic: cache write is the 5-minute write price
     _m("claude-opus-4-5", 5.0, 25.0, 0.50, 6.25, ctx=200_000),
     _m("claude-opus-4-1", 15.0, 75.0, 1.50, 18.75, ctx=200_000),
@@ -198,6 +201,7 @@ def load_prices_file(path: str) -> dict[str, ModelInfo]:
                 ctx=int(spec.get("context_window", 128_000)),
                 vision=bool(spec.get("supports_vision", False)),
                 tools=bool(spec.get("supports_tools", True)),
+                reasoning=bool(spec.get("reasoning", False)),
             )
         except (TypeError, ValueError):
             problems.append(f"LLM_PRICES_FILE: models.{name} has a non-numeric value")

@@ -13,7 +13,9 @@ Simple goes to the cheap model; Complex and every request with tools go to the
 primary.  Moderate goes to the cheap model and, with cascade on, is escalated
 to the primary when the answer is empty or uncertain ("I'm not sure" ...).
 Streaming holds back the first :data:`HOLD_CHARS` characters of a Moderate
-answer to judge it before the user sees any.  Off (a pass-through) when no
+answer to judge it before the user sees any.  An escalated answer's usage is
+both calls' (the cheap one estimated when its stream was cut before its usage
+arrived), so budgets count what was paid.  Off (a pass-through) when no
 cheap model is set; :meth:`SmartRouting.cheap` still answers, with the primary.
 """
 
@@ -32,6 +34,7 @@ from agent_core.llm.base import (
     ModelInfo,
     StreamItem,
     TextDelta,
+    TokenUsage,
 )
 from agent_core.llm.wrapper import Wrapper, aclose
 
@@ -100,6 +103,13 @@ def classify(text: str) -> Complexity:
 def is_uncertain(answer: str) -> bool:
     low = answer.strip().lower().replace("’", "'")
     return not low or any(p in low for p in UNCERTAIN)
+
+
+def estimate_usage(request: CompletionRequest, answer: str) -> TokenUsage:
+    """Rough usage (4 characters a token) of a call cut before its usage arrived."""
+    prompt = sum(len(m.content) for m in request.messages) // 4 + 1
+    output = len(answer) // 4 + 1
+    return TokenUsage(input=prompt, output=output, total=prompt + output)
 
 
 def _last_user_text(request: CompletionRequest) -> str:
@@ -172,7 +182,9 @@ class SmartRouting(Wrapper):
         if kind is Complexity.MODERATE and self.cascade and is_uncertain(answer.text):
             self.escalations += 1
             log.info("cheap model unsure; escalating to %s", self.inner.name)
-            return await self.inner.complete(request)
+            final = await self.inner.complete(request)
+            # both calls were paid for: budgets and session usage count both
+            return replace(final, usage=answer.usage + final.usage)
         return answer
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
@@ -187,6 +199,7 @@ class SmartRouting(Wrapper):
         judge = kind is Complexity.MODERATE and self.cascade
         held: list[str] = []
         escalate = False
+        paid = TokenUsage()  # the cheap call's usage when it is escalated
         it = target.stream(request)
         try:
             async for item in it:
@@ -199,12 +212,15 @@ class SmartRouting(Wrapper):
                     if len(so_far) >= HOLD_CHARS:
                         if is_uncertain(so_far):
                             escalate = True
+                            # cut before its usage arrived: count an estimate
+                            paid = estimate_usage(request, so_far)
                             break
                         judge = False
                         yield TextDelta(so_far)
                     continue
                 if is_uncertain(item.text):
                     escalate = True
+                    paid = item.usage
                     break
                 if held:
                     yield TextDelta("".join(held))
@@ -217,6 +233,8 @@ class SmartRouting(Wrapper):
             it = self.inner.stream(request)
             try:
                 async for item in it:
+                    if isinstance(item, Completion):
+                        item = replace(item, usage=paid + item.usage)
                     yield item
             finally:
                 await aclose(it)

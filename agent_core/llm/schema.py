@@ -9,6 +9,8 @@
   without tool support.
 * :func:`sanitize_tool_messages` — tool results whose call is not in the history
   (after switching provider mid-conversation) become plain user text.
+* :func:`drop_cut_calls` — an answer cut by the output limit keeps only the tool
+  calls that arrived whole; the text says which call was cut and not run.
 """
 
 from __future__ import annotations
@@ -109,6 +111,48 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {"_raw": raw}
     return value if isinstance(value, dict) else {"value": value}
+
+
+# finish / stop reasons of an answer cut short by a token limit
+CUT_REASONS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+
+
+def arguments_complete(raw: str | dict[str, Any] | None) -> bool:
+    """Whether streamed (or raw) tool arguments are a whole JSON object."""
+    if isinstance(raw, dict):
+        return True
+    if not raw or not raw.strip():
+        return False
+    try:
+        return isinstance(orjson.loads(raw), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def cut_note(names: Sequence[str]) -> str:
+    """What the user reads when an answer was cut in the middle of a tool call."""
+    named = ", ".join(f"`{n}`" for n in names if n)
+    which = f"a call to {named}" if named else "a tool call"
+    return (
+        f"(My answer was cut off by the output length limit in the middle of {which}, "
+        "so I did not run it. Ask me to continue, or to do it in smaller steps.)"
+    )
+
+
+def drop_cut_calls(
+    text: str, calls: Sequence[tuple[ToolCall, bool]], finish: str
+) -> tuple[str, list[ToolCall], str]:
+    """(text, calls, note) of an answer: when ``finish`` says a token limit cut it,
+    the calls not marked whole are dropped (never run with half their arguments)
+    and ``note`` (also appended to ``text``) says so; otherwise all are kept and
+    ``note`` is empty."""
+    if finish not in CUT_REASONS or all(whole for _, whole in calls):
+        return text, [c for c, _ in calls], ""
+    note = cut_note([c.name for c, whole in calls if not whole])
+    if text.strip():
+        newlines = len(text) - len(text.rstrip("\n"))
+        note = "\n" * max(0, 2 - newlines) + note
+    return text + note, [c for c, whole in calls if whole], note
 
 
 def fix_tool_calls(calls: Sequence[ToolCall], known: Iterable[str] = ()) -> tuple[ToolCall, ...]:

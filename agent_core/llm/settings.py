@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from agent_core.settings import MAX_TTL_SECS, ParleySettings, http_url
 
 BACKENDS = ("openai", "anthropic", "ollama", "openai_compatible", "demo")
 ALIASES = {"claude": "anthropic", "compatible": "openai_compatible"}
+OLLAMA_DEFAULT_CONTEXT = 4096  # Ollama's num_ctx when nothing sets it (under 24 GiB VRAM)
 
 
 class LLMSettings(ParleySettings):
@@ -32,6 +33,14 @@ class LLMSettings(ParleySettings):
 
     ollama_base_url: str = "http://localhost:11434"
     ollama_model: str = "llama3.2"
+    # The context Ollama runs models with: 4096 unless the server was started with
+    # OLLAMA_CONTEXT_LENGTH (read here too, when Parley sees it) or a Modelfile
+    # num_ctx; /v1 cannot change it, and longer prompts are cut from the front.
+    ollama_context_window: int = Field(
+        default=OLLAMA_DEFAULT_CONTEXT,
+        ge=1,
+        validation_alias=AliasChoices("ollama_context_window", "ollama_context_length"),
+    )
 
     # keys of the openai_compatible presets (see PRESETS)
     openrouter_api_key: SecretStr | None = None

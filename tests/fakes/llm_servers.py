@@ -10,7 +10,10 @@ format asked for (streaming when the body says ``"stream": true``).  Tests
 script exact replies with :meth:`FakeLLMServer.push` — status, headers, a JSON
 body, raw bytes (malformed JSON), SSE events, latency before the answer and
 between events, and a connection cut mid-stream.  Every request is recorded
-(``server.requests``).  Usable from unit tests, integration tests and benchmarks::
+(``server.requests``).  Anthropic requests the real API would refuse (a blank
+text block, a malformed tool id, a ``tool_result`` without its ``tool_use``)
+get its 400 instead (``validate=False`` turns that off).  Usable from unit
+tests, integration tests and benchmarks::
 
     async with FakeLLMServer() as server:
         server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=2))
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -314,6 +318,69 @@ def _last_user(body: Any) -> str:
     return ""
 
 
+ANTHROPIC_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def anthropic_request_problem(body: Any) -> str:
+    """What the real Messages API would reject in ``body`` (its 400 message), or "".
+
+    Checked: no empty message, no blank text block, tool ids of the allowed
+    characters, every ``tool_result`` answering a ``tool_use`` of the message just
+    before it, and every ``tool_use`` answered in the next message.
+    """
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return "messages: Field required"
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        last_answer = i == len(messages) - 1 and m.get("role") == "assistant"
+        if not isinstance(content, list) or (not content and not last_answer):
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        for j, b in enumerate(content):
+            where = f"messages.{i}.content.{j}"
+            kind = b.get("type") if isinstance(b, dict) else None
+            texts = [b] if kind == "text" else []
+            if kind == "tool_result" and isinstance(b.get("content"), list):
+                texts = [t for t in b["content"] if isinstance(t, dict) and t.get("type") == "text"]
+            if any(not str(t.get("text", "")).strip() for t in texts):
+                return "messages: text content blocks must contain non-whitespace text"
+            if kind in ("tool_use", "tool_result"):
+                key = "id" if kind == "tool_use" else "tool_use_id"
+                if not ANTHROPIC_TOOL_ID.fullmatch(str(b.get(key, ""))):
+                    return f"{where}.{kind}.{key}: String should match pattern '^[a-zA-Z0-9_-]+$'"
+
+    def ids(m: Any, kind: str, key: str) -> list[str]:
+        content = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(content, list):
+            return []
+        return [str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+    for i, m in enumerate(messages):
+        before = set(ids(messages[i - 1], "tool_use", "id")) if i else set()
+        stray = [r for r in ids(m, "tool_result", "tool_use_id") if r not in before]
+        if stray:
+            return (
+                f"messages.{i}.content.0: unexpected `tool_use_id` found in `tool_result` "
+                f"blocks: {stray[0]}. Each `tool_result` block must have a corresponding "
+                "`tool_use` block in the previous message."
+            )
+        if i + 1 < len(messages):
+            answered = set(ids(messages[i + 1], "tool_result", "tool_use_id"))
+            missing = [u for u in ids(m, "tool_use", "id") if u not in answered]
+            if missing:
+                return (
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {missing[0]}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
+    return ""
+
+
 def default_reply(path: str, body: Any) -> Reply:
     """The echo answer in the dialect of ``path``."""
     if path.endswith("/models"):
@@ -331,8 +398,11 @@ def default_reply(path: str, body: Any) -> Reply:
 class FakeLLMServer:
     """A real HTTP server on 127.0.0.1 (random free port) with scripted replies."""
 
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, validate: bool = True) -> None:
         self.latency = latency  # added before every reply
+        # answer an Anthropic request the real API would reject with its 400
+        # (see anthropic_request_problem), before any scripted reply
+        self.validate = validate
         self.script: deque[Reply] = deque()
         self.requests: list[Recorded] = []
         self.responder: Callable[[str, Any], Reply] = default_reply
@@ -382,6 +452,16 @@ class FakeLLMServer:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         self.requests.append(Recorded(request.method, request.path, dict(request.headers), body))
+        if self.validate and request.method == "POST" and request.path.endswith("/messages"):
+            problem = anthropic_request_problem(body)
+            if problem:
+                return web.json_response(
+                    {
+                        "type": "error",
+                        "error": {"type": "invalid_request_error", "message": problem},
+                    },
+                    status=400,
+                )
         reply = (
             self.script.popleft()
             if self.script

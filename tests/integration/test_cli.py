@@ -137,3 +137,14 @@ def test_release_on_heroku_without_public_url_says_how_telegram_gets_connected(
     assert r.returncode == 0, r.stderr[-600:]
     assert "polling mode (no PUBLIC_URL)" in r.stdout
     assert "heroku ps:scale gateway=1" in r.stdout and "PUBLIC_URL" in r.stdout
+
+
+def test_ollama_at_its_default_context_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """Ollama runs models with 4,096 tokens of context unless started otherwise, which
+    silently drops the system prompt and tools: Parley refuses, naming the fix."""
+    env = {"PARLEY_DATA_DIR": str(tmp_path / "d"), "LLM_BACKEND": "ollama", "OLLAMA_MODEL": "m"}
+    r = parley(["chat"], env)
+    assert r.returncode == 2, r.stderr[-600:]
+    assert "4,096 tokens" in r.stderr and "OLLAMA_CONTEXT_LENGTH=32768" in r.stderr
+    r = parley(["chat"], {**env, "OLLAMA_CONTEXT_LENGTH": "32768"})
+    assert r.returncode == 0, r.stderr[-600:]

@@ -83,7 +83,7 @@ def test_fallback_model_on_the_same_backend() -> None:
         ({"llm_backend": "claude"}, "ANTHROPIC_API_KEY: required when LLM_BACKEND=anthropic"),
         (
             {"llm_backend": "compatible", "llm_model": "m"},
-            "LLM_BASE_URL: required by the openai_compatible backend",
+            "LLM_BASE_URL: required by the openai_compatible backend (the server's URL)",
         ),
         (
             {"llm_backend": "groq", "llm_model": "llama-3.1-8b-instant"},
