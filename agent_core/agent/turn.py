@@ -316,6 +316,7 @@ class Turn:
             outcome = Stopped("interrupted")
         except llm_errors.LLMError as exc:
             log.warning("[%s] LLM call failed: %s: %s", self.thread, type(exc).__name__, exc)
+            await self._stop_streaming("_(cut off)_")  # a partial answer is final, marked
             await self.say_notice(friendly_llm_error(exc))
             outcome = Stopped("llm-error")
         if not isinstance(outcome, NeedApproval):

@@ -1,0 +1,45 @@
+"""An answer the model stopped in the middle of (an LLM error after some text was
+streamed) ends as a final message marked cut off, not "still streaming"."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from tests.integration.web.webtools import wait_up
+
+
+async def test_an_answer_cut_off_by_a_model_error_stops_streaming(runtime: Any) -> None:
+    from agent_core.llm import errors as llm_errors
+    from agent_core.llm.base import TextDelta
+    from agent_core.llm.demo import DemoProvider
+
+    class DiesMidStream(DemoProvider):
+        async def stream(self, request: Any) -> AsyncIterator[Any]:
+            n = 0
+            async for item in super().stream(request):
+                yield item
+                n += isinstance(item, TextDelta)
+                if n >= 8:
+                    raise llm_errors.Timeout("read timed out")
+
+    async with runtime("all", serve_web=True, llm=DiesMidStream(delay=0.05)) as rt:
+        await wait_up(rt.port)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rt.port}", timeout=10) as c:
+            await c.get("/")
+            await c.post("/api/messages", json={"text": "tell me something long"})
+            deadline = time.monotonic() + 15
+            msgs: list[Any] = []
+            while time.monotonic() < deadline:
+                msgs = (await c.get("/api/history")).json()["messages"]
+                if any(m.get("n") for m in msgs):  # the error notice arrived
+                    break
+                await asyncio.sleep(0.05)
+    partial = [m for m in msgs if m["kind"] == "message" and not m.get("n")]
+    assert partial, msgs
+    assert all(m.get("f", True) is not False for m in partial), partial
+    assert any("cut off" in m.get("tx", "") for m in partial), partial
