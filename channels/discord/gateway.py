@@ -1,8 +1,11 @@
 """The gateway process: discord.py's AutoShardedClient feeding Ingest.
 
 * MESSAGE_CREATE payloads are taken raw (before discord.py builds objects) and
-  handled in arrival order by one consumer task: parse -> (auto-thread) ->
-  ``Ingest.submit`` -> remember the last seen message id of the conversation.
+  handled in arrival order by one consumer task: parse -> (auto-thread, only for
+  a message addressed to the bot) -> ``Ingest.submit`` -> remember the last seen
+  message id of the conversation.  The bot's managed role in the guild (from
+  discord.py's guild cache, kept current by GUILD_ROLE_* events) counts as a
+  mention of the bot.
 * Button presses reach :class:`ApprovalButton`, a persistent
   ``DynamicItem`` matching ``parley:<payload>``, so a press on a prompt sent
   before any restart still works.  The press is published, then deferred
@@ -178,6 +181,12 @@ class GatewayClient(discord.AutoShardedClient):
             return str(channel.parent_id), channel.owner_id == (self.user.id if self.user else 0)
         return "", False
 
+    def _bot_roles(self, guild_id: str) -> frozenset[str]:
+        """The bot's managed role in ``guild_id`` (``<@&id>`` is a mention of the bot)."""
+        guild = self.get_guild(int(guild_id)) if guild_id else None
+        role = guild.self_role if guild is not None else None
+        return frozenset((str(role.id),)) if role is not None else frozenset()
+
     async def _handle_message(self, raw: RawMessage, parent_hint: str = "") -> None:
         channel_id = raw["channel_id"]
         guild_id = raw.get("guild_id", "")
@@ -189,6 +198,7 @@ class GatewayClient(discord.AutoShardedClient):
             group_reply=self.group_reply,
             thread_parent=parent,
             thread_active=active,
+            bot_roles=self._bot_roles(guild_id),
         )
         event = parse_message(raw, ctx)
         if event is None:
@@ -197,7 +207,9 @@ class GatewayClient(discord.AutoShardedClient):
             return
         if parent and event.mentions_bot:
             await self.state.add_thread(channel_id, parent)
-        elif not parent and guild_id and self.settings.discord_auto_thread:
+        elif not parent and guild_id and event.mentions_bot and self.settings.discord_auto_thread:
+            # only a message addressed to the bot opens a thread (not, with
+            # GROUP_REPLY=all, every message people write in the channel)
             event = await self._auto_thread(event, raw)
         await self._submit(event)
         where = event.thread.thread or event.thread.conversation

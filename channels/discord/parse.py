@@ -12,6 +12,13 @@ context supplies) and decides whether Parley is addressed:
 
 ``ThreadKey("discord", guild id or "dm", channel id, thread id or "")``: for a
 message in a Discord thread the conversation is the parent channel.
+
+A mention is ``<@bot>`` / ``<@!bot>`` or ``<@&role>`` of the bot's own managed
+role (the one Discord offers next to the bot when someone types ``@Parley``);
+both are removed from the text.  A forwarded message (``message_reference.type``
+1) has empty ``content``: its text and attachments are read from
+``message_snapshots``.  A message that was only the bot's mention becomes
+:data:`BARE_MENTION_TEXT`.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from .render import encode_extra
 
 CHANNEL = "discord"
 DM_TENANT = "dm"
+# What the agent sees when a message only mentions the bot ("@Parley" alone).
+BARE_MENTION_TEXT = "(mentioned you without a message)"
+FORWARD = 1  # message_reference.type of a forwarded message (0: a reply)
 
 # message types a person writes: DEFAULT, REPLY, CHAT_INPUT_COMMAND excluded, THREAD_STARTER excluded
 _USER_MESSAGE_TYPES = {0, 19}
@@ -66,6 +76,9 @@ class RawMessage(TypedDict):
     attachments: NotRequired[list[RawAttachment]]
     referenced_message: NotRequired[dict[str, Any] | None]
     webhook_id: NotRequired[str]
+    mention_roles: NotRequired[list[str]]
+    message_reference: NotRequired[dict[str, Any]]
+    message_snapshots: NotRequired[list[dict[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,20 +90,47 @@ class MessageContext:
     guild_id: str = ""  # fallback when the payload has none (REST catch-up)
     thread_parent: str = ""  # the channel is a Discord thread under this parent
     thread_active: bool = False  # ... which the bot started or was mentioned in
+    bot_roles: frozenset[str] = frozenset()  # the bot's managed role(s) in this guild
 
 
 def display_name(user: RawUser | dict[str, Any]) -> str:
     return str(user.get("global_name") or user.get("username") or "")
 
 
-def _mention_re(bot_id: str) -> re.Pattern[str]:
-    return re.compile(rf"<@!?{re.escape(bot_id)}>")
+def _mention_re(bot_id: str, roles: frozenset[str] = frozenset()) -> re.Pattern[str]:
+    alts = [rf"@!?{re.escape(bot_id)}", *(rf"@&{re.escape(r)}" for r in sorted(roles))]
+    return re.compile(rf"<(?:{'|'.join(alts)})>")
 
 
-def mentions_bot(raw: RawMessage, bot_id: str) -> bool:
+def cut_mentions(pat: re.Pattern[str], text: str) -> str:
+    """``text`` without the matches of ``pat``, other spacing (code indentation) kept.
+
+    The spaces around a removed mention become one space between two words, and
+    none at the edge of a line or before punctuation.
+    """
+    out: list[str] = []
+    last = 0
+    for m in pat.finditer(text):
+        start, end = m.start(), m.end()
+        while start > last and text[start - 1] in " \t":
+            start -= 1
+        while end < len(text) and text[end] in " \t":
+            end += 1
+        out.append(text[last:start])
+        before, after = text[start - 1 : start], text[end : end + 1]
+        if before and after and not before.isspace() and not after.isspace():
+            out.append("" if after in ",.;:!?)" else " ")
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def mentions_bot(raw: RawMessage, bot_id: str, roles: frozenset[str] = frozenset()) -> bool:
     if any(u.get("id") == bot_id for u in raw.get("mentions") or ()):
         return True
-    return bool(_mention_re(bot_id).search(raw.get("content") or ""))
+    if roles and any(str(r) in roles for r in raw.get("mention_roles") or ()):
+        return True
+    return bool(_mention_re(bot_id, roles).search(raw.get("content") or ""))
 
 
 def replies_to_bot(raw: RawMessage, bot_id: str) -> bool:
@@ -105,6 +145,40 @@ def attachment_kind(mime: str) -> str:
     return "document" if mime else "other"
 
 
+def _attachments(items: Any) -> list[Attachment]:
+    return [
+        Attachment(
+            kind=attachment_kind(a.get("content_type", "")),
+            name=a.get("filename", ""),
+            mime=a.get("content_type", ""),
+            size=int(a.get("size", 0) or 0),
+            ref=a.get("url", ""),
+        )
+        for a in (items if isinstance(items, list) else ())
+        if isinstance(a, dict)
+    ]
+
+
+def _forwarded(raw: RawMessage) -> tuple[list[str], list[Attachment]]:
+    """The forwarded message(s) of ``raw``: (quoted texts, attachments)."""
+    ref = raw.get("message_reference")
+    if not isinstance(ref, dict) or ref.get("type") != FORWARD:
+        return [], []
+    quotes: list[str] = []
+    files: list[Attachment] = []
+    snapshots = raw.get("message_snapshots")
+    for snap in snapshots if isinstance(snapshots, list) else ():
+        inner = snap.get("message") if isinstance(snap, dict) else None
+        if not isinstance(inner, dict):
+            continue
+        files.extend(_attachments(inner.get("attachments")))
+        body = str(inner.get("content") or "").strip()
+        if body:
+            quoted = "\n".join("> " + line for line in body.split("\n"))
+            quotes.append("Forwarded message:\n" + quoted)
+    return quotes, files
+
+
 def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
     """The event for ``raw``, or None when Parley is not addressed / must ignore it."""
     author = raw.get("author") or {}
@@ -117,24 +191,20 @@ def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
     guild_id = raw.get("guild_id") or ctx.guild_id
     channel_id = raw["channel_id"]
     is_dm = not guild_id
-    addressed = mentions_bot(raw, ctx.bot_id) or replies_to_bot(raw, ctx.bot_id)
+    addressed = mentions_bot(raw, ctx.bot_id, ctx.bot_roles) or replies_to_bot(raw, ctx.bot_id)
     in_thread = bool(ctx.thread_parent)
     followed = in_thread and ctx.thread_active
     if not is_dm and not addressed and not followed and ctx.group_reply != "all":
         return None
-    text = _mention_re(ctx.bot_id).sub("", raw.get("content") or "").strip()
-    attachments = tuple(
-        Attachment(
-            kind=attachment_kind(a.get("content_type", "")),
-            name=a.get("filename", ""),
-            mime=a.get("content_type", ""),
-            size=int(a.get("size", 0) or 0),
-            ref=a.get("url", ""),
-        )
-        for a in raw.get("attachments") or ()
-    )
+    content = raw.get("content") or ""
+    text = cut_mentions(_mention_re(ctx.bot_id, ctx.bot_roles), content).strip()
+    quotes, forwarded = _forwarded(raw)
+    text = "\n\n".join([text, *quotes] if text else quotes)
+    attachments = tuple(_attachments(raw.get("attachments")) + forwarded)
     if not text and not attachments:
-        return None
+        if not content.strip():
+            return None  # nothing readable (no Message Content intent, a sticker, ...)
+        text = BARE_MENTION_TEXT  # "@Parley" alone: answered, like a greeting
     if in_thread:
         conversation, thread = ctx.thread_parent, channel_id
     else:

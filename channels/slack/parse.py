@@ -14,6 +14,11 @@ for messages (a retried delivery, and the ``message`` copy of an
 ``app_mention``, share it), ``a:<channel>:<message_ts>:<action_ts>`` for
 presses, ``c:<trigger_id>`` for slash commands.
 
+Text: Slack's wire markup is made plain (:func:`plain_text`, the bot's own
+mention removed); a shared / forwarded message (a legacy ``attachments[]``
+entry with ``is_share``) is appended as a quote with its author; a message that
+was only the bot's mention becomes :data:`BARE_MENTION_TEXT`.
+
 Shapes are checked, not assumed: a field Parley reads that has the wrong JSON
 type (an ``event`` that is not an object, a ``channel`` that is a list, ...)
 raises :class:`MalformedPayload` (a ``ValueError``: the HTTP route answers
@@ -32,10 +37,12 @@ from .render import ACTION_PREFIX
 
 CHANNEL = "slack"
 RESPONSE_URL_PREFIX = "ru:"  # MessageRef.extra holding a response_url
+# What the agent sees when a message only mentions the bot ("<@UBOT>" alone).
+BARE_MENTION_TEXT = "(mentioned you without a message)"
 
 # Message subtypes that carry a user's words; every other subtype (message_changed,
 # message_deleted, channel_join, bot_message, ...) is ignored.
-_USER_SUBTYPES = (None, "", "file_share", "thread_broadcast")
+_USER_SUBTYPES = (None, "", "file_share", "thread_broadcast", "me_message")
 
 _SPECIAL = re.compile(r"<([@#!])([^>|]+)(?:\|([^>]*))?>")
 _LINK = re.compile(r"<((?:https?|mailto):[^>|]+)(?:\|([^>]*))?>")
@@ -76,13 +83,38 @@ def is_dm(channel_id: str) -> bool:
     return channel_id.startswith("D")
 
 
+def cut_mentions(pat: re.Pattern[str], text: str) -> str:
+    """``text`` without the matches of ``pat``, other spacing (code indentation) kept.
+
+    The spaces around a removed mention become one space between two words, and
+    none at the edge of a line or before punctuation.
+    """
+    out: list[str] = []
+    last = 0
+    for m in pat.finditer(text):
+        start, end = m.start(), m.end()
+        while start > last and text[start - 1] in " \t":
+            start -= 1
+        while end < len(text) and text[end] in " \t":
+            end += 1
+        out.append(text[last:start])
+        before, after = text[start - 1 : start], text[end : end + 1]
+        if before and after and not before.isspace() and not after.isspace():
+            out.append("" if after in ",.;:!?)" else " ")
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
 def plain_text(text: str, bot_user_id: str = "") -> str:
     """Slack's wire text -> what the user typed (mentions of the bot removed)."""
+    if bot_user_id:
+        text = cut_mentions(re.compile(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>"), text)
 
     def special(m: re.Match[str]) -> str:
         kind, ident, label = m.group(1), m.group(2), m.group(3)
         if kind == "@":
-            return "" if bot_user_id and ident == bot_user_id else "@" + (label or ident)
+            return "@" + (label or ident)
         if kind == "#":
             return "#" + (label or ident)
         return "@" + (label or ident.split("^")[0])  # <!here>, <!channel>, <!subteam^S1>
@@ -92,7 +124,7 @@ def plain_text(text: str, bot_user_id: str = "") -> str:
         lambda m: m.group(1) if not m.group(2) else f"{m.group(2)} ({m.group(1)})", text
     )
     text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    return re.sub(r"[ \t]{2,}", " ", text).strip()
+    return text.strip()
 
 
 def _attachments(files: Any) -> tuple[Attachment, ...]:
@@ -114,6 +146,23 @@ def _attachments(files: Any) -> tuple[Attachment, ...]:
             )
         )
     return tuple(out)
+
+
+def _shared(items: Any) -> tuple[list[str], tuple[Attachment, ...]]:
+    """Shared / forwarded messages in legacy ``attachments[]``: (quotes, their files)."""
+    quotes: list[str] = []
+    files: list[Attachment] = []
+    for att in items if isinstance(items, list) else ():
+        if not isinstance(att, dict) or not (att.get("is_share") or att.get("is_msg_unfurl")):
+            continue  # link previews and app attachments are not the user's words
+        body = plain_text(_loose(att, "text") or _loose(att, "fallback"))
+        files.extend(_attachments(att.get("files")))
+        if not body:
+            continue
+        author = _loose(att, "author_name") or _loose(att, "author_subname")
+        head = f"Shared message from {author}:" if author else "Shared message:"
+        quotes.append(head + "\n" + "\n".join("> " + line for line in body.split("\n")))
+    return quotes, tuple(files)
 
 
 def bot_user_of(body: Payload, default: str = "") -> str:
@@ -196,6 +245,15 @@ def parse_event(
             return None
         direct, mentions = False, False
 
+    text = plain_text(raw_text, bot)
+    attachments = _attachments(ev.get("files"))
+    quotes, shared_files = _shared(ev.get("attachments"))
+    text = "\n\n".join([text, *quotes] if text else quotes)
+    attachments += shared_files
+    if not text and not attachments:
+        if not raw_text.strip():
+            return None  # nothing the user said (e.g. a share Parley cannot read)
+        text = BARE_MENTION_TEXT  # "<@UBOT>" alone: answered, like a greeting
     profile = ev.get("user_profile")
     profile = profile if isinstance(profile, dict) else {}
     name = (
@@ -208,10 +266,10 @@ def parse_event(
         thread=ThreadKey(CHANNEL, team, channel, thread),
         user_id=user,
         user_name=name,
-        text=plain_text(raw_text, bot),
+        text=text,
         is_direct=direct,
         mentions_bot=mentions,
-        attachments=_attachments(ev.get("files")),
+        attachments=attachments,
         reply_ref=MessageRef(CHANNEL, channel, ts, thread=thread),
         received_at=time.time() if received_at is None else received_at,
     )

@@ -3,7 +3,19 @@
 * private chat: thread = the chat;
 * group / supergroup: only messages that mention the bot (``@botname``, a text
   mention, or a reply to one of the bot's messages) or commands, unless
-  ``GROUP_REPLY=all``; ``@botname`` is stripped from the text;
+  ``GROUP_REPLY=all``; ``@botname`` is stripped from the text.  A command is a
+  ``bot_command`` entity at offset 0 or text that matches the command grammar
+  (``/name`` or ``/name@bot`` followed by whitespace or the end): ``/etc/hosts``
+  is not one;
+* an album (``media_group_id``) is one update per item and only the captioned
+  item carries the mention: the other items of an album whose item was
+  accepted are accepted too for :data:`ALBUM_MEMORY_SECS` (remembered in the
+  :class:`ParseContext`, i.e. per process);
+* a message sent on behalf of a chat (``sender_chat``: an anonymous group admin,
+  or a user posting as their channel) is a person's message: user id
+  ``chat<chat id>``, the chat's title as the name.  Messages from bot accounts
+  without ``sender_chat`` are ignored;
+* a message that is only the bot's mention becomes :data:`BARE_MENTION_TEXT`;
 * forum supergroup: thread = ``message_thread_id`` (replies go to the topic);
 * edited messages are ignored unless ``TELEGRAM_EDITED_MESSAGES=reply``;
 * photos / documents / voice / audio / video become attachments (file id, not
@@ -19,6 +31,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from telegram import Chat, Message, MessageEntity, Update, User
@@ -28,6 +41,48 @@ from channels.telegram import refs
 
 CHANNEL = "telegram"
 
+# What the agent sees when a message only mentions the bot ("@parley_bot" alone).
+BARE_MENTION_TEXT = "(mentioned you without a message)"
+# How long the other items of an accepted album are accepted after the last one.
+ALBUM_MEMORY_SECS = 10.0
+ALBUM_MEMORY_MAX = 1024  # albums remembered at once (the oldest are forgotten first)
+
+# /name or /name@bot, then whitespace or the end: the agent's command grammar
+# (agent_core/agent/parser.py), with the target bot captured.
+_COMMAND = re.compile(r"/([A-Za-z][A-Za-z0-9_\-]{0,31})(?:@([A-Za-z0-9_]+))?(?=\s|$)")
+
+
+class AlbumMemory:
+    """Albums (chat id, media_group_id) accepted recently, so their siblings are too.
+
+    In memory: :func:`parse_update` is synchronous and has no Redis handle.  With
+    polling (one poller per bot) every item passes here; in webhook mode it works
+    when the album's updates reach the same web process.
+    """
+
+    __slots__ = ("_clock", "_ttl", "_until")
+
+    def __init__(
+        self, ttl: float = ALBUM_MEMORY_SECS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._until: dict[tuple[int, str], float] = {}
+
+    def remember(self, chat_id: int, group: str) -> None:
+        now = self._clock()
+        self._until.pop((chat_id, group), None)  # re-insert: newest last
+        self._until[(chat_id, group)] = now + self._ttl
+        while self._until:
+            key, until = next(iter(self._until.items()))
+            if until > now and len(self._until) <= ALBUM_MEMORY_MAX:
+                break
+            del self._until[key]
+
+    def accepted(self, chat_id: int, group: str) -> bool:
+        until = self._until.get((chat_id, group))
+        return until is not None and until > self._clock()
+
 
 @dataclass(frozen=True, slots=True)
 class ParseContext:
@@ -36,6 +91,7 @@ class ParseContext:
     group_reply: str = "mention"  # mention | all
     edited_messages: str = "ignore"  # ignore | reply
     _mention_re: re.Pattern[str] | None = field(default=None, compare=False)
+    albums: AlbumMemory = field(default_factory=AlbumMemory, compare=False, repr=False)
 
     def mention_re(self) -> re.Pattern[str] | None:
         if not self.username:
@@ -118,11 +174,34 @@ def _mentions(msg: Message, ctx: ParseContext, text: str) -> bool:
     )
 
 
+def cut_mentions(pat: re.Pattern[str], text: str) -> str:
+    """``text`` without the matches of ``pat``, other spacing (code indentation) kept.
+
+    The spaces around a removed mention become one space between two words, and
+    none at the edge of a line or before punctuation.
+    """
+    out: list[str] = []
+    last = 0
+    for m in pat.finditer(text):
+        start, end = m.start(), m.end()
+        while start > last and text[start - 1] in " \t":
+            start -= 1
+        while end < len(text) and text[end] in " \t":
+            end += 1
+        out.append(text[last:start])
+        before, after = text[start - 1 : start], text[end : end + 1]
+        if before and after and not before.isspace() and not after.isspace():
+            out.append("" if after in ",.;:!?)" else " ")
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
 def _strip_mention(text: str, ctx: ParseContext) -> str:
     pat = ctx.mention_re()
     if pat is None:
         return text.strip()
-    return re.sub(r"[ \t]{2,}", " ", pat.sub("", text)).strip()
+    return cut_mentions(pat, text).strip()
 
 
 def _parse_callback(update: Update, ctx: ParseContext) -> InboundEvent | None:
@@ -153,6 +232,20 @@ def _parse_callback(update: Update, ctx: ParseContext) -> InboundEvent | None:
     )
 
 
+def _command(msg: Message, raw_text: str) -> tuple[str, str, str] | None:
+    """(``/name``, target bot or "", the rest) when the message is a bot command."""
+    m = _COMMAND.match(raw_text)
+    if m is not None:
+        return "/" + m.group(1), m.group(2) or "", raw_text[m.end() :]
+    ents = msg.entities if msg.text else msg.caption_entities
+    for e in ents or ():
+        if e.type == MessageEntity.BOT_COMMAND and e.offset == 0 and e.length > 1:
+            head = raw_text[: e.length]  # commands are ASCII: UTF-16 length = characters
+            cmd, _, target = head.partition("@")
+            return cmd, target, raw_text[e.length :]
+    return None
+
+
 def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
     """The event this update means to Parley, or None when it is not for us."""
     if update.callback_query is not None:
@@ -163,7 +256,8 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
     if msg is None:
         return None  # edits (by default), channel posts, polls, member updates ...
     user = msg.from_user
-    if user is not None and user.is_bot:
+    on_behalf = msg.sender_chat  # anonymous group admin, or a user posting as a channel
+    if on_behalf is None and user is not None and user.is_bot:
         return None  # never answer bots (loops)
     raw_text = msg.text or msg.caption or ""
     attachments = _attachments(msg)
@@ -174,22 +268,33 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
     kind = EventKind.MESSAGE
     mentioned = is_direct or _mentions(msg, ctx, raw_text)
     text = raw_text
-    if raw_text.startswith("/"):
-        head, _, rest = raw_text.partition(" ")
-        cmd, _, target = head.partition("@")
+    command = _command(msg, raw_text)
+    if command is not None:
+        cmd, target, rest = command
         if target and ctx.username and target.lower() != ctx.username.lower():
             return None  # a command for another bot in this group
         kind = EventKind.COMMAND
         mentioned = True
-        text = f"{cmd} {rest}".strip() if rest else cmd
+        text = cmd + rest
+    album = msg.media_group_id
+    if album and not is_direct:
+        if mentioned or ctx.group_reply == "all":
+            ctx.albums.remember(chat.id, album)
+        elif ctx.albums.accepted(chat.id, album):
+            mentioned = True  # another item of an album that was addressed to the bot
+            ctx.albums.remember(chat.id, album)
     if not is_direct and not mentioned and ctx.group_reply != "all":
         return None
     text = _strip_mention(text, ctx)
+    if not text and not attachments:
+        text = BARE_MENTION_TEXT  # "@bot" alone: answered, like a greeting
     thread = _thread_of(msg)
-    if user is not None:
+    if on_behalf is not None:
+        user_id = f"chat{on_behalf.id}"
+        user_name = _user_name(None, on_behalf)
+    elif user is not None:
         user_id = str(user.id)
-    elif msg.sender_chat is not None:
-        user_id = f"chat{msg.sender_chat.id}"  # anonymous admin / linked channel
+        user_name = _user_name(user, None)
     else:
         return None
     return InboundEvent(
@@ -198,7 +303,7 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, ctx.bot_id, str(chat.id), thread),
         user_id=user_id,
-        user_name=_user_name(user, msg.sender_chat),
+        user_name=user_name,
         text=text,
         is_direct=is_direct,
         mentions_bot=mentioned and not is_direct,

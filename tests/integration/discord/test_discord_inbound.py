@@ -1,0 +1,78 @@
+"""The gateway against the fake: the bot's managed role, auto-threads with GROUP_REPLY=all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from discord_harness import Gateway, wait_client_ready
+
+from tests.fakes.discord import BOT_ID, CHANNEL_ID, GUILD_ID, FakeDiscord
+
+ROLE_ID = "1500000000000000001"
+
+
+def managed_role(role_id: str = ROLE_ID, bot_id: str = BOT_ID) -> dict[str, object]:
+    """The role Discord creates for a bot when it joins (tags.bot_id = the bot)."""
+    return {
+        "id": role_id,
+        "name": "Parley",
+        "permissions": "0",
+        "position": 1,
+        "color": 0,
+        "hoist": False,
+        "managed": True,
+        "mentionable": False,
+        "flags": 0,
+        "tags": {"bot_id": bot_id},
+    }
+
+
+async def test_mention_through_the_bots_managed_role_is_answered(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """Typing '@Parley' in a server offers the bot user and its integration role;
+    picking the role sends <@&ROLE> (mention_roles=[ROLE], the bot not in
+    ``mentions``). That is a mention of the bot."""
+    await fake_discord.dispatch(
+        "GUILD_ROLE_CREATE", {"guild_id": GUILD_ID, "role": managed_role()}, GUILD_ID
+    )
+    await fake_discord.dispatch(
+        "GUILD_ROLE_CREATE",
+        {"guild_id": GUILD_ID, "role": managed_role("1500000000000000002", "1100000000000000099")},
+        GUILD_ID,
+    )
+    alice = {"id": "1000000000000000042", "username": "alice"}
+    other = fake_discord._message(CHANNEL_ID, alice, "<@&1500000000000000002> ping")
+    other["mention_roles"] = ["1500000000000000002"]
+    raw = fake_discord._message(CHANNEL_ID, alice, f"<@&{ROLE_ID}> what's the weather?")
+    raw["mention_roles"] = [ROLE_ID]
+    for m in (other, raw):
+        await fake_discord.dispatch("MESSAGE_CREATE", {**m, "guild_id": GUILD_ID}, GUILD_ID)
+    (event,) = await gateway.wait_published(1, within=2.0)
+    assert event.text == "what's the weather?"
+    assert event.mentions_bot and event.event_id == raw["id"]
+    await asyncio.sleep(0.2)
+    assert len(await gateway.published()) == 1  # another bot's role is not ours
+
+
+async def test_group_reply_all_with_auto_thread_opens_threads_only_on_mention(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """With GROUP_REPLY=all and DISCORD_AUTO_THREAD=true, plain channel chatter is
+    answered in the channel; only a message that mentions the bot opens a thread."""
+    gw = make_gateway(group_reply="all", discord_auto_thread=True)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        chatter = await fake_discord.user_message(CHANNEL_ID, "lunch at noon?")
+        (plain,) = await gw.wait_published(1)
+        assert (plain.thread.conversation, plain.thread.thread) == (CHANNEL_ID, "")
+        mention = await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
+        await fake_discord.wait_call("POST", rf"/messages/{mention['id']}/threads")
+        events = await gw.wait_published(2)
+        assert events[1].thread.thread == mention["id"]
+        opened = fake_discord.calls_to("POST", rf"/messages/{chatter['id']}/threads")
+        assert not opened, "a thread was opened on a plain, unaddressed channel message"
+    finally:
+        await gw.halt()
