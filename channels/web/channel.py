@@ -4,18 +4,24 @@ Each browser gets its own conversation: a signed cookie carries a random
 session id, and the thread is ``web:local:<session id>``.  Messages go through
 the same Ingest -> stream -> worker path as every platform; answers come back
 through the thread's out stream (see ``outbox.py``), which the page follows
-with Server-Sent Events and replays on refresh.
+with Server-Sent Events; a refresh shows the thread's transcript.
 
 The cookie holds ``uid`` (this browser, stable: the user id for rate windows
-and approvals) and ``sid`` (this browser's current conversation).  ``/new``
-sent from the page starts another conversation: a fresh ``sid``, so a fresh
-thread and an empty transcript; the command itself runs in the new thread, so
-the agent's usual "Started a new conversation" is the first thing it shows.
-The previous thread is left as it was (it idles out like any session).
+and approvals) and ``sid`` (this browser's current conversation); see
+``session.py``.  ``/new`` sent from the page starts another conversation: a
+fresh ``sid``, so a fresh thread and an empty transcript; the command itself
+runs in the new thread, so the agent's usual "Started a new conversation" is the
+first thing it shows.  The previous thread is left as it was.
+
+Tabs: the page says which conversation it shows (``thread``) with its event
+stream, its messages and its button presses.  The server takes any of this
+browser's recent conversations (another tab may have started a newer one) and
+answers 409 for anything else, so the page reloads the current one and says so.
 
 Bad input: a body that is not JSON, too large, or without text -> 4xx and
 nothing is published.  With ``WEB_CHAT_TOKEN`` set every API call needs the
-token (asked once by the page, then kept in the signed cookie).
+token (asked once by the page, then proven by the signed cookie).  Requests for
+a host name the chat does not answer to get 403 (``guard.py``).
 
 Every response carries a strict Content-Security-Policy (no inline script, no
 third-party anything) and ``nosniff``; the page never turns text into HTML.
@@ -32,12 +38,11 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-from itsdangerous import BadSignature, URLSafeSerializer
 from pydantic import SecretStr
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -45,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from agent_core.agent.parser import Command, parse
 from agent_core.errors import StoreUnavailable
@@ -55,29 +60,33 @@ from agent_core.outbox import Outbox
 from agent_core.settings import ParleySettings
 from agent_core.store import keys
 from channels.base import Channel, ChannelDeps
-from channels.web.outbox import LocalOutbox, fold_transcript
+from channels.web.guard import (
+    HostPolicy,
+    SecuredApp,
+    client_ip,
+    json_body,
+    refusal,
+    request_host,
+    secured,
+)
+from channels.web.outbox import LocalOutbox, read_transcript
+from channels.web.session import (
+    MIN_TOKEN_CHARS,
+    SESSION_ID,
+    Conversations,
+    LoginThrottle,
+    Sessions,
+)
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
-COOKIE = "parley_web"
-MAX_BODY = 64 * 1024
 MAX_TEXT = 16_000
 SECRET_KEY = keys.PREFIX + "web:cookie-secret"
 SSE_BLOCK_MS = 1_000
 SSE_PING_SECS = 15.0
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
-
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-}
+STORE_DOWN = "the server cannot reach its storage right now; try again in a moment"
 
 
 class WebSettings(ParleySettings):
@@ -86,10 +95,15 @@ class WebSettings(ParleySettings):
     web_chat_secret: SecretStr | None = (
         None  # cookie signing key; default: generated, kept in Redis
     )
+    host: str = ""  # HOST (as the core reads it): the Host names the chat answers to
 
 
 def thread_for(session_id: str) -> ThreadKey:
     return ThreadKey("web", "local", session_id, "")
+
+
+def _error(status: int, text: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": text, **extra}, status_code=status)
 
 
 class WebChannel(Channel):
@@ -99,10 +113,14 @@ class WebChannel(Channel):
         self.settings = settings
         self.redis: Redis = deps.redis
         self.blocking: Redis | None = None
+        self.hosts = HostPolicy.build(settings.host, deps.public_url)
+        self.throttle = LoginThrottle(deps.redis)
+        self.conversations = Conversations(deps.redis)
         self._outbox = LocalOutbox(deps.redis, "web")
-        self._signer: URLSafeSerializer | None = None
+        self._sessions: Sessions | None = None
         self._closing = asyncio.Event()
         self._secret = b""
+        self._refused_hosts: set[str] = set()
 
     def outbox(self) -> Outbox:
         return self._outbox
@@ -118,51 +136,68 @@ class WebChannel(Channel):
             await self.redis.set(SECRET_KEY, secrets.token_urlsafe(32), nx=True)
             raw = await self.redis.get(SECRET_KEY)
             secret = raw.decode() if raw else secrets.token_urlsafe(32)
-        self._signer = URLSafeSerializer(secret, salt="parley-web")
+        self._sessions = Sessions(secret)
         self._secret = secret.encode()
+        token = self.settings.web_chat_token
+        if token is not None and len(token.get_secret_value()) < MIN_TOKEN_CHARS:
+            log.warning(
+                "WEB_CHAT_TOKEN is %d characters long: use at least %d random ones "
+                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')",
+                len(token.get_secret_value()),
+                MIN_TOKEN_CHARS,
+            )
+        if not self.hosts.loopback and token is None and not self.hosts.names:
+            log.warning(
+                "the web chat answers only to localhost and IP addresses: set PUBLIC_URL "
+                "(or WEB_CHAT_TOKEN) to open it by a host name"
+            )
 
     async def shutdown(self) -> None:
         self.close_streams()
 
-    # -- cookie session ----------------------------------------------------
-    def _read_cookie(self, request: Request) -> dict[str, Any]:
-        raw = request.cookies.get(COOKIE)
-        if not raw or self._signer is None:
-            return {}
-        try:
-            data = self._signer.loads(raw)
-        except BadSignature:
-            return {}
-        return data if isinstance(data, dict) else {}
+    # -- who may ask -------------------------------------------------------
+    def _gate(self, scope: Scope) -> Response | None:
+        """None for a host name the chat answers to, else the 403 (DNS rebinding)."""
+        name = request_host(scope)
+        if self.hosts.allows(name, token_set=self.settings.web_chat_token is not None):
+            return None
+        shown = (name or "")[:100]
+        if shown not in self._refused_hosts and len(self._refused_hosts) < 100:
+            self._refused_hosts.add(shown)
+            log.warning(
+                "web chat: refused a request for host %r (it answers to %s); "
+                "a page on another site may be trying to reach it",
+                shown,
+                self.hosts.describe(),
+            )
+        return refusal(scope, name, self.hosts.describe())
 
-    def _set_cookie(self, request: Request, response: Response, data: dict[str, Any]) -> None:
-        assert self._signer is not None
-        response.set_cookie(
-            COOKIE,
-            self._signer.dumps(data),
-            httponly=True,
-            samesite="strict",
-            max_age=30 * 86400,
-            secure=_is_https(request),
-        )
+    @property
+    def sessions(self) -> Sessions:
+        assert self._sessions is not None, "initialize() first"
+        return self._sessions
 
-    def _authorized(self, data: dict[str, Any]) -> bool:
-        token = self.settings.web_chat_token
-        return token is None or data.get("auth") is True
+    def _logged_in(self, data: dict[str, Any]) -> bool:
+        return self.sessions.logged_in(data, self.settings.web_chat_token)
 
     def _session(self, request: Request) -> tuple[dict[str, Any], bool]:
-        data = self._read_cookie(request)
-        fresh = False
+        """(the cookie session, made or refreshed now: set the cookie)."""
+        data, dirty = self.sessions.read(request)
         if not isinstance(data.get("sid"), str):
-            data = {
-                "sid": secrets.token_urlsafe(12),
-                **({"auth": data["auth"]} if "auth" in data else {}),
-            }
-            fresh = True
+            data = {"sid": secrets.token_urlsafe(12)}
+            dirty = True
         if not isinstance(data.get("uid"), str):
             data["uid"] = data["sid"]  # cookies from before uid existed: keep the same user
-            fresh = True
-        return data, fresh
+            dirty = True
+        return data, dirty
+
+    def _existing(self, request: Request) -> dict[str, Any] | None:
+        """The cookie session, or None when the page was never loaded."""
+        data, _ = self.sessions.read(request)
+        if not isinstance(data.get("sid"), str):
+            return None
+        data.setdefault("uid", data["sid"])
+        return data
 
     def _next_sid(self, uid: str, client_id: str | None) -> str:
         """The conversation id ``/new`` moves to.
@@ -175,125 +210,181 @@ class WebChannel(Channel):
         mac = hmac.new(self._secret, f"new:{uid}:{client_id}".encode(), hashlib.sha256)
         return base64.urlsafe_b64encode(mac.digest()[:12]).decode()
 
-    def _existing(self, request: Request) -> dict[str, Any] | None:
-        """The cookie session, or None when the page was never loaded."""
-        data = self._read_cookie(request)
-        if not isinstance(data.get("sid"), str):
-            return None
-        data.setdefault("uid", data["sid"])
-        return data
+    async def _shown(self, data: dict[str, Any], given: Any) -> str | Response:
+        """The conversation the page shows (``thread``), if this browser has it.
+
+        None given: the cookie's current one.  One of this browser's recent
+        conversations (a tab opened before another tab started a new one): that.
+        Anything else: 409, and the page reloads the current conversation.
+        """
+        current = data["sid"]
+        if given is None:
+            return current
+        if not isinstance(given, str) or len(given) > 200:
+            return _error(400, "'thread' must be the conversation the page shows")
+        if given == str(thread_for(current)):
+            return current
+        try:
+            key = ThreadKey.parse(given)
+        except ValueError:
+            key = None
+        if (
+            key is not None
+            and (key.channel, key.tenant, key.thread) == ("web", "local", "")
+            and SESSION_ID.match(key.conversation)
+        ):
+            try:
+                if await self.conversations.has(data["uid"], key.conversation):
+                    return key.conversation
+            except RedisError:
+                return _error(503, STORE_DOWN)
+        return _error(
+            409,
+            "this tab shows a conversation that was replaced (in another tab?): reload it",
+            thread=str(thread_for(current)),
+        )
 
     # -- routes ------------------------------------------------------------
     def routes(self, ingest: Ingest) -> list[BaseRoute]:
         async def page(request: Request) -> Response:
-            data, fresh = self._session(request)
+            data, dirty = self._session(request)
             resp = FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
-            if fresh:
-                self._set_cookie(request, resp, data)
+            if dirty:
+                self.sessions.write(request, resp, data)
             return resp
 
         async def me(request: Request) -> Response:
-            data, fresh = self._session(request)
+            data, dirty = self._session(request)
             resp = JSONResponse(
-                {
-                    "needs_token": not self._authorized(data),
-                    "thread": str(thread_for(data["sid"])),
-                }
+                {"needs_token": not self._logged_in(data), "thread": str(thread_for(data["sid"]))}
             )
-            if fresh:
-                self._set_cookie(request, resp, data)
+            if dirty:
+                self.sessions.write(request, resp, data)
             return resp
 
         async def login(request: Request) -> Response:
-            body = await _json_body(request)
+            body = await json_body(request)
             if isinstance(body, Response):
                 return body
             data, _ = self._session(request)
             token = self.settings.web_chat_token
+            resp = JSONResponse({"ok": True})
+            if token is None:  # nothing to prove, and nothing kept that a token would honour
+                data.pop("tk", None)
+                self.sessions.write(request, resp, data)
+                return resp
+            client = client_ip(request)
+            try:
+                wait = await self.throttle.attempt(client)
+            except RedisError:
+                return _error(503, STORE_DOWN)
+            if wait:
+                return JSONResponse(
+                    {"error": f"too many attempts: try again in {wait} s"},
+                    status_code=429,
+                    headers={"Retry-After": str(wait)},
+                )
             given = body.get("token")
-            if token is not None and not (
+            if not (
                 isinstance(given, str)
                 and hmac.compare_digest(given.encode(), token.get_secret_value().encode())
             ):
-                return JSONResponse({"error": "wrong token"}, status_code=403)
-            data["auth"] = True
-            resp = JSONResponse({"ok": True})
-            self._set_cookie(request, resp, data)
+                return _error(403, "wrong token")
+            with contextlib.suppress(RedisError):
+                await self.throttle.succeeded(client)
+            data["tk"] = self.sessions.token_digest(token.get_secret_value())
+            self.sessions.write(request, resp, data)
             return resp
 
         async def history(request: Request) -> Response:
-            data = self._read_cookie(request)
-            if not isinstance(data.get("sid"), str):
+            data = self._existing(request)
+            if data is None:
                 return JSONResponse({"messages": [], "last": "0-0"})
-            if not self._authorized(data):
-                return JSONResponse({"error": "token required"}, status_code=401)
-            thread = thread_for(data["sid"])
-            entries = await self.redis.xrange(keys.outbox_stream(thread))
-            last = entries[-1][0].decode() if entries else "0-0"
-            return JSONResponse({"messages": fold_transcript(entries), "last": last})
+            if not self._logged_in(data):
+                return _error(401, "token required")
+            sid = await self._shown(data, request.query_params.get("thread"))
+            if isinstance(sid, Response):
+                return sid
+            thread = thread_for(sid)
+            try:
+                messages, last = await read_transcript(self.redis, thread)
+            except RedisError:
+                log.warning("[%s] could not read the transcript (storage unavailable)", thread)
+                return _error(503, STORE_DOWN)
+            return JSONResponse({"messages": messages, "last": last, "thread": str(thread)})
 
         async def post_message(request: Request) -> Response:
             data = self._existing(request)
             if data is None:
-                return JSONResponse({"error": "no session; load the page first"}, status_code=400)
-            if not self._authorized(data):
-                return JSONResponse({"error": "token required"}, status_code=401)
-            body = await _json_body(request)
+                return _error(400, "no session; load the page first")
+            if not self._logged_in(data):
+                return _error(401, "token required")
+            body = await json_body(request)
             if isinstance(body, Response):
                 return body
             text = body.get("text")
             if not isinstance(text, str) or not text.strip():
-                return JSONResponse({"error": "'text' must be a non-empty string"}, status_code=400)
+                return _error(400, "'text' must be a non-empty string")
             if len(text) > MAX_TEXT:
-                return JSONResponse(
-                    {"error": f"message longer than {MAX_TEXT} characters"}, status_code=413
-                )
+                return _error(413, f"message longer than {MAX_TEXT} characters")
             client_id = body.get("id")
             if client_id is not None and not (
                 isinstance(client_id, str) and CLIENT_ID.match(client_id)
             ):
-                return JSONResponse(
-                    {"error": "'id' must be 8-40 of [A-Za-z0-9_-]"}, status_code=400
-                )
+                return _error(400, "'id' must be 8-40 of [A-Za-z0-9_-]")
+            sid = await self._shown(data, body.get("thread"))
+            if isinstance(sid, Response):
+                return sid
             sub = parse(text)
             new_conversation = isinstance(sub, Command) and sub.name == "new"
             if new_conversation:
                 # "/new starts another": a fresh thread for this browser; the command
                 # runs there, so the agent's confirmation opens the new transcript.
-                data = {**data, "sid": self._next_sid(data["uid"], client_id)}
-            thread = thread_for(data["sid"])
+                # Tabs that still show the earlier ones may go on with them.
+                new_sid = self._next_sid(data["uid"], client_id)
+                try:
+                    await self.conversations.remember(data["uid"], sid, data["sid"], new_sid)
+                except RedisError:
+                    return _error(503, STORE_DOWN)
+                sid = new_sid
+                data = {**data, "sid": new_sid}
             event = InboundEvent(
                 # the page's id makes a retry idempotent; scoped to this browser so
                 # that no one else's id can collide with (or pre-empt) it
                 event_id=f"{data['uid']}.{client_id}" if client_id else secrets.token_hex(8),
                 kind=EventKind.MESSAGE,
                 channel="web",
-                thread=thread,
+                thread=thread_for(sid),
                 user_id=data["uid"],
                 user_name="you",
                 text=text,
             )
             resp = await self._submit(ingest, event, record=True)
             if new_conversation and resp.status_code < 300:
-                self._set_cookie(request, resp, data)
+                self.sessions.write(request, resp, data)
             return resp
 
         async def post_action(request: Request) -> Response:
             data = self._existing(request)
-            if data is None or not self._authorized(data):
-                return JSONResponse({"error": "token required"}, status_code=401)
-            body = await _json_body(request)
+            if data is None or not self._logged_in(data):
+                return _error(401, "token required")
+            body = await json_body(request)
             if isinstance(body, Response):
                 return body
             token = body.get("token")
             if not isinstance(token, str) or not token or len(token) > 64 or not token.isascii():
-                return JSONResponse({"error": "'token' must be a button payload"}, status_code=400)
-            thread = thread_for(data["sid"])
+                return _error(400, "'token' must be a button payload")
+            if body.get("thread") is None:
+                # a press goes to the conversation its button is in, never to a guess
+                return _error(409, "reload the page: the press did not say its conversation")
+            sid = await self._shown(data, body.get("thread"))
+            if isinstance(sid, Response):
+                return sid
             event = InboundEvent(
                 event_id=secrets.token_hex(8),
                 kind=EventKind.ACTION,
                 channel="web",
-                thread=thread,
+                thread=thread_for(sid),
                 user_id=data["uid"],
                 user_name="you",
                 action=Action(token),
@@ -301,30 +392,39 @@ class WebChannel(Channel):
             return await self._submit(ingest, event, record=False)
 
         async def events(request: Request) -> Response:
-            data = self._read_cookie(request)
-            if not isinstance(data.get("sid"), str):
-                return JSONResponse({"error": "no session"}, status_code=400)
-            if not self._authorized(data):
-                return JSONResponse({"error": "token required"}, status_code=401)
-            after = request.headers.get("last-event-id") or request.query_params.get("after") or "$"
+            data = self._existing(request)
+            if data is None:
+                return _error(400, "no session")
+            if not self._logged_in(data):
+                return _error(401, "token required")
+            resumed = request.headers.get("last-event-id")
+            after = resumed or request.query_params.get("after") or "$"
             if after != "$" and not _valid_entry_id(after):
-                return JSONResponse({"error": "bad 'after' id"}, status_code=400)
-            thread = thread_for(data["sid"])
+                return _error(400, "bad 'after' id")
+            given = request.query_params.get("thread")
+            if given is None and resumed:
+                # the browser resumes an id of the conversation the page showed, which
+                # the cookie may no longer name: never continue with another one
+                return _error(409, "say which conversation to resume ('thread')")
+            sid = await self._shown(data, given)
+            if isinstance(sid, Response):
+                return sid
             return StreamingResponse(
-                self._sse(thread, after, request),
+                self._sse(thread_for(sid), after, request),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
 
+        gate = self._gate
         return [
-            Route("/", _secured(page), methods=["GET"]),
-            Route("/api/me", _secured(me), methods=["GET"]),
-            Route("/api/login", _secured(login), methods=["POST"]),
-            Route("/api/history", _secured(history), methods=["GET"]),
-            Route("/api/messages", _secured(post_message), methods=["POST"]),
-            Route("/api/actions", _secured(post_action), methods=["POST"]),
-            Route("/api/events", _secured(events), methods=["GET"]),
-            Mount("/static", app=_SecuredApp(StaticFiles(directory=STATIC)), name="static"),
+            Route("/", secured(page, gate), methods=["GET"]),
+            Route("/api/me", secured(me, gate), methods=["GET"]),
+            Route("/api/login", secured(login, gate), methods=["POST"]),
+            Route("/api/history", secured(history, gate), methods=["GET"]),
+            Route("/api/messages", secured(post_message, gate), methods=["POST"]),
+            Route("/api/actions", secured(post_action, gate), methods=["POST"]),
+            Route("/api/events", secured(events, gate), methods=["GET"]),
+            Mount("/static", app=SecuredApp(StaticFiles(directory=STATIC), gate), name="static"),
         ]
 
     async def _retract(self, event: InboundEvent, recorded: bool) -> None:
@@ -384,11 +484,19 @@ class WebChannel(Channel):
         client = self.blocking or self.redis
         stream = keys.outbox_stream(thread)
         last = after
-        if last == "$":
-            # Resolve '$' now, so nothing added between two blocking reads is missed.
-            info = await self.redis.xrevrange(stream, count=1)
-            last = info[0][0].decode() if info else "0-0"
         yield b"retry: 2000\n\n"
+        while last == "$" and not self._closing.is_set():
+            # Resolve '$' now, so nothing added between two blocking reads is missed.
+            try:
+                info = await self.redis.xrevrange(stream, count=1)
+            except RedisError:
+                await asyncio.sleep(1.0)
+                continue
+            last = info[0][0].decode() if info else "0-0"
+        if last != "0-0" and await self._gap(stream, last):
+            # Entries after `last` may be gone (the live stream is capped and expires):
+            # the page reloads the transcript instead of missing them.
+            yield b'data: {"t":"reload"}\n\n'
         quiet_since = time.monotonic()
         while not self._closing.is_set():
             if await request.is_disconnected():
@@ -411,6 +519,14 @@ class WebChannel(Channel):
                     payload = {k.decode(): _maybe_json(v) for k, v in fields.items()}
                     yield b"id: " + entry_id + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
+    async def _gap(self, stream: str, after: str) -> bool:
+        """Whether the stream no longer holds the entry ``after`` (nor anything before)."""
+        try:
+            first = await self.redis.xrange(stream, count=1)
+        except RedisError:
+            return False
+        return not first or _entry_key(first[0][0].decode()) > _entry_key(after)
+
 
 def _maybe_json(v: bytes) -> Any:
     if v[:1] in (b"{", b"["):
@@ -426,63 +542,9 @@ def _valid_entry_id(s: str) -> bool:
     return a.isdigit() and (b == "" or b.isdigit()) and len(s) < 40
 
 
-def _is_https(request: Request) -> bool:
-    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip()
-    return request.url.scheme == "https" or forwarded == "https"
-
-
-Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-def _secured(endpoint: Endpoint) -> Endpoint:
-    """Add the security headers to every response of ``endpoint``."""
-
-    async def wrapped(request: Request) -> Response:
-        response = await endpoint(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
-
-    return wrapped
-
-
-class _SecuredApp:
-    """The same headers on a mounted ASGI app's responses (the static files)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.raw = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *self.raw]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
-async def _json_body(request: Request) -> dict[str, Any] | Response:
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/json":
-        # Also keeps plain HTML forms on other sites from posting here.
-        return JSONResponse(
-            {"error": "send JSON (Content-Type: application/json)"}, status_code=415
-        )
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-        return JSONResponse({"error": "body too large"}, status_code=413)
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            return JSONResponse({"error": "body too large"}, status_code=413)
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return JSONResponse({"error": "body must be JSON"}, status_code=400)
-    if not isinstance(data, dict):
-        return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
-    return data
+def _entry_key(s: str) -> tuple[int, int]:
+    a, _, b = s.partition("-")
+    return int(a), int(b or 0)
 
 
 def status(

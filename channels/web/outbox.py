@@ -1,12 +1,25 @@
-"""Outbound for the local channels (web chat, console): a Redis Stream per thread.
+"""Outbound for the local channels (web chat, console): a Redis Stream per thread,
+and for the web chat a transcript of the messages themselves.
 
 Any worker process can answer a browser or a terminal that is connected to a
 different process: the worker appends what it says to the thread's ``out``
-stream and the web process (SSE) or the console reads it.  The stream is also
-the visible transcript: a refreshed page replays it, edits applied.
+stream and the web process (SSE) or the console reads it.
 
-Entry fields: ``t`` = user | message | edit | typing | done | retract | notice-private,
-``id`` = message id, ``m`` = OutboundMessage JSON (or the user's text),
+The ``out`` stream is the *live feed*: every message, streamed edit, typing
+ping and end-of-turn marker, so it grows fast (a long streamed answer is a few
+hundred entries).  It is short-lived: capped at :data:`LIVE_MAXLEN` entries and
+deleted :data:`LIVE_TTL_SECS` after its last entry.
+
+The web chat's history comes from the *transcript* instead: one entry per
+message (the user's and the agent's, the latest version of each, in the order
+they first appeared), capped at :data:`TRANSCRIPT_MAX_MESSAGES` messages (the
+oldest go first).  Typing pings and end-of-turn markers never go there, and an
+edit replaces its message in place, so a long conversation keeps its start.
+One Lua script writes both, so a history read (transcript + last stream id, in
+one transaction) and the live feed after that id never miss or repeat a step.
+
+Entry fields of the stream: ``t`` = user | message | edit | typing | done |
+retract, ``id`` = message id, ``m`` = OutboundMessage JSON (or the user's text),
 ``ev`` = the inbound event id it answers (for ``done``).
 """
 
@@ -24,7 +37,66 @@ from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadK
 from agent_core.outbox import current_part, on_wire
 from agent_core.store import keys
 
-TRANSCRIPT_MAXLEN = 2000
+LIVE_MAXLEN = 2000  # entries of the live ``out`` stream (approximate trim)
+LIVE_TTL_SECS = 86_400  # the live stream is deleted a day after its last entry
+TRANSCRIPT_MAX_MESSAGES = 1000  # messages kept per web chat conversation
+MARK = b"~v"  # transcript hash field: the transcript exists (no legacy import needed)
+
+# KEYS: out stream, transcript order (LIST of ids), transcript messages (HASH id ->
+# "kind|entry id|m JSON").  ARGV: t, id, m ('' for none), ev ('' for none), stream
+# maxlen, stream ttl, transcript cap (0: no transcript).  Returns {entry id, created}
+# where created = 1 when this call started the thread's transcript.
+_ADD = """
+local t, id, m, ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local fields = {'t', t, 'id', id}
+if m ~= '' then fields[#fields + 1] = 'm'; fields[#fields + 1] = m end
+if ev ~= '' then fields[#fields + 1] = 'ev'; fields[#fields + 1] = ev end
+local entry = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+local cap = tonumber(ARGV[7])
+local created = 0
+if cap > 0 and id ~= '' then
+  if t == 'user' or t == 'message' then
+    created = redis.call('HSETNX', KEYS[3], '~v', '1')
+    if redis.call('HEXISTS', KEYS[3], id) == 0 then redis.call('RPUSH', KEYS[2], id) end
+    redis.call('HSET', KEYS[3], id, t .. '|' .. entry .. '|' .. m)
+    local n = redis.call('LLEN', KEYS[2])
+    if n > cap then
+      local gone = redis.call('LRANGE', KEYS[2], 0, n - cap - 1)
+      redis.call('LTRIM', KEYS[2], n - cap, -1)
+      redis.call('HDEL', KEYS[3], unpack(gone))
+    end
+  elseif t == 'edit' then
+    local old = redis.call('HGET', KEYS[3], id)
+    if old then
+      local kind = string.match(old, '^([^|]*)')
+      redis.call('HSET', KEYS[3], id, kind .. '|' .. entry .. '|' .. m)
+    end
+  elseif t == 'retract' then
+    if redis.call('HDEL', KEYS[3], id) == 1 then redis.call('LREM', KEYS[2], 1, id) end
+  end
+end
+return {entry, created}
+"""
+
+# Older messages (from a transcript kept only in the stream), newest first: prepended
+# unless already there, while the cap allows.  KEYS: order, messages; ARGV: cap, then
+# id, value pairs.
+_IMPORT = """
+local cap = tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if redis.call('LLEN', KEYS[1]) >= cap then break end
+  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('LPUSH', KEYS[1], ARGV[i])
+  end
+end
+return 0
+"""
+
+
+def transcript_keys(thread: ThreadKey) -> tuple[str, str]:
+    """(order LIST, messages HASH) of the thread's transcript (same hash tag as ``out``)."""
+    return f"{keys.PREFIX}{thread.tag}:log", f"{keys.PREFIX}{thread.tag}:msgs"
 
 
 def part_message_id(thread: ThreadKey, part: str) -> str:
@@ -37,7 +109,7 @@ def new_message_id() -> str:
 
 
 class LocalOutbox:
-    """Outbox for ``web`` and ``console``: XADD to the thread's out stream."""
+    """Outbox for ``web`` and ``console``: the thread's out stream (+ the web transcript)."""
 
     wire_hook = True
     idempotent_parts = True  # a part sent twice is one transcript entry (same id)
@@ -46,14 +118,42 @@ class LocalOutbox:
         self.redis = redis
         self.channel = channel
         self.stream_interval = stream_interval
+        self.cap = TRANSCRIPT_MAX_MESSAGES if channel == "web" else 0
+        self._script = redis.register_script(_ADD)
+        self._import = redis.register_script(_IMPORT)
 
     async def _add(self, thread: ThreadKey, fields: dict[str, Any]) -> None:
-        await self.redis.xadd(
-            keys.outbox_stream(thread),
-            {k: (v if isinstance(v, bytes | str) else orjson.dumps(v)) for k, v in fields.items()},
-            maxlen=TRANSCRIPT_MAXLEN,
-            approximate=True,
+        m = fields.get("m", b"")
+        order, msgs = transcript_keys(thread)
+        stream = keys.outbox_stream(thread)
+        entry, created = await self._script(
+            keys=[stream, order, msgs],
+            args=[
+                fields["t"],
+                fields.get("id", ""),
+                m if isinstance(m, bytes | str) else orjson.dumps(m),
+                fields.get("ev", ""),
+                LIVE_MAXLEN,
+                LIVE_TTL_SECS,
+                self.cap,
+            ],
         )
+        if created:
+            await self._import_stream(thread, entry)
+
+    async def _import_stream(self, thread: ThreadKey, first: bytes) -> None:
+        """Copy a conversation written before transcripts existed (only in the stream)."""
+        stream = keys.outbox_stream(thread)
+        first_id = first.decode() if isinstance(first, bytes) else str(first)
+        entries = await self.redis.xrange(stream, min="-", max="(" + first_id)
+        items = fold_transcript(entries)
+        if not items:
+            return
+        args: list[Any] = [self.cap]
+        for item in reversed(items):
+            m = {k: v for k, v in item.items() if k not in ("kind", "id", "entry")}
+            args += [item["id"], f"{item['kind']}|{item['entry']}|".encode() + orjson.dumps(m)]
+        await self._import(keys=list(transcript_keys(thread)), args=args)
 
     async def send(
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
@@ -91,6 +191,34 @@ class LocalOutbox:
     async def retract_user(self, thread: ThreadKey, event_id: str) -> None:
         """Take back a recorded user message the store then refused."""
         await self._add(thread, {"t": "retract", "id": event_id})
+
+
+async def read_transcript(redis: Redis, thread: ThreadKey) -> tuple[list[dict[str, Any]], str]:
+    """The conversation so far (oldest first) and the live stream's last entry id.
+
+    Read in one transaction with the stream's last id, so following the stream
+    after that id shows exactly what came later.  A conversation from before
+    transcripts existed is folded from its stream.
+    """
+    order_key, msgs_key = transcript_keys(thread)
+    stream = keys.outbox_stream(thread)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.lrange(order_key, 0, -1)
+        pipe.hgetall(msgs_key)
+        pipe.xrevrange(stream, count=1)
+        ids, stored, last = await pipe.execute()
+    if MARK not in stored:
+        entries = await redis.xrange(stream)
+        return fold_transcript(entries), entries[-1][0].decode() if entries else "0-0"
+    out: list[dict[str, Any]] = []
+    for mid in ids:
+        raw = stored.get(mid)
+        if raw is None:
+            continue
+        kind, entry, m = raw.split(b"|", 2)
+        out.append({"kind": kind.decode(), "id": mid.decode(), "entry": entry.decode()})
+        out[-1].update(orjson.loads(m or b"{}"))
+    return out, last[0][0].decode() if last else "0-0"
 
 
 def kind_of(item: dict[str, Any]) -> str:

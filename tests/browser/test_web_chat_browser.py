@@ -359,6 +359,16 @@ MARKDOWN_CASES = [
     ("- a\n- b", "<ul><li>a</li><li>b</li></ul>"),
     ("3. c\n4. d", '<ol start="3"><li>c</li><li>d</li></ol>'),
     ("> quoted", "<blockquote><p>quoted</p></blockquote>"),
+    ("> a\n>> b", "<blockquote><p>a</p><blockquote><p>b</p></blockquote></blockquote>"),
+    (  # quotes nest 8 deep at most; deeper '>' are text
+        ">" * 10 + " deep",
+        "<blockquote>" * 8 + "<p>&gt;&gt; deep</p>" + "</blockquote>" * 8,
+    ),
+    (
+        "[[[a](https://e.com/)",
+        '<p>[[<a href="https://e.com/" rel="noopener noreferrer nofollow" '
+        'target="_blank">a</a></p>',
+    ),
 ]
 
 

@@ -81,6 +81,6 @@ async def app(
     asgi = Starlette(routes=routes)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=asgi, raise_app_exceptions=False),
-        base_url="http://parley.test",
+        base_url="http://localhost",
     ) as client:
         yield client

@@ -18,7 +18,9 @@ const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 
 function inline(text, parent) {
   // **bold**, *italic* / _italic_, `code`, [label](http…), bare http(s) links
-  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?\*\*)|(\[[^\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s]\*|\*[^*\s]\*)|((?<![A-Za-z0-9_])_(?=\S)[^\n]*?[^\s_]_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/;
+  // Each part stops at its own delimiter (an _italic_ may hold `code` with '_' in it), so
+  // no pattern rescans a long line from every start: linear on thousands of '_' or '['.
+  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s]\*|\*[^*\s]\*)|((?<![A-Za-z0-9_])_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`])_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/;
   while (text.length) {
     const m = re.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
@@ -44,10 +46,12 @@ function link(url, label) {
 }
 
 const LIST_ITEM = /^\s*([-*+]|\d+[.)])\s+/;
+const MAX_QUOTE_DEPTH = 8;  // deeper '>' levels show as text (no recursion without end)
 
-function renderMarkdown(src, into) {
+function renderMarkdown(src, into, depth = 0) {
   into.replaceChildren();
   const lines = String(src).split("\n");
+  const quote = (l) => depth < MAX_QUOTE_DEPTH && l.startsWith(">");
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
@@ -75,18 +79,18 @@ function renderMarkdown(src, into) {
       into.appendChild(ul);
       continue;
     }
-    if (line.startsWith(">")) {
+    if (quote(line)) {
       const q = document.createElement("blockquote");
       const body = [];
-      while (i < lines.length && lines[i].startsWith(">")) body.push(lines[i++].replace(/^>\s?/, ""));
-      renderMarkdown(body.join("\n"), q);
+      while (i < lines.length && quote(lines[i])) body.push(lines[i++].replace(/^>\s?/, ""));
+      renderMarkdown(body.join("\n"), q, depth + 1);
       into.appendChild(q);
       continue;
     }
     if (!line.trim()) { i++; continue; }
     const para = [];
     while (i < lines.length && lines[i].trim() && !lines[i].trimStart().startsWith("```")
-           && !LIST_ITEM.test(lines[i]) && !lines[i].startsWith(">")) para.push(lines[i++]);
+           && !LIST_ITEM.test(lines[i]) && !quote(lines[i])) para.push(lines[i++]);
     const h = /^(#{1,6})\s+(.*)$/.exec(para[0]);
     const p = document.createElement(h ? "h" + Math.min(h[1].length + 2, 6) : "p");
     para.forEach((l, k) => {
@@ -122,7 +126,8 @@ function upsert(m) {
     body.textContent = m.tx || "";
   } else {
     li.className = "msg bot" + (m.n ? " notice" : "") + (streaming ? " streaming" : "");
-    renderMarkdown(m.tx || "", body);
+    try { renderMarkdown(m.tx || "", body); }
+    catch (_) { body.textContent = m.tx || ""; }  // never lose a message to the renderer
   }
   li.setAttribute("aria-busy", streaming ? "true" : "false");
   const hadFocus = li.contains(document.activeElement);
@@ -164,6 +169,7 @@ function setTyping(on) {
 }
 
 function handle(ev) {
+  if (ev.t === "reload") { showThread().catch(() => boot(1000)); return; }  // the feed lost entries
   if (ev.t === "typing") { setTyping(true); return; }
   if (ev.t === "done") { setTyping(false); return; }
   if (ev.t === "retract") { byId.get(ev.id)?.remove(); byId.delete(ev.id); return; }
@@ -172,14 +178,28 @@ function handle(ev) {
   else if (ev.t === "message" || ev.t === "edit") upsert({ kind: "bot", id: ev.id, ...m });
 }
 
+function showInfo(text) {
+  const li = document.createElement("li");
+  li.className = "msg info"; li.setAttribute("role", "status");
+  li.textContent = text;
+  list.appendChild(li); scrollDown();
+}
+
 // ---------------------------------------------------------------- network
 async function api(path, body) {
-  const r = await fetch(path, {
-    method: body === undefined ? "GET" : "POST",
-    headers: body === undefined ? {} : { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: "same-origin",
-  });
+  let r;
+  try {
+    r = await fetch(path, {
+      method: body === undefined ? "GET" : "POST",
+      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "same-origin",
+    });
+  } catch (_) {
+    const err = new Error("no connection to the server");
+    err.network = true;  // no status: send() retries once, boot() keeps trying
+    throw err;
+  }
   let data = {};
   try { data = await r.json(); } catch (_) {}
   if (!r.ok) {
@@ -190,10 +210,21 @@ async function api(path, body) {
   return data;
 }
 
+const param = (name, value) => name + "=" + encodeURIComponent(value);
+
 function newId() {
   const a = new Uint8Array(12);
   crypto.getRandomValues(a);  // works on plain http too, unlike randomUUID
   return Array.from(a, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+// 409: this tab's conversation is not this browser's any more (another tab started
+// many newer ones, or the session was replaced): show the current one, and say so.
+async function replaced(what) {
+  thread = "";
+  await start();
+  showInfo("This tab showed a conversation that was replaced (in another tab?): "
+           + "this is the current one. " + what);
 }
 
 async function press(payload, row) {
@@ -202,27 +233,28 @@ async function press(payload, row) {
   row.setAttribute("aria-busy", "true");
   $("input").focus();
   setTyping(true);
-  try { await api("/api/actions", { token: payload }); }
+  try { await api("/api/actions", { token: payload, thread }); }
   catch (e) {
     setTyping(false);
-    showError("Could not send your choice: " + e.message);
     buttons.forEach((b) => (b.disabled = false));
     row.removeAttribute("aria-busy");
+    if (e.status === 409) replaced("Your choice was not sent.").catch(() => boot(1000));
+    else showError("Could not send your choice: " + e.message);
   }
 }
 
 function connect() {
   if (source) source.close();
   clearTimeout(retryTimer);
-  const es = new EventSource("/api/events?after=" + encodeURIComponent(last));
+  const es = new EventSource("/api/events?" + param("thread", thread) + "&" + param("after", last));
   source = es;
   es.onopen = () => { $("status").textContent = "connected"; };
   es.onerror = () => {
     if (es !== source) return;
     $("status").textContent = "reconnecting…";
-    // The browser retries by itself unless the server refused (e.g. session gone):
-    // then start over, which asks for the token again if needed.
-    if (es.readyState === EventSource.CLOSED) retryTimer = setTimeout(() => start().catch(() => {}), 3000);
+    // The browser retries by itself unless the server refused (session gone, conversation
+    // replaced): then start over, which asks for the token again if needed.
+    if (es.readyState === EventSource.CLOSED) { source = null; boot(3000); }
   };
   es.onmessage = (e) => {
     if (es !== source) return;
@@ -232,9 +264,13 @@ function connect() {
 }
 
 async function loadHistory() {
-  const h = await api("/api/history");
+  const h = await api("/api/history?" + param("thread", thread));
   list.replaceChildren(); byId.clear();
-  for (const m of h.messages) upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m });
+  for (const m of h.messages) {
+    // one message that cannot be shown never keeps the others (or the page) from showing
+    try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }); }
+    catch (_) {}
+  }
   last = h.last || "0-0";
   if (!h.messages.length) {
     const li = document.createElement("li");
@@ -244,12 +280,17 @@ async function loadHistory() {
   }
 }
 
-async function switchTo(newThread) {
-  // "/new" gave this browser another conversation: show its (fresh) transcript.
-  thread = newThread;
+async function showThread() {
+  // (Re)load the transcript of `thread` and follow its live feed from there.
   if (source) { source.close(); source = null; }
   await loadHistory();
   connect();
+}
+
+async function switchTo(newThread) {
+  // "/new" gave this browser another conversation: show its (fresh) transcript.
+  thread = newThread;
+  await showThread();
 }
 
 async function start() {
@@ -261,25 +302,55 @@ async function start() {
     return;
   }
   $("login").hidden = true; $("composer").hidden = false;
-  thread = me.thread;
-  await loadHistory();
+  thread = thread || me.thread;  // a restart keeps the conversation this tab shows
+  try { await loadHistory(); }
+  catch (e) {
+    if (e.status !== 409 || thread === me.thread) throw e;
+    thread = me.thread;
+    await loadHistory();
+    showInfo("This tab's conversation was replaced (in another tab?): this is the current one.");
+  }
   connect();
   $("input").focus();
 }
 
+// Start, and while the server cannot be reached (restarting, its storage down), try
+// again with growing pauses instead of giving up.
+let bootDelay = 0;
+function boot(after = 0) {
+  clearTimeout(retryTimer);
+  retryTimer = setTimeout(() => {
+    start().then(() => { bootDelay = 0; }).catch((e) => {
+      if (e.network || e.status >= 500) {
+        bootDelay = Math.min(bootDelay ? bootDelay * 2 : 1000, 30000);
+        $("status").textContent = "server unavailable, retrying in " + Math.round(bootDelay / 1000) + " s…";
+        boot(bootDelay);
+      } else showError("Could not start: " + e.message);
+    });
+  }, after);
+}
+
 async function send(text) {
-  const id = newId();
+  const body = { text, id: newId(), thread };
   let r;
   setTyping(true);  // before the request: the answer can beat the response here
-  try { r = await api("/api/messages", { text, id }); }
+  try { r = await api("/api/messages", body); }
   catch (err) {
     try {
-      if (err.status === undefined) r = await api("/api/messages", { text, id });  // network blip: once more, same id
+      if (err.network) r = await api("/api/messages", body);  // network blip: once more, same id
       else throw err;
     } catch (err2) { setTyping(false); throw err2; }
   }
   if (r.result === "duplicate") setTyping(false);
   if (r.thread && r.thread !== thread) await switchTo(r.thread);
+}
+
+function notSent(err, what, whenReplaced) {
+  if (err.status === 409) replaced(whenReplaced).catch(() => boot(1000));
+  else {
+    showError(what + " " + err.message);
+    if (err.status === 401) start().catch(() => {});
+  }
 }
 
 $("composer").addEventListener("submit", async (e) => {
@@ -290,16 +361,16 @@ $("composer").addEventListener("submit", async (e) => {
   input.value = "";
   try { await send(text); }
   catch (err) {
-    showError("Not sent: " + err.message);
     if (!input.value) input.value = text;
-    if (err.status === 401) start().catch(() => {});
+    notSent(err, "Not sent:", "Your message was not sent: it is still in the box.");
   }
 });
 $("input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
 });
 $("new").addEventListener("click", () => {
-  send("/new").catch((err) => showError("Could not start a new conversation: " + err.message));
+  send("/new").catch((err) => notSent(err, "Could not start a new conversation:",
+                                      "Press New conversation again to start another."));
   $("input").focus();
 });
 $("login").addEventListener("submit", async (e) => {
@@ -308,4 +379,4 @@ $("login").addEventListener("submit", async (e) => {
   catch (err) { $("login-error").textContent = err.message; $("token").focus(); }
 });
 
-start().catch((e) => showError("Could not start: " + e.message));
+boot();

@@ -1,0 +1,263 @@
+"""The web chat page when things are not simple: links from other sites, other sites'
+forms, several tabs, a server without its storage, hostile markdown."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from agent_core.events import OutboundMessage, ThreadKey
+from agent_core.store import keys
+from tests.browser.test_web_chat_browser import approvals_landed
+from tests.integration.conftest import free_port
+
+pytestmark = pytest.mark.browser
+
+
+def base_of(rt: Any) -> str:
+    return f"http://127.0.0.1:{rt.port}"
+
+
+async def say(page: Any, text: str) -> None:
+    await page.locator("#input").fill(text)
+    await page.locator("#input").press("Enter")
+
+
+async def wait_final(page: Any, text: str, timeout: float = 10_000) -> Any:
+    loc = page.locator("#messages li.msg.bot:not(.streaming)", has_text=text)
+    await loc.last.wait_for(timeout=timeout)
+    return loc.last
+
+
+async def connected(page: Any, timeout: float = 10_000) -> None:
+    await page.wait_for_selector("#status:text-is('connected')", timeout=timeout)
+
+
+# ---------------------------------------------------------------- other sites
+async def test_arriving_from_a_link_on_another_site_keeps_the_conversation(
+    served: Any, open_chat: Any
+) -> None:
+    """The cookie is SameSite=Lax: a link to the chat from any other site (Slack, a
+    mail, the README) arrives with it, so the conversation (and a login) is kept."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "remember pineapple")
+        await page.locator("#messages li.msg.bot", has_text="You said").wait_for()
+        thread = await page.evaluate("thread")
+        link = f'<a id="go" href="{base_of(rt)}/">open my Parley chat</a>'
+        await page.route(
+            "http://elsewhere.test/**",
+            lambda route: route.fulfill(body=link, content_type="text/html"),
+        )
+        await page.goto("http://elsewhere.test/")
+        await page.click("#go")
+        await connected(page)
+        arrived = await page.evaluate("thread")
+        # and for good: typed in the address bar afterwards, it is still the same
+        await page.goto(base_of(rt) + "/")
+        await connected(page)
+        after = await page.evaluate("thread")
+        assert (arrived, after) == (thread, thread)
+        assert await page.locator("#messages", has_text="pineapple").count() == 1
+
+
+async def test_another_sites_form_or_script_cannot_post_a_message(
+    served: Any, open_chat: Any, redis: Any
+) -> None:
+    """With a Lax cookie a cross-site form still cannot chat: the browser sends no
+    cookie with a cross-site POST, and the API takes JSON only, which a form cannot
+    send (nor a script on another site without CORS, which the chat never allows;
+    test_json_only_so_other_sites_cannot_post_forms shows the 415 with a cookie)."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        before = await redis.xlen(keys.INBOX_STREAM)
+        target = base_of(rt) + "/api/messages"
+        evil = f"""<form id="f" method="post" action="{target}" enctype="text/plain">
+          <input name='{{"text":"from a form","x":"' value='"}}'></form>
+          <script>
+            fetch("{target}", {{method: "POST", mode: "no-cors", credentials: "include",
+                   headers: {{"Content-Type": "text/plain"}},
+                   body: JSON.stringify({{text: "from a script"}})}}).finally(() => {{
+              document.title = "sent"; document.getElementById("f").submit(); }});
+          </script>"""
+        await page.route(
+            "http://elsewhere.test/**",
+            lambda route: route.fulfill(body=evil, content_type="text/html"),
+        )
+        answers: list[int] = []  # what the chat answered (the script's request may be blocked)
+        page.on("response", lambda r: answers.append(r.status) if r.url == target else None)
+        async with page.expect_response(
+            lambda r: r.request.resource_type == "document" and r.url == target
+        ):
+            await page.goto("http://elsewhere.test/")
+        assert answers and all(400 <= s < 500 for s in answers), answers
+        await asyncio.sleep(0.5)
+        assert await redis.xlen(keys.INBOX_STREAM) == before
+
+
+# ---------------------------------------------------------------- tabs
+async def test_a_tab_keeps_its_conversation_after_another_tab_starts_a_new_one(
+    served: Any, open_chat: Any
+) -> None:
+    async with served() as rt:
+        tab1 = await open_chat(base_of(rt))
+        await say(tab1, "remember mango")
+        await wait_final(tab1, "You said: remember mango")
+        first = await tab1.evaluate("thread")
+        tab2 = await tab1.context.new_page()
+        await tab2.goto("/")
+        await connected(tab2)
+        await tab2.locator("#new").click()
+        await wait_final(tab2, "Started a new conversation")
+        assert await tab2.evaluate("thread") != first
+        # tab 1 still shows and writes to its own conversation
+        await say(tab1, "still mango")
+        await wait_final(tab1, "You said: still mango")
+        assert await tab1.evaluate("thread") == first
+        assert await tab1.locator("#messages", has_text="Started a new").count() == 0
+        assert await tab2.locator("#messages", has_text="mango").count() == 0
+        # its event stream reconnects (a server restart) and stays with it
+        await tab1.evaluate("connect()")
+        await connected(tab1)
+        await say(tab2, "only in the new one")
+        await wait_final(tab2, "You said: only in the new one")
+        await asyncio.sleep(0.5)
+        assert await tab1.locator("#messages", has_text="only in the new one").count() == 0
+        assert tab1.problems == []
+
+
+def _unexpected(problems: list[str]) -> list[str]:
+    """Console errors other than the browser's own note of an expected 409."""
+    return [p for p in problems if "status of 409" not in p]
+
+
+async def test_an_approval_in_a_tab_whose_conversation_was_replaced_is_decided_there(
+    served: Any, open_chat: Any
+) -> None:
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        tab1 = await open_chat(base_of(rt))
+        await say(tab1, "demo an approval")
+        approve = tab1.locator("#messages .buttons button", has_text="Approve")
+        await approve.wait_for()
+        tab2 = await tab1.context.new_page()
+        await tab2.goto("/")
+        await connected(tab2)
+        await tab2.locator("#new").click()
+        await wait_final(tab2, "Started a new conversation")
+        await approve.click()
+        await wait_final(tab1, "the demo action ran")
+        assert await tab2.locator("#messages", has_text="demo action").count() == 0
+
+
+async def test_a_tab_whose_conversation_is_gone_shows_the_current_one_and_says_so(
+    served: Any, open_chat: Any
+) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        current = await page.evaluate("thread")
+        await page.evaluate("thread = 'web:local:notthisbrowser1:'")
+        await say(page, "where does this go?")
+        info = page.locator("#messages li.msg.info[role=status]", has_text="replaced")
+        await info.wait_for()
+        assert "still in the box" in await info.inner_text()
+        assert await page.locator("#input").input_value() == "where does this go?"
+        assert await page.evaluate("thread") == current
+        await connected(page)
+        await page.locator("#input").press("Enter")
+        await wait_final(page, "You said: where does this go?")
+        assert _unexpected(page.problems) == []
+
+
+# ---------------------------------------------------------------- storage down
+async def test_the_page_retries_while_the_server_cannot_read_the_conversation(
+    served: Any, browser: Any
+) -> None:
+    async with served() as rt:
+        ch = rt.channels["web"]
+        real = ch.redis
+        dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=0.2)
+        ch.redis = dead
+        ctx = await browser.new_context(base_url=base_of(rt))
+        try:
+            page = await ctx.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            unavailable: list[int] = []
+            page.on("response", lambda r: unavailable.append(1) if r.status == 503 else None)
+            await page.goto("/")
+            await page.wait_for_selector("#status:has-text('retrying')")
+            await asyncio.sleep(1.5)
+            ch.redis = real
+            await connected(page, timeout=15_000)
+            assert len(unavailable) >= 2
+            assert await page.locator("#messages li.msg.error").count() == 0
+            await say(page, "back again")
+            await wait_final(page, "You said: back again")
+            assert problems == []
+        finally:
+            ch.redis = real
+            await dead.aclose()
+            await ctx.close()
+
+
+# ---------------------------------------------------------------- hostile markdown
+async def test_a_deeply_quoted_answer_does_not_break_the_page(served: Any, open_chat: Any) -> None:
+    """Quotes nest at most 8 levels (deeper '>' show as text): a line of 6,000 '>'
+    neither overflows the renderer live nor keeps the page from starting again."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        thread = ThreadKey.parse(await page.evaluate("thread"))
+        await (
+            rt.channels["web"]
+            .outbox()
+            .send(thread, OutboundMessage("Nested quote:\n" + ">" * 6000 + " deep"))
+        )
+        answer = page.locator("#messages li.msg.bot", has_text="deep")
+        await answer.wait_for()
+        assert await answer.locator("blockquote").count() == 8
+        await page.reload()
+        await connected(page, timeout=5_000)
+        assert await page.locator("#messages li.msg.error").count() == 0
+        assert await answer.locator("blockquote").count() == 8
+        assert page.problems == []
+
+
+async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: Any) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        took = await page.evaluate(
+            """() => ["_a ".repeat(40000), " _".repeat(60000), "[".repeat(120000),
+                      "[a".repeat(60000), "_` _` x ".repeat(15000)].map((src) => {
+                 const d = document.createElement('div'); const t0 = performance.now();
+                 renderMarkdown(src, d); return performance.now() - t0; })"""
+        )
+        assert max(took) < 2000, took
+
+
+async def test_one_message_that_cannot_be_rendered_never_blanks_the_history(
+    served: Any, open_chat: Any
+) -> None:
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        thread = ThreadKey.parse(await page.evaluate("thread"))
+        out = rt.channels["web"].outbox()
+        for text in ("before", "BOOM **here**", "after"):
+            await out.send(thread, OutboundMessage(text))
+        await page.locator("#messages li.msg.bot", has_text="after").wait_for()
+        await page.evaluate(
+            """() => {
+                 const real = renderMarkdown;
+                 renderMarkdown = (src, into, depth) => {
+                   if (String(src).includes("BOOM")) throw new RangeError("too deep");
+                   return real(src, into, depth);
+                 };
+                 return loadHistory();
+               }"""
+        )
+        texts = await page.locator("#messages li.msg.bot").all_inner_texts()
+        assert texts == ["before", "BOOM **here**", "after"]  # shown as plain text

@@ -1,0 +1,207 @@
+"""Who may use the web chat: host names (DNS rebinding), the login cookie, login throttling."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from itsdangerous import TimestampSigner, URLSafeSerializer, URLSafeTimedSerializer
+from pydantic import SecretStr
+
+from agent_core.store import keys
+from agent_core.store.pacing import Pacer
+from channels.base import ChannelDeps
+from channels.web.channel import WebChannel, WebSettings
+from channels.web.guard import HostPolicy, host_of
+from channels.web.session import COOKIE, COOKIE_MAX_AGE, LEGACY_SALT, LOGIN_MAX_FAILURES, SALT
+from tests.integration.web.webtools import wait_up
+
+
+@contextlib.asynccontextmanager
+async def _client(rt: Any, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+    await wait_up(rt.port)
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{rt.port}", timeout=10, **kw
+    ) as client:
+        yield client
+
+
+# ------------------------------------------------------------------ host names
+async def test_a_page_on_another_host_name_cannot_drive_the_chat(runtime: Any, redis: Any) -> None:
+    """DNS rebinding: attacker.example resolves to 127.0.0.1 after its page loaded, so
+    the page's script is same-origin with the chat (Host: attacker.example:PORT).  On
+    a loopback address the chat answers only to localhost names: 403, nothing done,
+    no cookie handed out."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        foreign = {
+            "host": f"attacker.example:{rt.port}",
+            "origin": f"http://attacker.example:{rt.port}",
+        }
+        page = await client.get("/", headers=foreign)
+        me = await client.get("/api/me", headers=foreign)
+        r = await client.post("/api/messages", json={"text": "hello from evil"}, headers=foreign)
+        js = await client.get("/static/app.js", headers=foreign)
+        assert [x.status_code for x in (page, me, r, js)] == [403, 403, 403, 403]
+        assert "set-cookie" not in page.headers and "set-cookie" not in me.headers
+        assert "attacker.example" in page.text and "PUBLIC_URL" in page.text
+        assert r.json()["error"] and page.headers["x-content-type-options"] == "nosniff"
+        # a cookie obtained on the right name does not help either
+        await client.get("/")
+        r = await client.post("/api/messages", json={"text": "hello from evil"}, headers=foreign)
+        assert r.status_code == 403
+        for name in ("localhost", "127.0.0.1", "[::1]", "LOCALHOST."):
+            ok = await client.get("/api/me", headers={"host": f"{name}:{rt.port}"})
+            assert ok.status_code == 200, name
+        # with a token set a loopback chat still answers only to localhost
+        rt.channels["web"].settings.web_chat_token = SecretStr("a-long-enough-token")
+        assert (await client.get("/", headers=foreign)).status_code == 403
+    assert await redis.xlen(keys.INBOX_STREAM) == 0
+
+
+def test_host_names_the_chat_answers_to() -> None:
+    def allows(policy: HostPolicy, header: str, token: bool = False) -> bool:
+        return policy.allows(host_of(header), token_set=token)
+
+    laptop = HostPolicy.build("", "", on_heroku=False)
+    assert laptop.loopback
+    assert allows(laptop, "localhost:8000") and allows(laptop, "[::1]:8000")
+    assert not allows(laptop, "evil.example:8000")
+    assert not allows(laptop, "evil.example", token=True)
+    assert not allows(laptop, "192.168.1.5:8000")  # only loopback names on a loopback bind
+    assert not allows(laptop, "localhost:notaport") and not allows(laptop, "")
+    # behind a local reverse proxy: PUBLIC_URL's name too
+    proxied = HostPolicy.build("127.0.0.1", "https://chat.example.com/", on_heroku=False)
+    assert allows(proxied, "chat.example.com") and not allows(proxied, "other.example.com")
+    # listening beyond this machine
+    docker = HostPolicy.build("0.0.0.0", "", on_heroku=False)
+    assert not docker.loopback
+    assert allows(docker, "localhost:8000") and allows(docker, "192.168.1.5:8000")
+    assert allows(docker, "[2001:db8::1]:8000")  # an address cannot be rebound
+    assert not allows(docker, "rebound.example:8000")
+    assert allows(docker, "rebound.example:8000", token=True)  # the token protects it
+    named = HostPolicy.build("parley.lan", "", on_heroku=False)
+    assert allows(named, "parley.lan:8000") and not allows(named, "evil.lan:8000")
+    heroku = HostPolicy.build("", "https://my-parley.herokuapp.com", on_heroku=True)
+    assert not heroku.loopback
+    assert allows(heroku, "my-parley.herokuapp.com")
+    assert not allows(heroku, "someone-else.herokuapp.com")
+
+
+async def _web_channel(redis: Any, **settings: Any) -> WebChannel:
+    ch = WebChannel(
+        WebSettings(web_chat_enabled=True, **settings),
+        ChannelDeps(redis=redis, pacer=Pacer(redis)),
+    )
+    await ch.initialize()
+    return ch
+
+
+async def test_start_up_warns_about_a_short_token_and_an_unreachable_name(
+    redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="channels.web.channel"):
+        await _web_channel(redis, web_chat_token=SecretStr("0150"))
+        await _web_channel(redis, host="0.0.0.0")
+        await _web_channel(redis, web_chat_token=SecretStr("x" * 24))
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("WEB_CHAT_TOKEN is 4 characters long" in m and "16" in m for m in lines), lines
+    assert any("set PUBLIC_URL" in m for m in lines), lines
+    assert "0150" not in " ".join(lines)
+    assert sum("WEB_CHAT_TOKEN is" in m for m in lines) == 1
+
+
+# ------------------------------------------------------------------ the login cookie
+async def test_a_login_made_while_no_token_was_set_does_not_survive_setting_one(
+    runtime: Any,
+) -> None:
+    """Whoever reached the chat before WEB_CHAT_TOKEN was set is not logged in once it
+    is: a login without a token proves nothing and is not written into the cookie."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        await client.get("/")
+        assert (await client.post("/api/login", json={"token": "whatever"})).status_code == 200
+        rt.channels["web"].settings.web_chat_token = SecretStr("now-protected")
+        assert (await client.get("/api/me")).json()["needs_token"] is True
+        assert (await client.post("/api/messages", json={"text": "hi"})).status_code == 401
+
+
+async def test_changing_the_token_logs_out_the_old_one(runtime: Any) -> None:
+    """The cookie proves *which* token was given (a digest of it): rotating a leaked
+    WEB_CHAT_TOKEN logs out everyone who logged in with the old one."""
+    async with runtime("all", serve_web=True) as rt:
+        settings = rt.channels["web"].settings
+        settings.web_chat_token = SecretStr("leaked")
+        async with _client(rt) as client:
+            await client.get("/")
+            assert (await client.post("/api/login", json={"token": "leaked"})).status_code == 200
+            assert "leaked" not in client.cookies[COOKIE]
+            assert (await client.get("/api/me")).json()["needs_token"] is False
+            settings.web_chat_token = SecretStr("rotated")
+            assert (await client.get("/api/me")).json()["needs_token"] is True
+            assert (await client.post("/api/messages", json={"text": "hi"})).status_code == 401
+            assert (await client.post("/api/login", json={"token": "rotated"})).status_code == 200
+            assert (await client.post("/api/messages", json={"text": "hi"})).status_code == 202
+
+
+async def test_the_server_refuses_a_cookie_older_than_its_lifetime(runtime: Any) -> None:
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        secret = rt.channels["web"]._secret.decode()
+
+        class LongAgo(TimestampSigner):
+            def get_timestamp(self) -> int:
+                return int(time.time()) - COOKIE_MAX_AGE - 60
+
+        old = URLSafeTimedSerializer(secret, salt=SALT, signer=LongAgo)
+        client.cookies.set(COOKIE, old.dumps({"sid": "oldsession1234", "uid": "olduser12345"}))
+        r = await client.post("/api/messages", json={"text": "hi"})
+        assert r.status_code == 400  # no session: load the page first
+        client.cookies.clear()
+        client.cookies.set(COOKIE, old.dumps({"sid": "oldsession1234", "uid": "olduser12345"}))
+        assert "oldsession1234" not in (await client.get("/api/me")).json()["thread"]
+
+
+async def test_a_cookie_from_before_timestamps_keeps_its_conversation_not_its_login(
+    runtime: Any,
+) -> None:
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        ch = rt.channels["web"]
+        legacy = URLSafeSerializer(ch._secret.decode(), salt=LEGACY_SALT)
+        client.cookies.set(
+            COOKIE, legacy.dumps({"sid": "legacysid12345", "uid": "legacyuid1234", "auth": True})
+        )
+        ch.settings.web_chat_token = SecretStr("needed-now")
+        r = await client.get("/api/me")
+        assert r.json() == {"needs_token": True, "thread": "web:local:legacysid12345:"}
+        assert "set-cookie" in r.headers  # signed again in the new form
+        again = await client.get("/api/me")
+        assert again.json() == r.json() and "set-cookie" not in again.headers
+
+
+# ------------------------------------------------------------------ guessing the token
+async def test_login_guesses_are_throttled(runtime: Any, redis: Any) -> None:
+    """Wrong tokens are counted per client address (a fresh session per guess does not
+    help): after LOGIN_MAX_FAILURES the login answers 429 with Retry-After, even for
+    the right token, until the window ends."""
+    async with runtime("all", serve_web=True) as rt:
+        rt.channels["web"].settings.web_chat_token = SecretStr("0150")
+        async with _client(rt) as client:
+            codes = []
+            for guess in range(200):
+                client.cookies.clear()
+                r = await client.post("/api/login", json={"token": f"{guess:04d}"})
+                codes.append(r.status_code)
+                if r.status_code in (200, 429):
+                    break
+            assert codes == [403] * LOGIN_MAX_FAILURES + [429], codes
+            assert 0 < int(r.headers["retry-after"]) <= 600
+            assert "try again" in r.json()["error"]
+            r = await client.post("/api/login", json={"token": "0150"})
+            assert r.status_code == 429
+            # the window ends: the right token works and clears the count
+            await redis.delete(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
+            assert (await client.post("/api/login", json={"token": "0150"})).status_code == 200
+            assert not await redis.exists(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
