@@ -430,12 +430,12 @@ def listen_on(host: str, port: int) -> list[socket.socket]:
         ) from None
     socks: list[socket.socket] = []
     for family, kind, proto, _, addr in dict.fromkeys(infos):
-        s = socket.socket(family, kind, proto)
-        socks.append(s)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
+            s = socket.socket(family, kind, proto)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             s.bind(addr)
             s.listen(2048)
         except OSError as exc:

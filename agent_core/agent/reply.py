@@ -23,6 +23,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from redis.exceptions import RedisError
+
 from agent_core.errors import ChannelError, LockLost, SendUnconfirmed
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import (
@@ -142,16 +144,27 @@ class ReplyWriter:
         return await self._edited(field, known, await self.outbox.edit(known, message))
 
     async def _edited(self, field: str | None, old: MessageRef, new: MessageRef) -> MessageRef:
-        """Record a part whose edit changed its ref (a long answer grew into more
-        messages, or shrank): a rerun must converge on every message it shows,
-        not send the extra ones again."""
-        if new != old:
-            if field is None:
-                field = next((f for f, r in self.sent.items() if r == old), None)
-            if field is not None:
-                self.sent[field] = new
+        """Record a part whose edit changed the messages it occupies (a long answer
+        grew into more messages, or shrank): a rerun must converge on every message
+        it shows, not send the extra ones again.  Other ref changes (a channel's
+        content fingerprints) are not worth a round trip."""
+        if field is None:
+            field = next((f for f, r in self.sent.items() if r == old), None)
+        if field is None or new == old:
+            return new
+        self.sent[field] = new
+        if self._ids(new) != self._ids(old):
+            try:
                 await self.delivery.record_sent(self.thread, field, new)
+            except RedisError as exc:  # the answer is out; a rerun may repeat the extra
+                log.warning("[%s] could not record part %s again: %s", self.thread, field, exc)
         return new
+
+    def _ids(self, ref: MessageRef) -> tuple[str, ...]:
+        """The platform messages ``ref`` stands for (``Outbox.message_ids`` if the
+        channel has it, else the whole ref)."""
+        ids = getattr(self.outbox, "message_ids", None)
+        return tuple(ids(ref)) if callable(ids) else (ref.message_id, ref.extra)
 
     async def _claim(self, field: str, *, resend_pending: bool = False) -> None:
         """Fenced claim of ``field`` right before it goes on the wire.

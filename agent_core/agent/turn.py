@@ -69,10 +69,12 @@ from agent_core.llm.base import (
     Completion,
     CompletionRequest,
     ImagePart,
+    ModelInfo,
     TextDelta,
     ToolCall,
     ToolSpec,
 )
+from agent_core.llm.prices import DEFAULT_PRICE
 from agent_core.store import keys
 from agent_core.store.delivery import TurnState
 from agent_core.store.scripting import Call
@@ -493,9 +495,7 @@ class Turn:
         cost = 0.0
         try:
             final = await self.interruptible(self._stream(request))
-            # priced as the model that answered (a cheap route, a failover), not the primary
-            answered = final.model and final.model != (model or "") and final.model
-            cost = (self.agent.llm.model_info(answered) if answered else info).cost(final.usage)
+            cost = self._price(final, info).cost(final.usage)
         finally:
             if reservation:
                 crossed = await self.agent.budget.record(self.user, reservation, cost)
@@ -537,6 +537,18 @@ class Turn:
                     f"(${s.user_daily_budget_usd:.2f})."
                 )
             await self.agent.notify_admins(text)
+
+    def _price(self, final: Completion, asked: ModelInfo) -> ModelInfo:
+        """Prices of the model that answered (a cheap route, a failover) when known;
+        else those of the model asked for (a server may echo a name of its own)."""
+        if not final.model or final.model == asked.name:
+            return asked
+        info = self.agent.llm.model_info(final.model)
+        unknown = (info.input_cost_per_token, info.output_cost_per_token) == (
+            DEFAULT_PRICE.input_cost_per_token,
+            DEFAULT_PRICE.output_cost_per_token,
+        )
+        return asked if unknown else info
 
     async def handle_text(self, completion: Completion) -> None:
         reply = self._reply

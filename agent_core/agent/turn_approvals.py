@@ -102,7 +102,7 @@ async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:
     error) and the session put back as it was: finish the wait with what really
     happened, never "expired" for a call that ran."""
     if a.decision in ("approve", "always"):
-        if a.decision == "always":
+        if a.decision == "always" and may_always(self, a.tool):
             self.session.always_approved.add(a.tool)
         result = a.result or (
             "error: approved, but the turn running it was stopped; it may or may not have run"
@@ -131,6 +131,13 @@ async def finish_pending(self: Turn, text: str) -> None:
     self.session.resume = {}
     self.session.pending_approval = ""
     self.session.state = ThreadState.IDLE
+
+
+def may_always(self: Turn, tool_name: str) -> bool:
+    """Whether "Always" may cover ``tool_name`` (not for a tool that asks every
+    time, whatever an older session or a given-up turn recorded)."""
+    tool = self.agent.tools.get(tool_name)
+    return tool is not None and tool.allow_always
 
 
 def may_decide(self: Turn, head: InboundEvent, a: ap.PendingApproval) -> bool:
@@ -213,8 +220,7 @@ async def decide(
         await self.private(head, "", button=True)  # acknowledge the press (silently)
     await self.close_prompt(a, decision, by)
     if decision in ("approve", "always"):
-        tool = self.agent.tools.get(a.tool)
-        if decision == "always" and (tool is None or tool.allow_always):
+        if decision == "always" and may_always(self, a.tool):
             self.session.always_approved.add(a.tool)
         if a.result is not None:
             result = a.result
@@ -266,7 +272,7 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
     self.user = rs.get("user", self.user)
     while queue:
         call = calls[queue[0]]
-        if call.name in self.session.always_approved:
+        if call.name in self.session.always_approved and may_always(self, call.name):
             a = ap.PendingApproval(
                 "", str(self.thread), call.name, call.id, call.arguments, self.user
             )

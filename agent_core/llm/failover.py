@@ -78,6 +78,16 @@ class Failover:
             await p.shutdown()
 
     def model_info(self, model: str | None = None) -> ModelInfo:
+        """The info of the provider that serves ``model`` (its own price table and
+        local flag: an Ollama fallback costs nothing, a cloud one does); the
+        primary's when none does."""
+        if model:
+            serving = [
+                p for p in self.providers if model.startswith(p.name.split(":", 1)[-1] or "\0")
+            ]
+            if serving:
+                best = max(serving, key=lambda p: len(p.name.split(":", 1)[-1]))
+                return best.model_info(model)
         return self.providers[0].model_info(model)
 
     async def list_models(self) -> list[str]:

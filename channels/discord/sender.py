@@ -185,6 +185,10 @@ class DiscordOutbox:
 
     # --- Outbox -------------------------------------------------------------
 
+    def message_ids(self, ref: MessageRef) -> list[str]:
+        """The Discord messages an answer occupies."""
+        return message_ids(ref)
+
     async def send(
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
     ) -> MessageRef:

@@ -49,6 +49,7 @@ _NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
 _TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
+UNKNOWN_TS = "?"  # in MessageRef.extra: a message posted whose ts never came back
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -146,6 +147,12 @@ class SlackOutbox:
         if resp.status_code >= 300:
             raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
 
+    def message_ids(self, ref: MessageRef) -> list[str]:
+        """The Slack messages an answer occupies ('?': posted, ts unknown)."""
+        if ref.extra.startswith(RESPONSE_URL_PREFIX):
+            return [ref.message_id]
+        return [ref.message_id, *(ref.extra.split(",") if ref.extra else [])]
+
     # -- Outbox ------------------------------------------------------------
     async def send(
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
@@ -186,7 +193,7 @@ class SlackOutbox:
     async def _post_all(
         self, channel: str, thread_ts: str | None, posts: list[SlackPost]
     ) -> list[str]:
-        """Post ``posts`` in order; the timestamps posted ('' = posted, ts unknown).
+        """Post ``posts`` in order; the timestamps posted (UNKNOWN_TS: posted, ts unknown).
 
         Until the head is out an error propagates (nothing was shown).  After it,
         the rest must follow (:meth:`_tail`); if it cannot, the head is returned
@@ -208,7 +215,7 @@ class SlackOutbox:
         return sent
 
     async def _tail(self, method: str, channel: str, post: SlackPost, args: dict[str, Any]) -> str:
-        """One message after the head of a multi-message answer (its ts, '' if unknown).
+        """One message after the head of a multi-message answer (its ts, or UNKNOWN_TS).
 
         The head is already showing, so the rest must follow: a refused format is
         sent again as text only, a rate limit is waited out (up to
@@ -220,18 +227,18 @@ class SlackOutbox:
         while True:
             try:
                 resp = await self._call(method, channel, **args, **post.kwargs())
-                return str(resp["ts"]) if resp is not None else ""
+                return str(resp["ts"]) if resp is not None else UNKNOWN_TS
             except FormattingRejected:
                 if text_only:
                     raise
                 log.warning("Slack refused the formatting of a later message; text only")
                 post, text_only = _text_only(post), True
             except SendRateLimited as exc:
-                waited += exc.retry_after
+                waited += max(exc.retry_after, 1.0)  # a Retry-After of 0 must not spin
                 if waited > _TAIL_MAX_WAIT:
                     raise
             except SendUnconfirmed:
-                return str(args.get("ts", ""))
+                return str(args.get("ts", UNKNOWN_TS))
 
     async def _ephemeral(
         self, thread: ThreadKey, user: str, message: OutboundMessage
@@ -283,8 +290,8 @@ class SlackOutbox:
 
     async def _replace(self, ref: MessageRef, posts: list[SlackPost]) -> MessageRef:
         """Make the answer's messages show ``posts``: update those that exist, post
-        the missing ones, delete the surplus.  '' stands for a message posted with
-        an unknown ts (not editable).  After the head, a message that cannot be
+        the missing ones, delete the surplus.  UNKNOWN_TS stands for a message
+        posted with an unknown ts (not editable).  After the head, a message that cannot be
         written stops the edit and keeps the rest as they are (logged)."""
         existing = [ref.message_id, *(ref.extra.split(",") if ref.extra else [])]
         tss: list[str] = []
@@ -292,8 +299,8 @@ class SlackOutbox:
             if i < len(existing):
                 args: dict[str, Any] = {"ts": existing[i]}
                 method = "chat.update"
-                if not existing[i]:
-                    tss.append("")
+                if existing[i] == UNKNOWN_TS:
+                    tss.append(UNKNOWN_TS)
                     continue
             else:
                 args = {"thread_ts": ref.thread or None, "unfurl_links": False}
@@ -309,7 +316,7 @@ class SlackOutbox:
                 tss.extend(existing[i:])
                 break
         for ts in existing[len(tss) :]:
-            if not ts:
+            if ts == UNKNOWN_TS:
                 continue
             try:
                 await self._call("chat.delete", ref.conversation, ts=ts)

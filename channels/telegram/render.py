@@ -201,7 +201,7 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
     for s, t in ranges:
         while t > s and text[t - 1].isspace() and (text[t - 1] == "\n" or not in_code(t - 1)):
             t -= 1
-        if t <= s:
+        if not text[s:t].strip():  # Telegram refuses a message of only whitespace
             continue
         base = off[s]
         ents: list[MessageEntity] = []

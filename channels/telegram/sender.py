@@ -331,6 +331,9 @@ class TelegramOutbox:
             return part
 
     # -- Outbox ----------------------------------------------------------------
+    def message_ids(self, ref: MessageRef) -> list[str]:
+        """The Telegram messages an answer occupies (without content fingerprints)."""
+        return [str(m) for m, _ in refs.decode_parts(ref.extra, ref.message_id)]
 
     async def send(
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None

@@ -79,3 +79,48 @@ async def test_history_stays_valid_after_a_timed_out_decision_turn(world: Any) -
         f"tool results {answered} for calls {calls}: "
         f"{[(m.role, m.content[:40]) for m in s.history]}"
     )
+
+
+async def test_always_on_a_tool_that_forbids_it_never_sticks_through_a_given_up_turn(
+    world: Any,
+) -> None:
+    """A tool with allow_always = False (run_shell) pressed "Always", and that decision
+    turn given up: settling it afterwards must not put the tool in always_approved,
+    so later calls still ask, each of them."""
+    from tests.integration.agent.conftest import Counter
+
+    class NoAlways(Counter):
+        name = "noalways"
+        allow_always = False
+
+    model = SlowAfterTool(
+        tools_then_answer(
+            ("count it", [call("noalways", label="x")]),
+            ("count twice", [call("noalways", label="y"), call("noalways", label="z")]),
+        )
+    )
+    w = world(model, turn_timeout_secs=1.0)
+    make = w.make_agent
+
+    def with_tool() -> Any:
+        agent = make()
+        agent.tools.add(NoAlways())
+        return agent
+
+    w.make_agent = with_tool
+    await w.start()
+    await w.send(user_event(T, "count it"))
+    await w.settle(T)
+    await w.send(press(T, f"ap:{approval_id(w, T)}:w"))  # Always
+    await w.settle(T)
+    assert any("took longer" in t for t in w.texts(T))  # the decision turn was given up
+    model.slow = False
+    await w.send(user_event(T, "hello"))
+    await w.settle(T)
+    assert "noalways" not in (await w.session(T)).always_approved
+    await w.send(user_event(T, "count twice"))
+    await w.settle(T)
+    await w.send(press(T, f"ap:{approval_id(w, T)}:a"))
+    await w.settle(T)
+    assert await w.counter("z") == 0  # the second call asks too
+    assert len(w.prompts(T)) == 3

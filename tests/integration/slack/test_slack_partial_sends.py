@@ -109,3 +109,32 @@ async def test_plain_fallback_of_an_edit_does_not_duplicate_messages(
     # the refused message goes again as text only; nothing is posted twice.
     assert len(texts) == 3, [t[:12] + "…" + t[-6:] for t in texts]
     assert sum("END1" in t for t in texts) == 1
+
+
+async def test_a_tail_message_whose_answer_was_lost_is_never_posted_again(
+    fake_slack: FakeSlack, slack: SlackChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second message of a two-message answer left but its answer was lost
+    (SendUnconfirmed): the ref keeps a place for it, so the final edit (or a rerun)
+    does not post it a second time."""
+    from agent_core.errors import SendUnconfirmed
+
+    thread = _thread(fake_slack)
+    box = slack.outbox()
+    real = box._call
+    posts = {"n": 0}
+
+    async def call(method: str, channel: str, **kw: Any) -> Any:
+        if method == "chat.postMessage":
+            posts["n"] += 1
+            if posts["n"] == 2:
+                await real(method, channel, **kw)  # Slack posts it...
+                raise SendUnconfirmed("Slack chat.postMessage: TimeoutError")  # ...unheard
+        return await real(method, channel, **kw)
+
+    monkeypatch.setattr(box, "_call", call)
+    ref = await box.send(thread, OutboundMessage(_long_answer(2)))
+    assert box.message_ids(ref)[1:] == ["?"]
+    await box.edit(ref, OutboundMessage(_long_answer(2)))
+    texts = _bot_texts(fake_slack, thread)
+    assert len(texts) == 2 and sum("END1" in t for t in texts) == 1, [t[-6:] for t in texts]

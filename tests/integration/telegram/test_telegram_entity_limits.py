@@ -108,3 +108,27 @@ async def test_fake_rejects_oversized_entities(
     ]
     with pytest.raises(BadRequest):
         await channel.bot.send_message(42, text, entities=ents)
+
+
+async def test_streamed_edits_record_the_part_again_only_when_it_grows(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """An edit that only changes what a message shows costs no Redis round trip; one
+    that adds a message (past 4096) records the part again."""
+    out = channel.outbox()
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    recorded: list[str] = []
+    real = delivery.record_sent
+
+    async def spy(thread: ThreadKey, field: str, ref: MessageRef) -> None:
+        recorded.append(field)
+        await real(thread, field, ref)
+
+    delivery.record_sent = spy  # type: ignore[method-assign]
+    reply = ReplyWriter(out, delivery, DM, "e2", {}, LockGuard()).stream()
+    await reply.feed("**Part 0.** lorem")
+    for i in range(3):  # short edits: same single message
+        await reply.w.edit(reply.ref, OutboundMessage(f"**Part 0.** lorem {i}", final=False))  # type: ignore[arg-type]
+    assert recorded == ["e2:0"]
+    await reply.finish(long_answer(10))  # now two messages
+    assert recorded == ["e2:0", "e2:0"]

@@ -127,3 +127,17 @@ async def test_stream_fails_over_before_text_only(clock: FakeClock) -> None:
     with pytest.raises(RequestFailed):
         _ = [i async for i in f.stream(CompletionRequest(REQ.messages, session_id="x"))]
     assert len(b.calls) == 1
+
+
+def test_model_info_comes_from_the_provider_that_serves_the_model(clock: FakeClock) -> None:
+    """An answer from a fallback is priced by that provider (its own table, its local
+    flag), also when the server echoes a dated name of the configured model."""
+    from agent_core.llm.base import ModelInfo
+
+    local, cloud = ScriptedProvider("ollama:llama3.2"), ScriptedProvider("openai:gpt-4o")
+    local.info = ModelInfo("llama3.2")  # free
+    cloud.info = ModelInfo("gpt-4o", output_cost_per_token=0.00001)
+    f = Failover([local, cloud], threshold=3, cooldown_secs=300, clock=clock)
+    assert f.model_info("gpt-4o-2024-08-06").output_cost_per_token == 0.00001
+    assert f.model_info("llama3.2").output_cost_per_token == 0.0
+    assert f.model_info(None).name == "llama3.2"  # the primary's by default

@@ -126,3 +126,10 @@ def test_html_in_code_stays_code_and_spoilers_still_work() -> None:
     text = shown(parts)
     assert "<b>x</b>" in text and "<br>" in text and "||" not in text
     assert {e.type for p in parts for e in p.entities} >= {"code", "pre", "spoiler"}
+
+
+def test_a_part_of_only_code_whitespace_is_not_sent() -> None:
+    """Code whitespace is kept at part boundaries, but a part that would hold nothing
+    else is dropped (Telegram refuses a message of only whitespace)."""
+    parts = render_text("```\n" + "x" * 4090 + "\n      \n```")
+    assert parts and all(p.text.strip() for p in parts), [p.text[:10] for p in parts]
