@@ -36,13 +36,13 @@ from agent_core.events import (
     MessageRef,
     ThreadKey,
 )
+from channels.mentions import BARE_MENTION_TEXT, cut_mentions
 
 from .render import encode_extra
 
 CHANNEL = "discord"
 DM_TENANT = "dm"
 # What the agent sees when a message only mentions the bot ("@Parley" alone).
-BARE_MENTION_TEXT = "(mentioned you without a message)"
 FORWARD = 1  # message_reference.type of a forwarded message (0: a reply)
 
 # message types a person writes: DEFAULT, REPLY, CHAT_INPUT_COMMAND excluded, THREAD_STARTER excluded
@@ -100,29 +100,6 @@ def display_name(user: RawUser | dict[str, Any]) -> str:
 def _mention_re(bot_id: str, roles: frozenset[str] = frozenset()) -> re.Pattern[str]:
     alts = [rf"@!?{re.escape(bot_id)}", *(rf"@&{re.escape(r)}" for r in sorted(roles))]
     return re.compile(rf"<(?:{'|'.join(alts)})>")
-
-
-def cut_mentions(pat: re.Pattern[str], text: str) -> str:
-    """``text`` without the matches of ``pat``, other spacing (code indentation) kept.
-
-    The spaces around a removed mention become one space between two words, and
-    none at the edge of a line or before punctuation.
-    """
-    out: list[str] = []
-    last = 0
-    for m in pat.finditer(text):
-        start, end = m.start(), m.end()
-        while start > last and text[start - 1] in " \t":
-            start -= 1
-        while end < len(text) and text[end] in " \t":
-            end += 1
-        out.append(text[last:start])
-        before, after = text[start - 1 : start], text[end : end + 1]
-        if before and after and not before.isspace() and not after.isspace():
-            out.append("" if after in ",.;:!?)" else " ")
-        last = end
-    out.append(text[last:])
-    return "".join(out)
 
 
 def mentions_bot(raw: RawMessage, bot_id: str, roles: frozenset[str] = frozenset()) -> bool:

@@ -32,13 +32,13 @@ import time
 from typing import Any
 
 from agent_core.events import Action, Attachment, EventKind, InboundEvent, MessageRef, ThreadKey
+from channels.mentions import BARE_MENTION_TEXT, cut_mentions
 
 from .render import ACTION_PREFIX
 
 CHANNEL = "slack"
 RESPONSE_URL_PREFIX = "ru:"  # MessageRef.extra holding a response_url
 # What the agent sees when a message only mentions the bot ("<@UBOT>" alone).
-BARE_MENTION_TEXT = "(mentioned you without a message)"
 
 # Message subtypes that carry a user's words; every other subtype (message_changed,
 # message_deleted, channel_join, bot_message, ...) is ignored.
@@ -81,29 +81,6 @@ def _loose(obj: Payload, key: str) -> str:
 
 def is_dm(channel_id: str) -> bool:
     return channel_id.startswith("D")
-
-
-def cut_mentions(pat: re.Pattern[str], text: str) -> str:
-    """``text`` without the matches of ``pat``, other spacing (code indentation) kept.
-
-    The spaces around a removed mention become one space between two words, and
-    none at the edge of a line or before punctuation.
-    """
-    out: list[str] = []
-    last = 0
-    for m in pat.finditer(text):
-        start, end = m.start(), m.end()
-        while start > last and text[start - 1] in " \t":
-            start -= 1
-        while end < len(text) and text[end] in " \t":
-            end += 1
-        out.append(text[last:start])
-        before, after = text[start - 1 : start], text[end : end + 1]
-        if before and after and not before.isspace() and not after.isspace():
-            out.append("" if after in ",.;:!?)" else " ")
-        last = end
-    out.append(text[last:])
-    return "".join(out)
 
 
 def plain_text(text: str, bot_user_id: str = "") -> str:

@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from telegram import Chat, Message, MessageEntity, Update, User
 
 from agent_core.events import Action, Attachment, EventKind, InboundEvent, MessageRef, ThreadKey
+from channels.mentions import BARE_MENTION_TEXT, cut_mentions
 from channels.telegram import refs
 
 CHANNEL = "telegram"
 
 # What the agent sees when a message only mentions the bot ("@parley_bot" alone).
-BARE_MENTION_TEXT = "(mentioned you without a message)"
 # How long the other items of an accepted album are accepted after the last one.
 ALBUM_MEMORY_SECS = 10.0
 ALBUM_MEMORY_MAX = 1024  # albums remembered at once (the oldest are forgotten first)
@@ -172,29 +172,6 @@ def _mentions(msg: Message, ctx: ParseContext, text: str) -> bool:
         and reply.from_user is not None
         and str(reply.from_user.id) == ctx.bot_id
     )
-
-
-def cut_mentions(pat: re.Pattern[str], text: str) -> str:
-    """``text`` without the matches of ``pat``, other spacing (code indentation) kept.
-
-    The spaces around a removed mention become one space between two words, and
-    none at the edge of a line or before punctuation.
-    """
-    out: list[str] = []
-    last = 0
-    for m in pat.finditer(text):
-        start, end = m.start(), m.end()
-        while start > last and text[start - 1] in " \t":
-            start -= 1
-        while end < len(text) and text[end] in " \t":
-            end += 1
-        out.append(text[last:start])
-        before, after = text[start - 1 : start], text[end : end + 1]
-        if before and after and not before.isspace() and not after.isspace():
-            out.append("" if after in ",.;:!?)" else " ")
-        last = end
-    out.append(text[last:])
-    return "".join(out)
 
 
 def _strip_mention(text: str, ctx: ParseContext) -> str:
