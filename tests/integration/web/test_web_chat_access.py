@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from itsdangerous import TimestampSigner, URLSafeSerializer, URLSafeTimedSerializer
 from pydantic import SecretStr
@@ -19,16 +16,7 @@ from channels.base import ChannelDeps
 from channels.web.channel import WebChannel, WebSettings
 from channels.web.guard import HostPolicy, host_of
 from channels.web.session import COOKIE, COOKIE_MAX_AGE, LEGACY_SALT, LOGIN_MAX_FAILURES, SALT
-from tests.integration.web.webtools import wait_up
-
-
-@contextlib.asynccontextmanager
-async def _client(rt: Any, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
-    await wait_up(rt.port)
-    async with httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{rt.port}", timeout=10, **kw
-    ) as client:
-        yield client
+from tests.integration.web.webtools import client_for as _client
 
 
 # ------------------------------------------------------------------ host names

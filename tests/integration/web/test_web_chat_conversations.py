@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,16 +15,7 @@ from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKe
 from agent_core.store import keys
 from channels.web.outbox import LIVE_TTL_SECS, TRANSCRIPT_MAX_MESSAGES, LocalOutbox
 from tests.integration.conftest import free_port
-from tests.integration.web.webtools import wait_up
-
-
-@contextlib.asynccontextmanager
-async def _client(rt: Any, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
-    await wait_up(rt.port)
-    async with httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{rt.port}", timeout=10, **kw
-    ) as client:
-        yield client
+from tests.integration.web.webtools import client_for as _client
 
 
 async def _history(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -20,3 +23,13 @@ async def wait_up(port: int, timeout: float = 10.0) -> None:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def client_for(rt: Any, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the runtime's web server, once it answers."""
+    await wait_up(rt.port)
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{rt.port}", timeout=10, **kw
+    ) as client:
+        yield client

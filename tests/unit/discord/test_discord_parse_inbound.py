@@ -5,23 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from channels.discord.parse import BARE_MENTION_TEXT, MessageContext, parse_message
+from tests.unit.discord.test_discord_parse import msg
 
 BOT = "100"
 ROLE = "150"
 CTX = MessageContext(bot_id=BOT)
 GUILD = MessageContext(bot_id=BOT, bot_roles=frozenset({ROLE}))
-
-
-def msg(**kw: Any) -> Any:
-    base: dict[str, Any] = {
-        "id": "900",
-        "channel_id": "300",
-        "author": {"id": "500", "username": "alice", "global_name": "Alice"},
-        "content": "hello",
-        "type": 0,
-    }
-    base.update(kw)
-    return base
 
 
 def forward(content: str, attachments: list[dict[str, Any]] | None = None, **kw: Any) -> Any:

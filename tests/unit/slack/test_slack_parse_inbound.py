@@ -5,16 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from channels.slack.parse import BARE_MENTION_TEXT, followup_candidate, parse_event
-
-
-def body(event: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "event_callback",
-        "team_id": "T1",
-        "event_id": "Ev1",
-        "event": event,
-        "authorizations": [{"user_id": "UBOT", "is_bot": True}],
-    }
+from tests.unit.slack.test_slack_parse import body
 
 
 def dm(**kw: Any) -> dict[str, Any]:
