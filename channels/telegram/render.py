@@ -115,20 +115,38 @@ def _to_spans(text: str, entities: Sequence[MessageEntity], off: list[int]) -> l
     return spans
 
 
-def _entity_cap(spans: list[_Span], start: int) -> int:
+class _EntityCap:
     """Where a part starting at ``start`` must end at the latest to stay within
     Telegram's entity limits: it applies only the first 100 entities of a
     message and refuses one whose entities are too large in total
-    (ENTITIES_TOO_LONG, about 9,500 bytes, link addresses included)."""
-    count, size = 0, 0
-    for sp in spans:  # in text order
-        if sp.end <= start:
-            continue
-        count += 1
-        size += ENTITY_BYTES + len((sp.entity.url or "").encode())
-        if (count > MAX_ENTITIES or size > MAX_ENTITY_BYTES) and sp.start > start:
-            return sp.start
-    return sys.maxsize
+    (ENTITIES_TOO_LONG, about 9,500 bytes, link addresses included).
+
+    Parts are asked for in text order, so the spans already behind are kept as
+    a small open set instead of being rescanned for every part.
+    """
+
+    def __init__(self, spans: list[_Span]) -> None:
+        self.spans = spans  # sorted by start
+        self.next = 0  # the first span not yet started
+        self.open: list[_Span] = []  # started, maybe still running
+
+    def __call__(self, start: int) -> int:
+        spans = self.spans
+        while self.next < len(spans) and spans[self.next].start < start:
+            self.open.append(spans[self.next])
+            self.next += 1
+        self.open = [sp for sp in self.open if sp.end > start]
+        count, size = 0, 0
+        for sp in self.open:
+            count += 1
+            size += ENTITY_BYTES + len((sp.entity.url or "").encode())
+        for i in range(self.next, len(spans)):  # no slice: that would copy the rest
+            sp = spans[i]
+            count += 1
+            size += ENTITY_BYTES + len((sp.entity.url or "").encode())
+            if (count > MAX_ENTITIES or size > MAX_ENTITY_BYTES) and sp.start > start:
+                return sp.start
+        return sys.maxsize
 
 
 def _cut_point(text: str, start: int, end: int, protected: list[tuple[int, int]]) -> int:
@@ -172,6 +190,7 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
     def in_code(i: int) -> bool:  # whitespace in code is content (indentation)
         return any(s <= i < t for s, t in code)
 
+    entity_cap = _EntityCap(spans)
     ranges: list[tuple[int, int]] = []
     start = 0
     while start < n:
@@ -180,7 +199,7 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
             start += 1
         if start >= n:
             break
-        cap = _entity_cap(spans, start)
+        cap = entity_cap(start)
         if off[n] - off[start] <= limit and cap >= n:
             ranges.append((start, n))
             break
@@ -198,6 +217,7 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
         ranges.append((start, cut))
         start = cut
     parts: list[Part] = []
+    upcoming, running = 0, []  # spans in text order: not yet reached / reached
     for s, t in ranges:
         while t > s and text[t - 1].isspace() and (text[t - 1] == "\n" or not in_code(t - 1)):
             t -= 1
@@ -205,7 +225,11 @@ def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TE
             continue
         base = off[s]
         ents: list[MessageEntity] = []
-        for sp in spans:
+        while upcoming < len(spans) and spans[upcoming].start < t:
+            running.append(spans[upcoming])
+            upcoming += 1
+        running = [sp for sp in running if sp.end > s]
+        for sp in running:
             cs, ct = max(sp.start, s), min(sp.end, t)
             if ct <= cs:
                 continue
