@@ -77,6 +77,10 @@ class Heartbeat:
             return False
         if now < float(raw) + self.interval:
             return False
+        # two leaders overlapping for a moment both read the same last tick: one claims it
+        claim = keys.heartbeat_claim(int(float(raw)))
+        if not await self.redis.set(claim, b"1", nx=True, ex=max(60, int(self.interval * 2))):
+            return False
         await self.redis.hset(keys.HEARTBEAT_STATE, "last_tick", repr(now))
         return True
 

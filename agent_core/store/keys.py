@@ -221,6 +221,11 @@ HEARTBEAT_CHECKLIST = PREFIX + "{heartbeat}:checklist"  # STRING set by /heartbe
 HEARTBEAT_STATE = PREFIX + "{heartbeat}:state"  # HASH last_tick, failures, outcome, at
 
 
+def heartbeat_claim(after: int) -> str:
+    """STRING: the check due after the tick at ``after`` (epoch s) was claimed (once)."""
+    return f"{PREFIX}{{heartbeat}}:claim:{after}"
+
+
 # Notifications
 def notified(dedup_key: str) -> str:
     """STRING: a proactive notification with this key was sent (or is on the wire)."""

@@ -336,3 +336,35 @@ async def test_routine_commands_from_chat_are_for_admins(pworld: Any) -> None:
     await w.send(user_event(admin, "/routine remove r1", "900"))
     await w.settle(admin)
     assert await RoutineStore(w.redis).get("r1") is None
+
+
+async def test_two_leaders_overlapping_run_one_heartbeat_check(pworld: Any, tmp_path: Any) -> None:
+    """Heartbeat.due is claimed in Redis: two schedulers that both see the check due
+    (a lease changing hands) run it once."""
+    w = pworld(answer(lambda req: "HEARTBEAT_OK"))
+    await w.start()
+    clock = FakeClock()
+    hb_file = tmp_path / "HEARTBEAT.md"
+    hb_file.write_text("- check\n")
+    settings = dict(heartbeat_enabled=True, heartbeat_interval_secs=60, heartbeat_file=hb_file)
+    a, b = w.proactive(clock, **settings), w.proactive(clock, **settings)
+    assert a.heartbeat is not None and b.heartbeat is not None
+    assert not await a.heartbeat.due(clock())  # the first check waits one interval
+    clock.advance(61)
+    real, read, gate = w.redis, [], asyncio.Event()
+
+    class BothReadFirst:  # each check reads the last tick before either writes it
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        async def hget(self, *args: Any) -> Any:
+            value = await real.hget(*args)
+            read.append(value)
+            if len(read) == 2:
+                gate.set()
+            await gate.wait()
+            return value
+
+    a.heartbeat.redis = b.heartbeat.redis = BothReadFirst()  # type: ignore[assignment]
+    both = await asyncio.gather(a.heartbeat.due(clock()), b.heartbeat.due(clock()))
+    assert sorted(both) == [False, True]
