@@ -112,6 +112,12 @@ def undo_ops(t: ThreadKey) -> str:
     return f"{PREFIX}{t.tag}:undoops"
 
 
+def album(channel: str, tenant: str, chat: str, group: str) -> str:
+    """STRING with TTL: this album (media group) was addressed to the bot, so its
+    other items are too, whichever web process receives them."""
+    return f"{PREFIX}album:{channel}:{tenant}:{chat}:{group}"
+
+
 def demo_notes(t: ThreadKey) -> str:
     """LIST of notes written by the harmless ``demo_approval`` tool."""
     return f"{PREFIX}{t.tag}:demo"

@@ -129,6 +129,7 @@ class TelegramChannel(Channel):
             bot=lambda: self.bot,
             context=lambda: self._ctx,
             max_body_bytes=self.settings.telegram_max_body_bytes,
+            redis=self.deps.redis,
         )
         return [Route(PATH, endpoint, methods=["POST"], name="telegram_webhook")]
 

@@ -42,7 +42,6 @@ from channels.telegram import refs
 
 CHANNEL = "telegram"
 
-# What the agent sees when a message only mentions the bot ("@parley_bot" alone).
 # How long the other items of an accepted album are accepted after the last one.
 ALBUM_MEMORY_SECS = 10.0
 ALBUM_MEMORY_MAX = 1024  # albums remembered at once (the oldest are forgotten first)
@@ -56,8 +55,9 @@ class AlbumMemory:
     """Albums (chat id, media_group_id) accepted recently, so their siblings are too.
 
     In memory: :func:`parse_update` is synchronous and has no Redis handle.  With
-    polling (one poller per bot) every item passes here; in webhook mode it works
-    when the album's updates reach the same web process.
+    polling (one poller per bot) every item passes here; in webhook mode the
+    endpoint also shares the record through Redis (``keys.album``), so items
+    that reach different web processes are accepted too.
     """
 
     __slots__ = ("_clock", "_ttl", "_until")

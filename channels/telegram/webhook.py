@@ -12,14 +12,18 @@ import logging
 from collections.abc import Callable
 
 import orjson
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from telegram import Bot, Update
 
 from agent_core.errors import StoreUnavailable
+from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest
+from agent_core.store import keys
 from channels.http_body import BodyTooLarge, read_capped_body
-from channels.telegram.parse import ParseContext, parse_update
+from channels.telegram.parse import ALBUM_MEMORY_SECS, CHANNEL, ParseContext, parse_update
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,27 @@ def _reply(status: int, text: str) -> Response:
     return PlainTextResponse(text, status_code=status)
 
 
+async def _shared_album(
+    redis: Redis, update: Update, ctx: ParseContext, event: InboundEvent | None
+) -> InboundEvent | None:
+    """Share an addressed album between web processes: Telegram may deliver its
+    items to different ones, and only the captioned item carries the mention.
+    The in-process memory (ParseContext.albums) still serves when Redis fails."""
+    msg = update.message
+    if msg is None or not msg.media_group_id or msg.chat.type == "private":
+        return event
+    key = keys.album(CHANNEL, ctx.bot_id, str(msg.chat.id), msg.media_group_id)
+    try:
+        if event is not None:
+            await redis.set(key, b"1", ex=int(ALBUM_MEMORY_SECS * 6))
+        elif await redis.exists(key):
+            ctx.albums.remember(msg.chat.id, msg.media_group_id)
+            event = parse_update(update, ctx)
+    except RedisError as exc:
+        log.debug("telegram album memory: Redis error (%s)", type(exc).__name__)
+    return event
+
+
 def make_endpoint(
     *,
     secret: str,
@@ -38,6 +63,7 @@ def make_endpoint(
     bot: Callable[[], Bot | None],
     context: Callable[[], ParseContext],
     max_body_bytes: int,
+    redis: Redis | None = None,
 ) -> Callable[[Request], object]:
     expected = secret.encode()
 
@@ -66,6 +92,8 @@ def make_endpoint(
             # A poison update must not block the bot's webhook queue forever.
             log.exception("telegram update %s could not be parsed; dropped", update.update_id)
             return _reply(200, "ok")
+        if redis is not None:
+            event = await _shared_album(redis, update, ctx, event)
         if event is None:
             return _reply(200, "ignored")
         try:

@@ -60,3 +60,31 @@ async def test_anonymous_admin_is_answered_as_the_group(
     assert await webhook.deliver(update) == 200
     [event] = await published()
     assert (event.user_id, event.user_name, event.text) == (f"chat{group}", "Ops", "status?")
+
+
+async def test_album_items_reaching_another_web_process_are_accepted_too(
+    webhook: FakeTelegram,
+    published: Published,
+    channel_factory: Callable[..., Awaitable[Any]],
+    ingest: Any,
+) -> None:
+    """Telegram may deliver an album's items to different web processes (several
+    web dynos): the addressed album is shared through Redis, not only in memory."""
+    import httpx
+    from starlette.applications import Starlette
+
+    group = -100230
+    webhook.set_chat(group, "supergroup")
+    album = {"media_group_id": "13600000000000003"}
+    first = webhook.message_update(
+        group, user_id=7, extra=album | _photo("q1") | {"caption": "@parley_test_bot compare"}
+    )
+    sibling = webhook.message_update(group, user_id=7, extra=album | _photo("q2"))
+    assert await webhook.deliver(first) == 200  # web process A
+    other = await channel_factory()  # web process B: its own parse context
+    try:
+        webhook.webhook_transport = httpx.ASGITransport(app=Starlette(routes=other.routes(ingest)))
+        assert await webhook.deliver(sibling) == 200
+    finally:
+        await other.shutdown()
+    assert [a.ref for e in await published() for a in e.attachments] == ["q1", "q2"]
