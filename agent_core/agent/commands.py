@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.agent.session import Session, ThreadState
 from agent_core.events import InboundEvent, ThreadKey
+from agent_core.llm.base import TokenUsage
 from agent_core.proactive.commands import register as register_proactive_commands
 
 if TYPE_CHECKING:
@@ -119,6 +120,8 @@ async def _new(ctx: CommandContext, args: str) -> str:
     s.resume = {}
     s.state = ThreadState.IDLE
     s.conversation += 1
+    # /cost and /status speak of this conversation: the old one's figures go with it
+    s.usage, s.cost_usd, s.last_prompt_tokens, s.token_ratio = TokenUsage(), 0.0, 0, 1.0
     ctx.replaced = True
     return "Started a new conversation. What's on your mind?" + note
 
@@ -193,10 +196,13 @@ async def _interrupt(ctx: CommandContext, args: str) -> str | None:
 
 def _fill(ctx: CommandContext) -> tuple[int, int, int]:
     from agent_core.agent.context import estimate
+    from agent_core.llm.base import ChatMessage
 
     turn = ctx.the_turn()
     window = ctx.agent.window_for(turn.model() or None)
-    est = estimate(ctx.session.history, ctx.session.token_ratio)
+    # as /context and compaction count it: the system prompt (with the summary) too
+    system = ChatMessage("system", turn.system_prompt())
+    est = estimate([system, *ctx.session.history], ctx.session.token_ratio)
     return est, window, round(100 * est / max(1, window))
 
 

@@ -42,11 +42,21 @@ SUMMARY_SYSTEM = (
 )
 
 
+def text_tokens(text: str) -> float:
+    """A token estimate for ``text`` without a tokenizer: words × 1.3 or characters ÷
+    4, whichever is larger; a CJK, kana, hangul or Thai character counts as about one
+    token (such text has few spaces, so counting words would see almost none)."""
+    if text.isascii():
+        return max(len(text.split()) * 1.3, len(text) / 4)
+    wide = sum(1 for ch in text if ord(ch) >= 0x2E80 or 0x0E00 <= ord(ch) <= 0x0E7F)
+    return max(len(text.split()) * 1.3, (len(text) - wide) / 4 + wide)
+
+
 def estimate_message(m: ChatMessage) -> float:
-    words = len(m.content.split())
+    tokens = text_tokens(m.content)
     for tc in m.tool_calls:
-        words += len(str(tc.arguments).split()) + 1
-    return words * 1.3 + 4
+        tokens += text_tokens(str(tc.arguments)) + 1.3
+    return tokens + 4
 
 
 def estimate(messages: Sequence[ChatMessage], ratio: float = 1.0) -> int:
@@ -90,12 +100,12 @@ def chunks(lines: list[str], budget: int) -> list[str]:
     cur: list[str] = []
     size = 0.0
     for line in lines:
-        cost = len(line.split()) * 1.3 + 1
+        cost = text_tokens(line) + 1
         if cur and size + cost > budget:
             out.append("\n".join(cur))
             cur, size = [], 0.0
         if cost > budget:  # a single giant line: keep its head
-            line = " ".join(line.split()[: int(budget / 1.3)])
+            line = line[: max(1, int(len(line) * budget / cost))]
             cost = budget
         cur.append(line)
         size += cost
@@ -120,7 +130,11 @@ class Compactor:
         self.cheap = cheap
         self.archive = archive
 
-    async def summarise(self, previous: str, old: Sequence[ChatMessage]) -> str:
+    async def summarise(
+        self, previous: str, old: Sequence[ChatMessage], session: Session | None = None
+    ) -> str:
+        """``previous`` summary extended with ``old``; each call's usage and cost is
+        added to ``session`` (shown by /cost, /status)."""
         summary = previous
         for part in chunks(_transcript(old), CHUNK_TOKENS):
             prompt = (
@@ -131,7 +145,11 @@ class Compactor:
                 max_tokens=SUMMARY_MAX_TOKENS,
                 temperature=SUMMARY_TEMPERATURE,
             )
-            result = await self.cheap().complete(req)
+            provider = self.cheap()
+            result = await provider.complete(req)
+            if session is not None:
+                session.usage = session.usage + result.usage
+                session.cost_usd += provider.model_info(result.model or None).cost(result.usage)
             if not result.text.strip():
                 raise ValueError("empty summary")
             summary = result.text.strip()
@@ -172,17 +190,16 @@ class Compactor:
             else:
                 break
             keep = {"move": KEEP_MOVE, "summarise": KEEP_SUMMARY, "truncate": KEEP_TRUNCATE}[level]
-            cut = keep_cut(history, keep)
+            # fewer turns than the level keeps: keep fewer at the same level (a short
+            # conversation with a long document is summarised, not cut), down to the
+            # current turn
+            turns = len(turn_starts(history))
+            cut = keep_cut(history, min(keep, max(1, turns - 1)))
             if cut == 0:
-                if level != "truncate":
-                    level, cut = "truncate", keep_cut(history, KEEP_TRUNCATE)
-                if cut == 0:
-                    cut = keep_cut(history, 1)  # only the current turn is left
-                if cut == 0:
-                    break
+                break  # only the current turn is left
             if level == "summarise":
                 try:
-                    session.summary = await self.summarise(session.summary, history[:cut])
+                    session.summary = await self.summarise(session.summary, history[:cut], session)
                     applied = "summarised"
                 except Exception as exc:  # never an error: truncate instead
                     log.warning("[%s] summary failed (%s); truncating instead", session.thread, exc)

@@ -1,0 +1,121 @@
+"""Conversation state: compaction of short conversations, token estimates for text
+without spaces, what summaries cost, and the figures /cost, /status and /context show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.agent.context import Compactor, estimate
+from agent_core.agent.session import Session
+from agent_core.events import ThreadKey
+from agent_core.llm.base import ChatMessage, Completion, ModelInfo, TokenUsage
+from tests.integration.agent.conftest import FnModel, user_event
+
+T = ThreadKey("web", "local", "audit-ctx")
+
+
+def _history(turns: int, words: int = 100) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    for i in range(turns):
+        out.append(ChatMessage("user", f"turn {i} " + "word " * words))
+        out.append(ChatMessage("assistant", "answer " * words))
+    return out
+
+
+def _compactor(archived: list[ChatMessage]) -> tuple[Compactor, list[Any]]:
+    asked: list[Any] = []
+
+    def rule(req: Any) -> Completion:
+        asked.append(req)
+        return Completion("SUMMARY: the user pasted the design doc (id 42)")
+
+    async def archive(session: Session, msgs: list[ChatMessage]) -> None:
+        archived.extend(msgs)
+
+    return Compactor(lambda: FnModel(rule), archive), asked
+
+
+# --- F1: few big turns -> truncation without any summary ---------------------------
+async def test_compact_command_on_short_conversation_summarises_not_truncates() -> None:
+    """/compact ("summarise older turns now") on a 4-turn conversation summarises
+    what it drops (before, turn 1 went with no summary: the model forgot it)."""
+    comp, _asked = _compactor([])
+    h = _history(4, 2000)
+    s = Session(str(T), history=h)
+    res = await comp.compact(s, h, 100_000, force="summarise")
+    assert res is not None
+    assert res.strategy == "summarised", res
+    assert s.summary, "older turns left the prompt without a summary"
+
+
+async def test_auto_compaction_at_82_percent_with_few_turns_keeps_a_summary() -> None:
+    """At 82 % (the 'move' band) with 6 big turns, compaction keeps fewer turns at
+    the same level instead of truncating to the last 3."""
+    comp, _asked = _compactor([])
+    h = _history(6, 2000)
+    s = Session(str(T), history=h)
+    res = await comp.compact(s, h, int(estimate(h) / 0.82))
+    assert res is not None
+    dropped_without_summary = res.strategy == "truncated" and not s.summary
+    assert not dropped_without_summary, res
+
+
+# --- F2: one long tool-using turn cannot be compacted -------------------------------
+def test_estimate_of_cjk_text_is_not_a_few_tokens() -> None:
+    """Chinese/Japanese/Thai text has no spaces: 3,000 characters must not estimate
+    as ~5 tokens (real: ~2,000-3,000), or compaction never triggers before the
+    provider's 400."""
+    msg = ChatMessage("user", "这是一个关于项目计划的很长的中文段落。" * 160)  # ~3,000 chars
+    assert estimate([msg]) >= 1000, estimate([msg])
+
+
+# --- F4: summary calls bypass usage / cost / budget ---------------------------------
+async def test_compact_summary_call_is_counted_in_usage(world: Any) -> None:
+    def rule(req: Any) -> Completion:
+        if req.temperature == 0.3:  # the summariser
+            return Completion("summary", usage=TokenUsage(5000, 300))
+        return Completion("ok", usage=TokenUsage(10, 5))
+
+    w = world(FnModel(rule, ModelInfo("m", input_cost_per_token=1e-6)))
+    await w.start()
+    from agent_core.store import keys
+
+    s0 = Session(str(T), history=_history(12, 200))
+    await w.redis.hset(keys.session(T), mapping={"v": 1, "d": s0.to_json()})
+    await w.send(user_event(T, "/compact"))
+    await w.settle(T)
+    assert "Compacted (summarised)" in w.texts(T)[-1]
+    s = await w.session(T)
+    assert s.usage.input >= 5000, f"summary tokens not counted: {s.usage}"
+    assert s.cost_usd > 0
+
+
+# --- F5: /new keeps the old conversation's cost ---------------------------------------
+async def test_cost_after_new_is_for_the_new_conversation(world: Any) -> None:
+    w = world(FnModel(lambda req: Completion("hi", usage=TokenUsage(1000, 50))))
+    await w.start()
+    for text in ("one", "two", "/new", "/cost"):
+        await w.send(user_event(T, text))
+        await w.settle(T)
+    out = w.texts(T)[-1]
+    assert "(0 prompt + 0 output tokens)" in out, out
+
+
+# --- F6: /status and /context disagree --------------------------------------------------
+async def test_status_and_context_report_the_same_fill(world: Any) -> None:
+    import re
+
+    w = world(FnModel(lambda req: Completion("hi")), context_window=20_000)
+    await w.start()
+    from agent_core.store import keys
+
+    s0 = Session(str(T), history=_history(2, 10), summary="fact " * 3000)
+    await w.redis.hset(keys.session(T), mapping={"v": 1, "d": s0.to_json()})
+    await w.send(user_event(T, "/status"))
+    await w.settle(T)
+    await w.send(user_event(T, "/context"))
+    await w.settle(T)
+    status, context = w.texts(T)[-2], w.texts(T)[-1]
+    pct_status = int(re.search(r"\((\d+)%\)", status).group(1))  # type: ignore[union-attr]
+    pct_context = int(re.search(r"\((\d+)%\)", context).group(1))  # type: ignore[union-attr]
+    assert abs(pct_status - pct_context) <= 2, (status, context)
