@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent_core.agent.session import Session
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 MOVE_AT, SUMMARISE_AT, TRUNCATE_AT = 0.80, 0.85, 0.95
 KEEP_MOVE, KEEP_SUMMARY, KEEP_TRUNCATE = 10, 5, 3
 CHUNK_TOKENS = 6000
+SHORT_RESULT_CHARS = 300  # what a shortened tool result keeps
 SUMMARY_MAX_TOKENS = 1024
 SUMMARY_TEMPERATURE = 0.3
 
@@ -114,9 +115,28 @@ def chunks(lines: list[str], budget: int) -> list[str]:
     return out
 
 
+def _shorten_results(history: list[ChatMessage], keep_last: int = 2) -> int:
+    """Shorten the tool results of the current turn except the last ``keep_last``
+    (one request followed by many tool rounds can outgrow the window alone); each
+    keeps its head and its call id, so every call still has its result."""
+    results = [i for i, m in enumerate(history) if m.role == "tool"]
+    shortened = 0
+    for i in results[: max(0, len(results) - keep_last)]:
+        m = history[i]
+        if len(m.content) > SHORT_RESULT_CHARS * 2:
+            omitted = len(m.content) - SHORT_RESULT_CHARS
+            history[i] = replace(
+                m,
+                content=m.content[:SHORT_RESULT_CHARS]
+                + f"… [{omitted:,} characters omitted to fit the context window]",
+            )
+            shortened += 1
+    return shortened
+
+
 @dataclass
 class Compaction:
-    strategy: str  # moved | summarised | truncated
+    strategy: str  # moved | summarised | truncated | shortened
     dropped: int
     before: int
     after: int
@@ -195,8 +215,11 @@ class Compactor:
             # current turn
             turns = len(turn_starts(history))
             cut = keep_cut(history, min(keep, max(1, turns - 1)))
-            if cut == 0:
-                break  # only the current turn is left
+            if cut == 0:  # only the current turn is left: shorten its older tool results
+                if level != "move" and _shorten_results(history):
+                    applied = "shortened"
+                    continue
+                break
             if level == "summarise":
                 try:
                     session.summary = await self.summarise(session.summary, history[:cut], session)

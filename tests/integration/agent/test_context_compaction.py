@@ -119,3 +119,29 @@ async def test_status_and_context_report_the_same_fill(world: Any) -> None:
     pct_status = int(re.search(r"\((\d+)%\)", status).group(1))  # type: ignore[union-attr]
     pct_context = int(re.search(r"\((\d+)%\)", context).group(1))  # type: ignore[union-attr]
     assert abs(pct_status - pct_context) <= 2, (status, context)
+
+
+async def test_one_long_tool_turn_is_shortened_to_fit_and_stays_valid() -> None:
+    """One request followed by many tool rounds outgrows the window alone: the older
+    tool results of that turn are shortened (every call keeps its result, the request
+    and the last results stay whole) instead of nothing happening."""
+    from agent_core.llm.base import ToolCall
+
+    comp, _asked = _compactor([])
+    h: list[ChatMessage] = [ChatMessage("user", "research the topic and report")]
+    for i in range(20):
+        call = ToolCall(f"c{i}", "http_request", {"url": f"https://example.com/{i}"})
+        h.append(ChatMessage("assistant", "", tool_calls=(call,)))
+        h.append(
+            ChatMessage("tool", "page text " * 1500, tool_call_id=f"c{i}", name="http_request")
+        )
+    s = Session(str(T), history=h)
+    window = int(estimate(h) / 1.2)  # 120 % full
+    res = await comp.compact(s, h, window)
+    assert res is not None and res.strategy == "shortened"
+    assert estimate(h) <= window * 0.95
+    assert h[0].content == "research the topic and report"
+    calls = [c.id for m in h for c in m.tool_calls]
+    results = [m.tool_call_id for m in h if m.role == "tool"]
+    assert calls == results == [f"c{i}" for i in range(20)]
+    assert "omitted" not in h[-1].content and "omitted" in h[2].content
