@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -142,3 +143,34 @@ class BudgetGuard:
         day = self.day()
         d, u = await self.redis.mget(keys.budget_day(day), keys.budget_user(day, user))
         return Spend(int(d or 0) / MICRO, int(u or 0) / MICRO)
+
+
+@dataclass
+class Bill:
+    """What a metered call really cost (set once the answer is in; 0 if it failed)."""
+
+    cost_usd: float = 0.0
+
+
+@dataclass
+class Meter:
+    """One person's model calls through the guard: each reserves its estimate before
+    it starts and books its real cost when it ends (failed or not).  Used for the
+    turn's calls and for the summary calls compaction makes on its behalf."""
+
+    guard: BudgetGuard
+    user: str
+    warn: Callable[[list[str]], Awaitable[None]] | None = None
+
+    @asynccontextmanager
+    async def call(self, estimate_usd: float) -> AsyncIterator[Bill]:
+        """Raises :class:`BudgetRefused` (before the call) when over a limit."""
+        reservation = await self.guard.reserve(self.user, estimate_usd)
+        bill = Bill()
+        try:
+            yield bill
+        finally:
+            if reservation:
+                crossed = await self.guard.record(self.user, reservation, bill.cost_usd)
+                if crossed and self.warn is not None:
+                    await self.warn(crossed)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.agent.budget import BudgetRefused
 from agent_core.agent.session import Session, ThreadState
 from agent_core.events import InboundEvent, ThreadKey
 from agent_core.llm.base import TokenUsage
@@ -169,9 +170,12 @@ async def _compact(ctx: CommandContext, args: str) -> str:
         return "Decide the pending approval first."
     turn = ctx.the_turn()
     window = ctx.agent.window_for(turn.model() or None)
-    res = await ctx.agent.compactor.compact(
-        ctx.session, ctx.session.history, window, force="summarise"
-    )
+    try:
+        res = await ctx.agent.compactor.compact(
+            ctx.session, ctx.session.history, window, force="summarise", meter=turn.meter()
+        )
+    except BudgetRefused as exc:
+        return str(exc)
     if res is None:
         return "Nothing to compact yet."
     return (
@@ -307,6 +311,9 @@ async def _agent(ctx: CommandContext, args: str) -> str:
         return "**Agents**\n" + "\n".join(rows) + "\n\n`/agent NAME` switches, `/agent reload`."
     if not profiles.has(name):
         return f"No agent named `{name}`. Send /agent for the list."
+    if ctx.session.state == ThreadState.AWAITING_APPROVAL:
+        # the approved call would run under the other profile's tools and prompt
+        return "Decide the pending approval first (or /deny it), then switch."
     ctx.session.profile = "" if name == profiles.default.name else name
     return f"Now talking as `{name}`."
 

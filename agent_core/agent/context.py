@@ -13,7 +13,9 @@ Steps repeat until the estimate is under 80 % or nothing is left to drop.
 Summaries are built chunk by chunk (each chunk within a token budget, tool
 results stripped first) and keep identifiers, decisions, open tasks and
 commitments.  A failed summary falls back to truncation, never to an error;
-a failed archive write never blocks the turn.
+a failed archive write never blocks the turn.  Summary calls go through the
+person's budgets like the turn's own calls (given a :class:`Meter`): one over a
+limit raises :class:`BudgetRefused` and leaves the history as it was.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
+from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.session import Session
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
 
@@ -151,25 +154,43 @@ class Compactor:
         self.archive = archive
 
     async def summarise(
-        self, previous: str, old: Sequence[ChatMessage], session: Session | None = None
+        self,
+        previous: str,
+        old: Sequence[ChatMessage],
+        session: Session | None = None,
+        meter: Meter | None = None,
     ) -> str:
         """``previous`` summary extended with ``old``; each call's usage and cost is
-        added to ``session`` (shown by /cost, /status)."""
+        added to ``session`` (shown by /cost, /status) and, with a ``meter``, checked
+        against and booked in the budgets (:class:`BudgetRefused` before a call)."""
         summary = previous
         for part in chunks(_transcript(old), CHUNK_TOKENS):
             prompt = (
                 f"Summary so far:\n{summary}\n\n" if summary else ""
             ) + f"Conversation to add:\n{part}\n\nWrite the updated summary."
+            messages = (ChatMessage("system", SUMMARY_SYSTEM), ChatMessage("user", prompt))
             req = CompletionRequest(
-                messages=(ChatMessage("system", SUMMARY_SYSTEM), ChatMessage("user", prompt)),
+                messages=messages,
                 max_tokens=SUMMARY_MAX_TOKENS,
                 temperature=SUMMARY_TEMPERATURE,
             )
             provider = self.cheap()
-            result = await provider.complete(req)
+            if meter is None:
+                result = await provider.complete(req)
+                cost = provider.model_info(result.model or None).cost(result.usage)
+            else:
+                info = provider.model_info(None)
+                est_usd = (
+                    estimate(list(messages)) * info.input_cost_per_token
+                    + SUMMARY_MAX_TOKENS * info.output_cost_per_token
+                )
+                async with meter.call(est_usd) as bill:
+                    result = await provider.complete(req)
+                    cost = provider.model_info(result.model or None).cost(result.usage)
+                    bill.cost_usd = cost
             if session is not None:
                 session.usage = session.usage + result.usage
-                session.cost_usd += provider.model_info(result.model or None).cost(result.usage)
+                session.cost_usd += cost
             if not result.text.strip():
                 raise ValueError("empty summary")
             summary = result.text.strip()
@@ -191,8 +212,12 @@ class Compactor:
         *,
         system_tokens: int = 0,
         force: str = "",
+        meter: Meter | None = None,
     ) -> Compaction | None:
-        """Bring ``history`` under the thresholds (or apply ``force``: summarise | truncate)."""
+        """Bring ``history`` under the thresholds (or apply ``force``: summarise | truncate).
+
+        A summary refused by the budgets raises :class:`BudgetRefused`: nothing is
+        dropped (truncating instead would lose the turns the summary was to keep)."""
         before = estimate(history, session.token_ratio) + system_tokens
         applied = ""
         dropped = 0
@@ -222,8 +247,12 @@ class Compactor:
                 break
             if level == "summarise":
                 try:
-                    session.summary = await self.summarise(session.summary, history[:cut], session)
+                    session.summary = await self.summarise(
+                        session.summary, history[:cut], session, meter
+                    )
                     applied = "summarised"
+                except BudgetRefused:
+                    raise
                 except Exception as exc:  # never an error: truncate instead
                     log.warning("[%s] summary failed (%s); truncating instead", session.thread, exc)
                     level, cut = "truncate", keep_cut(history, KEEP_TRUNCATE) or cut

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from agent_core.agent import approvals as ap
 from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
-from agent_core.agent.budget import BudgetRefused
+from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
 from agent_core.agent.context import estimate
 from agent_core.agent.executor import plan, run_many
@@ -442,7 +442,7 @@ class Turn:
         sys_tokens = estimate([system], self.session.token_ratio)
         if estimate(messages, self.session.token_ratio) + sys_tokens > 0.8 * window:
             await self.agent.compactor.compact(
-                self.session, messages, window, system_tokens=sys_tokens
+                self.session, messages, window, system_tokens=sys_tokens, meter=self.meter()
             )
             system = ChatMessage("system", self.system_prompt())  # the summary may be new
         return [system, *messages]
@@ -471,6 +471,7 @@ class Turn:
                 history,
                 self.agent.window_for(self.model() or None),
                 force="summarise",
+                meter=self.meter(),
             )
             prompt = await self.before_llm_call(history)
             return await self._call_llm_once(prompt, tools)
@@ -491,16 +492,9 @@ class Turn:
             est_in * info.input_cost_per_token
             + OUTPUT_ALLOWANCE_TOKENS * info.output_cost_per_token
         )
-        reservation = await self.agent.budget.reserve(self.user, est_usd)
-        cost = 0.0
-        try:
+        async with self.meter().call(est_usd) as bill:
             final = await self.interruptible(self._stream(request))
-            cost = self._price(final, info).cost(final.usage)
-        finally:
-            if reservation:
-                crossed = await self.agent.budget.record(self.user, reservation, cost)
-                if crossed:
-                    await self._warn_admins(crossed)
+            bill.cost_usd = cost = self._price(final, info).cost(final.usage)
         self.session.usage = self.session.usage + final.usage
         self.session.cost_usd += cost
         prompt_tokens = final.usage.prompt
@@ -525,6 +519,10 @@ class Turn:
         if final.tool_calls and reply.ref is not None:
             await reply.finish()  # keep the streamed preamble as sent
         return final
+
+    def meter(self) -> Meter:
+        """This turn's person against the budgets (model calls and summary calls)."""
+        return Meter(self.agent.budget, self.user, self._warn_admins)
 
     async def _warn_admins(self, scopes: list[str]) -> None:
         s = self.s

@@ -195,3 +195,60 @@ async def test_an_answer_is_billed_at_the_price_of_the_model_that_gave_it(world:
         await w.settle(T)
     assert len(model.requests) == 4, w.texts(T)
     assert not any("daily AI budget" in t for t in w.texts(T))
+
+
+def _summary_or_answer(req: Any) -> Any:
+    """Answers cost 5 output tokens; a compaction summary costs 100."""
+    from agent_core.agent.context import SUMMARY_SYSTEM
+    from agent_core.llm.base import Completion, TokenUsage
+
+    if req.messages[0].content == SUMMARY_SYSTEM:
+        return Completion("SUMMARY of the old turns", usage=TokenUsage(0, 100))
+    return Completion("ok", usage=TokenUsage(0, 5))
+
+
+async def _long_session(w: Any, words: int = 60) -> None:
+    from agent_core.agent.session import Session
+    from agent_core.llm.base import ChatMessage
+    from agent_core.store import keys
+
+    history: list[ChatMessage] = []
+    for i in range(12):
+        history += [ChatMessage("user", f"q{i} " + "word " * words), ChatMessage("assistant", "a")]
+    s = Session(str(T), history=history)
+    await w.redis.hset(keys.session(T), mapping={"v": 1, "d": s.to_json()})
+
+
+async def test_a_compaction_summary_is_booked_in_the_daily_budgets(world: Any) -> None:
+    """/compact's summary call is a model call like any other: it is checked against
+    and recorded in the person's and the day's budgets."""
+    info = ModelInfo("p", input_cost_per_token=0.0, output_cost_per_token=0.001)
+    w = world(FnModel(_summary_or_answer, info), daily_budget_usd=5.0, user_daily_budget_usd=5.0)
+    await w.start()
+    await _long_session(w)
+    await w.send(user_event(T, "/compact"))
+    await w.settle(T)
+    assert "Compacted (summarised)" in w.texts(T)[-1], w.texts(T)
+    spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
+    assert abs(spend.day_usd - 0.1) < 1e-9 and abs(spend.user_usd - 0.1) < 1e-9, spend
+
+
+async def test_a_summary_over_the_budget_is_refused_and_drops_nothing(world: Any) -> None:
+    """Automatic compaction whose summary the budget refuses: the person is told, no
+    model call is made, and the history is not truncated in its place."""
+    from agent_core.store import keys
+
+    info = ModelInfo(
+        "p", input_cost_per_token=0.0, output_cost_per_token=0.001, context_window=16_000
+    )
+    w = world(FnModel(_summary_or_answer, info), user_daily_budget_usd=0.5)
+    await w.start()
+    await _long_session(w, words=900)  # with the question: about 90 % of the window
+    day = BudgetGuard(w.redis, w.settings).day()
+    await w.redis.set(keys.budget_user(day, "telegram:u1"), 500_000)  # all of it spent
+    before = len((await w.session(T)).history)
+    await w.send(user_event(T, "one more question " + "word " * 300))
+    await w.settle(T)
+    assert not w.model.requests, w.texts(T)
+    assert "daily AI budget" in w.texts(T)[-1], w.texts(T)
+    assert len((await w.session(T)).history) >= before

@@ -132,3 +132,23 @@ async def test_interrupt_stops_the_running_turn(world: Any) -> None:
     assert calls and sorted(calls) == sorted(answered)  # the history stays valid
     # the next message is answered normally
     assert await say(w, "hello") == "echo: hello"
+
+
+async def test_agent_switch_waits_for_a_pending_approval(world: Any, tmp_path: Any) -> None:
+    """/agent NAME while a call waits for approval is refused: the approved call would
+    otherwise run under the other profile (its tools, its prompt)."""
+    (tmp_path / "reader.md").write_text("---\ntools: current_time\n---\nYou only read.")
+    w = world(echo(), profiles_dir=str(tmp_path))
+    await w.start()
+    await say(w, "count it")
+    assert w.prompts(T)
+    out = await say(w, "/agent reader")
+    assert "Decide the pending approval first" in out, out
+    assert (await w.session(T)).profile == ""
+    aid = w.prompts(T)[0].message.buttons[0].payload.split(":")[1]
+    from agent_core.events import EventKind
+
+    await w.send(user_event(T, "", kind=EventKind.ACTION, token=f"ap:{aid}:a"))
+    await w.settle(T)
+    assert await w.counter() == 1
+    assert "Now talking as `reader`" in await say(w, "/agent reader")
