@@ -147,6 +147,9 @@ class InboundEvent:
     reply_ref: MessageRef | None = None
     received_at: float = field(default_factory=time.time)
     seq: int = 0  # per-thread arrival number, assigned at ingest (0: none)
+    # items the person sent together that the platform delivers one by one (a
+    # Telegram album): a turn starting with one waits briefly for the rest
+    batch: str = ""
 
     @property
     def qualified_user(self) -> str:
@@ -178,6 +181,8 @@ class InboundEvent:
             d["rr"] = self.reply_ref.to_dict()
         if self.seq:
             d["sq"] = self.seq
+        if self.batch:
+            d["bt"] = self.batch
         return d
 
     def to_json(self) -> bytes:
@@ -202,6 +207,7 @@ class InboundEvent:
             reply_ref=MessageRef.from_dict(rr) if rr else None,
             received_at=d.get("at", 0.0),
             seq=d.get("sq", 0),
+            batch=d.get("bt", ""),
         )
 
     @classmethod

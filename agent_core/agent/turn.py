@@ -86,6 +86,10 @@ TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
 
 T = TypeVar("T")
 OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
+# An album's items come as separate events: the first model call waits until none
+# has arrived for BATCH_QUIET seconds (at most BATCH_MAX after the first item).
+BATCH_QUIET = 0.5
+BATCH_MAX = 3.0
 
 
 @runtime_checkable
@@ -402,6 +406,8 @@ class Turn:
             self.state.mailbox.extend(arrived)
             if flag_is_newer(flag, self.started_ms):
                 raise Interrupted()
+        if first and self.head is not None and self.head.batch:
+            arrived = [*arrived, *await self._rest_of_batch(self.head, arrived)]
         last = max((e.seq for e in self.state.mailbox[: self.consumed]), default=0)
         for ev in arrived:
             if ev.seq and last and ev.seq != last + 1:
@@ -423,6 +429,31 @@ class Turn:
             signals.injected.append(await self.user_message(ev))
             self.consumed += 1
         return signals
+
+    async def _rest_of_batch(
+        self, head: InboundEvent, arrived: list[InboundEvent]
+    ) -> list[InboundEvent]:
+        """Wait for the other items of ``head``'s batch (an album) so the first model
+        call sees them all: until none came for BATCH_QUIET s, at most BATCH_MAX s
+        after the first.  Costs nothing once the batch is already complete."""
+        batch = head.batch
+        last = max(e.received_at for e in (head, *arrived) if e.batch == batch)
+        now = time.time()
+        # received_at comes from the web process's clock: bound the wait by ours too
+        until = min(head.received_at, now) + BATCH_MAX
+        more: list[InboundEvent] = []
+        while True:
+            wait = min(last + BATCH_QUIET, until) - now
+            if wait <= 0:
+                return more
+            await asyncio.sleep(wait)
+            now = time.time()
+            start = len(self.state.mailbox)
+            raw = await self.agent.redis.lrange(keys.mailbox(self.thread), start, -1)
+            new = [InboundEvent.from_json(r) for r in raw]
+            self.state.mailbox.extend(new)
+            more += new
+            last = max([last, *(e.received_at for e in new if e.batch == batch)])
 
     def system_prompt(self) -> str:
         parts = [self.profile().system_prompt, self.agent_rule()]

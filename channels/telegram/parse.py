@@ -287,4 +287,5 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         attachments=attachments,
         reply_ref=MessageRef(CHANNEL, str(chat.id), str(msg.message_id), thread),
         received_at=time.time(),
+        batch=album or "",
     )

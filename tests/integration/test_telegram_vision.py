@@ -25,33 +25,39 @@ PNG = base64.b64decode(
 )
 
 
+def _settings(valkey: EmbeddedValkey, fake: FakeTelegram, llm: FakeLLMServer) -> Settings:
+    return Settings(
+        core=CoreSettings(redis_url=valkey.url, public_url="https://p.example", dm_policy="open"),  # type: ignore[arg-type]
+        llm=LLMSettings(
+            llm_backend="openai_compatible",
+            llm_base_url=llm.openai_url,
+            llm_model="gpt-4o",
+            llm_vision=True,
+        ),
+        web=WebSettings(web_chat_enabled=False),
+        platforms={
+            "telegram": TelegramSettings(
+                telegram_bot_token=TOKEN,  # type: ignore[arg-type]
+                telegram_api_base_url=fake.base_url,
+                telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
+                telegram_mode="webhook",
+            )
+        },
+        modules={"telegram": telegram_pkg},
+    )
+
+
+def _photo(fid: str) -> dict[str, Any]:
+    size = {"file_id": fid, "file_unique_id": fid + "u", "width": 1, "height": 1}
+    return {"photo": [size | {"file_size": len(PNG)}]}
+
+
 async def test_photo_reaches_a_vision_model(valkey: EmbeddedValkey, redis: Any) -> None:
     fake = FakeTelegram()
     await fake.start()
     fake.add_file("photo-1", PNG, "image/png")
     async with FakeLLMServer() as llm:
-        settings = Settings(
-            core=CoreSettings(
-                redis_url=valkey.url, public_url="https://p.example", dm_policy="open"
-            ),  # type: ignore[arg-type]
-            llm=LLMSettings(
-                llm_backend="openai_compatible",
-                llm_base_url=llm.openai_url,
-                llm_model="gpt-4o",
-                llm_vision=True,
-            ),
-            web=WebSettings(web_chat_enabled=False),
-            platforms={
-                "telegram": TelegramSettings(
-                    telegram_bot_token=TOKEN,  # type: ignore[arg-type]
-                    telegram_api_base_url=fake.base_url,
-                    telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
-                    telegram_mode="webhook",
-                )
-            },
-            modules={"telegram": telegram_pkg},
-        )
-        async with Runtime(settings, "all") as rt:
+        async with Runtime(_settings(valkey, fake, llm), "all") as rt:
             stop = asyncio.Event()
             task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
             try:
@@ -93,4 +99,65 @@ async def test_photo_reaches_a_vision_model(valkey: EmbeddedValkey, redis: Any) 
         assert urls == ["data:image/png;base64," + base64.b64encode(PNG).decode()] or urls == [
             "data:image/jpeg;base64," + base64.b64encode(PNG).decode()
         ]
+    await fake.stop()
+
+
+async def test_an_album_is_answered_once_with_all_its_photos(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    """Telegram delivers an album as one update per photo, here 0.2 s apart, the
+    later ones after the first one's turn has started: the model is asked once,
+    with every photo, and answers once."""
+    fake = FakeTelegram()
+    await fake.start()
+    for fid in ("a1", "a2", "a3"):
+        fake.add_file(fid, PNG, "image/png")
+    album = {"media_group_id": "13700000000000001"}
+    async with FakeLLMServer() as llm:
+        async with Runtime(_settings(valkey, fake, llm), "all") as rt:
+            stop = asyncio.Event()
+            task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
+            try:
+                async with httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
+                ) as client:
+
+                    async def deliver(update: dict[str, Any]) -> None:
+                        r = await client.post(
+                            "/telegram/webhook",
+                            json=update,
+                            headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
+                        )
+                        assert r.status_code == 200
+
+                    async def answers(n: int) -> None:
+                        deadline = time.monotonic() + 15
+                        while len(fake.sent_texts(555)) < n and time.monotonic() < deadline:
+                            await asyncio.sleep(0.05)
+
+                    extra = album | _photo("a1") | {"caption": "which is sharper?"}
+                    await deliver(fake.message_update(555, user_id=555, extra=extra))
+                    for fid in ("a2", "a3"):
+                        await asyncio.sleep(0.2)
+                        await deliver(
+                            fake.message_update(555, user_id=555, extra=album | _photo(fid))
+                        )
+                    await answers(1)
+                    # a later message: once it is answered, every album item was handled
+                    await deliver(fake.message_update(555, "thanks", user_id=555))
+                    await answers(2)
+            finally:
+                stop.set()
+                await task
+        assert len(fake.sent_texts(555)) == 2, fake.sent_texts(555)
+        first = llm.requests[0].body["messages"]
+        images = [
+            p
+            for m in first
+            if isinstance(m["content"], list)
+            for p in m["content"]
+            if p.get("type") == "image_url"
+        ]
+        assert len(images) == 3, first
+        assert len(llm.requests) == 2
     await fake.stop()
