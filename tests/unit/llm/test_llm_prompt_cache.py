@@ -172,6 +172,7 @@ def test_the_setting_turns_it_off() -> None:
 def test_the_setting_reads_on_off_and_a_bad_value_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv("ANTHROPIC_PROMPT_CACHE", raising=False)
     assert load(LLMSettings).anthropic_prompt_cache is True  # the default
     monkeypatch.setenv("ANTHROPIC_PROMPT_CACHE", "off")
     assert load(LLMSettings).anthropic_prompt_cache is False
