@@ -221,6 +221,8 @@ async def _status(ctx: CommandContext, args: str) -> str:
         f"**Context:** ~{est:,} of {window:,} tokens ({pct}%), {len(s.history)} messages",
         f"**Cost:** ${s.cost_usd:.4f} this conversation",
     ]
+    if s.usage.cache_read or s.usage.cache_write:
+        lines.append(f"**Prompt cache:** {_cached_pct(s.usage)}% of prompt tokens read from it")
     if ctx.agent.budget.enabled:
         sp = await ctx.agent.budget.spend(ctx.event.qualified_user)
         lines.append(f"**Today:** ${sp.user_usd:.4f} you, ${sp.day_usd:.4f} everyone")
@@ -231,13 +233,23 @@ async def _status(ctx: CommandContext, args: str) -> str:
     return "\n".join(lines)
 
 
+def _cached_pct(u: TokenUsage) -> int:
+    return round(100 * u.cache_read / max(1, u.prompt))
+
+
 async def _cost(ctx: CommandContext, args: str) -> str:
     s = ctx.session
     u = s.usage
     lines = [
-        f"This conversation: ${s.cost_usd:.4f} "
-        f"({u.input + u.cache_read + u.cache_write:,} prompt + {u.output:,} output tokens)."
+        f"This conversation: ${s.cost_usd:.4f} ({u.prompt:,} prompt + {u.output:,} output tokens)."
     ]
+    if u.cache_read or u.cache_write:
+        # the provider's prompt cache (Anthropic: cache_control; OpenAI: automatic)
+        lines.append(
+            f"Prompt cache: {u.cache_read:,} of the {u.prompt:,} prompt tokens "
+            f"({_cached_pct(u)}%) were read from it, at a fraction of the input price"
+            + (f"; {u.cache_write:,} were written to it." if u.cache_write else ".")
+        )
     sp = await ctx.agent.budget.spend(ctx.event.qualified_user)
     lines.append(f"Today (UTC): ${sp.user_usd:.4f} by you, ${sp.day_usd:.4f} by everyone.")
     st = ctx.agent.settings

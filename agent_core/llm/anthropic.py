@@ -6,7 +6,12 @@ next user turn; images are base64 ``image`` blocks.  Roles must alternate, so
 consecutive messages of one role are merged.  Streaming events:
 ``message_start`` (input usage), ``content_block_start`` / ``_delta``
 (``text_delta``, ``input_json_delta``) / ``_stop``, ``message_delta`` (stop
-reason, output usage), ``message_stop``, ``error``.
+reason, output usage; newer API versions repeat the input and cache counts
+there, cumulatively), ``message_stop``, ``error``.
+
+Prompt caching (on unless ``ANTHROPIC_PROMPT_CACHE=off``): the request carries
+``cache_control`` breakpoints where Anthropic recommends them for a multi-turn
+agent, see :func:`add_cache_breakpoints`.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ _TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
 _NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
 # what an otherwise empty user turn carries (a text block must not be blank)
 EMPTY_MESSAGE = "(empty message)"
+# blocks the API refuses a cache_control on (they are cached as part of a prefix)
+_NOT_CACHEABLE = frozenset({"thinking", "redacted_thinking"})
 
 
 def tool_id(call_id: str) -> str:
@@ -100,6 +107,77 @@ def _blocks(m: ChatMessage, vision: bool) -> list[dict[str, Any]]:
             {"type": "tool_use", "id": tool_id(c.id), "name": c.name, "input": c.arguments}
         )
     return blocks
+
+
+def _mark(blocks: list[dict[str, Any]]) -> bool:
+    """Put a breakpoint on the last block of ``blocks`` that may carry one."""
+    for b in reversed(blocks):
+        if b.get("type") in _NOT_CACHEABLE:
+            continue  # "thinking blocks cannot be cached directly"
+        if b.get("type") == "text" and not str(b.get("text", "")).strip():
+            continue  # "cache_control cannot be set for empty text blocks"
+        b["cache_control"] = {"type": "ephemeral"}
+        return True
+    return False
+
+
+def add_cache_breakpoints(body: dict[str, Any]) -> None:
+    """Mark ``body`` for Anthropic's prompt cache (5-minute, ``ephemeral``).
+
+    The API caches the prompt prefix (tools, then system, then messages) up to
+    each ``cache_control`` breakpoint, and reads a cached prefix found at a
+    breakpoint or up to about 20 blocks before it.  Three breakpoints at most
+    (the limit is 4):
+
+    * the end of the tools + system prefix: the last system block (the system
+      is then sent as a list of text blocks), or the last tool without one;
+    * the last block of the last message, so the next call of this turn (after
+      a tool round) and the next turn read everything before it;
+    * the last block of the third message from the end: where the previous
+      call put its last breakpoint (its last message, before the assistant's
+      answer and the new user turn).  A tool round adding more than 20 blocks
+      would otherwise leave that prefix beyond the lookback and rewrite it.
+
+    Prefixes shorter than the model's minimum (1024-4096 tokens) are simply not
+    cached by the API; that is no error.
+    """
+    system = body.get("system")
+    if isinstance(system, str) and system.strip():
+        body["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+    elif isinstance(system, list) and system:
+        _mark(system)
+    elif body.get("tools"):
+        body["tools"][-1]["cache_control"] = {"type": "ephemeral"}
+    messages: list[dict[str, Any]] = body.get("messages") or []
+    if messages:
+        _mark(messages[-1]["content"])
+    if len(messages) >= 3:
+        _mark(messages[-3]["content"])
+
+
+def merge_usage(into: dict[str, Any], new: Any) -> None:
+    """Fold one stream event's ``usage`` into ``into``.
+
+    ``message_start`` carries the input and cache counts (and an output count of
+    about 1); ``message_delta`` the output count and, in newer API versions, the
+    input and cache counts again, all cumulative.  Counts only grow within one
+    answer, so the larger is kept: a compatible server that repeats them as 0
+    (or null) in the delta does not erase what ``message_start`` said.
+    """
+    if not isinstance(new, dict):
+        return
+    for k, v in new.items():
+        if v is None:
+            continue
+        old = into.get(k)
+        if _count(v) and _count(old):
+            into[k] = max(old, v)
+        else:
+            into[k] = v
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 class AnthropicProvider(HTTPBackend):
@@ -160,6 +238,8 @@ class AnthropicProvider(HTTPBackend):
             ]
         if stream:
             body["stream"] = True
+        if self.config.prompt_cache:
+            add_cache_breakpoints(body)
         return body
 
     def _error_event(self, err: Any) -> LLMError:
@@ -226,7 +306,7 @@ class AnthropicProvider(HTTPBackend):
                 if kind == "message_start":
                     msg = data.get("message") or {}
                     model = str(msg.get("model") or model)
-                    usage.update(msg.get("usage") or {})
+                    merge_usage(usage, msg.get("usage"))
                 elif kind == "content_block_start":
                     block = data.get("content_block") or {}
                     if block.get("type") == "tool_use":
@@ -249,9 +329,7 @@ class AnthropicProvider(HTTPBackend):
                             slot["json"] += str(delta.get("partial_json") or "")
                 elif kind == "message_delta":
                     finish = str((data.get("delta") or {}).get("stop_reason") or finish)
-                    usage.update(
-                        {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
-                    )
+                    merge_usage(usage, data.get("usage"))
                 elif kind == "message_stop":
                     stopped = True  # keep reading to the end: the connection is reused
         if not stopped:

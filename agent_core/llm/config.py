@@ -34,6 +34,7 @@ class BackendConfig:
     flatten_tools: bool = False
     local: bool = False  # zero cost
     context_window: int = 0  # tokens every model of this backend gets; 0: the price table's
+    prompt_cache: bool = False  # Anthropic cache_control breakpoints (ANTHROPIC_PROMPT_CACHE)
 
     @property
     def label(self) -> str:
@@ -56,6 +57,7 @@ def _make(
     strict_tools: bool = False,
     local: bool = False,
     context_window: int = 0,
+    prompt_cache: bool = False,
 ) -> BackendConfig:
     return BackendConfig(
         backend=backend,
@@ -73,6 +75,7 @@ def _make(
         flatten_tools=settings.llm_flatten_tools,
         local=local,
         context_window=context_window,
+        prompt_cache=prompt_cache,
     )
 
 
@@ -107,6 +110,7 @@ def backend_config(
             model or settings.anthropic_model,
             settings.anthropic_base_url.rstrip("/"),
             key,
+            prompt_cache=settings.anthropic_prompt_cache,
         )
     elif name == "ollama":
         cfg = _make(

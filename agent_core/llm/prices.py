@@ -81,10 +81,13 @@ _TABLE: tuple[ModelInfo, ...] = (
     _m("o3-mini", 1.10, 4.40, 0.55, ctx=200_000, vision=False, reasoning=True),
     _m("o3-pro", 20.0, 80.0, ctx=200_000, reasoning=True),
     _m("o4-mini", 1.10, 4.40, 0.275, ctx=200_000, reasoning=True),
-    # Anthropic: cache write is the 5-minute write price
+    # Anthropic (its pricing page): cache read 0.1x input, cache write the
+    # 5-minute write price, 1.25x input (the only TTL Parley asks for)
+    _m("claude-opus-4-6", 5.0, 25.0, 0.50, 6.25, ctx=200_000),
     _m("claude-opus-4-5", 5.0, 25.0, 0.50, 6.25, ctx=200_000),
     _m("claude-opus-4-1", 15.0, 75.0, 1.50, 18.75, ctx=200_000),
     _m("claude-opus-4", 15.0, 75.0, 1.50, 18.75, ctx=200_000),
+    _m("claude-sonnet-4-6", 3.0, 15.0, 0.30, 3.75, ctx=200_000),
     _m("claude-sonnet-4-5", 3.0, 15.0, 0.30, 3.75, ctx=200_000),
     _m("claude-sonnet-4", 3.0, 15.0, 0.30, 3.75, ctx=200_000),
     _m("claude-haiku-4-5", 1.0, 5.0, 0.10, 1.25, ctx=200_000),

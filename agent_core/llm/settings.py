@@ -30,6 +30,9 @@ class LLMSettings(ParleySettings):
     anthropic_api_key: SecretStr | None = None
     anthropic_model: str = "claude-sonnet-4-20250514"
     anthropic_base_url: str = "https://api.anthropic.com"
+    # cache_control breakpoints on the tools + system prefix and the history
+    # (on / off, true / false); off: every call pays full input price
+    anthropic_prompt_cache: bool = True
 
     ollama_base_url: str = "http://localhost:11434"
     ollama_model: str = "llama3.2"

@@ -11,9 +11,14 @@ script exact replies with :meth:`FakeLLMServer.push` — status, headers, a JSON
 body, raw bytes (malformed JSON), SSE events, latency before the answer and
 between events, and a connection cut mid-stream.  Every request is recorded
 (``server.requests``).  Anthropic requests the real API would refuse (a blank
-text block, a malformed tool id, a ``tool_result`` without its ``tool_use``)
-get its 400 instead (``validate=False`` turns that off).  Usable from unit
-tests, integration tests and benchmarks::
+text block, a malformed tool id, a ``tool_result`` without its ``tool_use``,
+more than 4 ``cache_control`` breakpoints, an unknown cache type) get its 400
+instead (``validate=False`` turns that off).  Anthropic answers that do not
+script their usage (the echo, ``anthropic_text`` / ``anthropic_stream``
+without usage) report the input the way the real API splits it, from a
+simulated prompt cache (``server.prompt_cache``, see ``anthropic_cache``;
+``cache_min_tokens`` lowers the models' minimum cacheable prefix for tests).
+Usable from unit tests, integration tests and benchmarks::
 
     async with FakeLLMServer() as server:
         server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=2))
@@ -27,10 +32,12 @@ import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.anthropic_cache import PromptCache, cache_control_problem, with_usage
 
 
 @dataclass
@@ -45,6 +52,9 @@ class Reply:
     delay: float = 0.0  # seconds before the status line
     event_delay: float = 0.0  # seconds between SSE events
     cut: bool = False  # drop the connection after the events, mid-body
+    # Anthropic: the server fills in input_tokens / cache_read_input_tokens /
+    # cache_creation_input_tokens from the request and its prompt cache
+    measure: bool = False
 
 
 @dataclass
@@ -181,7 +191,8 @@ def anthropic_text(
             "stop_reason": "tool_use" if uses else "end_turn",
             "stop_sequence": None,
             "usage": usage or {"input_tokens": 10, "output_tokens": 5},
-        }
+        },
+        measure=usage is None,
     )
 
 
@@ -190,14 +201,17 @@ def anthropic_stream(
     *,
     tool_uses: Iterable[tuple[str, str, str]] = (),
     model: str = "claude-sonnet-4-20250514",
-    input_tokens: int = 10,
+    input_tokens: int | None = None,
     output_tokens: int = 5,
     cache_read: int = 0,
     stop: bool = True,
     event_delay: float = 0.0,
     cut: bool = False,
 ) -> Reply:
-    """The real event sequence; tool uses (id, name, input JSON) as input_json_delta."""
+    """The real event sequence; tool uses (id, name, input JSON) as input_json_delta.
+
+    Without ``input_tokens`` the server measures the input usage from the request
+    (and its prompt cache), as the real API reports it."""
     ev: list[tuple[str, Any]] = [
         (
             "message_start",
@@ -211,7 +225,7 @@ def anthropic_stream(
                     "content": [],
                     "stop_reason": None,
                     "usage": {
-                        "input_tokens": input_tokens,
+                        "input_tokens": 10 if input_tokens is None else input_tokens,
                         "output_tokens": 1,
                         "cache_read_input_tokens": cache_read,
                         "cache_creation_input_tokens": 0,
@@ -288,7 +302,7 @@ def anthropic_stream(
             )
         )
         ev.append(("message_stop", {"type": "message_stop"}))
-    return Reply(events=ev, event_delay=event_delay, cut=cut)
+    return Reply(events=ev, event_delay=event_delay, cut=cut, measure=input_tokens is None)
 
 
 def anthropic_error(
@@ -324,13 +338,17 @@ ANTHROPIC_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
 def anthropic_request_problem(body: Any) -> str:
     """What the real Messages API would reject in ``body`` (its 400 message), or "".
 
-    Checked: no empty message, no blank text block, tool ids of the allowed
-    characters, every ``tool_result`` answering a ``tool_use`` of the message just
-    before it, and every ``tool_use`` answered in the next message.
+    Checked: ``cache_control`` (see ``anthropic_cache.cache_control_problem``), no
+    empty message, no blank text block, tool ids of the allowed characters, every
+    ``tool_result`` answering a ``tool_use`` of the message just before it, and
+    every ``tool_use`` answered in the next message.
     """
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list):
         return "messages: Field required"
+    cache_problem = cache_control_problem(body)
+    if cache_problem:
+        return cache_problem
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
@@ -398,11 +416,15 @@ def default_reply(path: str, body: Any) -> Reply:
 class FakeLLMServer:
     """A real HTTP server on 127.0.0.1 (random free port) with scripted replies."""
 
-    def __init__(self, *, latency: float = 0.0, validate: bool = True) -> None:
+    def __init__(
+        self, *, latency: float = 0.0, validate: bool = True, cache_min_tokens: int | None = None
+    ) -> None:
         self.latency = latency  # added before every reply
         # answer an Anthropic request the real API would reject with its 400
         # (see anthropic_request_problem), before any scripted reply
         self.validate = validate
+        # what Anthropic's prompt cache holds; None: each model's real minimum length
+        self.prompt_cache = PromptCache(cache_min_tokens)
         self.script: deque[Reply] = deque()
         self.requests: list[Recorded] = []
         self.responder: Callable[[str, Any], Reply] = default_reply
@@ -467,6 +489,17 @@ class FakeLLMServer:
             if self.script
             else self.responder(request.path, body if isinstance(body, dict) else {})
         )
+        if (
+            reply.measure
+            and reply.status == 200
+            and request.path.endswith("/messages")
+            and isinstance(body, dict)
+        ):
+            usage = self.prompt_cache.account(body)
+            if reply.events is not None:
+                reply = replace(reply, events=with_usage(reply.events, usage))
+            elif reply.json is not None:
+                reply = replace(reply, json=with_usage(reply.json, usage))
         delay = self.latency + reply.delay
         if delay:
             await asyncio.sleep(delay)

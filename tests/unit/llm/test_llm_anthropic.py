@@ -34,6 +34,7 @@ from tests.fakes.llm_servers import (
 from tests.unit.llm.conftest import KEY, config_for
 
 HELLO = CompletionRequest((ChatMessage("system", "be brief"), ChatMessage("user", "hello")))
+EPHEMERAL = {"type": "ephemeral"}
 SEARCH = ToolSpec("search", "search", {"type": "object", "properties": {"q": {"type": "string"}}})
 
 
@@ -69,10 +70,11 @@ async def test_complete_separates_system_and_reads_usage(server: FakeLLMServer) 
     assert req.path == "/v1/messages"
     assert req.headers["x-api-key"] == KEY
     assert req.headers["anthropic-version"] == "2023-06-01"
-    assert req.body["system"] == "be brief"
+    # prompt caching (on by default): breakpoints after the system and the last message
+    assert req.body["system"] == [{"type": "text", "text": "be brief", "cache_control": EPHEMERAL}]
     assert req.body["max_tokens"] == 4096
     assert req.body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+        {"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": EPHEMERAL}]}
     ]
 
 
@@ -95,8 +97,13 @@ async def test_tool_use_and_tool_result_blocks(server: FakeLLMServer) -> None:
     assert out.tool_calls == (ToolCall("toolu_1", "search", {"q": "x"}),)
     assert out.text == "Searching" and out.finish_reason == "tool_use"
     body = server.requests[0].body
-    assert body["tools"] == [
-        {"name": "search", "description": "search", "input_schema": SEARCH.parameters}
+    assert body["tools"] == [  # no system: the tools end the cached prefix
+        {
+            "name": "search",
+            "description": "search",
+            "input_schema": SEARCH.parameters,
+            "cache_control": EPHEMERAL,
+        }
     ]
     assert body["stop_sequences"] == ["END"]
     msgs = body["messages"]
@@ -110,7 +117,7 @@ async def test_tool_use_and_tool_result_blocks(server: FakeLLMServer) -> None:
     results = msgs[2]["content"]
     assert results[0] == {"type": "tool_result", "tool_use_id": "toolu_a", "content": "A"}
     assert results[1]["tool_use_id"] == "toolu_b"
-    assert results[2] == {"type": "text", "text": "and now?"}
+    assert results[2] == {"type": "text", "text": "and now?", "cache_control": EPHEMERAL}
 
 
 async def test_images_are_base64_blocks(server: FakeLLMServer) -> None:
@@ -124,7 +131,7 @@ async def test_images_are_base64_blocks(server: FakeLLMServer) -> None:
         "type": "image",
         "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/AAAA"},
     }
-    assert blocks[1] == {"type": "text", "text": "what?"}
+    assert blocks[1] == {"type": "text", "text": "what?", "cache_control": EPHEMERAL}
 
 
 async def test_stream_text_and_tool_use_deltas(server: FakeLLMServer) -> None:

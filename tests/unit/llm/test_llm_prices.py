@@ -43,6 +43,39 @@ def test_cache_prices_are_billed() -> None:
     assert cost == pytest.approx(0.30 + 3.75)
 
 
+def test_every_claude_model_prices_cache_reads_and_writes() -> None:
+    """Anthropic bills a cache read at 0.1x the input price and a 5-minute cache
+    write at 1.25x: with a price of 0, cached tokens would cost nothing.  Claude
+    Haiku 3 is the published exception ($0.25 input, $0.03 read, $0.30 write)."""
+    from agent_core.llm.prices import _TABLE
+
+    claude = [m for m in _TABLE if m.name.startswith("claude")]
+    assert len(claude) >= 10
+    haiku3 = PriceTable().lookup("claude-3-haiku-20240307")
+    assert (haiku3.cache_read_cost_per_token * 1e6, haiku3.cache_write_cost_per_token * 1e6) == (
+        pytest.approx(0.03),
+        pytest.approx(0.30),
+    )
+    for m in claude:
+        if m.name == "claude-3-haiku":
+            continue
+        assert m.cache_read_cost_per_token == pytest.approx(0.1 * m.input_cost_per_token), m.name
+        assert m.cache_write_cost_per_token == pytest.approx(1.25 * m.input_cost_per_token), m.name
+
+
+@pytest.mark.parametrize(
+    ("model", "usd_in", "usd_out"),
+    [("claude-opus-4-6", 5.0, 25.0), ("claude-sonnet-4-6", 3.0, 15.0)],
+)
+def test_newer_claude_models_are_not_priced_as_an_older_prefix(
+    model: str, usd_in: float, usd_out: float
+) -> None:
+    info = PriceTable().lookup(model)  # claude-opus-4-6 once matched claude-opus-4 ($15 / $75)
+    assert info.input_cost_per_token * 1e6 == pytest.approx(usd_in)
+    assert info.output_cost_per_token * 1e6 == pytest.approx(usd_out)
+    assert info.cache_read_cost_per_token * 1e6 == pytest.approx(usd_in / 10)
+
+
 def test_context_windows() -> None:
     t = PriceTable()
     assert t.lookup("gpt-4o").context_window == 128_000

@@ -190,7 +190,10 @@ async def test_anthropic_never_sends_whitespace_only_text_blocks(server: FakeLLM
         if b.get("type") == "text" and not str(b.get("text", "")).strip()
     ]
     assert blank == [], f"whitespace-only text blocks sent: {blank}"
-    assert sent[-1] == {"role": "user", "content": [{"type": "text", "text": EMPTY_MESSAGE}]}
+    assert sent[-1]["content"][0]["text"] == EMPTY_MESSAGE
+    assert sent[-1]["content"] == [
+        {"type": "text", "text": EMPTY_MESSAGE, "cache_control": {"type": "ephemeral"}}
+    ]
 
 
 async def test_anthropic_blank_tool_output_and_system_are_not_sent_blank(
