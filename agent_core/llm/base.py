@@ -151,12 +151,14 @@ class ModelInfo:
     reasoning: bool = False
 
     def cost(self, usage: TokenUsage) -> float:
-        """USD cost of ``usage`` on this model."""
+        """USD cost of ``usage`` on this model.  Cached tokens of a model whose cache
+        prices are not known (0) are billed as plain input: budgets err high."""
+        inp = self.input_cost_per_token
         return (
-            usage.input * self.input_cost_per_token
+            usage.input * inp
             + usage.output * self.output_cost_per_token
-            + usage.cache_read * self.cache_read_cost_per_token
-            + usage.cache_write * self.cache_write_cost_per_token
+            + usage.cache_read * (self.cache_read_cost_per_token or inp)
+            + usage.cache_write * (self.cache_write_cost_per_token or inp)
         )
 
 

@@ -149,3 +149,14 @@ def test_bad_prices_file(tmp_path: Path) -> None:
         PriceTable(str(f))
     with pytest.raises(ConfigError, match="cannot read"):
         PriceTable(str(tmp_path / "missing.toml"))
+
+
+def test_cached_tokens_without_a_known_cache_price_are_billed_as_input() -> None:
+    """A model whose cache prices are unknown (unknown models, price-file entries
+    without them, e.g. chatgpt-4o) must not bill cached prompt tokens at $0."""
+    info = PriceTable().lookup("chatgpt-4o")
+    assert info.cache_read_cost_per_token == 0
+    u = TokenUsage(input=100, output=0, cache_read=900, cache_write=0)
+    assert info.cost(u) == pytest.approx(1000 * info.input_cost_per_token)
+    local = PriceTable().lookup("llama3")
+    assert local.cost(u) == 0
