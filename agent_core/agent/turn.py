@@ -289,15 +289,17 @@ class Turn:
             self.completion_calls.append(
                 self.agent.undo.checkpoint_call(self.thread, head.event_id, self.session)
             )
-        prefix = self.take_held()
+        prefix = await self.take_held()
         self.session.history.extend(prefix)
         self.session.history.append(await self.user_message(head))
         return await self.loop()
 
-    def take_held(self) -> list[ChatMessage]:
+    async def take_held(self) -> list[ChatMessage]:
+        """The messages kept while an approval was pending, as the model will see them
+        (their photos included, like any message's)."""
         held = [InboundEvent.from_dict(d) for d in self.session.held]
         self.session.held = []
-        return [ChatMessage("user", user_message_text(e)) for e in held]
+        return [await self.user_message(e) for e in held]
 
     async def loop(self, first_iteration: int = 1) -> str:
         """Run the loop on the session's history and turn its outcome into words."""

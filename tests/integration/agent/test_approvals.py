@@ -239,3 +239,37 @@ async def test_tool_output_cannot_approve(world: Any) -> None:
     assert await w.counter() == 0
     assert (await w.session(T)).state == ThreadState.AWAITING_APPROVAL
     _ = state
+
+
+async def test_a_photo_sent_while_an_approval_waits_reaches_the_model_with_it(
+    world: Any,
+) -> None:
+    """A message held while an approval is pending joins the turn once it is decided
+    with its photo, not as text only."""
+    import dataclasses
+
+    from agent_core.events import Attachment
+    from agent_core.llm.base import ModelInfo
+
+    model = count_model()
+    model.info = ModelInfo("fn-model", supports_vision=True)
+    w = world(model)
+    await w.start()
+
+    async def fetch_attachment(attachment: Any, max_bytes: int) -> bytes:
+        return b"PNG-" + attachment.ref.encode()
+
+    w.outbox.fetch_attachment = fetch_attachment  # this outbox can download files
+    await w.send(user_event(T, "count it"))
+    await w.settle(T)
+    aid = w.prompts(T)[0].message.buttons[0].payload.split(":")[1]
+    photo = dataclasses.replace(
+        user_event(T, "and this one?"), attachments=(Attachment("image", ref="p1"),)
+    )
+    await w.send(photo)
+    await w.settle(T)
+    assert any("waiting" in t.lower() for t in w.texts(T)), w.texts(T)
+    await w.send(press(f"ap:{aid}:a"))
+    await w.settle(T)
+    held = [m for m in model.requests[-1].messages if m.content.startswith("and this one?")]
+    assert len(held) == 1 and len(held[0].images) == 1, model.requests[-1].messages
