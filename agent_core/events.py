@@ -21,14 +21,17 @@ import orjson
 CHANNELS = ("telegram", "slack", "discord", "web", "console")
 
 
-# Event ids of messages Parley makes itself (routines, heartbeat checks).
-SYNTHETIC_PREFIXES = ("routine:", "hb:")
+# Event ids of messages Parley makes itself (routines, heartbeat checks, notes).
+SYNTHETIC_PREFIXES = ("routine:", "hb:", "note:")
 
 
 class EventKind(StrEnum):
     MESSAGE = "message"
     ACTION = "action"
     COMMAND = "command"
+    # something Parley said outside a turn (a routine's message) that the thread's
+    # history should hold, so a reply to it has its context; never answered
+    NOTE = "note"
 
 
 def _escape(part: str) -> str:

@@ -55,7 +55,11 @@ def is_interrupt(text: str) -> bool:
 
 def interrupt_filter(redis: Redis) -> InboundFilter:
     async def flag_interrupt(event: InboundEvent) -> str | None:
-        wanted = event.kind != EventKind.ACTION and event.text and is_interrupt(event.text)
+        wanted = (
+            event.kind in (EventKind.MESSAGE, EventKind.COMMAND)
+            and event.text
+            and is_interrupt(event.text)
+        )
         if wanted and await redis.exists(keys.lock(event.thread)):
             now = int(time.time() * 1000)
             await redis.set(keys.interrupt(event.thread), now, px=FLAG_TTL_MS)

@@ -177,6 +177,8 @@ class Turn:
             )
 
     async def _dispatch(self, head: InboundEvent) -> str:
+        if head.kind == EventKind.NOTE:
+            return self.record_note(head)
         if self.agent.admin_ids:
             await self.agent.remember_admin(head)
         if head.kind == EventKind.ACTION:
@@ -296,10 +298,28 @@ class Turn:
 
     async def take_held(self) -> list[ChatMessage]:
         """The messages kept while an approval was pending, as the model will see them
-        (their photos included, like any message's)."""
+        (their photos included, like any message's; notes as Parley's own words)."""
         held = [InboundEvent.from_dict(d) for d in self.session.held]
         self.session.held = []
-        return [await self.user_message(e) for e in held]
+        return [
+            ChatMessage("assistant", e.text)
+            if e.kind == EventKind.NOTE
+            else await self.user_message(e)
+            for e in held
+        ]
+
+    def record_note(self, head: InboundEvent) -> str:
+        """Add what Parley said outside a turn to the history, with no model call.
+        While a tool round waits for approval it is kept with the held messages, so
+        the round's call and its result stay adjacent."""
+        if self.session.state == ThreadState.AWAITING_APPROVAL:
+            if len(self.session.held) >= steps.MAX_HELD:
+                log.info("[%s] note %s not kept: held list full", self.thread, head.event_id)
+                return "note-dropped"
+            self.session.held.append(head.to_dict())
+        else:
+            self.session.history.append(ChatMessage("assistant", head.text))
+        return "noted"
 
     async def loop(self, first_iteration: int = 1) -> str:
         """Run the loop on the session's history and turn its outcome into words."""

@@ -135,7 +135,29 @@ class RoutineRunner:
         if is_ok(text, ROUTINE_OK):
             return "ok (silent)"
         ref = await self.notifier.notify(r.notify, text, f"routine:{r.name}:{fire_id}")
-        return "sent" if ref is not None else "sent before (not repeated)"
+        if ref is None:
+            return "sent before (not repeated)"
+        await self._remember(r, fire_id, text)
+        return "sent"
+
+    async def _remember(self, r: Routine, fire_id: str, text: str) -> None:
+        """Queue the sent text for the target thread's history (a NOTE event, added by
+        the worker that owns the thread), so a reply to it has its context."""
+        try:
+            thread = await self.notifier.resolve(r.notify)
+            note = InboundEvent(
+                event_id=f"note:routine:{r.name}:{fire_id}",
+                kind=EventKind.NOTE,
+                channel=thread.channel,
+                thread=thread,
+                user_id="routine",
+                user_name=f"routine {r.name}",
+                text=text,
+                received_at=time.time(),
+            )
+            await self.ingest.submit(note)
+        except Exception as exc:  # the message is sent; its memory is a nicety
+            log.warning("routine %s: sent, not added to the history (%s)", r.name, exc)
 
     def run_as(self, r: Routine, channel: str) -> str:
         """Whose message a full job is: its creator if on that channel, else an admin /

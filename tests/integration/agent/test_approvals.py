@@ -273,3 +273,24 @@ async def test_a_photo_sent_while_an_approval_waits_reaches_the_model_with_it(
     await w.settle(T)
     held = [m for m in model.requests[-1].messages if m.content.startswith("and this one?")]
     assert len(held) == 1 and len(held[0].images) == 1, model.requests[-1].messages
+
+
+async def test_a_note_arriving_while_an_approval_waits_keeps_the_round_whole(
+    world: Any,
+) -> None:
+    """A routine's message recorded while a tool call waits for approval goes after
+    the call's result, never between the call and its result."""
+    import dataclasses
+
+    w, aid = await ask(world)
+    note = dataclasses.replace(
+        user_event(T, "Reminder: standup at 10."), event_id="note:r1", kind=EventKind.NOTE
+    )
+    await w.send(note)
+    await w.settle(T)
+    assert len(w.model.requests) == 1  # a note is never answered
+    await w.send(press(f"ap:{aid}:a"))
+    await w.settle(T)
+    roles = [(m.role, m.content[:8]) for m in (await w.session(T)).history]
+    i = roles.index(("assistant", "Reminder"))
+    assert roles[i - 1][0] == "tool" and roles[i - 2][0] == "assistant", roles

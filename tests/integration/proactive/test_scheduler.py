@@ -368,3 +368,31 @@ async def test_two_leaders_overlapping_run_one_heartbeat_check(pworld: Any, tmp_
     a.heartbeat.redis = b.heartbeat.redis = BothReadFirst()  # type: ignore[assignment]
     both = await asyncio.gather(a.heartbeat.due(clock()), b.heartbeat.due(clock()))
     assert sorted(both) == [False, True]
+
+
+async def test_a_light_routines_message_is_in_the_history_a_reply_sees(pworld: Any) -> None:
+    """Someone answering a routine's message ("what do you mean?") is answered with
+    that message in the conversation, as Parley's own words; it is not re-answered."""
+
+    def rule(req: CompletionRequest) -> str:
+        if req.messages[-1].content == "check the disks":  # the routine's call
+            return "Disk is 91 % full on db-1."
+        return "ok"
+
+    model = answer(rule)
+    w = pworld(model)
+    await w.start()
+    p = w.proactive()
+    await add(p.store, name="disk", trigger="manual", prompt="check the disks")
+    await p.store.queue_run("disk")
+    assert await p.scheduler.tick() == ["disk"]
+    await p.scheduler.wait_idle()
+    assert texts_to(w, TG) == ["Disk is 91 % full on db-1."]
+    await w.send(user_event(TG, "what do you mean?"))
+    await w.settle(TG)
+    said = [(m.role, m.content) for m in model.requests[-1].messages[1:]]
+    assert said == [
+        ("assistant", "Disk is 91 % full on db-1."),
+        ("user", "what do you mean?"),
+    ], said
+    assert texts_to(w, TG) == ["Disk is 91 % full on db-1.", "ok"]
