@@ -221,13 +221,18 @@ class TelegramOutbox:
                 # bot is initialised; for these methods it means the token.
                 raise SendFailed("Telegram rejected the bot token") from exc
             except NetworkError as exc:  # TimedOut included
-                # Three kinds: the request never left (no connection: safe to
-                # repeat), it left and no answer came back (Telegram may have
-                # created the message: never repeated blindly), or Telegram's
-                # gateway answered 5xx (nothing was created: repeated).
+                # Four kinds: the request never left (no connection: safe to
+                # repeat); it left and no answer came back, or Telegram's front
+                # proxy answered 504 (the API may have created the message: never
+                # repeated blindly); the proxy answered 502 / 503 (an HTML page:
+                # the API was not reached); or the API itself answered 5xx in
+                # JSON (it refused the call).  The last two are repeated.
                 sent_nothing = never_sent(exc)
-                transport = exc.__cause__ is not None  # not an answer from Telegram
-                if not sent_nothing and (isinstance(exc, TimedOut) or transport):
+                cause = exc.__cause__
+                proxy = isinstance(cause, TelegramError)  # a 5xx page that is not JSON
+                transport = cause is not None and not proxy  # no answer at all
+                maybe_done = proxy and "(504)" in exc.message
+                if not sent_nothing and (isinstance(exc, TimedOut) or transport or maybe_done):
                     raise SendUnconfirmed(
                         "Telegram did not answer in time"
                         if isinstance(exc, TimedOut)

@@ -65,10 +65,20 @@ def utf16_len(text: str) -> int:
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, description: str, parameters: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        code: int,
+        description: str,
+        parameters: dict[str, Any] | None = None,
+        *,
+        gateway: bool = False,
+        after: bool = False,
+    ):
         self.code = code
         self.description = description
         self.parameters = parameters
+        self.gateway = gateway  # answered by the front proxy (nginx HTML), not the API
+        self.after = after  # the call was carried out before the error came back
         super().__init__(description)
 
 
@@ -291,12 +301,19 @@ class FakeTelegram:
         *,
         retry_after: int | float | None = None,
         count: int = 1,
+        gateway: bool = False,
+        after: bool = False,
     ) -> None:
-        """The next ``count`` calls of ``method`` ("*" = any) fail like this."""
+        """The next ``count`` calls of ``method`` ("*" = any) fail like this.
+
+        ``gateway``: answered as Telegram's front proxy does for 502 / 504 (an nginx
+        HTML page, no JSON); ``after``: the call is carried out first (a 504 whose
+        request Telegram did handle: the message exists)."""
         params = {"retry_after": retry_after} if retry_after is not None else None
         if code == 429 and not description.startswith("Too Many"):
             description = f"Too Many Requests: retry after {retry_after}"
-        self._failures.append((method, ApiError(code, description, params), count))
+        err = ApiError(code, description, params, gateway=gateway, after=after)
+        self._failures.append((method, err, count))
 
     def set_chat(
         self, chat_id: int, type: str = "", *, is_forum: bool = False, title: str = ""
@@ -457,10 +474,21 @@ class FakeTelegram:
         try:
             if token != self.token or self.revoked:
                 raise ApiError(401, "Unauthorized")
-            self._scripted_failure(method)
+            try:
+                self._scripted_failure(method)
+            except ApiError as exc:
+                if not exc.after:
+                    raise
+                await self._dispatch(method, params)
+                raise
             result = await self._dispatch(method, params)
         except ApiError as exc:
             call.status = exc.code
+            if exc.gateway:
+                page = f"<html><head><title>{exc.code} {exc.description}</title></head>"
+                page += f"<body><center><h1>{exc.code} {exc.description}</h1></center>"
+                page += "<hr><center>nginx</center></body></html>"
+                return web.Response(text=page, status=exc.code, content_type="text/html")
             body: dict[str, Any] = {
                 "ok": False,
                 "error_code": exc.code,

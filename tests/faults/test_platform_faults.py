@@ -134,6 +134,16 @@ CASES = [
         id="5xx",
     ),
     pytest.param(
+        "504 from Telegram's proxy after the message was created",
+        lambda tg: tg.fail_next("sendMessage", 504, "Gateway Time-out", gateway=True, after=True),
+        id="504-created",
+    ),
+    pytest.param(
+        "502 from Telegram's proxy (nginx page)",
+        lambda tg: tg.fail_next("sendMessage", 502, "Bad Gateway", gateway=True),
+        id="502-html",
+    ),
+    pytest.param(
         "5xx on the final edit",
         lambda tg: tg.fail_next("editMessageText", 502, "Bad Gateway"),
         id="5xx-edit",
