@@ -29,6 +29,10 @@ class EventKind(StrEnum):
     MESSAGE = "message"
     ACTION = "action"
     COMMAND = "command"
+    # The platform gave the conversation ``moved_from`` a new id: it continues
+    # in ``thread`` (a Telegram group upgraded to a supergroup).  Never a turn:
+    # the worker moves the conversation's state (agent_core.agent.move).
+    MOVED = "moved"
 
 
 def _escape(part: str) -> str:
@@ -147,6 +151,7 @@ class InboundEvent:
     reply_ref: MessageRef | None = None
     received_at: float = field(default_factory=time.time)
     seq: int = 0  # per-thread arrival number, assigned at ingest (0: none)
+    moved_from: ThreadKey | None = None  # kind MOVED: the conversation that continues here
 
     @property
     def qualified_user(self) -> str:
@@ -178,6 +183,8 @@ class InboundEvent:
             d["rr"] = self.reply_ref.to_dict()
         if self.seq:
             d["sq"] = self.seq
+        if self.moved_from is not None:
+            d["mv"] = str(self.moved_from)
         return d
 
     def to_json(self) -> bytes:
@@ -187,6 +194,7 @@ class InboundEvent:
     def from_dict(cls, d: dict[str, Any]) -> InboundEvent:
         act = d.get("act")
         rr = d.get("rr")
+        mv = d.get("mv")
         return cls(
             event_id=d["id"],
             kind=EventKind(d["k"]),
@@ -202,6 +210,7 @@ class InboundEvent:
             reply_ref=MessageRef.from_dict(rr) if rr else None,
             received_at=d.get("at", 0.0),
             seq=d.get("sq", 0),
+            moved_from=ThreadKey.parse(mv) if mv else None,
         )
 
     @classmethod
