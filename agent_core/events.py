@@ -32,6 +32,10 @@ class EventKind(StrEnum):
     # something Parley said outside a turn (a routine's message) that the thread's
     # history should hold, so a reply to it has its context; never answered
     NOTE = "note"
+    # The platform gave the conversation ``moved_from`` a new id: it continues
+    # in ``thread`` (a Telegram group upgraded to a supergroup).  Never a turn:
+    # the worker moves the conversation's state (agent_core.agent.move).
+    MOVED = "moved"
 
 
 def _escape(part: str) -> str:
@@ -153,6 +157,7 @@ class InboundEvent:
     # items the person sent together that the platform delivers one by one (a
     # Telegram album): a turn starting with one waits briefly for the rest
     batch: str = ""
+    moved_from: ThreadKey | None = None  # kind MOVED: the conversation that continues here
 
     @property
     def qualified_user(self) -> str:
@@ -186,6 +191,8 @@ class InboundEvent:
             d["sq"] = self.seq
         if self.batch:
             d["bt"] = self.batch
+        if self.moved_from is not None:
+            d["mv"] = str(self.moved_from)
         return d
 
     def to_json(self) -> bytes:
@@ -195,6 +202,7 @@ class InboundEvent:
     def from_dict(cls, d: dict[str, Any]) -> InboundEvent:
         act = d.get("act")
         rr = d.get("rr")
+        mv = d.get("mv")
         return cls(
             event_id=d["id"],
             kind=EventKind(d["k"]),
@@ -211,6 +219,7 @@ class InboundEvent:
             received_at=d.get("at", 0.0),
             seq=d.get("sq", 0),
             batch=d.get("bt", ""),
+            moved_from=ThreadKey.parse(mv) if mv else None,
         )
 
     @classmethod

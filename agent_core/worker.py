@@ -15,7 +15,9 @@ Loops (all owned by :meth:`Worker.run`, all stopped by its ``stop`` event):
 
 A thread task runs turns until its mailbox is empty: begin (one round trip)
 -> agent turn -> complete (one script: save session, drop consumed entries,
-release the lock only if nothing is left).
+release the lock only if nothing is left).  A thread whose conversation moved
+to another thread (``TurnState.moved_to``, agent_core.agent.move) runs nothing:
+its events are handed off to that thread instead.
 
 On stop: no new reads; running turns get ``shutdown_grace_secs`` to finish;
 what is left is cancelled and its lock released, its entries stay in the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -282,6 +285,35 @@ class Worker:
         await self.delivery.skip_gap(thread, head.seq)
         return False
 
+    async def _forward(self, thread: ThreadKey, state: TurnState) -> int:
+        """The conversation moved (see agent_core.agent.move): hand this thread's
+        events to the thread it moved to, in their order, after what waits there
+        (idempotent there on event id); the mailbox length left here."""
+        target = state.moved_to
+        assert target is not None
+        log.info(
+            "[%s] conversation moved to %s; forwarding %d event(s)",
+            thread,
+            target,
+            len(state.mailbox),
+        )
+        moved: list[tuple[bytes, InboundEvent | None]] = [
+            (b"", dataclasses.replace(ev, thread=target, seq=0)) for ev in state.mailbox
+        ]
+        ready = await self.delivery.handoff_and_begin(moved, self.owner, ack=False)
+        left = await self.delivery.complete(
+            thread,
+            self.owner,
+            consumed=len(state.mailbox),
+            session_json=None,
+            version=state.session_version,
+            sent_fields=[],
+            next_seq=_next_after(state.mailbox),
+        )
+        for t, st in ready:
+            self._spawn(t, st)
+        return left
+
     def _respawn(self, thread: ThreadKey) -> None:
         if not self.stopping and thread not in self.running:
             self._spawn(thread)
@@ -300,6 +332,14 @@ class Worker:
                     released = True
                     await self.delivery.deactivate(thread)
                     return
+                if state.moved_to is not None and state.moved_to != thread:
+                    left = await self._forward(thread, state)
+                    if left <= 0:
+                        released = left == 0
+                        if left == 0:
+                            await self.delivery.deactivate(thread)
+                        return
+                    continue
                 if await self._waits_for_earlier(thread, state):
                     await self.delivery.release(thread, self.owner)
                     released = True  # the sweeper or the missing event's hand-off resumes it
@@ -348,7 +388,7 @@ class Worker:
                     thread,
                     self.owner,
                     consumed=result.consumed,
-                    session_json=result.session.to_json(),
+                    session_json=result.session.to_json() if result.save_session else None,
                     version=state.session_version,
                     sent_fields=result.sent_fields,
                     with_calls=result.completion_calls,

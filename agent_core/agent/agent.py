@@ -30,12 +30,13 @@ from agent_core.agent.commands import CommandRegistry, builtin_commands
 from agent_core.agent.context import Compactor
 from agent_core.agent.hooks import Hooks
 from agent_core.agent.interrupt import InterruptWatch
+from agent_core.agent.move import RETRY, ConversationMover
 from agent_core.agent.profiles import Profile, Profiles
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session
 from agent_core.agent.undo import UndoStore
 from agent_core.errors import ConfigError
-from agent_core.events import InboundEvent, OutboundMessage, ThreadKey
+from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKey
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import ChatMessage, LLMProvider
 from agent_core.outbox import Outbox
@@ -67,6 +68,7 @@ class TurnResult:
     sent_fields: list[str]
     outcome: str
     completion_calls: list[Call] = field(default_factory=list)
+    save_session: bool = True  # False: the turn wrote its session itself (a move)
 
 
 def user_message_text(event: InboundEvent) -> str:
@@ -137,6 +139,7 @@ class Agent:
             self.redis, settings.max_undo_checkpoints, settings.session_idle_ttl_secs
         )
         self.compactor = Compactor(self.cheap_llm, self.archive_messages)
+        self.mover = ConversationMover(self.redis, delivery, settings)
         self.profiles = Profiles(
             Path(settings.profiles_dir),
             Profile(settings.agent_name.strip().lower() or "parley", self.system_prompt),
@@ -246,6 +249,10 @@ class Agent:
 
         head = state.mailbox[0]
         session = Session.load(str(thread), state.session_version, state.session_data)
+        if head.kind == EventKind.MOVED:  # not a turn: the conversation's state moves here
+            outcome = await self.mover.run(thread, state, guard)
+            consumed = 0 if outcome == RETRY else 1
+            return TurnResult(session, consumed, [], outcome, save_session=False)
         outbox = self.outbox_for(head.channel)
         if outbox is None:
             log.error(

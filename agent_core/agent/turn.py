@@ -436,10 +436,10 @@ class Turn:
                 break  # an earlier arrival is still on its way: keep the order
             last = ev.seq or last
             synthetic = ev.event_id.startswith(SYNTHETIC_PREFIXES)
-            if ev.kind == EventKind.ACTION or synthetic or is_command(ev.text):
+            if ev.kind in (EventKind.ACTION, EventKind.MOVED) or synthetic or is_command(ev.text):
                 if ev.kind != EventKind.ACTION and not synthetic and is_interrupt(ev.text):
                     raise Interrupted()
-                # commands, button presses and routine runs wait for their own turn
+                # commands, button presses, moves and routine runs wait for their own turn
                 break
             if self.agent.access.needs_redis(ev):
                 verdict = await self.agent.access.check(ev)

@@ -29,9 +29,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
-from agent_core.events import CHANNELS
-from agent_core.proactive.targets import TargetError, parse_target
+from agent_core.events import CHANNELS, ThreadKey
+from agent_core.proactive.targets import TargetError, parse_target, retarget
 from agent_core.store import keys
 
 TRIGGERS = ("cron", "event", "manual")
@@ -272,6 +273,32 @@ class RoutineStore:
     async def all(self) -> list[Routine]:
         raw = cast(dict[bytes, bytes], await self.redis.hgetall(keys.ROUTINES))
         return sorted((Routine.from_json(v) for v in raw.values()), key=lambda r: r.name)
+
+    async def retarget(self, old: ThreadKey, new: ThreadKey) -> list[str]:
+        """Routines that notify ``old`` notify ``new`` from now on (the conversation
+        moved there); the names of those changed.  Atomic against concurrent edits."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(keys.ROUTINES)
+                    raw = cast(dict[bytes, bytes], await pipe.hgetall(keys.ROUTINES))
+                    changed: dict[str, bytes] = {}
+                    for name, data in raw.items():
+                        r = Routine.from_json(data)
+                        target = retarget(r.notify, old, new)
+                        if target is not None:
+                            r.notify = target
+                            changed[name.decode()] = r.to_json()
+                    if not changed:
+                        await pipe.reset()  # type: ignore[no-untyped-call]
+                        return []
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    for changed_name, changed_json in changed.items():
+                        pipe.hset(keys.ROUTINES, changed_name, changed_json)
+                    await pipe.execute()
+                    return sorted(changed)
+                except WatchError:
+                    continue
 
     async def remove(self, name: str) -> bool:
         name = name.strip().lower()

@@ -80,6 +80,28 @@ def parse_target(
     return ThreadKey(channel, parts[0], parts[1], parts[2] if len(parts) == 3 else "")
 
 
+def retarget(target: str, old: ThreadKey, new: ThreadKey) -> str | None:
+    """``target`` rewritten to name ``new`` if it names ``old`` (None: it does not).
+
+    The short form stays short (``telegram:-42`` -> ``telegram:-1001234567890``);
+    anything else becomes the full thread key.
+    """
+    raw = target.strip()
+    try:
+        if parse_target(raw, {old.channel: old.tenant}, old.tenant) != old:
+            return None
+    except TargetError:
+        return None
+    same = (new.channel, new.tenant, new.thread) == (old.channel, old.tenant, old.thread)
+    if raw.startswith("{") or not same:
+        return new.tag
+    channel, _, rest = raw.partition(":")
+    parts = rest.split("/")
+    at = 1 if channel.lower() in ("slack", "discord") and len(parts) > 1 else 0
+    parts[at] = new.conversation
+    return f"{channel}:{'/'.join(parts)}"
+
+
 def conversation_of(target: str) -> tuple[str, str] | None:
     """(channel, conversation) of a short target that may need a learned tenant."""
     channel, sep, rest = target.strip().partition(":")

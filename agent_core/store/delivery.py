@@ -9,7 +9,8 @@ docs/architecture.md ("Delivery"):
    ZADDed to the active index, in one round trip; the XACK follows (at the head
    of the next read).  The entry is durable in the mailbox before
    it leaves the stream.
-3. ``begin``: mailbox + session + sent records, one round trip.
+3. ``begin``: mailbox + session + sent records (and whether the conversation
+   moved to another thread: see agent_core.agent.move), one round trip.
 4. ``record_sent``: a reply part, right after it reached the platform.
 5. ``complete``: save session (version-checked), drop consumed entries, release
    the lock if the mailbox is empty (one script).
@@ -43,6 +44,7 @@ class TurnState:
     sent: dict[str, MessageRef] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)  # parts claimed, never recorded
     next_seq: int = 0  # arrival number of the thread's next event to run (0: unknown)
+    moved_to: ThreadKey | None = None  # the conversation moved there: forward, never run
 
 
 def _ms() -> int:
@@ -153,6 +155,7 @@ class Delivery:
                             keys.next_seq(t),
                             keys.session(t),
                             keys.sent(t),
+                            keys.moved(t),
                         ],
                         [
                             ev.event_id,
@@ -178,9 +181,11 @@ class Delivery:
                     acquired[ev.thread] = None
                 if ev.thread in acquired and len(res) > 3:
                     # the latest read of a thread we hold (later events of the batch included)
-                    box, ver, data, sent, nxt = res[3:8]
+                    box, ver, data, sent, nxt, moved = res[3:9]
                     flat = dict(zip(sent[::2], sent[1::2], strict=True))
-                    acquired[ev.thread] = _state(box, ver or None, data or None, flat, nxt or None)
+                    acquired[ev.thread] = _state(
+                        box, ver or None, data or None, flat, nxt or None, moved or None
+                    )
         ready = [(t, st) for t, st in acquired.items() if st is not None]
         if entries and ack:
             await self.acknowledge(entries)
@@ -200,11 +205,12 @@ class Delivery:
                 ("HMGET", keys.session(thread), "v", "d"),
                 ("HGETALL", keys.sent(thread)),
                 ("GET", keys.next_seq(thread)),
+                ("GET", keys.moved(thread)),
             ],
         )
         raise_first(replies)
-        raw_box, (ver, data), raw_sent, raw_next = replies
-        return _state(raw_box, ver, data, pairs(raw_sent), raw_next)
+        raw_box, (ver, data), raw_sent, raw_next, raw_moved = replies
+        return _state(raw_box, ver, data, pairs(raw_sent), raw_next, raw_moved)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -371,6 +377,7 @@ def _state(
     data: bytes | None,
     raw_sent: dict[bytes, bytes],
     raw_next: bytes | None,
+    raw_moved: bytes | None = None,
 ) -> TurnState:
     mailbox = [InboundEvent.from_json(r) for r in raw_box]
     sent = {
@@ -379,7 +386,8 @@ def _state(
         if not v.startswith(b"pending:")
     }
     pending = {k.decode() for k, v in raw_sent.items() if v.startswith(b"pending:")}
-    return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0))
+    moved = ThreadKey.parse(raw_moved.decode()) if raw_moved else None
+    return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0), moved)
 
 
 def _decode(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> InboundEvent | None:

@@ -123,6 +123,28 @@ def demo_notes(t: ThreadKey) -> str:
     return f"{PREFIX}{t.tag}:demo"
 
 
+# Conversation moves (a platform gave a conversation a new id).  How long the
+# old id keeps pointing at the new one: replies that still name the old id,
+# presses on old prompts and routines that notify it are sent on long after.
+MOVED_TTL_SECS = 400 * 86_400
+
+
+def moved(t: ThreadKey) -> str:
+    """STRING the thread ``t``'s state moved to: its later events are forwarded there."""
+    return f"{PREFIX}{t.tag}:moved"
+
+
+def moved_in(t: ThreadKey) -> str:
+    """HASH source thread -> ms: conversations merged into ``t`` (each exactly once)."""
+    return f"{PREFIX}{t.tag}:movedin"
+
+
+def redirect(t: ThreadKey) -> str:
+    """STRING the platform conversation id that replaced ``t``'s conversation (a
+    Telegram group's supergroup): the channel sends there instead."""
+    return f"{PREFIX}{t.tag}:redirect"
+
+
 # Global, one hash tag per concern so one script touches one slot:
 def user_notes(qualified_user: str) -> str:
     """HASH note id -> text: the ``remember`` tool's notes for one user."""

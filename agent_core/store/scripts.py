@@ -20,7 +20,7 @@ redis.call('EXPIRE', KEYS[3], ARGV[4])
 return n
 """
 
-# KEYS: mailbox, seen, lock, next, session, sent
+# KEYS: mailbox, seen, lock, next, session, sent, moved
 # ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms, seq
 # Puts the event in the thread's mailbox unless it was handed off before
 # (idempotent on event id for seen_ttl), then tries the thread lock.  The
@@ -29,7 +29,8 @@ return n
 # (arrival number below the thread's next: appended at the end).
 # Returns {appended 0/1, lock acquired 0/1, mailbox length}, and when the lock
 # is this owner's, also what a turn begins from (as Delivery.begin reads it):
-# mailbox, session version, session data, sent records (flat), next arrival.
+# mailbox, session version, session data, sent records (flat), next arrival,
+# and where the conversation moved ('' if it did not).
 HANDOFF = """
 local appended = 0
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
@@ -64,7 +65,7 @@ end
 local sess = redis.call('HMGET', KEYS[5], 'v', 'd')
 return {appended, got, redis.call('LLEN', KEYS[1]), redis.call('LRANGE', KEYS[1], 0, -1),
         sess[1] or '', sess[2] or '', redis.call('HGETALL', KEYS[6]),
-        redis.call('GET', KEYS[4]) or ''}
+        redis.call('GET', KEYS[4]) or '', redis.call('GET', KEYS[7]) or ''}
 """
 
 # KEYS: mailbox, session, lock, sent, next
@@ -339,5 +340,63 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) - tonumber(ARGV[2]))
+return 1
+"""
+
+
+# --- conversation moves (agent_core/store/moves.py) ---
+# KEYS: moved_in (hash), session, then each key to write
+# ARGV: source thread, now_ms, marker_ttl_ms, session_json ('' = leave it),
+#       expected session version, session_ttl_ms, then per key from KEYS[3]:
+#       mode ('list' | 'hash' replace it, 'prepend' items before its own),
+#       ttl_ms (0: none), n, and n values (hash: field, value, ...)
+# Writes a moved conversation into its new thread, once per source: 1 written,
+# 0 this source was written here before (nothing changed), -2 the session's
+# version is not the expected one (nothing changed).
+MOVE_IN = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if ARGV[4] ~= '' then
+  local v = redis.call('HGET', KEYS[2], 'v') or '0'
+  if v ~= ARGV[5] then return -2 end
+  redis.call('HSET', KEYS[2], 'v', tonumber(ARGV[5]) + 1, 'd', ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+end
+local a = 7
+for k = 3, #KEYS do
+  local mode, ttl, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  if mode == 'prepend' then
+    for i = a + n - 1, a, -1 do redis.call('LPUSH', KEYS[k], ARGV[i]) end
+  else
+    redis.call('DEL', KEYS[k])
+    if mode == 'hash' then
+      for i = a, a + n - 2, 2 do redis.call('HSET', KEYS[k], ARGV[i], ARGV[i + 1]) end
+    else
+      for i = a, a + n - 1 do redis.call('RPUSH', KEYS[k], ARGV[i]) end
+    end
+  end
+  if n > 0 and ttl > 0 and redis.call('PTTL', KEYS[k]) < ttl then
+    redis.call('PEXPIRE', KEYS[k], ttl)
+  end
+  a = a + n
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS: lock, moved, redirect, then each key to delete
+# ARGV: owner, destination thread, destination conversation ('' = no redirect),
+#       marker ttl seconds
+# The source side of a move, only while its lock is ``owner``'s: deletes the
+# moved state, records where it went (later events are forwarded there; the
+# channel sends to the new conversation id) and releases the lock.  1 done, 0
+# the lock is not ours (nothing changed).
+MOVE_OUT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+for k = 4, #KEYS do redis.call('DEL', KEYS[k]) end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[4]) end
+redis.call('DEL', KEYS[1])
 return 1
 """

@@ -148,7 +148,11 @@ class TelegramChannel(Channel):
     def outbox(self) -> TelegramOutbox:
         if self._outbox is None:
             self._outbox = TelegramOutbox(
-                self.bot, self.deps.pacer, self.settings.bot_id, self._limits
+                self.bot,
+                self.deps.pacer,
+                self.settings.bot_id,
+                self._limits,
+                redis=self.deps.redis,
             )
         return self._outbox
 

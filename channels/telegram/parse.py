@@ -22,7 +22,13 @@
   downloaded);
 * a ``callback_query`` (inline keyboard press) is an action event whose
   ``reply_ref`` points at the pressed message and carries the callback query
-  id in ``reply_ref.extra`` (see :mod:`channels.telegram.refs`).
+  id in ``reply_ref.extra`` (see :mod:`channels.telegram.refs`);
+* a group upgraded to a supergroup: Telegram posts a service message in each
+  chat, ``migrate_to_chat_id`` in the old group and ``migrate_from_chat_id`` in
+  the new supergroup.  Either becomes the same MOVED event for the supergroup's
+  thread (``moved_from`` = the group's), event id ``"<bot_id>:migrate:<group
+  id>"``, so whichever arrives first moves the conversation and the other (or
+  a redelivery) is a duplicate.  Never a turn (see agent_core.agent.move).
 
 ``event_id`` is ``"<bot_id>:<update_id>"``: Ingest de-duplicates redeliveries.
 """
@@ -223,10 +229,36 @@ def _command(msg: Message, raw_text: str) -> tuple[str, str, str] | None:
     return None
 
 
+def _parse_migration(msg: Message, ctx: ParseContext) -> InboundEvent | None:
+    """The group became a supergroup: its conversation continues there."""
+    if msg.migrate_to_chat_id:
+        old, new = msg.chat.id, msg.migrate_to_chat_id
+    elif msg.migrate_from_chat_id:
+        old, new = msg.migrate_from_chat_id, msg.chat.id
+    else:
+        return None
+    user = msg.from_user
+    return InboundEvent(
+        event_id=f"{ctx.bot_id}:migrate:{old}",
+        kind=EventKind.MOVED,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, ctx.bot_id, str(new), ""),
+        user_id=str(user.id) if user is not None else f"chat{new}",
+        user_name=_user_name(user, msg.chat),
+        is_direct=False,
+        received_at=time.time(),
+        moved_from=ThreadKey(CHANNEL, ctx.bot_id, str(old), ""),
+    )
+
+
 def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
     """The event this update means to Parley, or None when it is not for us."""
     if update.callback_query is not None:
         return _parse_callback(update, ctx)
+    if update.message is not None and (
+        update.message.migrate_to_chat_id or update.message.migrate_from_chat_id
+    ):
+        return _parse_migration(update.message, ctx)
     msg = update.message
     if msg is None and ctx.edited_messages == "reply":
         msg = update.edited_message

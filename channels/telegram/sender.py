@@ -10,6 +10,11 @@ A 429 pauses the chat's pace (all sends, when several chats are hit at once)
 for exactly ``retry_after`` and the call is retried.  Streamed (non-final)
 edits never wait for a slot: with none free they are skipped, so an approval
 prompt or a final answer is never queued behind them.
+
+A group that became a supergroup (``ChatMigrated``) is written to under its new
+id from then on (:mod:`channels.telegram.migration`): a send is made there, and
+an edit of a message in the old group, which can no longer be edited, becomes
+one new message there with the new text.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from telegram import Bot, InlineKeyboardMarkup, ReplyParameters
 from telegram.constants import ChatAction
@@ -52,6 +58,7 @@ from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 from channels.telegram import refs
+from channels.telegram.migration import ChatRedirects
 from channels.telegram.render import Part, keyboard, render_text
 
 log = logging.getLogger(__name__)
@@ -92,6 +99,14 @@ class _NotFound(Exception):
     pass
 
 
+class _Migrated(Exception):
+    """The chat is a group that became a supergroup with this id."""
+
+    def __init__(self, new_chat_id: int) -> None:
+        super().__init__(f"the group became supergroup {new_chat_id}")
+        self.new_chat_id = new_chat_id
+
+
 def _seconds(value: int | float | dtm.timedelta) -> float:
     if isinstance(value, dtm.timedelta):
         return value.total_seconds()
@@ -117,10 +132,19 @@ class TelegramOutbox:
 
     wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
 
-    def __init__(self, bot: Bot, pacer: Pacer, bot_id: str, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        bot: Bot,
+        pacer: Pacer,
+        bot_id: str,
+        limits: Limits | None = None,
+        *,
+        redis: Redis | None = None,
+    ) -> None:
         self._bot = bot
         self._pacer = pacer
         self._bot_id = bot_id
+        self.redirects = ChatRedirects(redis, bot_id)  # groups that became supergroups
         self.limits = limits or Limits()
         self.stream_interval = max(self.limits.chat_interval, 0.0) or None
         self._typing: dict[ThreadKey, asyncio.Task[None]] = {}
@@ -209,9 +233,7 @@ class TelegramOutbox:
                     raise FormattingRejected(exc.message) from exc
                 raise SendFailed(f"Telegram refused the message: {exc.message}") from exc
             except ChatMigrated as exc:
-                raise SendFailed(
-                    f"the group became supergroup {exc.new_chat_id}; write there instead"
-                ) from exc
+                raise _Migrated(int(exc.new_chat_id)) from exc
             except Forbidden as exc:
                 raise SendFailed(
                     f"the bot cannot write to chat {chat_id} (blocked, or removed from the group)"
@@ -337,13 +359,40 @@ class TelegramOutbox:
 
     # -- Outbox ----------------------------------------------------------------
     def message_ids(self, ref: MessageRef) -> list[str]:
-        """The Telegram messages an answer occupies (without content fingerprints)."""
-        return [str(m) for m, _ in refs.decode_parts(ref.extra, ref.message_id)]
+        """The Telegram messages an answer occupies (without content fingerprints),
+        chat included: an answer that moved to a supergroup is other messages."""
+        return [f"{ref.conversation}:{m}" for m, _ in refs.decode_parts(ref.extra, ref.message_id)]
 
     async def send(
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
     ) -> MessageRef:
         chat_id, topic = _target(thread)
+        target = await self.redirects.resolve(chat_id)
+        try:
+            return await self._send(thread.thread, target, topic, message, reply_to)
+        except _Migrated as exc:
+            # The group became a supergroup: the whole answer goes there (parts
+            # already sent stay in the old group's history).
+            new = await self.redirects.learn(target, exc.new_chat_id)
+            return await self._moved_send(ref_thread=thread.thread, chat_id=new, message=message)
+
+    async def _moved_send(
+        self, *, ref_thread: str, chat_id: int, message: OutboundMessage
+    ) -> MessageRef:
+        topic = int(ref_thread) if ref_thread.lstrip("-").isdigit() else None
+        try:
+            return await self._send(ref_thread, chat_id, topic, message, None)
+        except _Migrated as exc:
+            raise SendFailed(f"chat {chat_id} moved again, to {exc.new_chat_id}") from exc
+
+    async def _send(
+        self,
+        ref_thread: str,
+        chat_id: int,
+        topic: int | None,
+        message: OutboundMessage,
+        reply_to: MessageRef | None,
+    ) -> MessageRef:
         markup = keyboard(message.buttons)
         parts = render_text(message.text)
         sent: list[tuple[int, str]] = []
@@ -359,21 +408,45 @@ class TelegramOutbox:
                 raise SendFailed(str(exc)) from exc
             sent.append((mid, shown.digest(m)))
         return MessageRef(
-            CHANNEL, str(chat_id), str(sent[0][0]), thread.thread, refs.encode_parts(sent)
+            CHANNEL, str(chat_id), str(sent[0][0]), ref_thread, refs.encode_parts(sent)
         )
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         chat_id = int(ref.conversation)
-        topic = int(ref.thread) if ref.thread.lstrip("-").isdigit() else None
         old = refs.decode_parts(ref.extra, ref.message_id)
         parts = render_text(message.text)
         markup = keyboard(message.buttons)
-        droppable = not message.final
+        digests = [p.digest(markup if i == len(parts) - 1 else None) for i, p in enumerate(parts)]
+        if [d for _, d in old] == digests:
+            return ref  # shows this already
+        target = await self.redirects.resolve(chat_id)
+        try:
+            if target == chat_id:
+                return await self._edit(ref, chat_id, old, parts, digests, markup, message.final)
+        except _Migrated as exc:
+            target = await self.redirects.learn(chat_id, exc.new_chat_id)
+        # A message in a group that became a supergroup cannot be edited any more
+        # (it stays in the old chat under its old id): the new text is sent to the
+        # supergroup once, and the returned ref points there, so later edits edit it.
+        log.info("telegram: message %s of group %s resent in %s", ref.message_id, chat_id, target)
+        return await self._moved_send(ref_thread=ref.thread, chat_id=target, message=message)
+
+    async def _edit(
+        self,
+        ref: MessageRef,
+        chat_id: int,
+        old: list[tuple[int, str]],
+        parts: list[Part],
+        digests: list[str],
+        markup: InlineKeyboardMarkup | None,
+        final: bool,
+    ) -> MessageRef:
+        topic = int(ref.thread) if ref.thread.lstrip("-").isdigit() else None
+        droppable = not final
         new: list[tuple[int, str]] = []
         try:
-            for i, part in enumerate(parts):
+            for i, (part, digest) in enumerate(zip(parts, digests, strict=True)):
                 m = markup if i == len(parts) - 1 else None
-                digest = part.digest(m)
                 if i < len(old):
                     mid, old_digest = old[i]
                     if old_digest == digest:
@@ -403,7 +476,7 @@ class TelegramOutbox:
             await self._call(
                 chat_id, lambda: self._bot.delete_message(chat_id=chat_id, message_id=message_id)
             )
-        except (ChannelError, _NotModified, _NotFound):
+        except (ChannelError, _NotModified, _NotFound, _Migrated):
             log.info("could not delete surplus message %s in chat %s", message_id, chat_id)
 
     async def typing(self, thread: ThreadKey) -> None:
@@ -417,6 +490,7 @@ class TelegramOutbox:
 
     async def _typing_loop(self, thread: ThreadKey, stop: asyncio.Event) -> None:
         chat_id, topic = _target(thread)
+        chat_id = await self.redirects.resolve(chat_id)
         deadline = time.monotonic() + self.limits.typing_max_secs
         while time.monotonic() < deadline and not stop.is_set():
             delay = self.limits.typing_interval
@@ -429,6 +503,9 @@ class TelegramOutbox:
                 )
             except RetryAfter as exc:
                 delay = max(delay, _retry_after(exc))
+            except ChatMigrated as exc:
+                chat_id = await self.redirects.learn(chat_id, int(exc.new_chat_id))
+                delay = 0.0
             except TelegramError as exc:
                 log.debug("[%s] typing indicator failed: %s", thread, exc)
                 if isinstance(exc, (Forbidden, InvalidToken)):

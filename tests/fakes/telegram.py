@@ -13,17 +13,24 @@ enforces what the real API enforces and Parley depends on:
   (updates below the offset are confirmed and gone);
 * editing without ``reply_markup`` removes the inline keyboard; editing to the
   same content -> 400 ``message is not modified``;
-* ``answerCallbackQuery`` only once per query.
+* ``answerCallbackQuery`` only once per query;
+* a basic group upgraded to a supergroup (``migrate``): every call naming the
+  old chat id is answered 400 ``Bad Request: group chat was upgraded to a
+  supergroup chat`` with ``parameters.migrate_to_chat_id``; the old group's
+  messages stay in the old chat under their ids (the supergroup numbers its
+  own), and the two service messages are emitted: ``migrate_to_chat_id`` in the
+  old group, ``migrate_from_chat_id`` in the supergroup.
 
 Scriptable: ``fail_next`` (inject any error), ``deliver`` (POST an update to
 the webhook with the secret header; call again to redeliver), ``queue_update``
-(for getUpdates), ``press`` (a callback_query on a sent message), ``add_file``.
-Every call is recorded in ``calls``.
+(for getUpdates), ``press`` (a callback_query on a sent message), ``add_file``,
+``migrate`` (upgrade a group to a supergroup).  Every call is recorded in ``calls``.
 
 Standalone: ``python -m tests.fakes.telegram --port 8081`` prints the base URL.
 Control endpoints for other processes: ``POST /_fake/update`` (an Update JSON:
-queued, or delivered to the webhook when one is set), ``GET /_fake/calls``,
-``POST /_fake/reset``.
+queued, or delivered to the webhook when one is set), ``POST /_fake/migrate``
+(``{"chat_id": N}``: upgrade it, emit the service updates, answer the new id),
+``GET /_fake/calls``, ``POST /_fake/reset``.
 """
 
 from __future__ import annotations
@@ -58,6 +65,20 @@ MDV2_RESERVED = set("_*[]()~`>#+-=|{}.!")
 RATE_COUNTED = frozenset(
     {"sendMessage", "editMessageText", "sendPhoto", "sendDocument", "editMessageReplyMarkup"}
 )
+
+
+MIGRATED = "Bad Request: group chat was upgraded to a supergroup chat"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A group upgraded by :meth:`FakeTelegram.migrate`: its new id and the two
+    service updates (old group's ``migrate_to_chat_id``, supergroup's
+    ``migrate_from_chat_id``), e.g. to deliver them again."""
+
+    old: int
+    new: int
+    updates: tuple[dict[str, Any], dict[str, Any]]
 
 
 def utf16_len(text: str) -> int:
@@ -240,6 +261,8 @@ class FakeTelegram:
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1000)
         self._cq_ids = itertools.count(7000)
+        self.migrated: dict[int, int] = {}  # basic group id -> its supergroup's id
+        self._supergroup_ids = itertools.count(1_234_567_890)
         self._new_update = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._closing = False
@@ -264,6 +287,7 @@ class FakeTelegram:
         app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
         app.router.add_get("/file/bot{token}/{path:.*}", self._handle_file)
         app.router.add_post("/_fake/update", self._ctl_update)
+        app.router.add_post("/_fake/migrate", self._ctl_migrate)
         app.router.add_get("/_fake/calls", self._ctl_calls)
         app.router.add_post("/_fake/reset", self._ctl_reset)
         self._runner = web.AppRunner(app, access_log=None)
@@ -286,6 +310,7 @@ class FakeTelegram:
         self.calls.clear()
         self.messages.clear()
         self.pending.clear()
+        self.migrated.clear()
         self._failures.clear()
         self._last_chat_send.clear()
         self._global_window.clear()
@@ -332,6 +357,50 @@ class FakeTelegram:
 
     def chat(self, chat_id: int) -> dict[str, Any]:
         return self.chats.get(chat_id) or self.set_chat(chat_id)
+
+    async def migrate(self, chat_id: int, *, user_id: int = 42, emit: bool = True) -> Migration:
+        """Upgrade the basic group ``chat_id`` to a supergroup (new id ``-100…``).
+
+        From now on every call naming ``chat_id`` gets Telegram's 400 with
+        ``migrate_to_chat_id``.  ``emit``: the two service updates are delivered
+        to the webhook when one is set (old group's first), else queued for
+        getUpdates; either way they are returned for redelivery.
+        """
+        old = self.chat(chat_id)
+        if old["type"] != "group":
+            raise ValueError(f"chat {chat_id} is a {old['type']}, not a basic group")
+        new_id = -(10**12 + next(self._supergroup_ids))
+        self.migrated[chat_id] = new_id
+        new = self.set_chat(new_id, "supergroup", title=old.get("title", ""))
+        now = int(time.time())
+        to_update = {
+            "update_id": next(self._update_ids),
+            "message": {
+                "message_id": next(self._ids),
+                "date": now,
+                "chat": old,
+                "from": self.user(user_id),
+                "migrate_to_chat_id": new_id,
+            },
+        }
+        from_update = {
+            "update_id": next(self._update_ids),
+            "message": {
+                "message_id": next(self._ids),
+                "date": now,
+                "chat": new,
+                "from": self.user(user_id),
+                "migrate_from_chat_id": chat_id,
+            },
+        }
+        migration = Migration(chat_id, new_id, (to_update, from_update))
+        if emit:
+            for update in migration.updates:
+                if self.webhook["url"]:
+                    await self.deliver(update)
+                else:
+                    self.queue_update(update)
+        return migration
 
     def add_file(
         self, file_id: str, content: bytes, mime: str = "application/octet-stream"
@@ -584,7 +653,19 @@ class FakeTelegram:
             out["is_topic_message"] = True
         return out
 
+    def _check_migrated(self, p: dict[str, Any]) -> None:
+        raw = p.get("chat_id")
+        if raw is None or raw == "":
+            return
+        try:
+            new_id = self.migrated.get(int(raw))
+        except (TypeError, ValueError):
+            return
+        if new_id is not None:
+            raise ApiError(400, MIGRATED, {"migrate_to_chat_id": new_id})
+
     async def _dispatch(self, method: str, p: dict[str, Any]) -> Any:
+        self._check_migrated(p)
         if method == "getMe":
             return self.bot_user() | {
                 "can_join_groups": True,
@@ -742,6 +823,14 @@ class FakeTelegram:
             return web.json_response({"delivered": status})
         self.queue_update(update)
         return web.json_response({"queued": len(self.pending)})
+
+    async def _ctl_migrate(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        try:
+            m = await self.migrate(int(body["chat_id"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response({"old": m.old, "new": m.new})
 
     async def _ctl_calls(self, request: web.Request) -> web.Response:
         return web.Response(

@@ -60,6 +60,21 @@ def test_inbound_event_json_round_trip() -> None:
     assert InboundEvent.from_json(ev.to_json()) == ev
 
 
+def test_moved_event_json_round_trip() -> None:
+    ev = InboundEvent(
+        event_id="bot:migrate:-42",
+        kind=EventKind.MOVED,
+        channel="telegram",
+        thread=ThreadKey("telegram", "bot", "-1001234567890"),
+        user_id="99",
+        is_direct=False,
+        moved_from=ThreadKey("telegram", "bot", "-42"),
+        received_at=1.0,
+    )
+    back = InboundEvent.from_json(ev.to_json())
+    assert back == ev and back.moved_from == ThreadKey("telegram", "bot", "-42")
+
+
 def test_button_payload_must_fit_every_platform() -> None:
     Button("Approve", "a" * 64)
     with pytest.raises(ValueError):

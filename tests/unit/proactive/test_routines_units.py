@@ -119,3 +119,22 @@ def test_ok_tokens() -> None:
     assert is_ok("", "ROUTINE_OK")
     assert not is_ok("The build is red: ROUTINE_OK is not the case", "ROUTINE_OK")
     assert not is_ok("Disk almost full", "HEARTBEAT_OK")
+
+
+def test_retarget_names_the_new_conversation_in_the_form_it_was_written() -> None:
+    from agent_core.proactive.targets import retarget
+
+    old = ThreadKey("telegram", "bot1", "-42")
+    new = ThreadKey("telegram", "bot1", "-1001234567890")
+    assert retarget("telegram:-42", old, new) == "telegram:-1001234567890"
+    assert retarget(" telegram:-42 ", old, new) == "telegram:-1001234567890"
+    assert retarget("{telegram:bot1:-42:}", old, new) == new.tag
+    assert retarget("telegram:-43", old, new) is None
+    assert retarget("telegram:-42/7", old, new) is None  # a topic is another thread
+    assert retarget("{telegram:bot2:-42:}", old, new) is None  # another bot's chat
+    assert retarget("web:s1", old, new) is None
+    assert retarget("not a target", old, new) is None
+    # other platforms: the conversation part, tenant kept
+    sold, snew = ThreadKey("slack", "T1", "C1"), ThreadKey("slack", "T1", "C2")
+    assert retarget("slack:T1/C1", sold, snew) == "slack:T1/C2"
+    assert retarget("slack:C1", sold, snew) == "slack:C2"

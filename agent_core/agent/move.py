@@ -1,0 +1,206 @@
+"""A conversation got a new id (EventKind.MOVED): move its state to the new thread.
+
+A platform can give a conversation a new id: a Telegram basic group upgraded to
+a supergroup gets a new chat id.  The channel turns the platform's notice into
+one MOVED event for the *new* thread naming the old one (``moved_from``).  It
+enters the new thread's mailbox ahead of what people write in the new place,
+and is de-duplicated like every event (Telegram sends two notices, one in each
+chat, and both make the same event id).  The worker runs it instead of a turn,
+holding the new thread's lock, and nothing is said in the chat:
+
+1. the old thread's lock is taken once whatever runs there has finished (an
+   answer still streaming into the old chat, messages queued behind it);
+2. the old conversation is read, merged with what the new thread holds, and
+   written there (one script on the new thread's keys);
+3. it is deleted at the old thread, which keeps where it went: the worker
+   forwards later events of the old thread (a press on an old approval prompt)
+   and the channel sends to the new id (one script on the old thread's keys,
+   which also releases its lock);
+4. routines that notify the old conversation notify the new one.
+
+A rerun (a crash, a notice redelivered after the dedup window) finds step 2 or
+3 done and does only what is left (:mod:`agent_core.store.moves`).
+
+When the new thread already holds a conversation (someone wrote in the new
+place and that reached Parley before the notice), the two are **merged**: the
+old history first, then the new; the newer conversation's model and profile win
+where it has them; "Always" approvals of both count; usage, cost and turns add
+up; the archive of compacted history keeps the old part first.  The old undo
+checkpoints stay behind (they would restore the old history alone).  A pending
+approval of the old conversation goes along only while the new one has no
+history yet; otherwise its call ends as "not run" and its buttons say the
+request is not active any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import time
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from agent_core.agent.reply import LockGuard
+from agent_core.agent.session import Session, ThreadState
+from agent_core.events import ThreadKey
+from agent_core.proactive.routines import RoutineStore
+from agent_core.settings import CoreSettings
+from agent_core.store.delivery import Delivery, TurnState
+from agent_core.store.moves import Copied, Moves, OldThread
+
+log = logging.getLogger(__name__)
+
+RETRY = "move:retry"  # outcome: not done, the MOVED event stays at the head of the mailbox
+
+
+def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Session | None, str]:
+    """The conversation that continues at ``thread`` (None: nothing to write) and
+    the id of the old conversation's pending approval that goes with it ('' none)."""
+    if old is None:
+        return None, ""
+    if new is None:
+        return dataclasses.replace(old, thread=thread), old.pending_approval
+    carry = (
+        old.state == ThreadState.AWAITING_APPROVAL
+        and bool(old.pending_approval)
+        and not new.history
+        and new.state == ThreadState.IDLE
+        and not new.pending_approval
+    )
+    history = list(old.history)
+    if not carry:
+        from agent_core.agent.turn import repair_history
+
+        repair_history(history)  # a call still waiting for approval ends "not run"
+    m = dataclasses.replace(new, thread=thread)
+    m.history = history + new.history
+    m.summary = "\n\n".join(s for s in (old.summary, new.summary) if s)
+    m.model = new.model or old.model
+    m.profile = new.profile or old.profile
+    m.always_approved = old.always_approved | new.always_approved
+    m.usage = old.usage + new.usage
+    m.cost_usd = old.cost_usd + new.cost_usd
+    m.turns = old.turns + new.turns
+    m.conversation = max(old.conversation, new.conversation)
+    m.created_at = min(old.created_at, new.created_at)
+    m.updated_at = max(old.updated_at, new.updated_at)
+    m.extra = {**old.extra, **new.extra}
+    m.last_prompt_tokens = 0  # the next call measures the merged prompt
+    if carry:
+        m.state, m.pending_approval = old.state, old.pending_approval
+        m.resume, m.held = old.resume, old.held
+    return m, old.pending_approval if carry else ""
+
+
+def _rethread(copied: Copied, thread: ThreadKey) -> Copied:
+    """An approval hash whose record names ``thread`` (decisions check it)."""
+    values = list(copied.values)
+    for i in range(0, len(values) - 1, 2):
+        if values[i] == b"d":
+            d = orjson.loads(values[i + 1])
+            d["t"] = str(thread)
+            values[i + 1] = orjson.dumps(d)
+    return Copied(copied.kind, values, copied.ttl_ms)
+
+
+class ConversationMover:
+    def __init__(
+        self, redis: Redis, delivery: Delivery, settings: CoreSettings, *, poll_secs: float = 0.2
+    ) -> None:
+        self.delivery = delivery
+        self.settings = settings
+        self.moves = Moves(redis, session_ttl_ms=delivery.session_ttl_ms)
+        self.routines = RoutineStore(redis)
+        self.poll_secs = poll_secs
+
+    def wait_secs(self) -> float:
+        """How long the old thread's running turns are waited for (within the turn timeout)."""
+        limit = self.settings.turn_timeout_secs
+        return max(limit - 10.0, limit / 2) if limit > 0 else 600.0
+
+    async def run(self, new: ThreadKey, state: TurnState, guard: LockGuard) -> str:
+        """Move the conversation named by the mailbox head into ``new``; the outcome
+        (:data:`RETRY`: not done yet, run it again)."""
+        old = state.mailbox[0].moved_from
+        if old is None or old == new or old.channel != new.channel:
+            log.warning("[%s] a move from %s is not possible; ignored", new, old)
+            return "move:ignored"
+        token = f"move:{guard.owner or 'local'}:{secrets.token_hex(4)}"
+        if not await self._lock(old, token, guard):
+            log.warning(
+                "[%s] %s still busy after %.0f s; its move waits", new, old, self.wait_secs()
+            )
+            return RETRY
+        released = False
+        try:
+            src = await self.moves.read(old)
+            if src.moved_to is not None:
+                outcome = "move:done-before"
+                if src.moved_to != new:
+                    log.warning("[%s] %s had moved to %s already", new, old, src.moved_to)
+            else:
+                ids = await self._move_in(old, new, src, state)
+                if ids is None:
+                    return RETRY
+                released = await self.moves.move_out(old, new, token, ids)
+                if not released:
+                    log.warning("[%s] lost the lock of %s mid-move; moving again", new, old)
+                    return RETRY
+                outcome = "moved"
+                log.info("[%s] conversation %s moved here", new, old)
+        finally:
+            if not released:
+                await self.delivery.release(old, token)
+        try:
+            changed = await self.routines.retarget(old, new)
+            if changed:
+                log.info("[%s] routines now notifying here: %s", new, ", ".join(changed))
+        except RedisError as exc:  # they still reach it: sends to the old id are redirected
+            log.warning("[%s] routines not retargeted (%s)", new, type(exc).__name__)
+        return outcome
+
+    async def _lock(self, old: ThreadKey, token: str, guard: LockGuard) -> bool:
+        deadline = time.monotonic() + self.wait_secs()
+        while True:
+            guard.check()
+            if await self.delivery.try_lock(old, token):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(self.poll_secs)
+
+    async def _move_in(
+        self, old: ThreadKey, new: ThreadKey, src: OldThread, state: TurnState
+    ) -> list[str] | None:
+        """Write the merged conversation into ``new``; the old approval ids to delete
+        (None: ``new``'s session changed meanwhile, nothing written)."""
+        old_session = (
+            Session.load(str(old), src.session_version, src.session_data)
+            if src.session_data is not None
+            else None
+        )
+        new_session = (
+            Session.load(str(new), state.session_version, state.session_data)
+            if state.session_data is not None
+            else None
+        )
+        merged, carried = merge(old_session, new_session, str(new))
+        approvals = await self.moves.approvals(old, [carried] if carried else [])
+        res = await self.moves.move_in(
+            new,
+            old,
+            session_json=merged.to_json() if merged is not None else None,
+            expected_version=state.session_version,
+            following=src.following,
+            merging=new_session is not None,
+            approvals={aid: _rethread(c, new) for aid, c in approvals.items()},
+        )
+        if res == -2:
+            log.warning("[%s] session changed during a move; moving again", new)
+            return None
+        pending = old_session.pending_approval if old_session is not None else ""
+        return [pending] if pending else []
