@@ -314,6 +314,15 @@ class Worker:
             self._spawn(t, st)
         return left
 
+    async def _ended(self, thread: ThreadKey, left: int) -> bool | None:
+        """After a completion that ran no turn: None while events are left to run;
+        else whether the lock was released (0: mailbox empty, -1 or below: not ours)."""
+        if left > 0:
+            return None
+        if left == 0:
+            await self.delivery.deactivate(thread)
+        return left == 0
+
     def _respawn(self, thread: ThreadKey) -> None:
         if not self.stopping and thread not in self.running:
             self._spawn(thread)
@@ -333,11 +342,9 @@ class Worker:
                     await self.delivery.deactivate(thread)
                     return
                 if state.moved_to is not None and state.moved_to != thread:
-                    left = await self._forward(thread, state)
-                    if left <= 0:
-                        released = left == 0
-                        if left == 0:
-                            await self.delivery.deactivate(thread)
+                    ended = await self._ended(thread, await self._forward(thread, state))
+                    if ended is not None:
+                        released = ended
                         return
                     continue
                 if await self._waits_for_earlier(thread, state):
@@ -378,10 +385,9 @@ class Worker:
                         sent_fields=[],
                         next_seq=_next_after(state.mailbox[:1]),
                     )
-                    if left <= 0:
-                        released = left == 0
-                        if left == 0:
-                            await self.delivery.deactivate(thread)
+                    ended = await self._ended(thread, left)
+                    if ended is not None:
+                        released = ended
                         return
                     continue
                 left = await self.delivery.complete(

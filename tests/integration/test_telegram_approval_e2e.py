@@ -17,15 +17,10 @@ import httpx
 import pytest
 
 from agent_core.llm.demo import DemoProvider
-from agent_core.llm.settings import LLMSettings
-from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
-from bots.settings import Settings
-from channels import telegram as telegram_pkg
-from channels.telegram.settings import TelegramSettings
-from channels.web.channel import WebSettings
-from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram
+from tests.fakes.telegram import WEBHOOK_SECRET, FakeTelegram
+from tests.integration.telegram_runtime import telegram_settings
 
 USER = 555
 STRANGER = 777
@@ -37,25 +32,7 @@ async def stack(
 ) -> AsyncIterator[tuple[Runtime, FakeTelegram, httpx.AsyncClient]]:
     fake = FakeTelegram()
     await fake.start()
-    settings = Settings(
-        core=CoreSettings(
-            redis_url=valkey.url,  # type: ignore[arg-type]
-            public_url="https://parley.example",
-            dm_policy="open",
-            sweep_interval_secs=0.2,
-        ),
-        llm=LLMSettings(llm_backend="demo"),
-        web=WebSettings(web_chat_enabled=False),
-        platforms={
-            "telegram": TelegramSettings(
-                telegram_bot_token=TOKEN,  # type: ignore[arg-type]
-                telegram_api_base_url=fake.base_url,
-                telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
-                telegram_mode="webhook",
-            )
-        },
-        modules={"telegram": telegram_pkg},
-    )
+    settings = telegram_settings(valkey.url, fake, core={"sweep_interval_secs": 0.2})
     async with Runtime(settings, "all", llm=DemoProvider()) as rt:
         stop = asyncio.Event()
         assert rt.worker is not None

@@ -21,16 +21,11 @@ from redis.asyncio import Redis
 from agent_core.agent.session import Session, ThreadState
 from agent_core.events import ThreadKey
 from agent_core.llm.demo import LABEL, DemoProvider
-from agent_core.llm.settings import LLMSettings
-from agent_core.settings import CoreSettings
 from agent_core.store import keys
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
-from bots.settings import Settings
-from channels import telegram as telegram_pkg
-from channels.telegram.settings import TelegramSettings
-from channels.web.channel import WebSettings
-from tests.fakes.telegram import BOT_ID, BOT_USERNAME, TOKEN, WEBHOOK_SECRET, FakeTelegram
+from tests.fakes.telegram import BOT_ID, BOT_USERNAME, WEBHOOK_SECRET, FakeTelegram
+from tests.integration.telegram_runtime import telegram_settings
 
 GROUP = -4242
 USER = 555
@@ -41,26 +36,12 @@ DEMO_NOTE = "Demo model: offline canned answers"
 async def stack(valkey: EmbeddedValkey, redis: Redis) -> AsyncIterator[FakeTelegram]:
     fake = FakeTelegram()
     await fake.start()
-    settings = Settings(
-        core=CoreSettings(
-            redis_url=valkey.url,  # type: ignore[arg-type]
-            public_url="https://parley.example",
-            dm_policy="open",
-            sweep_interval_secs=0.2,
-        ),
-        llm=LLMSettings(llm_backend="demo"),
-        web=WebSettings(web_chat_enabled=False),
-        platforms={
-            "telegram": TelegramSettings(
-                telegram_bot_token=TOKEN,  # type: ignore[arg-type]
-                telegram_api_base_url=fake.base_url,
-                telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
-                telegram_mode="webhook",
-                telegram_chat_interval_secs=0.2,
-                telegram_group_interval_secs=0.2,
-            )
-        },
-        modules={"telegram": telegram_pkg},
+    settings = telegram_settings(
+        valkey.url,
+        fake,
+        core={"sweep_interval_secs": 0.2},
+        telegram_chat_interval_secs=0.2,
+        telegram_group_interval_secs=0.2,
     )
     async with Runtime(settings, "all", llm=DemoProvider(delay=0.04)) as rt:
         stop = asyncio.Event()

@@ -10,15 +10,12 @@ from typing import Any
 import httpx
 
 from agent_core.llm.settings import LLMSettings
-from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
-from channels import telegram as telegram_pkg
-from channels.telegram.settings import TelegramSettings
-from channels.web.channel import WebSettings
 from tests.fakes.llm_servers import FakeLLMServer
-from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram
+from tests.fakes.telegram import WEBHOOK_SECRET, FakeTelegram
+from tests.integration.telegram_runtime import telegram_settings
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -26,24 +23,16 @@ PNG = base64.b64decode(
 
 
 def _settings(valkey: EmbeddedValkey, fake: FakeTelegram, llm: FakeLLMServer) -> Settings:
-    return Settings(
-        core=CoreSettings(redis_url=valkey.url, public_url="https://p.example", dm_policy="open"),  # type: ignore[arg-type]
-        llm=LLMSettings(
+    return telegram_settings(
+        valkey.url,
+        fake,
+        LLMSettings(
             llm_backend="openai_compatible",
             llm_base_url=llm.openai_url,
             llm_model="gpt-4o",
             llm_vision=True,
         ),
-        web=WebSettings(web_chat_enabled=False),
-        platforms={
-            "telegram": TelegramSettings(
-                telegram_bot_token=TOKEN,  # type: ignore[arg-type]
-                telegram_api_base_url=fake.base_url,
-                telegram_webhook_secret=WEBHOOK_SECRET,  # type: ignore[arg-type]
-                telegram_mode="webhook",
-            )
-        },
-        modules={"telegram": telegram_pkg},
+        core={"public_url": "https://p.example"},
     )
 
 
