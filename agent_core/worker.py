@@ -300,6 +300,8 @@ class Worker:
         moved: list[tuple[bytes, InboundEvent | None]] = [
             (b"", dataclasses.replace(ev, thread=target, seq=0)) for ev in state.mailbox
         ]
+        # an event cut off mid-answer here carries the parts it sent (see carry_sent)
+        await self.delivery.carry_sent(state, target)
         ready = await self.delivery.handoff_and_begin(moved, self.owner, ack=False)
         left = await self.delivery.complete(
             thread,

@@ -25,7 +25,7 @@ import orjson
 
 from agent_core.agent.access import AccessControl
 from agent_core.agent.approvals import ApprovalStore, PendingApproval
-from agent_core.agent.budget import BudgetGuard
+from agent_core.agent.budget import BudgetGuard, Meter
 from agent_core.agent.commands import CommandRegistry, builtin_commands
 from agent_core.agent.context import Compactor
 from agent_core.agent.hooks import Hooks
@@ -228,6 +228,22 @@ class Agent:
                 str(event.thread),
                 ex=self.settings.session_idle_ttl_secs,
             )
+
+    def meter(self, user: str) -> Meter:
+        """``user``'s model calls against the budgets; admins hear when 80 % is used."""
+        return Meter(self.budget, user, self._budget_warning)
+
+    async def _budget_warning(self, scopes: list[str]) -> None:
+        s = self.settings
+        for scope in scopes:
+            if scope == "all":
+                text = f"⚠️ Parley has used 80 % of its daily AI budget (${s.daily_budget_usd:.2f})."
+            else:
+                text = (
+                    f"⚠️ {scope} has used 80 % of their daily AI budget "
+                    f"(${s.user_daily_budget_usd:.2f})."
+                )
+            await self.notify_admins(text)
 
     async def notify_admins(self, text: str) -> None:
         """Best effort: to the DM each admin last wrote from (they must have written once)."""

@@ -199,7 +199,7 @@ async def _interrupt(ctx: CommandContext, args: str) -> str | None:
 
 
 def _fill(ctx: CommandContext) -> tuple[int, int, int]:
-    from agent_core.agent.context import estimate
+    from agent_core.agent.tokens import estimate
     from agent_core.llm.base import ChatMessage
 
     turn = ctx.the_turn()
@@ -262,7 +262,7 @@ async def _cost(ctx: CommandContext, args: str) -> str:
 
 
 async def _context(ctx: CommandContext, args: str) -> str:
-    from agent_core.agent.context import by_role, estimate
+    from agent_core.agent.tokens import by_role, estimate
     from agent_core.llm.base import ChatMessage
 
     turn = ctx.the_turn()

@@ -24,8 +24,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
+from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.session import Session
+from agent_core.agent.tokens import estimate, text_tokens
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
 
 log = logging.getLogger(__name__)
@@ -44,34 +46,6 @@ SUMMARY_SYSTEM = (
     "commitments the assistant made. Be factual and brief (at most 300 words). Write "
     "only the summary."
 )
-
-
-def text_tokens(text: str) -> float:
-    """A token estimate for ``text`` without a tokenizer: words × 1.3 or characters ÷
-    4, whichever is larger; a CJK, kana, hangul or Thai character counts as about one
-    token (such text has few spaces, so counting words would see almost none)."""
-    if text.isascii():
-        return max(len(text.split()) * 1.3, len(text) / 4)
-    wide = sum(1 for ch in text if ord(ch) >= 0x2E80 or 0x0E00 <= ord(ch) <= 0x0E7F)
-    return max(len(text.split()) * 1.3, (len(text) - wide) / 4 + wide)
-
-
-def estimate_message(m: ChatMessage) -> float:
-    tokens = text_tokens(m.content)
-    for tc in m.tool_calls:
-        tokens += text_tokens(str(tc.arguments)) + 1.3
-    return tokens + 4
-
-
-def estimate(messages: Sequence[ChatMessage], ratio: float = 1.0) -> int:
-    return int(sum(estimate_message(m) for m in messages) * ratio)
-
-
-def by_role(messages: Sequence[ChatMessage], ratio: float = 1.0) -> dict[str, int]:
-    out = {"system": 0, "user": 0, "assistant": 0, "tool": 0}
-    for m in messages:
-        out[m.role] = out.get(m.role, 0) + int(estimate_message(m) * ratio)
-    return out
 
 
 def turn_starts(history: Sequence[ChatMessage]) -> list[int]:
@@ -174,20 +148,7 @@ class Compactor:
                 max_tokens=SUMMARY_MAX_TOKENS,
                 temperature=SUMMARY_TEMPERATURE,
             )
-            provider = self.cheap()
-            if meter is None:
-                result = await provider.complete(req)
-                cost = provider.model_info(result.model or None).cost(result.usage)
-            else:
-                info = provider.model_info(None)
-                est_usd = (
-                    estimate(list(messages)) * info.input_cost_per_token
-                    + SUMMARY_MAX_TOKENS * info.output_cost_per_token
-                )
-                async with meter.call(est_usd) as bill:
-                    result = await provider.complete(req)
-                    cost = provider.model_info(result.model or None).cost(result.usage)
-                    bill.cost_usd = cost
+            result, cost = await metered.complete(self.cheap(), req, meter)
             if session is not None:
                 session.usage = session.usage + result.usage
                 session.cost_usd += cost

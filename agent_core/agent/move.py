@@ -10,26 +10,32 @@ holding the new thread's lock, and nothing is said in the chat:
 
 1. the old thread's lock is taken once whatever runs there has finished (an
    answer still streaming into the old chat, messages queued behind it);
-2. the old conversation is read, merged with what the new thread holds, and
+2. the old thread is marked as moved: from then on its events (a press on an
+   old approval prompt) are forwarded to the new thread and never run where
+   they are, and the channel sends to the new id;
+3. the old conversation is read, merged with what the new thread holds, and
    written there (one script on the new thread's keys);
-3. it is deleted at the old thread, which keeps where it went: the worker
-   forwards later events of the old thread (a press on an old approval prompt)
-   and the channel sends to the new id (one script on the old thread's keys,
-   which also releases its lock);
-4. routines that notify the old conversation notify the new one.
+4. it is deleted at the old thread (one script on the old thread's keys, which
+   also releases its lock);
+5. routines that notify the old conversation notify the new one.
 
-A rerun (a crash, a notice redelivered after the dedup window) finds step 2 or
-3 done and does only what is left (:mod:`agent_core.store.moves`).
+A rerun (a crash, a notice redelivered after the dedup window) finds steps 2
+to 4 done or not and does only what is left (:mod:`agent_core.store.moves`).
+Because step 2 comes first, nothing can run in the old place between a crash
+and the rerun: the state the rerun finds there is the state step 3 copied.
 
 When the new thread already holds a conversation (someone wrote in the new
 place and that reached Parley before the notice), the two are **merged**: the
 old history first, then the new; the newer conversation's model and profile win
 where it has them; "Always" approvals of both count; usage, cost and turns add
-up; the archive of compacted history keeps the old part first.  The old undo
-checkpoints stay behind (they would restore the old history alone).  A pending
-approval of the old conversation goes along only while the new one has no
-history yet; otherwise its call ends as "not run" and its buttons say the
-request is not active any more.
+up; the archive of compacted history keeps the old part first.  Undo
+checkpoints of both are dropped (each would restore one part alone), so
+``/undo`` starts again from the merged conversation.  A pending approval of
+the old conversation goes along only while the new one has no history yet;
+otherwise its call ends as "not run", its buttons say the request is not
+active any more, and the messages held for it are answered in the new place
+(queued there after the move; or, while the new conversation waits for an
+approval of its own, held with its messages).
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from redis.exceptions import RedisError
 
 from agent_core.agent.reply import LockGuard
 from agent_core.agent.session import Session, ThreadState
-from agent_core.events import ThreadKey
+from agent_core.events import InboundEvent, ThreadKey
 from agent_core.proactive.routines import RoutineStore
 from agent_core.settings import CoreSettings
 from agent_core.store.delivery import Delivery, TurnState
@@ -93,6 +99,8 @@ def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Sessio
     if carry:
         m.state, m.pending_approval = old.state, old.pending_approval
         m.resume, m.held = old.resume, old.held
+    else:  # answered after the new thread's own approval, or queued there now
+        m.held = new.held + old.held
     return m, old.pending_approval if carry else ""
 
 
@@ -137,24 +145,27 @@ class ConversationMover:
             return RETRY
         released = False
         try:
-            src = await self.moves.read(old)
-            if src.moved_to is not None:
-                outcome = "move:done-before"
-                if src.moved_to != new:
-                    log.warning("[%s] %s had moved to %s already", new, old, src.moved_to)
-            else:
-                ids = await self._move_in(old, new, src, state)
-                if ids is None:
-                    return RETRY
-                released = await self.moves.move_out(old, new, token, ids)
-                if not released:
-                    log.warning("[%s] lost the lock of %s mid-move; moving again", new, old)
-                    return RETRY
-                outcome = "moved"
-                log.info("[%s] conversation %s moved here", new, old)
+            fenced = await self.moves.fence(old, new, token)
+            if fenced == -1:
+                log.warning("[%s] %s had moved elsewhere already; ignored", new, old)
+                return "move:elsewhere"
+            if fenced == 0:
+                log.warning("[%s] lost the lock of %s mid-move; moving again", new, old)
+                return RETRY
+            written = await self._move_in(old, new, await self.moves.read(old), state)
+            if written is None:
+                return RETRY
+            released = await self.moves.move_out(old, token, written[1])
+            if not released:
+                log.warning("[%s] lost the lock of %s mid-move; moving again", new, old)
+                return RETRY
         finally:
             if not released:
                 await self.delivery.release(old, token)
+        outcome = "moved" if written[0] else "move:done-before"
+        if written[0]:
+            log.info("[%s] conversation %s moved here", new, old)
+        await self._requeue_held(new, guard.owner or "local")
         try:
             changed = await self.routines.retarget(old, new)
             if changed:
@@ -175,9 +186,10 @@ class ConversationMover:
 
     async def _move_in(
         self, old: ThreadKey, new: ThreadKey, src: OldThread, state: TurnState
-    ) -> list[str] | None:
-        """Write the merged conversation into ``new``; the old approval ids to delete
-        (None: ``new``'s session changed meanwhile, nothing written)."""
+    ) -> tuple[bool, list[str]] | None:
+        """Write the merged conversation into ``new``: whether it was written now (not
+        before) and the old approval ids to delete (None: ``new``'s session changed
+        meanwhile, nothing written)."""
         old_session = (
             Session.load(str(old), src.session_version, src.session_data)
             if src.session_data is not None
@@ -203,4 +215,22 @@ class ConversationMover:
             log.warning("[%s] session changed during a move; moving again", new)
             return None
         pending = old_session.pending_approval if old_session is not None else ""
-        return [pending] if pending else []
+        return res == 1, [pending] if pending else []
+
+    async def _requeue_held(self, new: ThreadKey, owner: str) -> None:
+        """Messages held for an old approval that did not come along (a merge) were
+        promised an answer: they go into ``new``'s mailbox, after what waits there
+        (idempotent on event id, so a rerun queues nothing twice)."""
+        version, data = await self.delivery.load_session(new)
+        if data is None:
+            return
+        s = Session.load(str(new), version, data)
+        if s.state != ThreadState.IDLE or not s.held:
+            return
+        events: list[tuple[bytes, InboundEvent | None]] = [
+            (b"", dataclasses.replace(InboundEvent.from_dict(d), thread=new, seq=0)) for d in s.held
+        ]
+        await self.delivery.handoff_and_begin(events, owner, ack=False)
+        s.held = []
+        await self.delivery.save_session(new, s.to_json(), version)
+        log.info("[%s] %d message(s) held in the old place queued here", new, len(events))

@@ -34,7 +34,6 @@ from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
-from agent_core.agent.context import estimate
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.interrupt import flag_is_newer, is_interrupt
@@ -53,6 +52,7 @@ from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState
+from agent_core.agent.tokens import estimate
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
@@ -307,6 +307,25 @@ class Turn:
             else await self.user_message(e)
             for e in held
         ]
+
+    async def inject_held(self) -> None:
+        """After an approval's tool round is settled: the held messages go to the next
+        model call, after the round's results.  Notes held after the last message of
+        a person (Parley's own words, nothing to answer) go before the round's tool
+        call instead, so that the call never ends on them: the model would take
+        them as the start of its own answer (an Anthropic prefill)."""
+        held = await self.take_held()
+        cut = len(held)
+        while cut and held[cut - 1].role == "assistant":
+            cut -= 1
+        if cut < len(held):
+            history = self.session.history
+            at = next(
+                (i for i in range(len(history) - 1, -1, -1) if history[i].tool_calls),
+                len(history),
+            )
+            history[at:at] = held[cut:]
+        self.pending_inject = held[:cut]
 
     def record_note(self, head: InboundEvent) -> str:
         """Add what Parley said outside a turn to the history, with no model call.
@@ -575,19 +594,7 @@ class Turn:
 
     def meter(self) -> Meter:
         """This turn's person against the budgets (model calls and summary calls)."""
-        return Meter(self.agent.budget, self.user, self._warn_admins)
-
-    async def _warn_admins(self, scopes: list[str]) -> None:
-        s = self.s
-        for scope in scopes:
-            if scope == "all":
-                text = f"⚠️ Parley has used 80 % of its daily AI budget (${s.daily_budget_usd:.2f})."
-            else:
-                text = (
-                    f"⚠️ {scope} has used 80 % of their daily AI budget "
-                    f"(${s.user_daily_budget_usd:.2f})."
-                )
-            await self.agent.notify_admins(text)
+        return self.agent.meter(self.user)
 
     def _price(self, final: Completion, asked: ModelInfo) -> ModelInfo:
         """Prices of the model that answered (a cheap route, a failover) when known;

@@ -209,7 +209,7 @@ async def decide(
             await self.close_prompt(a, "expired", "")
             await self.finish_pending("error: not run: the approval request expired")
             if self.session.held:
-                self.pending_inject = await self.take_held()
+                await self.inject_held()
                 return await self.loop(self.session.resume.get("iter", 1))
         return "approval-expired"
     if not current:
@@ -292,7 +292,7 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
     self.session.history.extend(rnd.results)
     self.session.resume = {}
     self.session.pending_approval = ""
-    self.pending_inject = await self.take_held()
+    await self.inject_held()
     if rnd.stop:
         self.session.state = ThreadState.IDLE
         await self.say_notice(

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, cast
 
 from redis.asyncio import Redis
 
+from agent_core.agent import metered
+from agent_core.agent.budget import BudgetRefused
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
 from agent_core.proactive.runner import is_ok
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from agent_core.agent.agent import Agent
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_ACCOUNT = "heartbeat"  # the account its model calls are billed to (budgets)
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 SYSTEM = (
@@ -130,7 +134,13 @@ class Heartbeat:
             (ChatMessage("system", system), ChatMessage("user", "Checklist:\n" + checklist)),
             temperature=0.2,
         )
-        completion = await self.agent.cheap_llm().complete(req)
+        try:
+            completion, _ = await metered.complete(
+                self.agent.cheap_llm(), req, self.agent.meter(HEARTBEAT_ACCOUNT)
+            )
+        except BudgetRefused as exc:
+            log.warning("heartbeat: not run, over budget: %s", exc)
+            return "skipped: over budget"
         text = completion.text.strip()
         if is_ok(text, HEARTBEAT_OK):
             return "ok"

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from agent_core.agent import metered
+from agent_core.agent.budget import BudgetRefused
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     from agent_core.ingest import Ingest
 
 log = logging.getLogger(__name__)
+
+ROUTINE_ACCOUNT = "routine"  # billed for routines with no known creator (budgets)
 
 LIGHT_SYSTEM = (
     "You are {name}'s background routine '{routine}'. Do the task below. If there is "
@@ -130,7 +134,14 @@ class RoutineRunner:
         req = CompletionRequest(
             (ChatMessage("system", system), ChatMessage("user", prompt)), temperature=0.2
         )
-        completion = await self.agent.cheap_llm().complete(req)
+        account = r.created_by or ROUTINE_ACCOUNT
+        try:
+            completion, _ = await metered.complete(
+                self.agent.cheap_llm(), req, self.agent.meter(account)
+            )
+        except BudgetRefused as exc:
+            log.warning("routine %s: not run, over budget (%s): %s", r.name, account, exc)
+            return "skipped: over budget"
         text = completion.text.strip()
         if is_ok(text, ROUTINE_OK):
             return "ok (silent)"

@@ -247,6 +247,27 @@ class Delivery:
     async def holds(self, thread: ThreadKey, owner: str) -> bool:
         return bool(await run_script(self.redis, self._holds, [keys.lock(thread)], [owner]))
 
+    async def carry_sent(self, state: TurnState, target: ThreadKey) -> None:
+        """Copy the reply parts recorded for ``state``'s mailbox events to ``target``,
+        where those events are forwarded (same event ids, so the same part names):
+        an answer cut off by a crash converges there instead of starting again.
+        Parts ``target`` knows already are left alone (a rerun copies nothing twice)."""
+        ids = {ev.event_id for ev in state.mailbox}
+        now = _ms()
+        fields: list[tuple[str, bytes]] = [
+            (f, orjson.dumps(ref.to_dict()))
+            for f, ref in state.sent.items()
+            if f.rpartition(":")[0] in ids
+        ]
+        fields += [
+            (f, f"pending:{now}".encode()) for f in state.pending if f.rpartition(":")[0] in ids
+        ]
+        if fields:
+            replies = await roundtrip(
+                self.redis, [("HSETNX", keys.sent(target), f, v) for f, v in fields]
+            )
+            raise_first(replies)
+
     async def record_sent(self, thread: ThreadKey, field_name: str, ref: MessageRef) -> None:
         await call(self.redis, "HSET", keys.sent(thread), field_name, orjson.dumps(ref.to_dict()))
 

@@ -2,22 +2,25 @@
 
 A platform can give a conversation a new id (a Telegram basic group upgraded to
 a supergroup).  :mod:`agent_core.agent.move` decides what the conversation looks
-like in its new thread; this module reads the old one and holds the two atomic
+like in its new thread; this module reads the old one and holds the atomic
 steps that move it.
 
 The mover holds both threads' locks (the new thread's as the turn running the
 MOVED event, the old thread's taken with :meth:`Delivery.try_lock`), so no turn
 of either runs meanwhile.  The two threads live on different Redis Cluster
-slots, so no one script may touch both: the move is two scripts, each atomic on
-one thread's keys, in an order that a crash anywhere leaves for the rerun of
+slots, so no one script may touch both: the move is three scripts, each atomic
+on one thread's keys, in an order that a crash anywhere leaves for the rerun of
 the MOVED event to finish, and that never applies anything twice:
 
-1. :meth:`Moves.move_in` (new thread): the session and the keys that follow a
+1. :meth:`Moves.fence` (old thread): ``moved`` is set (from now on the old
+   thread's events are forwarded to the new thread and never run where they
+   are, even once the mover's lock on it expired) and ``redirect`` (the channel
+   sends to the new conversation id) - only while the old lock is the mover's;
+2. :meth:`Moves.move_in` (new thread): the session and the keys that follow a
    conversation are written and the old thread recorded in ``moved_in`` -
-   unless it is recorded there already (then nothing changes);
-2. :meth:`Moves.move_out` (old thread): its state is deleted, ``moved`` (later
-   events there are forwarded to the new thread) and ``redirect`` (the channel
-   sends to the new conversation id) are set, and the old thread's lock is
+   unless it is recorded there already (then nothing changes).  What it copies
+   cannot have changed since step 1;
+3. :meth:`Moves.move_out` (old thread): its state is deleted and its lock
    released - only while that lock is still the mover's.
 """
 
@@ -37,13 +40,15 @@ from agent_core.store.wire import raise_first, roundtrip
 
 # The keys that belong to a conversation besides its session and approvals:
 # (key, type, what happens to it when the new thread holds a conversation too).
-# Undo checkpoints are snapshots of the old history alone: /undo in the merged
-# conversation would drop the newer part, so they stay behind.  The archive of
-# compacted history (and the demo tool's notes) go before the new thread's own.
+# Undo checkpoints are snapshots of one thread's history alone: /undo in the
+# merged conversation would drop the other part, so both threads' are cleared
+# ("clear": the old ones stay behind, the new thread's are deleted).  The
+# archive of compacted history (and the demo tool's notes) go before the new
+# thread's own.
 FOLLOWING: tuple[tuple[Callable[[ThreadKey], str], str, str], ...] = (
-    (keys.undo, "list", "drop"),
-    (keys.redo, "list", "drop"),
-    (keys.undo_ops, "hash", "drop"),
+    (keys.undo, "list", "clear"),
+    (keys.redo, "list", "clear"),
+    (keys.undo_ops, "hash", "clear"),
     (keys.archive, "list", "prepend"),
     (keys.demo_notes, "list", "prepend"),
 )
@@ -64,7 +69,7 @@ class OldThread:
 
     session_version: int
     session_data: bytes | None
-    moved_to: ThreadKey | None  # moved before (a rerun): where to
+    moved_to: ThreadKey | None  # fenced (step 1 done): where to
     following: list[Copied | None] = field(default_factory=list)  # as FOLLOWING, None: absent
 
 
@@ -79,11 +84,12 @@ class Moves:
     def __init__(self, redis: Redis, *, session_ttl_ms: int) -> None:
         self.redis = redis
         self.session_ttl_ms = session_ttl_ms
+        self._fence = redis.register_script(scripts.MOVE_FENCE)
         self._in = redis.register_script(scripts.MOVE_IN)
         self._out = redis.register_script(scripts.MOVE_OUT)
 
     async def read(self, old: ThreadKey) -> OldThread:
-        """The old thread's session, its following keys and whether it moved already."""
+        """The old thread's session, its following keys and where it is fenced to."""
         commands: list[Sequence[Any]] = [
             ("HMGET", keys.session(old), "v", "d"),
             ("GET", keys.moved(old)),
@@ -146,7 +152,11 @@ class Moves:
             self.session_ttl_ms,
         ]
         for (key_of, _, on_merge), copied in zip(FOLLOWING, following, strict=True):
-            if copied is None or (merging and on_merge == "drop"):
+            if merging and on_merge == "clear":
+                key_list.append(key_of(new))
+                args += ["clear", 0, 0]
+                continue
+            if copied is None:
                 continue
             mode = on_merge if merging else copied.kind
             key_list.append(key_of(new))
@@ -156,19 +166,22 @@ class Moves:
             args += ["hash", copied.ttl_ms, len(copied.values), *copied.values]
         return int(await run_script(self.redis, self._in, key_list, args))
 
-    async def move_out(
-        self, old: ThreadKey, new: ThreadKey, owner: str, approval_ids: Sequence[str]
-    ) -> bool:
-        """Delete the conversation at ``old``, leave where it went, release ``old``'s
-        lock - only while ``owner`` holds it (False: it does not, nothing changed)."""
-        gone = [keys.session(old), keys.interrupt(old)]
-        gone += [key_of(old) for key_of, _, _ in FOLLOWING]
-        gone += [keys.approval(old, aid) for aid in approval_ids]
+    async def fence(self, old: ThreadKey, new: ThreadKey, owner: str) -> int:
+        """Mark ``old`` as moved to ``new`` while ``owner`` holds its lock: 1 done (or
+        before), 0 the lock is not ``owner``'s, -1 ``old`` moved elsewhere before."""
         same_place = (old.channel, old.tenant) == (new.channel, new.tenant)
         res = await run_script(
             self.redis,
-            self._out,
-            [keys.lock(old), keys.moved(old), keys.redirect(old), *gone],
+            self._fence,
+            [keys.lock(old), keys.moved(old), keys.redirect(old)],
             [owner, str(new), new.conversation if same_place else "", keys.MOVED_TTL_SECS],
         )
-        return bool(res)
+        return int(res)
+
+    async def move_out(self, old: ThreadKey, owner: str, approval_ids: Sequence[str]) -> bool:
+        """Delete the conversation at ``old`` and release its lock - only while
+        ``owner`` holds it (False: it does not, nothing changed)."""
+        gone = [keys.session(old), keys.interrupt(old)]
+        gone += [key_of(old) for key_of, _, _ in FOLLOWING]
+        gone += [keys.approval(old, aid) for aid in approval_ids]
+        return bool(await run_script(self.redis, self._out, [keys.lock(old), *gone], [owner]))

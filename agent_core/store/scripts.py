@@ -348,7 +348,8 @@ return 1
 # KEYS: moved_in (hash), session, then each key to write
 # ARGV: source thread, now_ms, marker_ttl_ms, session_json ('' = leave it),
 #       expected session version, session_ttl_ms, then per key from KEYS[3]:
-#       mode ('list' | 'hash' replace it, 'prepend' items before its own),
+#       mode ('list' | 'hash' replace it, 'prepend' items before its own,
+#       'clear' delete it; n is then 0),
 #       ttl_ms (0: none), n, and n values (hash: field, value, ...)
 # Writes a moved conversation into its new thread, once per source: 1 written,
 # 0 this source was written here before (nothing changed), -2 the session's
@@ -385,18 +386,29 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
-# KEYS: lock, moved, redirect, then each key to delete
-# ARGV: owner, destination thread, destination conversation ('' = no redirect),
-#       marker ttl seconds
-# The source side of a move, only while its lock is ``owner``'s: deletes the
-# moved state, records where it went (later events are forwarded there; the
-# channel sends to the new conversation id) and releases the lock.  1 done, 0
-# the lock is not ours (nothing changed).
-MOVE_OUT = """
+# KEYS: lock, moved, redirect ; ARGV: owner, destination thread, destination
+#       conversation ('' = no redirect), marker ttl seconds
+# The first step of a move, only while the source's lock is ``owner``'s: marks
+# the source as moved, so that from now on its events are forwarded to the
+# destination (nothing runs there any more) and the channel sends to the new
+# conversation id.  1 done (or done before), 0 the lock is not ours, -1 the
+# source moved somewhere else before (nothing changed).
+MOVE_FENCE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-for k = 4, #KEYS do redis.call('DEL', KEYS[k]) end
+local to = redis.call('GET', KEYS[2])
+if to and to ~= ARGV[2] then return -1 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[4]) end
+return 1
+"""
+
+# KEYS: lock, then each key to delete ; ARGV: owner
+# The last step of a move, only while the source's lock is ``owner``'s: deletes
+# the moved state and releases the lock.  1 done, 0 the lock is not ours
+# (nothing changed).
+MOVE_OUT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+for k = 2, #KEYS do redis.call('DEL', KEYS[k]) end
 redis.call('DEL', KEYS[1])
 return 1
 """

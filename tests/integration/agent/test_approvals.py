@@ -275,22 +275,47 @@ async def test_a_photo_sent_while_an_approval_waits_reaches_the_model_with_it(
     assert len(held) == 1 and len(held[0].images) == 1, model.requests[-1].messages
 
 
+def note(text: str, eid: str) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(user_event(T, text), event_id=eid, kind=EventKind.NOTE)
+
+
 async def test_a_note_arriving_while_an_approval_waits_keeps_the_round_whole(
     world: Any,
 ) -> None:
-    """A routine's message recorded while a tool call waits for approval goes after
-    the call's result, never between the call and its result."""
-    import dataclasses
+    """A routine's message recorded while a tool call waits for approval never goes
+    between the call and its result, and the call made after the decision never
+    ends on it: for Anthropic that would be a prefill, the model would go on with
+    the routine's words instead of answering with the tool's result."""
+    from agent_core.llm.anthropic import AnthropicProvider
+    from agent_core.llm.config import BackendConfig
+    from agent_core.llm.prices import PriceTable
 
     w, aid = await ask(world)
-    note = dataclasses.replace(
-        user_event(T, "Reminder: standup at 10."), event_id="note:r1", kind=EventKind.NOTE
-    )
-    await w.send(note)
+    await w.send(note("Reminder: standup at 10.", "note:r1"))
     await w.settle(T)
     assert len(w.model.requests) == 1  # a note is never answered
     await w.send(press(f"ap:{aid}:a"))
     await w.settle(T)
     roles = [(m.role, m.content[:8]) for m in (await w.session(T)).history]
     i = roles.index(("assistant", "Reminder"))
-    assert roles[i - 1][0] == "tool" and roles[i - 2][0] == "assistant", roles
+    assert roles[i + 1][0] == "assistant" and roles[i + 2][0] == "tool", roles
+    req = w.model.requests[-1]
+    assert req.messages[-1].role == "tool", [m.role for m in req.messages]
+    cfg = BackendConfig("anthropic", "anthropic", "claude-sonnet-4-5", "http://127.0.0.1:9")
+    body = AnthropicProvider(cfg, PriceTable()).build_body(req, stream=True)
+    assert body["messages"][-1]["role"] == "user"
+    assert w.texts(T)[-1] == "done: counted x -> 1"
+
+
+async def test_notes_and_messages_held_together_keep_their_order(world: Any) -> None:
+    """A note followed by a person's message: both after the result, in order."""
+    w, aid = await ask(world)
+    await w.send(note("Reminder: standup at 10.", "note:r2"))
+    await w.send(user_event(T, "and what about lunch?"))
+    await w.settle(T)
+    await w.send(press(f"ap:{aid}:a"))
+    await w.settle(T)
+    tail = [(m.role, m.content[:8]) for m in w.model.requests[-1].messages][-3:]
+    assert tail == [("tool", tail[0][1]), ("assistant", "Reminder"), ("user", "and what")], tail

@@ -1,0 +1,36 @@
+"""Small model calls made outside the agent loop, held to the budgets.
+
+Compaction's summaries, light routines and the heartbeat each make one call to
+the cheap model.  :func:`complete` reserves its estimated cost against
+DAILY_BUDGET_USD, USER_DAILY_BUDGET_USD (for the account it is billed to) and
+HOURLY_ACTION_LIMIT before it starts, and books what it really cost when it
+ends, exactly like a turn's calls (:class:`agent_core.agent.budget.Meter`).
+"""
+
+from __future__ import annotations
+
+from agent_core.agent.budget import Meter
+from agent_core.agent.tokens import estimate
+from agent_core.llm.base import Completion, CompletionRequest, LLMProvider
+
+ANSWER_TOKENS = 1024  # the estimate's answer length when the request sets none
+
+
+async def complete(
+    provider: LLMProvider, req: CompletionRequest, meter: Meter | None
+) -> tuple[Completion, float]:
+    """The answer and what it cost (USD).  Raises
+    :class:`~agent_core.agent.budget.BudgetRefused` before the call when over a
+    limit (nothing is called)."""
+    if meter is None:
+        result = await provider.complete(req)
+        return result, provider.model_info(result.model or None).cost(result.usage)
+    info = provider.model_info(None)
+    est_usd = (
+        estimate(list(req.messages)) * info.input_cost_per_token
+        + (req.max_tokens or ANSWER_TOKENS) * info.output_cost_per_token
+    )
+    async with meter.call(est_usd) as bill:
+        result = await provider.complete(req)
+        bill.cost_usd = provider.model_info(result.model or None).cost(result.usage)
+    return result, bill.cost_usd
