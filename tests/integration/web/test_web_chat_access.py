@@ -193,3 +193,46 @@ async def test_login_guesses_are_throttled(runtime: Any, redis: Any) -> None:
             await redis.delete(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
             assert (await client.post("/api/login", json={"token": "0150"})).status_code == 200
             assert not await redis.exists(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
+
+
+async def _fail_logins(client: Any, n: int, forwarded_for: str) -> list[int]:
+    codes = []
+    for guess in range(n):
+        client.cookies.clear()
+        r = await client.post(
+            "/api/login", json={"token": f"{guess:04d}"}, headers={"x-forwarded-for": forwarded_for}
+        )
+        codes.append(r.status_code)
+    return codes
+
+
+async def test_behind_a_proxy_on_this_machine_each_client_has_its_own_count(
+    runtime: Any, redis: Any
+) -> None:
+    """A reverse proxy on the same machine (connections from 127.0.0.1, an address in
+    uvicorn's FORWARDED_ALLOW_IPS) names the client in X-Forwarded-For: one client
+    guessing does not lock the others out."""
+    async with runtime("all", serve_web=True) as rt:
+        rt.channels["web"].settings.web_chat_token = SecretStr("0150")
+        async with _client(rt) as client:
+            codes = await _fail_logins(client, LOGIN_MAX_FAILURES + 1, "203.0.113.5")
+            assert codes == [403] * LOGIN_MAX_FAILURES + [429], codes
+            assert await _fail_logins(client, 1, "203.0.113.6") == [403]
+            assert await redis.exists(f"{keys.PREFIX}web:login-attempts:203.0.113.5")
+            assert not await redis.exists(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
+
+
+async def test_x_forwarded_for_from_an_untrusted_address_is_ignored(
+    runtime: Any, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With FORWARDED_ALLOW_IPS naming another proxy, a client cannot pick a fresh
+    address per guess by sending the header itself."""
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "10.9.9.9")
+    async with runtime("all", serve_web=True) as rt:
+        rt.channels["web"].settings.web_chat_token = SecretStr("0150")
+        async with _client(rt) as client:
+            codes = []
+            for i in range(LOGIN_MAX_FAILURES + 1):
+                codes += await _fail_logins(client, 1, f"203.0.113.{i}")
+            assert codes == [403] * LOGIN_MAX_FAILURES + [429], codes
+            assert await redis.exists(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
