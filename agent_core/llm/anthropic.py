@@ -11,7 +11,8 @@ there, cumulatively), ``message_stop``, ``error``.
 
 Prompt caching (on unless ``ANTHROPIC_PROMPT_CACHE=off``): the request carries
 ``cache_control`` breakpoints where Anthropic recommends them for a multi-turn
-agent, see :func:`add_cache_breakpoints`.
+agent, see :func:`add_cache_breakpoints`; ``ANTHROPIC_PROMPT_CACHE_TTL=1h`` asks
+for the 1-hour cache instead of the 5-minute one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -27,6 +29,7 @@ from agent_core.llm.base import (
     ChatMessage,
     Completion,
     CompletionRequest,
+    ModelInfo,
     StreamItem,
     TextDelta,
     ToolCall,
@@ -109,20 +112,26 @@ def _blocks(m: ChatMessage, vision: bool) -> list[dict[str, Any]]:
     return blocks
 
 
-def _mark(blocks: list[dict[str, Any]]) -> bool:
+def cache_control(ttl: str = "5m") -> dict[str, str]:
+    """A breakpoint: ``ephemeral`` lives 5 minutes unless it asks for 1 hour."""
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
+def _mark(blocks: list[dict[str, Any]], ttl: str) -> bool:
     """Put a breakpoint on the last block of ``blocks`` that may carry one."""
     for b in reversed(blocks):
         if b.get("type") in _NOT_CACHEABLE:
             continue  # "thinking blocks cannot be cached directly"
         if b.get("type") == "text" and not str(b.get("text", "")).strip():
             continue  # "cache_control cannot be set for empty text blocks"
-        b["cache_control"] = {"type": "ephemeral"}
+        b["cache_control"] = cache_control(ttl)
         return True
     return False
 
 
-def add_cache_breakpoints(body: dict[str, Any]) -> None:
-    """Mark ``body`` for Anthropic's prompt cache (5-minute, ``ephemeral``).
+def add_cache_breakpoints(body: dict[str, Any], ttl: str = "5m") -> None:
+    """Mark ``body`` for Anthropic's prompt cache (``ephemeral``; ``ttl`` 5m or 1h,
+    the same on every breakpoint: the API refuses a 1h one after a 5m one).
 
     The API caches the prompt prefix (tools, then system, then messages) up to
     each ``cache_control`` breakpoint, and reads a cached prefix found at a
@@ -143,16 +152,16 @@ def add_cache_breakpoints(body: dict[str, Any]) -> None:
     """
     system = body.get("system")
     if isinstance(system, str) and system.strip():
-        body["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+        body["system"] = [{"type": "text", "text": system, "cache_control": cache_control(ttl)}]
     elif isinstance(system, list) and system:
-        _mark(system)
+        _mark(system, ttl)
     elif body.get("tools"):
-        body["tools"][-1]["cache_control"] = {"type": "ephemeral"}
+        body["tools"][-1]["cache_control"] = cache_control(ttl)
     messages: list[dict[str, Any]] = body.get("messages") or []
     if messages:
-        _mark(messages[-1]["content"])
+        _mark(messages[-1]["content"], ttl)
     if len(messages) >= 3:
-        _mark(messages[-3]["content"])
+        _mark(messages[-3]["content"], ttl)
 
 
 def merge_usage(into: dict[str, Any], new: Any) -> None:
@@ -239,8 +248,16 @@ class AnthropicProvider(HTTPBackend):
         if stream:
             body["stream"] = True
         if self.config.prompt_cache:
-            add_cache_breakpoints(body)
+            add_cache_breakpoints(body, self.config.cache_ttl)
         return body
+
+    def model_info(self, model: str | None = None) -> ModelInfo:
+        """With 1-hour breakpoints a cache write costs 2x the input price (Anthropic's
+        published multiplier; the price table holds the 5-minute 1.25x)."""
+        info = super().model_info(model)
+        if self.config.prompt_cache and self.config.cache_ttl == "1h":
+            info = replace(info, cache_write_cost_per_token=2 * info.input_cost_per_token)
+        return info
 
     def _error_event(self, err: Any) -> LLMError:
         kind = err.get("type", "") if isinstance(err, dict) else ""

@@ -35,6 +35,7 @@ class BackendConfig:
     local: bool = False  # zero cost
     context_window: int = 0  # tokens every model of this backend gets; 0: the price table's
     prompt_cache: bool = False  # Anthropic cache_control breakpoints (ANTHROPIC_PROMPT_CACHE)
+    cache_ttl: str = "5m"  # their lifetime: 5m | 1h (ANTHROPIC_PROMPT_CACHE_TTL)
 
     @property
     def label(self) -> str:
@@ -58,6 +59,7 @@ def _make(
     local: bool = False,
     context_window: int = 0,
     prompt_cache: bool = False,
+    cache_ttl: str = "5m",
 ) -> BackendConfig:
     return BackendConfig(
         backend=backend,
@@ -76,6 +78,7 @@ def _make(
         local=local,
         context_window=context_window,
         prompt_cache=prompt_cache,
+        cache_ttl=cache_ttl,
     )
 
 
@@ -111,6 +114,7 @@ def backend_config(
             settings.anthropic_base_url.rstrip("/"),
             key,
             prompt_cache=settings.anthropic_prompt_cache,
+            cache_ttl=settings.anthropic_prompt_cache_ttl,
         )
     elif name == "ollama":
         cfg = _make(

@@ -33,6 +33,9 @@ class LLMSettings(ParleySettings):
     # cache_control breakpoints on the tools + system prefix and the history
     # (on / off, true / false); off: every call pays full input price
     anthropic_prompt_cache: bool = True
+    # how long a cached prefix lives after its last use: 5m (writes cost 1.25x the
+    # input price) or 1h (writes 2x; pays off when a conversation pauses 5-60 min)
+    anthropic_prompt_cache_ttl: str = "5m"
 
     ollama_base_url: str = "http://localhost:11434"
     ollama_model: str = "llama3.2"
@@ -86,6 +89,14 @@ class LLMSettings(ParleySettings):
     @classmethod
     def _headers(cls, v: str) -> str:
         parse_headers(v)  # raises ValueError on a malformed pair (never echoing it)
+        return v
+
+    @field_validator("anthropic_prompt_cache_ttl")
+    @classmethod
+    def _cache_ttl(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in ("5m", "1h"):
+            raise ValueError("use 5m or 1h")
         return v
 
     @field_validator("openai_base_url", "anthropic_base_url", "ollama_base_url")

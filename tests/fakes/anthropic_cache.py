@@ -5,13 +5,14 @@
   other than ``ephemeral``, a ttl other than ``5m`` / ``1h`` (or ``1h`` after
   ``5m``), a breakpoint on an empty text block or on a thinking block.
 * :class:`PromptCache`: per model, the prompt prefixes (tools, then system, then
-  messages) written at each breakpoint, each kept :data:`TTL_SECS` after its
-  last use.  A request reads the longest stored prefix found at one of its
+  messages) written at each breakpoint, each kept for its breakpoint's ttl
+  (:data:`TTL_SECS`: 5 minutes, or 1 hour) after its last use.  A request reads the longest stored prefix found at one of its
   breakpoints or up to :data:`LOOKBACK` blocks before it, writes the rest up to
   its last breakpoint when that prefix reaches the model's minimum, and pays
   full input price for what follows; :meth:`PromptCache.account` returns the
-  three counts the way the API reports them (``input_tokens`` is only the part
-  after the last breakpoint that was neither read nor written).
+  counts the way the API reports them (``input_tokens`` is only the part after
+  the last breakpoint that was neither read nor written; ``cache_creation``
+  splits the written tokens by ttl).
 
 A block's tokens are its JSON length / 4 (+1) without the ``cache_control``:
 what matters here is that equal prefixes count the same.
@@ -27,7 +28,7 @@ from typing import Any
 
 MAX_BREAKPOINTS = 4
 LOOKBACK = 20  # blocks before a breakpoint where the API still finds a cached prefix
-TTL_SECS = 300.0  # "ephemeral": five minutes, refreshed by every read
+TTL_SECS = {"5m": 300.0, "1h": 3600.0}  # "ephemeral" lifetimes, refreshed by every read
 # the shortest prefix each model caches (tokens); shorter ones are just not cached
 MIN_CACHEABLE: tuple[tuple[str, int], ...] = (
     ("claude-opus-4-6", 4096),
@@ -133,7 +134,8 @@ class PromptCache:
     ) -> None:
         self.min_tokens = min_tokens  # None: each model's real minimum
         self.clock = clock
-        self._stored: dict[str, dict[str, float]] = {}  # model -> prefix hash -> expiry
+        # model -> prefix hash -> (expiry, lifetime)
+        self._stored: dict[str, dict[str, tuple[float, float]]] = {}
 
     def minimum(self, model: str) -> int:
         if self.min_tokens is not None:
@@ -148,7 +150,7 @@ class PromptCache:
     def entries(self, model: str) -> int:
         return len(self._stored.get(model, {}))
 
-    def account(self, body: dict[str, Any]) -> dict[str, int]:
+    def account(self, body: dict[str, Any]) -> dict[str, Any]:
         """Serve ``body``: read and write the cache; the usage counts the API reports."""
         model = str(body.get("model") or "")
         blocks = [b for _, b in prompt_blocks(body)]
@@ -163,7 +165,7 @@ class PromptCache:
         marks = [i for i, b in enumerate(blocks) if _marked(b)]
         now = self.clock()
         store = self._stored.setdefault(model, {})
-        for k in [k for k, expiry in store.items() if expiry <= now]:
+        for k in [k for k, (expiry, _) in store.items() if expiry <= now]:
             del store[k]
         hit = -1
         for m in marks:
@@ -173,19 +175,44 @@ class PromptCache:
                     break
         read = ends[hit] if hit >= 0 else 0
         write = 0
+        by_ttl = {"5m": 0, "1h": 0}
         minimum = self.minimum(model)
         if marks and ends[marks[-1]] >= minimum:
             write = ends[marks[-1]] - read
+            start = read
             for m in marks:
+                ttl = _ttl(blocks[m])
                 if ends[m] >= minimum:
-                    store[hashes[m]] = now + TTL_SECS
+                    store[hashes[m]] = (now + TTL_SECS[ttl], TTL_SECS[ttl])
+                if ends[m] > start:  # the tokens up to this breakpoint live this long
+                    by_ttl[ttl] += ends[m] - start
+                    start = ends[m]
         if hit >= 0:
-            store[hashes[hit]] = now + TTL_SECS  # a read refreshes the entry
+            lifetime = store[hashes[hit]][1]
+            store[hashes[hit]] = (now + lifetime, lifetime)  # a read refreshes the entry
         return {
             "input_tokens": total - read - write,
             "cache_read_input_tokens": read,
             "cache_creation_input_tokens": write,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": by_ttl["5m"],
+                "ephemeral_1h_input_tokens": by_ttl["1h"],
+            },
         }
+
+
+def _ttl(block: dict[str, Any]) -> str:
+    """The ttl of the breakpoint on ``block`` (or on its last marked content block)."""
+    cc = block.get("cache_control")
+    if not isinstance(cc, dict):
+        content = block.get("content")
+        marked = (
+            [c["cache_control"] for c in content if isinstance(c, dict) and "cache_control" in c]
+            if isinstance(content, list)
+            else []
+        )
+        cc = marked[-1] if marked else {}
+    return str(cc.get("ttl", "5m"))
 
 
 def _marked(block: dict[str, Any]) -> bool:
@@ -197,15 +224,16 @@ def _marked(block: dict[str, Any]) -> bool:
     )
 
 
-def with_usage(events_or_json: Any, usage: dict[str, int]) -> Any:
+def with_usage(events_or_json: Any, usage: dict[str, Any]) -> Any:
     """A copy of an Anthropic answer (JSON body or SSE events) reporting ``usage``."""
     full = {
-        **usage,
         "cache_creation": {
             "ephemeral_5m_input_tokens": usage["cache_creation_input_tokens"],
             "ephemeral_1h_input_tokens": 0,
         },
+        **usage,
     }
+    counts = {k: v for k, v in usage.items() if k != "cache_creation"}
     copied = json.loads(json.dumps(events_or_json))
     if isinstance(copied, dict):
         copied.setdefault("usage", {}).update(full)
@@ -217,5 +245,5 @@ def with_usage(events_or_json: Any, usage: dict[str, int]) -> Any:
             data.setdefault("message", {}).setdefault("usage", {}).update(full)
         elif data.get("type") == "message_delta":
             # newer API versions repeat the input counts here, cumulatively
-            data.setdefault("usage", {}).update(usage)
+            data.setdefault("usage", {}).update(counts)
     return [tuple(e) for e in copied]
