@@ -28,14 +28,15 @@ When the new thread already holds a conversation (someone wrote in the new
 place and that reached Parley before the notice), the two are **merged**: the
 old history first, then the new; the newer conversation's model and profile win
 where it has them; "Always" approvals of both count; usage, cost and turns add
-up; the archive of compacted history keeps the old part first.  Undo
-checkpoints of both are dropped (each would restore one part alone), so
-``/undo`` starts again from the merged conversation.  A pending approval of
-the old conversation goes along only while the new one has no history yet;
-otherwise its call ends as "not run", its buttons say the request is not
-active any more, and the messages held for it are answered in the new place
-(queued there after the move; or, while the new conversation waits for an
-approval of its own, held with its messages).
+up; the archive of compacted history keeps the old part first.  When both
+had a history, the undo checkpoints of both are dropped (each would restore
+one part alone), so ``/undo`` starts again from the merged conversation.  A
+pending approval of the old conversation goes along only while the new one
+has no history yet; otherwise its tool round ends (calls that ran keep their
+results, the others end "not run"), its buttons say the request is not active
+any more, and the messages held for it are answered in the new place (queued
+there after the move; or, while the new conversation waits for an approval of
+its own, held with its messages, the old ones first).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from redis.exceptions import RedisError
 from agent_core.agent.reply import LockGuard
 from agent_core.agent.session import Session, ThreadState
 from agent_core.events import InboundEvent, ThreadKey
+from agent_core.llm.base import ChatMessage, ToolCall
 from agent_core.proactive.routines import RoutineStore
 from agent_core.settings import CoreSettings
 from agent_core.store.delivery import Delivery, TurnState
@@ -60,7 +62,8 @@ from agent_core.store.moves import Copied, Moves, OldThread
 
 log = logging.getLogger(__name__)
 
-RETRY = "move:retry"  # outcome: not done, the MOVED event stays at the head of the mailbox
+RETRY = "move:retry"
+NOT_RUN = "error: not run: the conversation moved before the approval was decided"  # outcome: not done, the MOVED event stays at the head of the mailbox
 
 
 def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Session | None, str]:
@@ -79,9 +82,7 @@ def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Sessio
     )
     history = list(old.history)
     if not carry:
-        from agent_core.agent.turn import repair_history
-
-        repair_history(history)  # a call still waiting for approval ends "not run"
+        _end_round(old, history)
     m = dataclasses.replace(new, thread=thread)
     m.history = history + new.history
     m.summary = "\n\n".join(s for s in (old.summary, new.summary) if s)
@@ -100,8 +101,33 @@ def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Sessio
         m.state, m.pending_approval = old.state, old.pending_approval
         m.resume, m.held = old.resume, old.held
     else:  # answered after the new thread's own approval, or queued there now
-        m.held = new.held + old.held
+        m.held = old.held + new.held  # in the order they were written
     return m, old.pending_approval if carry else ""
+
+
+def _end_round(old: Session, history: list[ChatMessage]) -> None:
+    """End the old conversation's tool round that waited for an approval which does
+    not come along: calls that ran keep their results, the rest end "not run"."""
+    rs = old.resume
+    if not rs.get("calls"):
+        from agent_core.agent.turn import repair_history
+
+        repair_history(history)
+        return
+    results: dict[str, str] = rs.get("results", {})
+    for c in (ToolCall.from_dict(d) for d in rs["calls"]):
+        text = results.get(c.id, NOT_RUN)
+        history.append(ChatMessage("tool", text, tool_call_id=c.id, name=c.name))
+
+
+def undo_mode(old: Session | None, new: Session | None) -> str:
+    """What happens to the undo checkpoints: each thread's hold its own history
+    alone, so they are kept only while that history is the whole conversation."""
+    if old is None:
+        return "keep"  # nothing moves in: the new thread's stay valid
+    if new is None or not new.history:
+        return "copy"  # the old conversation continues alone
+    return "clear"
 
 
 def _rethread(copied: Copied, thread: ThreadKey) -> Copied:
@@ -209,6 +235,7 @@ class ConversationMover:
             expected_version=state.session_version,
             following=src.following,
             merging=new_session is not None,
+            undo=undo_mode(old_session, new_session),
             approvals={aid: _rethread(c, new) for aid, c in approvals.items()},
         )
         if res == -2:
@@ -232,5 +259,7 @@ class ConversationMover:
         ]
         await self.delivery.handoff_and_begin(events, owner, ack=False)
         s.held = []
-        await self.delivery.save_session(new, s.to_json(), version)
+        if await self.delivery.save_session(new, s.to_json(), version) == -2:
+            # only possible with this thread's lock lost to another worker
+            log.warning("[%s] session changed while queueing held messages", new)
         log.info("[%s] %d message(s) held in the old place queued here", new, len(events))

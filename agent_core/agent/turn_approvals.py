@@ -295,8 +295,16 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
     await self.inject_held()
     if rnd.stop:
         self.session.state = ThreadState.IDLE
+        kept, self.pending_inject = self.pending_inject, []
+        self.session.history.extend(kept)  # in view of the next turn, never dropped
         await self.say_notice(
             f"I stopped because I was going in circles with my tools ({rnd.stop[5:]})."
+            + (
+                " I haven't answered what you wrote meanwhile; it is kept in our "
+                "conversation, so just tell me how to go on."
+                if any(m.role == "user" for m in kept)
+                else ""
+            )
         )
         return f"stopped:{rnd.stop}"
     return await self.loop(first)

@@ -40,9 +40,9 @@ from agent_core.store.wire import raise_first, roundtrip
 
 # The keys that belong to a conversation besides its session and approvals:
 # (key, type, what happens to it when the new thread holds a conversation too).
-# Undo checkpoints are snapshots of one thread's history alone: /undo in the
-# merged conversation would drop the other part, so both threads' are cleared
-# ("clear": the old ones stay behind, the new thread's are deleted).  The
+# Undo checkpoints are snapshots of one thread's history alone: /undo in a
+# merged conversation would drop the other part, so when both threads had a
+# history, both threads' are cleared (``undo`` of :meth:`Moves.move_in`).  The
 # archive of compacted history (and the demo tool's notes) go before the new
 # thread's own.
 FOLLOWING: tuple[tuple[Callable[[ThreadKey], str], str, str], ...] = (
@@ -139,9 +139,13 @@ class Moves:
         following: Sequence[Copied | None],
         merging: bool,
         approvals: dict[str, Copied],
+        undo: str = "copy",
     ) -> int:
         """Write the conversation into ``new`` once: 1 written, 0 written before,
-        -2 ``new``'s session is not at ``expected_version`` (nothing written)."""
+        -2 ``new``'s session is not at ``expected_version`` (nothing written).
+        ``merging``: ``new`` holds a conversation (the archive goes before its own);
+        ``undo``: its checkpoints are the old thread's ("copy"), stay ("keep") or
+        are deleted ("clear": neither thread's fits the merged history)."""
         key_list = [keys.moved_in(new), keys.session(new)]
         args: list[Any] = [
             str(old),
@@ -152,13 +156,14 @@ class Moves:
             self.session_ttl_ms,
         ]
         for (key_of, _, on_merge), copied in zip(FOLLOWING, following, strict=True):
-            if merging and on_merge == "clear":
-                key_list.append(key_of(new))
-                args += ["clear", 0, 0]
+            if on_merge == "clear" and undo != "copy":
+                if undo == "clear":
+                    key_list.append(key_of(new))
+                    args += ["clear", 0, 0]
                 continue
             if copied is None:
                 continue
-            mode = on_merge if merging else copied.kind
+            mode = "prepend" if merging and on_merge == "prepend" else copied.kind
             key_list.append(key_of(new))
             args += [mode, copied.ttl_ms, len(copied.values), *copied.values]
         for aid, copied in approvals.items():

@@ -319,3 +319,29 @@ async def test_notes_and_messages_held_together_keep_their_order(world: Any) -> 
     await w.settle(T)
     tail = [(m.role, m.content[:8]) for m in w.model.requests[-1].messages][-3:]
     assert tail == [("tool", tail[0][1]), ("assistant", "Reminder"), ("user", "and what")], tail
+
+
+LT = ThreadKey("web", "t", "loopstop")
+
+
+async def test_a_held_message_survives_a_loop_guard_stop(world: Any) -> None:
+    """The settled round trips the loop guard: the turn stops without a model call,
+    and the message held meanwhile stays in the conversation, and the person is
+    told it was not answered."""
+    calls = [call("counter", label="x")] + [call("sleepy", ms=0, label="z") for _ in range(20)]
+    w = world(FnModel(tools_then_answer(("go", calls))))
+    await w.start()
+    await w.send(user_event(LT, "go"))
+    await w.settle(LT)
+    aid = w.prompts(LT)[0].message.buttons[0].payload.split(":")[1]
+    await w.send(user_event(LT, "please also answer this"))  # held: answered after the decision
+    await w.settle(LT)
+    assert (await w.session(LT)).held
+    await w.send(user_event(LT, "", kind=EventKind.ACTION, token=f"ap:{aid}:a"))
+    await w.settle(LT)
+    s = await w.session(LT)
+    assert s.state == ThreadState.IDLE
+    assert any("going in circles" in t for t in w.texts(LT))  # the guard stopped the round
+    kept = [m.content for m in s.history if m.role == "user"] + [str(d) for d in s.held]
+    assert any("please also answer this" in k for k in kept), (kept, w.texts(LT))
+    assert any("haven't answered what you wrote meanwhile" in t for t in w.texts(LT))

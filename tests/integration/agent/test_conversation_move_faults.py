@@ -1,9 +1,11 @@
 """A conversation move under faults and merges: what must never happen twice or be lost.
 
-Each case is a defect a review of the first version found: a tool approved in
+Each case is a defect a review of an earlier version found: a tool approved in
 the old place between a crash and the rerun running a second time, an answer
 part re-sent after its event was forwarded, messages held for an old approval
-dropped by a merge, and ``/undo`` after a merge wiping the moved conversation.
+dropped (or reordered) by a merge, ``/undo`` after a merge wiping the moved
+conversation (or a move with nothing to merge wiping the new thread's undo), a
+call that ran recorded as "not run" by a merge.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from agent_core.agent.session import ThreadState
 from agent_core.events import EventKind, MessageRef
 from agent_core.store import keys
-from tests.integration.agent.conftest import user_event
+from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
 from tests.integration.agent.test_conversation_move import NEW, OLD, count_model, moved
 
 
@@ -126,3 +128,79 @@ async def test_undo_after_a_merge_never_wipes_the_moved_conversation(world: Any)
     await w.send(user_event(NEW, "/undo"))
     await w.settle(NEW)
     assert users(await w.session(NEW)) == ["old words", "new words"]
+
+
+def two_calls_model() -> FnModel:
+    return FnModel(
+        tools_then_answer(
+            ("count both", [call("counter", label="x"), call("counter", label="y")]),
+            ("count it", [call("counter", label="x")]),
+        )
+    )
+
+
+async def test_a_merge_keeps_the_result_of_a_call_that_already_ran(world: Any) -> None:
+    """Old round: two calls needing approval; the first was approved and ran, the
+    second waits.  A merge ends the round - but the call that ran must keep its
+    real result, not "not run" (the model would run it again)."""
+    w = world(two_calls_model())
+    await w.start()
+    await w.send(user_event(OLD, "count both"))
+    await w.settle(OLD)
+    aid1 = w.prompts(OLD)[0].message.buttons[0].payload.split(":")[1]
+    await w.send(user_event(OLD, "", kind=EventKind.ACTION, token=f"ap:{aid1}:a"))
+    await w.settle(OLD)
+    assert await w.counter("x") == 1  # the first call ran
+    assert (await w.session(OLD)).state == ThreadState.AWAITING_APPROVAL  # the second waits
+    await w.send(user_event(NEW, "new words"))  # reached Parley before the notice
+    await w.settle(NEW)
+    await w.send(moved())
+    await w.settle(NEW)
+    s = await w.session(NEW)
+    results = [m.content for m in s.history if m.role == "tool"]
+    assert len(results) == 2
+    assert "counted x -> 1" in results[0], results  # it ran: the history must say so
+    assert "not run" in results[1] and await w.counter("y") == 0
+
+
+async def test_a_merge_keeps_held_messages_in_the_order_they_were_written(world: Any) -> None:
+    """Both threads wait for an approval, each with a message held.  The old group's
+    held message was written before the upgrade, the new group's after: after the
+    new approval is decided the model must see them in that order (old history
+    comes first, so must old held messages)."""
+    w = world(count_model())
+    await w.start()
+    await w.send(user_event(OLD, "count it"))
+    await w.settle(OLD)
+    await w.send(user_event(OLD, "old held"))
+    await w.settle(OLD)
+    await w.send(user_event(NEW, "count it"))
+    await w.settle(NEW)
+    await w.send(user_event(NEW, "new held"))
+    await w.settle(NEW)
+    new_aid = w.prompts(NEW)[0].message.buttons[0].payload.split(":")[1]
+    await w.send(moved())
+    await w.settle(NEW)
+    assert (await w.session(NEW)).state == ThreadState.AWAITING_APPROVAL
+    await w.send(user_event(NEW, "", kind=EventKind.ACTION, token=f"ap:{new_aid}:a"))
+    await w.settle(NEW)
+    seen = [m.content for m in w.model.requests[-1].messages if m.role == "user"]
+    assert seen[-2:] == ["old held", "new held"], seen
+
+
+async def test_a_move_from_a_thread_with_no_conversation_keeps_the_new_undo(world: Any) -> None:
+    """Nothing to merge (the old group has no conversation): the new thread's undo
+    checkpoints are still valid and must not be wiped."""
+    w = world(count_model())
+    await w.start()
+    await w.send(user_event(NEW, "new words"))
+    await w.settle(NEW)
+    assert await w.redis.exists(keys.session(OLD)) == 0
+    depth = await w.redis.llen(keys.undo(NEW))
+    assert depth >= 1
+    await w.send(moved())
+    await w.settle(NEW)
+    assert await w.redis.llen(keys.undo(NEW)) == depth
+    await w.send(user_event(NEW, "/undo"))
+    await w.settle(NEW)
+    assert not w.texts(NEW)[-1].startswith("Nothing to undo")
