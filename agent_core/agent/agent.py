@@ -238,6 +238,11 @@ class Agent:
         for scope in scopes:
             if scope == "all":
                 text = f"⚠️ Parley has used 80 % of its daily AI budget (${s.daily_budget_usd:.2f})."
+            elif ":" not in scope:  # an account of scheduled calls (routines, heartbeat)
+                text = (
+                    f"⚠️ The {scope} account (scheduled model calls) has used 80 % of the "
+                    f"per-person daily AI budget (${s.user_daily_budget_usd:.2f})."
+                )
             else:
                 text = (
                     f"⚠️ {scope} has used 80 % of their daily AI budget "

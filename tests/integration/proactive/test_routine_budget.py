@@ -58,3 +58,20 @@ async def test_the_heartbeat_stops_at_the_daily_budget(pworld: Any) -> None:
     assert await p.heartbeat.tick() == "skipped: over budget"
     assert len(model.requests) == 1
     assert texts_to(w, TG) == ["The disk is full."]
+
+
+async def test_admins_are_warned_in_words_that_fit_a_scheduled_account(pworld: Any) -> None:
+    model = priced("The disk is full.")
+    w = pworld(model, user_daily_budget_usd=0.12, admin_ids="telegram:admin")
+    await w.start()
+    admin_dm = "telegram:bot1:admin-dm:"
+    await w.redis.set(keys.admin_thread("telegram:admin"), admin_dm)
+    p = w.proactive(heartbeat_enabled=True, heartbeat_notify="telegram:500")
+    assert p.heartbeat is not None
+    await w.redis.set(keys.HEARTBEAT_CHECKLIST, "- disk?")
+    assert await p.heartbeat.tick() == "sent"  # $0.10 of $0.12: over 80 %
+    warnings = [s.message.text for s in w.outbox.sends(admin_dm) if "80 %" in s.message.text]
+    assert warnings == [
+        "⚠️ The heartbeat account (scheduled model calls) has used 80 % of the "
+        "per-person daily AI budget ($0.12)."
+    ], warnings
