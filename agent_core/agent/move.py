@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 
 from agent_core.agent.reply import LockGuard
 from agent_core.agent.session import Session, ThreadState
-from agent_core.events import InboundEvent, ThreadKey
+from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.base import ChatMessage, ToolCall
 from agent_core.proactive.routines import RoutineStore
 from agent_core.settings import CoreSettings
@@ -83,6 +83,8 @@ def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Sessio
     history = list(old.history)
     if not carry:
         _end_round(old, history)
+        # routine notes held for the old round: said before the new part, kept there
+        history += [ChatMessage("assistant", e.text) for e in _held(old, notes=True)]
     m = dataclasses.replace(new, thread=thread)
     m.history = history + new.history
     m.summary = "\n\n".join(s for s in (old.summary, new.summary) if s)
@@ -101,8 +103,15 @@ def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Sessio
         m.state, m.pending_approval = old.state, old.pending_approval
         m.resume, m.held = old.resume, old.held
     else:  # answered after the new thread's own approval, or queued there now
-        m.held = old.held + new.held  # in the order they were written
+        # the people's messages, in the order they were written
+        m.held = [e.to_dict() for e in _held(old, notes=False)] + new.held
     return m, old.pending_approval if carry else ""
+
+
+def _held(s: Session, *, notes: bool) -> list[InboundEvent]:
+    """``s``'s held events: the routine notes, or everything else."""
+    events = [InboundEvent.from_dict(d) for d in s.held]
+    return [e for e in events if (e.kind == EventKind.NOTE) == notes]
 
 
 def _end_round(old: Session, history: list[ChatMessage]) -> None:

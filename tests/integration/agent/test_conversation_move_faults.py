@@ -204,3 +204,33 @@ async def test_a_move_from_a_thread_with_no_conversation_keeps_the_new_undo(worl
     await w.send(user_event(NEW, "/undo"))
     await w.settle(NEW)
     assert not w.texts(NEW)[-1].startswith("Nothing to undo")
+
+
+async def test_a_routine_note_held_in_the_old_group_stays_before_the_new_part(
+    world: Any,
+) -> None:
+    import dataclasses
+
+    w = world(count_model())
+    await w.start()
+    await w.send(user_event(OLD, "count it"))  # approval pending in the old place
+    await w.settle(OLD)
+    note = dataclasses.replace(
+        user_event(OLD, "Reminder: standup at 10."), event_id="note:r9", kind=EventKind.NOTE
+    )
+    await w.send(note)
+    await w.send(user_event(OLD, "and also this"))
+    await w.settle(OLD)
+    await w.send(user_event(NEW, "new words"))
+    await w.settle(NEW)
+    await w.send(moved())
+    await w.settle(NEW)
+    s = await w.session(NEW)
+    said = [(m.role, m.content) for m in s.history if m.role != "tool"]
+    at = said.index(("assistant", "Reminder: standup at 10."))
+    assert said.index(("user", "new words")) == at + 1, said
+    assert said[-2:] == [("user", "and also this"), ("assistant", "echo: and also this")]
+    full = [(m.role, m.content) for m in s.history]
+    i = full.index(("assistant", "Reminder: standup at 10."))
+    assert full[i - 1][0] == "tool" and "not run" in full[i - 1][1]  # after the old round
+    assert not s.held
