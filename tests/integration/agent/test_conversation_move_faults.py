@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_core.agent.session import ThreadState
-from agent_core.events import EventKind, MessageRef
+from agent_core.events import EventKind, InboundEvent, MessageRef
 from agent_core.store import keys
 from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
 from tests.integration.agent.test_conversation_move import NEW, OLD, count_model, moved
@@ -77,20 +77,27 @@ async def test_a_forwarded_event_does_not_send_an_answer_part_twice(world: Any) 
     assert await w.redis.hlen(keys.sent(NEW)) == 0  # the part records end with the turn
 
 
-async def test_messages_held_for_an_old_approval_are_answered_after_a_merge(
-    world: Any,
-) -> None:
-    w = world(count_model())
+async def merged_after_held(w: Any, *held: InboundEvent) -> None:
+    """An approval pending in the old group with ``held`` kept for it, a message in
+    the supergroup that reached Parley before the notice, then the notice."""
     await w.start()
     await w.send(user_event(OLD, "count it"))  # approval pending in the old place
     await w.settle(OLD)
-    await w.send(user_event(OLD, "and also this"))  # held: "I'll answer right after"
+    for ev in held:  # held: "I'll answer right after"
+        await w.send(ev)
     await w.settle(OLD)
-    assert (await w.session(OLD)).held
+    assert len((await w.session(OLD)).held) == len(held)
     await w.send(user_event(NEW, "new words"))  # reached Parley before the notice
     await w.settle(NEW)
     await w.send(moved())
     await w.settle(NEW)
+
+
+async def test_messages_held_for_an_old_approval_are_answered_after_a_merge(
+    world: Any,
+) -> None:
+    w = world(count_model())
+    await merged_after_held(w, user_event(OLD, "and also this"))
     s = await w.session(NEW)
     assert s.state == ThreadState.IDLE and not s.held  # the old call ended "not run"
     assert w.texts(NEW)[-1] == "echo: and also this"
@@ -212,19 +219,10 @@ async def test_a_routine_note_held_in_the_old_group_stays_before_the_new_part(
     import dataclasses
 
     w = world(count_model())
-    await w.start()
-    await w.send(user_event(OLD, "count it"))  # approval pending in the old place
-    await w.settle(OLD)
     note = dataclasses.replace(
         user_event(OLD, "Reminder: standup at 10."), event_id="note:r9", kind=EventKind.NOTE
     )
-    await w.send(note)
-    await w.send(user_event(OLD, "and also this"))
-    await w.settle(OLD)
-    await w.send(user_event(NEW, "new words"))
-    await w.settle(NEW)
-    await w.send(moved())
-    await w.settle(NEW)
+    await merged_after_held(w, note, user_event(OLD, "and also this"))
     s = await w.session(NEW)
     said = [(m.role, m.content) for m in s.history if m.role != "tool"]
     at = said.index(("assistant", "Reminder: standup at 10."))
