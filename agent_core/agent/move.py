@@ -62,8 +62,9 @@ from agent_core.store.moves import Copied, Moves, OldThread
 
 log = logging.getLogger(__name__)
 
-RETRY = "move:retry"
-NOT_RUN = "error: not run: the conversation moved before the approval was decided"  # outcome: not done, the MOVED event stays at the head of the mailbox
+RETRY = "move:retry"  # outcome: not done, the MOVED event stays at the head of the mailbox
+# the result of an old call that waited for an approval which did not come along
+NOT_RUN = "error: not run: the conversation moved before the approval was decided"
 
 
 def merge(old: Session | None, new: Session | None, thread: str) -> tuple[Session | None, str]:
@@ -131,7 +132,8 @@ def _end_round(old: Session, history: list[ChatMessage]) -> None:
 
 def undo_mode(old: Session | None, new: Session | None) -> str:
     """What happens to the undo checkpoints: each thread's hold its own history
-    alone, so they are kept only while that history is the whole conversation."""
+    alone, so they are kept only while that history is the whole conversation
+    ("copy": the old thread's replace the new one's; "keep"; "clear")."""
     if old is None:
         return "keep"  # nothing moves in: the new thread's stay valid
     if new is None or not new.history:
