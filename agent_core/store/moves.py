@@ -69,7 +69,6 @@ class OldThread:
 
     session_version: int
     session_data: bytes | None
-    moved_to: ThreadKey | None  # fenced (step 1 done): where to
     following: list[Copied | None] = field(default_factory=list)  # as FOLLOWING, None: absent
 
 
@@ -89,29 +88,21 @@ class Moves:
         self._out = redis.register_script(scripts.MOVE_OUT)
 
     async def read(self, old: ThreadKey) -> OldThread:
-        """The old thread's session, its following keys and where it is fenced to."""
-        commands: list[Sequence[Any]] = [
-            ("HMGET", keys.session(old), "v", "d"),
-            ("GET", keys.moved(old)),
-        ]
+        """The old thread's session and its following keys."""
+        commands: list[Sequence[Any]] = [("HMGET", keys.session(old), "v", "d")]
         for key_of, kind, _ in FOLLOWING:
             key = key_of(old)
             commands.append(("LRANGE", key, 0, -1) if kind == "list" else ("HGETALL", key))
             commands.append(("PTTL", key))
         replies = await roundtrip(self.redis, commands)
         raise_first(replies)
-        (ver, data), moved = replies[0], replies[1]
+        ver, data = replies[0]
         following: list[Copied | None] = []
         for i, (_, kind, _) in enumerate(FOLLOWING):
-            raw, ttl = replies[2 + 2 * i], replies[3 + 2 * i]
+            raw, ttl = replies[1 + 2 * i], replies[2 + 2 * i]
             values = list(raw or ()) if kind == "list" else _flat(raw)
             following.append(Copied(kind, values, max(int(ttl), 0)) if values else None)
-        return OldThread(
-            int(ver or 0),
-            data,
-            ThreadKey.parse(moved.decode()) if moved else None,
-            following,
-        )
+        return OldThread(int(ver or 0), data, following)
 
     async def approvals(self, old: ThreadKey, ids: Sequence[str]) -> dict[str, Copied]:
         """The approval hashes ``ids`` of ``old`` (absent ones left out)."""
