@@ -22,12 +22,11 @@ the messages held meanwhile, and resumes the loop where it stopped.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from agent_core.agent import approvals as ap
 from agent_core.agent import turn_approvals as steps
@@ -36,6 +35,7 @@ from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
+from agent_core.agent.images import AttachmentFetcher, fetch_images
 from agent_core.agent.interrupt import flag_is_newer, is_interrupt
 from agent_core.agent.loop import (
     LoopOutcome,
@@ -57,7 +57,6 @@ from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
     SYNTHETIC_PREFIXES,
-    Attachment,
     EventKind,
     InboundEvent,
     OutboundMessage,
@@ -90,13 +89,6 @@ OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost gu
 # has arrived for BATCH_QUIET seconds (at most BATCH_MAX after the first item).
 BATCH_QUIET = 0.5
 BATCH_MAX = 3.0
-
-
-@runtime_checkable
-class AttachmentFetcher(Protocol):
-    """Optional: an Outbox that can download a user's attachment (size-capped)."""
-
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes: ...
 
 
 class Turn:
@@ -259,32 +251,22 @@ class Turn:
 
     async def user_message(self, event: InboundEvent) -> ChatMessage:
         text = user_message_text(event)
-        images = await self._images(event)
+        images, missing = await self._images(event)
+        if missing:
+            text += "\n[not shown to you: " + "; ".join(missing) + "]"
         return ChatMessage("user", text, images=images)
 
-    async def _images(self, event: InboundEvent) -> tuple[ImagePart, ...]:
+    async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:
         pics = [a for a in event.attachments if a.kind == "image"]
         outbox = self.writer.outbox
         if not pics or not isinstance(outbox, AttachmentFetcher):
-            return ()
+            return (), []
         try:
             if not self.agent.llm.model_info(self.model() or None).supports_vision:
-                return ()
+                return (), []
         except Exception:
-            return ()
-        out: list[ImagePart] = []
-        limit = self.s.max_attachment_bytes
-        for a in pics:
-            if a.size and a.size > limit:
-                continue
-            try:
-                data = await outbox.fetch_attachment(a, limit)
-            except Exception as exc:
-                log.info("[%s] attachment %s not fetched: %s", self.thread, a.name, exc)
-                continue
-            if len(data) <= limit:
-                out.append(ImagePart(a.mime or "image/jpeg", base64.b64encode(data).decode()))
-        return tuple(out)
+            return (), []
+        return await fetch_images(outbox, pics, self.s.max_attachment_bytes, self.thread)
 
     async def run_text(self, head: InboundEvent, *, checkpoint: bool = True) -> str:
         if checkpoint:  # written with the completion, in the same round trip

@@ -257,7 +257,7 @@ async def test_a_photo_sent_while_an_approval_waits_reaches_the_model_with_it(
     await w.start()
 
     async def fetch_attachment(attachment: Any, max_bytes: int) -> bytes:
-        return b"PNG-" + attachment.ref.encode()
+        return b"\x89PNG\r\n\x1a\n" + attachment.ref.encode()
 
     w.outbox.fetch_attachment = fetch_attachment  # this outbox can download files
     await w.send(user_event(T, "count it"))
