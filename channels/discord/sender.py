@@ -22,14 +22,15 @@ import discord
 from discord.http import Route
 
 from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
-from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import current_part, on_wire
 from agent_core.store.pacing import Pacer, pace_key
+from channels.download import fetch_capped, origin
 from channels.never_sent import never_sent
 
 from .http import ParleyHTTPClient
 from .render import NO_MENTIONS, decode_extra, encode_extra, message_ids, render
-from .settings import DiscordSettings
+from .settings import DEFAULT_API_BASE_URL, DiscordSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ TYPING_TIMEOUT = 3.0  # never hold a turn up for an indicator
 # 10062 Unknown Interaction is the same situation.  Retried this long after the press.
 FOLLOWUP_TOO_EARLY = frozenset({10015, 10062})
 FOLLOWUP_WAIT_SECS = 4.0
+# Where Discord serves the files people post (``attachments[].url`` / ``proxy_url``).
+CDN_ORIGINS = frozenset({"https://cdn.discordapp.com", "https://media.discordapp.net"})
 
 
 def channel_pace(channel_id: str) -> str:
@@ -77,6 +80,12 @@ class DiscordOutbox:
         self._http: ParleyHTTPClient | None = None
         self._login_lock = asyncio.Lock()
         self._typing_at: dict[str, float] = {}
+        self._files: aiohttp.ClientSession | None = None
+        api = settings.discord_api_base_url
+        # A REST base other than Discord's (tests, a proxy) serves the files too.
+        self._file_origins = CDN_ORIGINS | (
+            {origin(api)} if api.rstrip("/") != DEFAULT_API_BASE_URL else set()
+        )
 
     # --- client -------------------------------------------------------------
 
@@ -110,6 +119,30 @@ class DiscordOutbox:
         if self._http is not None:
             await self._http.close()
             self._http = None
+        if self._files is not None:
+            await self._files.close()
+            self._files = None
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """For the agent: a file a person posted, from Discord's CDN, up to ``max_bytes``.
+
+        Attachment URLs are signed and public (no token is sent); Discord lets them
+        expire after about a day, after which the CDN answers 404.
+        """
+        if attachment.size and attachment.size > max_bytes:
+            raise SendFailed(f"file is larger than {max_bytes} bytes")
+        if self._files is None:
+            self._files = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=8), trust_env=False
+            )
+        data, _ = await fetch_capped(
+            self._files,
+            attachment.ref,
+            origins=self._file_origins,
+            max_bytes=max_bytes,
+            timeout=self._settings.discord_http_timeout,
+        )
+        return data
 
     async def _rate_limited(self, channel_id: str, retry_after: float) -> None:
         key = channel_pace(channel_id) if channel_id else GLOBAL_PACE

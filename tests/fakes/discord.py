@@ -174,6 +174,8 @@ class FakeDiscord:
         self.resumes: list[dict[str, Any]] = []
         self.heartbeats = 0
         self.transports: list[str] = []  # "zlib-stream" / "none", per connection
+        self.files: dict[str, tuple[bytes, str, float]] = {}  # CDN path -> (data, type, expiry)
+        self.file_gets: list[str] = []  # CDN paths asked for
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -200,6 +202,7 @@ class FakeDiscord:
         app = web.Application()
         app.router.add_get("/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
+        app.router.add_get("/attachments/{path:.*}", self._cdn)
         app.router.add_post("/_fake/message", self._ctl_message)
         app.router.add_post("/_fake/press", self._ctl_press)
         app.router.add_post("/_fake/invalidate", self._ctl_invalidate)
@@ -370,6 +373,46 @@ class FakeDiscord:
             msg["referenced_message"] = reference
         self.messages.setdefault(channel_id, {})[msg["id"]] = msg
         return msg
+
+    def add_file(
+        self,
+        channel_id: str,
+        filename: str,
+        data: bytes,
+        content_type: str = "image/png",
+        *,
+        expires_in: float = 86_400,
+    ) -> dict[str, Any]:
+        """A file uploaded to the CDN; the attachment object for ``user_message``.
+
+        Like Discord's, the URL is signed and expires (``ex``, hex seconds): after
+        that the CDN answers 404.
+        """
+        att_id = self.snowflake()
+        path = f"/attachments/{channel_id}/{att_id}/{filename}"
+        ex = int(time.time() + expires_in)
+        self.files[path] = (data, content_type, ex)
+        url = f"{self.url}{path}?ex={ex:x}&is={int(time.time()):x}&hm={att_id[-8:]}&"
+        return {
+            "id": att_id,
+            "filename": filename,
+            "content_type": content_type,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+        }
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        path = request.path
+        self.file_gets.append(path)
+        entry = self.files.get(path)
+        try:
+            ex = int(request.query.get("ex", ""), 16)
+        except ValueError:
+            ex = 0
+        if entry is None or ex != entry[2] or time.time() > entry[2]:
+            return web.Response(status=404, text="This content is no longer available.")
+        return web.Response(body=entry[0], content_type=entry[1])
 
     def _with_guild(self, msg: dict[str, Any]) -> dict[str, Any]:
         guild_id = self.guild_of(msg["channel_id"])

@@ -65,15 +65,16 @@ def settings_for(
 
 
 @contextlib.asynccontextmanager
-async def process(settings: Settings, role: str) -> AsyncIterator[Runtime]:
+async def process(settings: Settings, role: str, llm: Any = None) -> AsyncIterator[Runtime]:
     """A Runtime of ``role`` doing its work in the background until the block ends.
 
     ``all`` runs the worker only (webhooks are posted to :meth:`Runtime.web_app`
     through an ASGI transport); ``web`` runs nothing in the background (same);
     ``worker`` and ``gateway`` run :meth:`Runtime.serve` as ``parley run`` does.
-    Leaving the block stops it the way SIGTERM does (drain, then close).
+    Leaving the block stops it the way SIGTERM does (drain, then close).  ``llm``:
+    the model (default: the demo).
     """
-    async with Runtime(settings, role, llm=DemoProvider()) as rt:
+    async with Runtime(settings, role, llm=llm or DemoProvider()) as rt:
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None
         if role == "all":

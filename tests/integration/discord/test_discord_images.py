@@ -1,0 +1,116 @@
+"""Photos posted in Discord reach a vision model (DiscordOutbox.fetch_attachment)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from redis.asyncio import Redis
+
+import channels.discord as discord_pkg
+from agent_core.errors import SendFailed
+from agent_core.events import Attachment
+from agent_core.llm.base import CompletionRequest, ModelInfo
+from agent_core.llm.demo import DemoProvider
+from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.pacing import Pacer
+from channels.discord.parse import attachment_kind
+from channels.discord.sender import DiscordOutbox
+from channels.discord.settings import DiscordSettings
+from tests.fakes.discord import CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
+from tests.integration.approvals_e2e.approvals_harness import (
+    process,
+    settings_for,
+    wait_until,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+HEIC = b"\0\0\0\x18ftypheic" + bytes(32)
+
+
+def attachment(a: dict[str, object]) -> Attachment:
+    mime = str(a["content_type"])
+    return Attachment(
+        attachment_kind(mime), str(a["filename"]), mime, int(a["size"]), str(a["url"])
+    )  # type: ignore[call-overload]
+
+
+@pytest.fixture
+async def outbox(
+    redis: Redis, make_settings: Callable[..., DiscordSettings]
+) -> AsyncIterator[DiscordOutbox]:
+    box = DiscordOutbox(make_settings(), Pacer(redis))
+    yield box
+    await box.close()
+
+
+async def test_a_posted_file_is_fetched_from_the_cdn(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    a = fake_discord.add_file(CHANNEL_ID, "cat.png", PNG)
+    assert await outbox.fetch_attachment(attachment(a), 10_000) == PNG
+
+
+async def test_refusals_ask_nothing_or_say_why(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    big = attachment(fake_discord.add_file(CHANNEL_ID, "big.png", PNG * 100))
+    with pytest.raises(SendFailed, match="larger than"):
+        await outbox.fetch_attachment(big, 1000)
+    elsewhere = Attachment("image", "x.png", "image/png", 10, "http://127.0.0.2:9/x.png")
+    with pytest.raises(SendFailed, match="file host"):
+        await outbox.fetch_attachment(elsewhere, 1000)
+    assert fake_discord.file_gets == []  # neither was downloaded
+    old = attachment(fake_discord.add_file(CHANNEL_ID, "old.png", PNG, expires_in=-1))
+    with pytest.raises(SendFailed, match="HTTP 404"):  # a signed URL a day old
+        await outbox.fetch_attachment(old, 10_000)
+
+
+class VisionDemo(DemoProvider):
+    """The demo model, seeing images, remembering what it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[CompletionRequest] = []
+
+    def model_info(self, model: str | None = None) -> ModelInfo:
+        return ModelInfo(name="demo-vision", context_window=128_000, supports_vision=True)
+
+    async def complete(self, request: CompletionRequest):  # type: ignore[no-untyped-def]
+        self.requests.append(request)
+        return await super().complete(request)
+
+    async def stream(self, request: CompletionRequest):  # type: ignore[no-untyped-def]
+        self.requests.append(request)
+        async for item in super().stream(request):
+            yield item
+
+
+async def test_photos_in_a_dm_reach_the_model_end_to_end(
+    valkey: EmbeddedValkey, redis: Redis, fake_discord: FakeDiscord
+) -> None:
+    """Gateway and worker processes: a PNG is shown to the model with its type read
+    from the bytes; a HEIC (which the model APIs refuse) is named with the reason."""
+    platform = DiscordSettings(
+        discord_bot_token=fake_discord.token,  # type: ignore[arg-type]
+        discord_api_base_url=fake_discord.api_base,
+        discord_gateway_url=fake_discord.gateway_url,
+        discord_guild_ready_timeout=0.05,
+        discord_reidentify_delay=0.0,
+        discord_channel_pace_secs=0.0,
+        discord_global_pace_secs=0.0,
+    )
+    settings = settings_for(valkey, "discord", platform, discord_pkg)
+    model = VisionDemo()
+    files = [
+        fake_discord.add_file(DM_CHANNEL_ID, "cat.png", PNG, "image/png"),
+        fake_discord.add_file(DM_CHANNEL_ID, "IMG_0001.heic", HEIC, "image/heic"),
+    ]
+    async with process(settings, "gateway"), process(settings, "worker", llm=model):
+        await fake_discord.wait_ready()
+        await fake_discord.user_message(DM_CHANNEL_ID, "what is this?", attachments=files)
+        await wait_until(lambda: model.requests, what="the model call", timeout=15)
+    (msg,) = [m for m in model.requests[0].messages if m.role == "user"]
+    assert [i.mime for i in msg.images] == ["image/png"]
+    assert "IMG_0001.heic: not a JPEG, PNG, GIF or WebP image" in msg.content
+    assert "what is this?" in msg.content
