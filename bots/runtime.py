@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent_core.agent.agent import Agent
+from agent_core.agent.commands import builtin_commands
 from agent_core.agent.interrupt import interrupt_filter
 from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
@@ -98,6 +99,7 @@ class Runtime:
         self.worker: Worker | None = None
         self.agent: Agent | None = None
         self.proactive: Proactive | None = None
+        self._menu_task: asyncio.Task[None] | None = None
         self.summary = Summary(role=role)
         self.started_at = time.time()
         self.draining = False
@@ -210,6 +212,18 @@ class Runtime:
             self.proactive = Proactive(
                 core, self.agent, self.ingest, owner=self.worker.name, tenants=self._tenants()
             )
+        if self.runs_web or self.runs_gateway:  # the processes people's messages reach
+            menu = (self.agent.commands if self.agent else builtin_commands()).menu()
+            self._menu_task = asyncio.create_task(self._publish_commands(menu), name="menus")
+
+    async def _publish_commands(self, menu: list[tuple[str, str]]) -> None:
+        """Platform command menus, in the background: a slow platform API never holds
+        up the start, and a failure is the channel's log line, never a crash."""
+        for ch in list(self.channels.values()):
+            try:
+                await ch.publish_commands(menu)
+            except Exception:
+                log.warning("%s: could not publish the command menu", ch.name, exc_info=True)
 
     def _tenants(self) -> dict[str, str]:
         """Tenants a notification target may leave out (the Telegram bot id)."""
@@ -218,6 +232,10 @@ class Runtime:
         return {"telegram": bot_id} if bot_id else {}
 
     async def _stop(self) -> None:
+        if self._menu_task is not None:
+            self._menu_task.cancel()
+            await asyncio.gather(self._menu_task, return_exceptions=True)
+            self._menu_task = None
         if self.agent is not None:
             with contextlib.suppress(Exception):
                 await self.agent.shutdown()

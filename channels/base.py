@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -56,6 +57,11 @@ class Channel(ABC):
 
     async def run_gateway(self, ingest: Ingest, stop: asyncio.Event) -> None:  # noqa: B027
         """Hold the platform connection until ``stop`` is set (gateway process)."""
+
+    async def publish_commands(self, commands: Sequence[tuple[str, str]]) -> None:  # noqa: B027
+        """Show the agent's commands, (name, description), in the platform's command
+        menu where it has one.  Called at start by the processes that receive this
+        channel's messages; must not fail the start (log instead)."""
 
     @abstractmethod
     def outbox(self) -> Outbox:

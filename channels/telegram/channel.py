@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+from collections.abc import Sequence
 
 from starlette.routing import BaseRoute, Route
-from telegram import Bot
+from telegram import Bot, BotCommand
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from agent_core.errors import ConfigError
@@ -22,6 +24,21 @@ from channels.telegram.settings import TelegramSettings
 from channels.telegram.webhook import PATH, make_endpoint
 
 log = logging.getLogger(__name__)
+
+_COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+MAX_MENU = 100  # Telegram's limit on a bot's command list
+
+
+def menu_commands(commands: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """What Telegram accepts of (name, description): names of 1-32 lower-case
+    letters, digits and underscores; descriptions of 1-256 characters."""
+    out: list[tuple[str, str]] = []
+    for name, help_ in commands:
+        if not _COMMAND_NAME.fullmatch(name):
+            continue
+        text = " ".join(help_.split()) or name
+        out.append((name, (text[:1].upper() + text[1:])[:256]))
+    return out[:MAX_MENU]
 
 
 def make_bot(settings: TelegramSettings, *, pool_size: int | None = None) -> Bot:
@@ -112,6 +129,24 @@ class TelegramChannel(Channel):
             edited_messages=self.settings.telegram_edited_messages,
         )
         log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
+
+    async def publish_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        """The bot's "/" menu lists Parley's commands (all chats, every language).
+
+        Read first and written only when it differs, so restarts and several
+        processes do not rewrite it.  A failure is logged: the commands work typed.
+        """
+        if not self.settings.telegram_command_menu:
+            return
+        wanted = menu_commands(commands)
+        try:
+            current = await self.bot.get_my_commands()
+            if [(c.command, c.description) for c in current] == wanted:
+                return
+            await self.bot.set_my_commands([BotCommand(n, d) for n, d in wanted])
+            log.info("telegram: command menu set (%d commands)", len(wanted))
+        except TelegramError as exc:
+            log.warning("telegram: could not set the command menu: %s", exc)
 
     async def shutdown(self) -> None:
         if self._outbox is not None:

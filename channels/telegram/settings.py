@@ -27,6 +27,9 @@ class TelegramSettings(ParleySettings):
     telegram_api_file_url: str = ""
     telegram_connection_pool_size: int = Field(default=64, ge=1, le=4096)
     telegram_edited_messages: str = "ignore"  # ignore | reply
+    # Set the bot's command menu (the list shown when typing "/") to Parley's
+    # commands at start; off: leave the list as BotFather has it.
+    telegram_command_menu: bool = True
     telegram_max_body_bytes: int = Field(default=1_000_000, ge=1024)
     telegram_poll_timeout: int = Field(default=30, ge=0, le=50)
     # A send that Telegram rate-limits is retried while the total wait stays

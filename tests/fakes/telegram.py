@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import itertools
 import math
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -262,6 +263,8 @@ class FakeTelegram:
         self._update_ids = itertools.count(1000)
         self._cq_ids = itertools.count(7000)
         self.migrated: dict[int, int] = {}  # basic group id -> its supergroup's id
+        # the bot's command lists: (scope type, language code) -> [{command, description}]
+        self.commands: dict[tuple[str, str], list[dict[str, str]]] = {}
         self._supergroup_ids = itertools.count(1_234_567_890)
         self._new_update = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -609,6 +612,27 @@ class FakeTelegram:
         return v
 
     @staticmethod
+    def _check_commands(raw: Any) -> list[dict[str, str]]:
+        """setMyCommands' rules: at most 100; names of 1-32 lower-case letters, digits
+        and underscores; descriptions of 1-256 characters."""
+        if not isinstance(raw, list):
+            raise ApiError(400, "Bad Request: can't parse commands JSON object")
+        if len(raw) > 100:
+            raise ApiError(400, "Bad Request: too many commands specified")
+        out = []
+        for c in raw:
+            name = str(c.get("command", "")) if isinstance(c, dict) else ""
+            desc = str(c.get("description", "")) if isinstance(c, dict) else ""
+            if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
+                raise ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not desc.strip():
+                raise ApiError(400, "Bad Request: command description must be non-empty")
+            if len(desc) > 256:
+                raise ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+            out.append({"command": name, "description": desc})
+        return out
+
+    @staticmethod
     def _int(params: dict[str, Any], name: str, required: bool = True) -> int | None:
         v = params.get(name)
         if v is None or v == "":
@@ -748,6 +772,13 @@ class FakeTelegram:
                 "allowed_updates": self._json(p, "allowed_updates") or [],
             }
             self._new_update.set()  # wake a long poll so it sees the conflict
+            return True
+        if method in ("setMyCommands", "getMyCommands"):
+            scope = self._json(p, "scope") or {"type": "default"}
+            key = (str(scope.get("type", "default")), str(p.get("language_code") or ""))
+            if method == "getMyCommands":
+                return self.commands.get(key, [])
+            self.commands[key] = self._check_commands(self._json(p, "commands"))
             return True
         if method == "deleteWebhook":
             if p.get("drop_pending_updates") in (True, "true", "True"):
