@@ -140,5 +140,7 @@ class SlackChannel(Channel):
                 stream_interval=self.settings.slack_stream_interval,
                 pace_secs=self.settings.slack_channel_pace_secs,
                 reaction=self.settings.slack_working_reaction,
+                bot_token=self.settings.secret("slack_bot_token"),
+                api_base_url=self.settings.slack_api_base_url,
             )
         return self._outbox

@@ -9,6 +9,8 @@
   first one, ``extra`` listing the others, so a later edit updates them all.
 * Slash commands used where the bot is not a member: the answer goes back
   through the command's ``response_url`` (ephemeral, only the user sees it).
+* A user's photo, for a vision model: :meth:`SlackOutbox.fetch_attachment`
+  (see :mod:`channels.slack.files`).
 """
 
 from __future__ import annotations
@@ -31,15 +33,24 @@ from agent_core.errors import (
     SendRateLimited,
     SendUnconfirmed,
 )
-from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.events import (
+    Attachment,
+    EventKind,
+    InboundEvent,
+    MessageRef,
+    OutboundMessage,
+    ThreadKey,
+)
 from agent_core.outbox import on_wire
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
 from .client import channel_pace, current_channel
+from .files import SlackFiles, file_origins
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
 from .render import SlackPost, render, render_preview
+from .settings import DEFAULT_API_BASE_URL
 from .state import SlackState
 
 log = logging.getLogger(__name__)
@@ -74,6 +85,8 @@ class SlackOutbox:
         stream_interval: float = 1.0,
         pace_secs: float = 1.0,
         reaction: str = "eyes",
+        bot_token: str = "",
+        api_base_url: str = DEFAULT_API_BASE_URL,
     ) -> None:
         self.web = web
         self.pacer = pacer
@@ -84,6 +97,7 @@ class SlackOutbox:
         self.reaction = reaction
         self._last_edit: dict[str, float] = {}
         self._reacted: dict[tuple[str, str], float] = {}
+        self._files = SlackFiles(session, bot_token, file_origins(api_base_url))
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
@@ -377,6 +391,12 @@ class SlackOutbox:
                 )
         except Exception as exc:
             log.debug("[%s] removing the Slack reaction failed: %s", thread, type(exc).__name__)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A user's file for the agent (AttachmentFetcher), at most ``max_bytes``;
+        SendFailed with the reason otherwise (the bot token goes to Slack's file
+        host only)."""
+        return await self._files.fetch(attachment, max_bytes)
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         """A private notice to whoever pressed a button (chat.postEphemeral)."""

@@ -12,6 +12,12 @@ loop talk to.  It behaves like Slack where Parley depends on it:
 * 429 + ``Retry-After`` on demand (:meth:`rate_limit`) or when a channel is
   posted to faster than ``channel_interval``;
 * ``response_url`` endpoints for slash commands and ephemeral messages;
+* uploaded files like ``files.slack.com`` serves them: :meth:`add_file` gives the
+  file object for a message's ``files[]``; its ``url_private`` answers the bytes
+  only with ``Authorization: Bearer <bot token>``, otherwise a 302 to a login
+  page; ``files_read = False`` plays a bot token without the ``files:read`` scope
+  (the same 302, or with ``login_page_as = "html"`` the login page itself with a
+  200); every download attempt is recorded in :attr:`file_gets`;
 * a Socket Mode websocket: ``hello`` on connect, envelopes pushed with
   :meth:`push`, acks recorded, and :meth:`drop_sockets` / :meth:`freeze` to
   kill or half-open the connection;
@@ -70,6 +76,21 @@ class Message:
     reactions: set[str] = field(default_factory=set)
     edits: int = 0
     deleted: bool = False
+
+
+@dataclass
+class FakeFile:
+    id: str
+    name: str
+    mimetype: str
+    data: bytes
+
+
+@dataclass
+class FileGet:
+    path: str
+    authorized: bool  # carried this fake's bot token
+    status: int
 
 
 class SlackApiFault(Exception):
@@ -138,6 +159,10 @@ class FakeSlack:
         self.responses: list[dict[str, Any]] = []  # response_url posts
         self.not_member: set[str] = set()  # channels where chat.postMessage -> not_in_channel
         self.acks: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, FakeFile] = {}
+        self.file_gets: list[FileGet] = []
+        self.files_read = True  # False: the bot token lacks the files:read scope
+        self.login_page_as = "redirect"  # or "html": how files_read=False shows
         self.sockets_opened = 0
         self._sockets: list[web.WebSocketResponse] = []
         self._transports: dict[web.WebSocketResponse, Any] = {}
@@ -165,6 +190,9 @@ class FakeSlack:
         app.router.add_get("/api/{method}", self._api)
         app.router.add_post("/response/{rid}", self._response_url)
         app.router.add_get("/socket", self._socket)
+        app.router.add_get("/files-pri/{key}/{name}", self._file)
+        app.router.add_get("/files-pri/{key}/download/{name}", self._file)
+        app.router.add_get("/login", self._login_page)
         app.router.add_get("/_fake/calls", self._ctl_calls)
         app.router.add_post("/_fake/ratelimit", self._ctl_ratelimit)
         self._runner = web.AppRunner(app, access_log=None)
@@ -217,6 +245,33 @@ class FakeSlack:
         m = Message(channel, self._next_ts(), text, [], thread_ts=thread_ts, user=user)
         self.messages[(channel, m.ts)] = m
         return m
+
+    def add_file(
+        self, data: bytes, mimetype: str, name: str, *, user: str = "U1"
+    ) -> dict[str, Any]:
+        """Store an uploaded file; its object as Slack puts it in a message's ``files[]``."""
+        f = FakeFile(f"F{next(self._ids):08d}", name, mimetype, data)
+        self.files[f.id] = f
+        base = f"{self.url}/files-pri/{self.team}-{f.id}"
+        return {
+            "id": f.id,
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": name,
+            "title": name,
+            "mimetype": mimetype,
+            "filetype": name.rsplit(".", 1)[-1] if "." in name else "binary",
+            "pretty_type": mimetype.split("/")[-1].upper(),
+            "user": user,
+            "user_team": self.team,
+            "mode": "hosted",
+            "is_external": False,
+            "is_public": False,
+            "size": len(data),
+            "url_private": f"{base}/{name}",
+            "url_private_download": f"{base}/download/{name}",
+            "permalink": f"{self.url}/files/{user}/{f.id}/{name}",
+        }
 
     def _next_ts(self) -> str:
         return f"{int(time.time())}.{next(self._ts):06d}"
@@ -403,6 +458,30 @@ class FakeSlack:
         body["_rid"] = request.match_info["rid"]
         self.responses.append(body)
         return web.Response(text="ok")
+
+    async def _file(self, request: web.Request) -> web.Response:
+        """files.slack.com: the bytes for the bot token with files:read, else the login page."""
+        team, _, fid = request.match_info["key"].partition("-")
+        f = self.files.get(fid)
+        authorized = request.headers.get("Authorization", "") == f"Bearer {self.bot_token}"
+        get = FileGet(request.path, authorized, 200)
+        self.file_gets.append(get)
+        if f is None or team != self.team or f.name != request.match_info["name"]:
+            get.status = 404
+            return web.Response(status=404, text="Not Found")
+        if authorized and self.files_read:
+            return web.Response(body=f.data, content_type=f.mimetype)
+        if authorized and self.login_page_as == "html":
+            return await self._login_page(request)
+        get.status = 302
+        login = f"{self.url}/login?" + urlencode({"redir": request.path_qs})
+        return web.Response(status=302, headers={"Location": login})
+
+    async def _login_page(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text="<!DOCTYPE html><html><body>Sign in to Fake Team</body></html>",
+            content_type="text/html",
+        )
 
     def response_url(self) -> str:
         return f"{self.url}/response/{next(self._ids)}"

@@ -19,6 +19,7 @@ SCOPES = [
     "channels:history",
     "groups:history",
     "reactions:write",
+    "files:read",
     "users:read",
     "commands",
 ]

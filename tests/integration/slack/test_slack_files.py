@@ -1,0 +1,225 @@
+"""Files a user posts in Slack: photos reach a vision model, fetched with the bot token
+from Slack's file host only (channels/slack/files.py against the fake files.slack.com)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+import channels.slack
+from agent_core.errors import SendFailed
+from agent_core.events import Attachment, InboundEvent
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings
+from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
+from bots.settings import Settings
+from channels.slack.channel import SlackChannel
+from channels.slack.files import FILES_ORIGIN, SlackFiles, file_origins
+from channels.slack.outbox import SlackOutbox
+from channels.slack.settings import DEFAULT_API_BASE_URL, SlackSettings
+from channels.web.channel import WebSettings
+from tests.fakes.llm_servers import FakeLLMServer
+from tests.fakes.slack import BOT_TOKEN, FakeSlack
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+assert PNG.startswith(b"\x89PNG\r\n\x1a\n")
+
+Published = Callable[[], Awaitable[list[InboundEvent]]]
+
+
+def _outbox(slack: SlackChannel) -> SlackOutbox:
+    ob = slack.outbox()
+    assert isinstance(ob, SlackOutbox)
+    return ob
+
+
+async def _posted(
+    fake: FakeSlack, app: httpx.AsyncClient, published: Published, *files: dict[str, Any]
+) -> InboundEvent:
+    """A DM with ``files`` through the real /slack/events route: the event the agent gets."""
+    body = fake.message("D1", "look", subtype="file_share", files=list(files))
+    assert (await fake.deliver(app, body)).status_code == 200
+    return (await published())[-1]
+
+
+def _missing_scope_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "files:read" in r.getMessage()
+    ]
+
+
+# -- the outbox against the fake file host ------------------------------------------
+async def test_a_posted_png_is_downloaded_with_the_bot_token(
+    fake_slack: FakeSlack, slack: SlackChannel, app: httpx.AsyncClient, published: Published
+) -> None:
+    ev = await _posted(fake_slack, app, published, fake_slack.add_file(PNG, "image/png", "a.png"))
+    [att] = ev.attachments
+    assert (att.kind, att.name, att.size) == ("image", "a.png", len(PNG))
+    assert await _outbox(slack).fetch_attachment(att, 5_000_000) == PNG
+    [get] = fake_slack.file_gets
+    assert get.authorized and get.status == 200
+    # like files.slack.com, the fake hands it to nobody else: a login page instead
+    async with slack.session.get(att.ref, allow_redirects=False) as resp:
+        assert resp.status == 302 and "/login" in resp.headers["Location"]
+
+
+async def test_the_bot_token_goes_to_slack_file_hosts_only(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    """The address is stored in Redis: one pointing anywhere but Slack's file host
+    (or the configured SLACK_API_BASE_URL's origin) is refused before any request."""
+    other = FakeSlack()  # another host that would serve the file to anyone asking
+    await other.start()
+    try:
+        elsewhere = other.add_file(PNG, "image/png", "a.png")["url_private"]
+        here = fake_slack.add_file(PNG, "image/png", "b.png")["url_private"]
+        refs = [
+            elsewhere,
+            here.replace("127.0.0.1", "localhost"),  # same server, other origin
+            "https://files.slack.com.evil.example/files-pri/T-F/a.png",
+            "https://files.slack.com@evil.example/files-pri/T-F/a.png",
+            "http://files.slack.com/files-pri/T-F/a.png",  # not https
+        ]
+        for ref in refs:
+            with pytest.raises(SendFailed, match="file host"):
+                await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), 10**6)
+        # no url_private in the event: the file id is no address
+        with pytest.raises(SendFailed, match="no download address"):
+            await _outbox(slack).fetch_attachment(Attachment("image", ref="F0123"), 10**6)
+        assert other.file_gets == [] and fake_slack.file_gets == []
+        # with Slack's own API address (production), the fake's host is not trusted either
+        prod = SlackFiles(slack.session, BOT_TOKEN, file_origins(DEFAULT_API_BASE_URL))
+        with pytest.raises(SendFailed, match="file host"):
+            await prod.fetch(Attachment("image", ref=here), 10**6)
+        assert fake_slack.file_gets == []
+    finally:
+        await other.stop()
+
+
+def test_allowed_origins() -> None:
+    assert file_origins(DEFAULT_API_BASE_URL) == {FILES_ORIGIN}
+    assert file_origins("https://slack.com/api") == {FILES_ORIGIN}
+    assert file_origins("http://127.0.0.1:8081/api/") == {FILES_ORIGIN, "http://127.0.0.1:8081"}
+
+
+@pytest.mark.parametrize("login_page_as", ["redirect", "html"])
+async def test_a_bot_without_files_read_is_refused_with_the_reason_and_one_warning(
+    fake_slack: FakeSlack,
+    slack: SlackChannel,
+    caplog: pytest.LogCaptureFixture,
+    login_page_as: str,
+) -> None:
+    fake_slack.files_read = False
+    fake_slack.login_page_as = login_page_as
+    refs = [fake_slack.add_file(PNG, "image/png", f"{i}.png")["url_private"] for i in range(3)]
+    with caplog.at_level(logging.INFO):
+        for ref in refs:
+            with pytest.raises(SendFailed, match="files:read"):
+                await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), 10**6)
+    assert [g.status for g in fake_slack.file_gets] == [
+        302 if login_page_as == "redirect" else 200
+    ] * 3
+    assert all(g.authorized for g in fake_slack.file_gets)
+    assert len(_missing_scope_warnings(caplog)) == 1, caplog.text  # once, not per file
+    assert BOT_TOKEN not in caplog.text
+
+
+async def test_an_oversize_file_is_not_downloaded(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    ref = fake_slack.add_file(PNG, "image/png", "a.png")["url_private"]
+    big = Attachment("image", "a.png", "image/png", len(PNG), ref)
+    with pytest.raises(SendFailed, match="larger than"):
+        await _outbox(slack).fetch_attachment(big, len(PNG) - 1)
+    assert fake_slack.file_gets == []  # refused on the declared size, never asked for
+    # a size Slack did not state: the body is capped all the same
+    with pytest.raises(SendFailed, match="larger than"):
+        await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), len(PNG) - 1)
+
+
+# -- end to end: a DM with a photo, a real runtime, a vision model --------------------
+def _settings(valkey: EmbeddedValkey, slack: SlackSettings, llm: FakeLLMServer) -> Settings:
+    return Settings(
+        core=CoreSettings(redis_url=valkey.url, dm_policy="open"),  # type: ignore[arg-type]
+        llm=LLMSettings(
+            llm_backend="openai_compatible",
+            llm_base_url=llm.openai_url,
+            llm_model="gpt-4o",
+            llm_vision=True,
+        ),
+        web=WebSettings(web_chat_enabled=False),
+        platforms={"slack": slack},
+        modules={"slack": channels.slack},
+    )
+
+
+async def _dm_with_photo(
+    valkey: EmbeddedValkey, fake: FakeSlack, slack: SlackSettings, llm: FakeLLMServer
+) -> dict[str, Any]:
+    """Post 'what is this?' with a PNG in a DM; the user turn the model was sent."""
+    photo = fake.add_file(PNG, "image/png", "cat.png")
+    async with Runtime(_settings(valkey, slack, llm), "all") as rt:
+        stop = asyncio.Event()
+        task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
+        try:
+            body = fake.message("D1", "what is this?", subtype="file_share", files=[photo])
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
+            ) as client:
+                assert (await fake.deliver(client, body)).status_code == 200
+            deadline = time.monotonic() + 10
+            while not any(m.user == fake.bot_user for m in fake.thread("D1")):
+                assert time.monotonic() < deadline, "no answer in Slack"
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await task
+    assert len(llm.requests) == 1
+    turn: dict[str, Any] = llm.requests[0].body["messages"][-1]
+    assert turn["role"] == "user"
+    return turn
+
+
+async def test_a_png_posted_in_slack_reaches_the_vision_model(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    async with FakeLLMServer() as llm:
+        turn = await _dm_with_photo(valkey, fake_slack, slack_settings, llm)
+    parts = turn["content"]
+    assert isinstance(parts, list), parts
+    assert "what is this?" in parts[0]["text"] and "cat.png" in parts[0]["text"]
+    urls = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
+    assert urls == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
+    assert [g.authorized for g in fake_slack.file_gets] == [True]
+
+
+async def test_without_files_read_the_model_is_told_and_the_turn_still_answers(
+    valkey: EmbeddedValkey,
+    redis: Any,
+    fake_slack: FakeSlack,
+    slack_settings: SlackSettings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake_slack.files_read = False
+    with caplog.at_level(logging.INFO):
+        async with FakeLLMServer() as llm:
+            turn = await _dm_with_photo(valkey, fake_slack, slack_settings, llm)
+    text = turn["content"]
+    assert isinstance(text, str), text  # no image part
+    assert "cat.png: could not be downloaded" in text
+    [answer] = [m for m in fake_slack.thread("D1") if m.user == fake_slack.bot_user]
+    assert "could not be downloaded" in answer.text  # the fake model echoes its prompt
+    assert len(_missing_scope_warnings(caplog)) == 1, caplog.text
+    assert BOT_TOKEN not in caplog.text
