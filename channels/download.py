@@ -21,6 +21,10 @@ import yarl
 from agent_core.errors import SendFailed
 
 
+class Redirected(SendFailed):
+    """The file host answered with a redirect instead of the file."""
+
+
 def origin(url: str) -> str:
     """``scheme://host[:port]`` of ``url`` ("" if it has no host)."""
     try:
@@ -50,7 +54,7 @@ async def fetch_capped(
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
             if 300 <= resp.status < 400:
-                raise SendFailed(f"the file host redirected (HTTP {resp.status})")
+                raise Redirected(f"the file host redirected (HTTP {resp.status})")
             if resp.status != 200:
                 raise SendFailed(f"the file host answered HTTP {resp.status}")
             if resp.content_length is not None and resp.content_length > max_bytes:

@@ -22,7 +22,7 @@ import aiohttp
 
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
-from channels.download import fetch_capped, origin
+from channels.download import Redirected, fetch_capped, origin
 
 from .settings import DEFAULT_API_BASE_URL
 
@@ -67,12 +67,9 @@ class SlackFiles:
                 max_bytes=max_bytes,
                 headers={"Authorization": f"Bearer {self.token}"},
             )
-        except SendFailed as exc:
-            # fetch_capped's words for a 3xx: Slack's answer to a token without files:read
-            if str(exc).startswith("the file host redirected"):
-                self._missing_scope()
-                raise SendFailed(f"{NEEDS_SCOPE} ({exc})") from exc
-            raise
+        except Redirected as exc:  # Slack's answer to a token without files:read
+            self._missing_scope()
+            raise SendFailed(f"{NEEDS_SCOPE} ({exc})") from exc
         if ctype == "text/html":  # the login page, served instead of the file
             self._missing_scope()
             raise SendFailed(NEEDS_SCOPE)
