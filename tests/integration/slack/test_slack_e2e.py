@@ -39,7 +39,7 @@ async def test_dm_over_http_and_mention_over_socket_are_answered_once(
     valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
 ) -> None:
     settings = Settings(
-        core=CoreSettings(redis_url=valkey.url, sweep_interval_secs=0.2),  # type: ignore[arg-type]
+        core=CoreSettings(redis_url=valkey.url, sweep_interval_secs=0.2, dm_policy="open"),  # type: ignore[arg-type]
         llm=LLMSettings(llm_backend="demo"),
         web=WebSettings(web_chat_enabled=False),
         platforms={"slack": slack_settings},
@@ -76,6 +76,7 @@ async def test_dm_over_http_and_mention_over_socket_are_answered_once(
             await asyncio.wait_for(task, 30)
     dm_answers = [m for m in fake_slack.thread("D1") if m.user == "UBOT"]
     assert len(dm_answers) == 1 and dm_answers[0].text.strip()
+    assert "parley pairing approve" not in dm_answers[0].text  # the agent's answer itself
     thread_answers = [m for m in fake_slack.thread("C1", root) if m.user == "UBOT"]
     assert len(thread_answers) == 1
     # the working reaction was put on and taken off again
