@@ -216,7 +216,7 @@ class Runtime:
             menu = (self.agent.commands if self.agent else builtin_commands()).menu()
             self._menu_task = asyncio.create_task(self._publish_commands(menu), name="menus")
 
-    async def _publish_commands(self, menu: list[tuple[str, str]]) -> None:
+    async def _publish_commands(self, menu: list[tuple[str, str, str]]) -> None:
         """Platform command menus, in the background: a slow platform API never holds
         up the start, and a failure is the channel's log line, never a crash."""
         for ch in list(self.channels.values()):

@@ -58,9 +58,9 @@ class Channel(ABC):
     async def run_gateway(self, ingest: Ingest, stop: asyncio.Event) -> None:  # noqa: B027
         """Hold the platform connection until ``stop`` is set (gateway process)."""
 
-    async def publish_commands(self, commands: Sequence[tuple[str, str]]) -> None:  # noqa: B027
-        """Show the agent's commands, (name, description), in the platform's command
-        menu where it has one.  Called at start by the processes that receive this
+    async def publish_commands(self, commands: Sequence[tuple[str, str, str]]) -> None:  # noqa: B027
+        """Show the agent's commands, (name, description, usage such as "[name]"), in
+        the platform's command menu where it has one.  Called at start by the processes that receive this
         channel's messages; must not fail the start (log instead)."""
 
     @abstractmethod

@@ -68,9 +68,10 @@ class CommandRegistry:
     def names(self) -> list[str]:
         return sorted(self._commands)
 
-    def menu(self) -> list[tuple[str, str]]:
-        """(name, one-line description) of every command, for a platform's command menu."""
-        return [(n, self._commands[n].help) for n in self.names()]
+    def menu(self) -> list[tuple[str, str, str]]:
+        """(name, one-line description, usage) of every command, for a platform's
+        command menu; usage is "" for a command that takes nothing."""
+        return [(n, self._commands[n].help, self._commands[n].usage) for n in self.names()]
 
     def help_text(self) -> str:
         lines = ["**Commands**"]

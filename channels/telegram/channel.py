@@ -29,11 +29,11 @@ _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 MAX_MENU = 100  # Telegram's limit on a bot's command list
 
 
-def menu_commands(commands: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+def menu_commands(commands: Sequence[tuple[str, str, str]]) -> list[tuple[str, str]]:
     """What Telegram accepts of (name, description): names of 1-32 lower-case
     letters, digits and underscores; descriptions of 1-256 characters."""
     out: list[tuple[str, str]] = []
-    for name, help_ in commands:
+    for name, help_, _usage in commands:
         if not _COMMAND_NAME.fullmatch(name):
             continue
         text = " ".join(help_.split()) or name
@@ -130,7 +130,7 @@ class TelegramChannel(Channel):
         )
         log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
 
-    async def publish_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+    async def publish_commands(self, commands: Sequence[tuple[str, str, str]]) -> None:
         """The bot's "/" menu lists Parley's commands (all chats, every language).
 
         Read first and written only when it differs, so restarts and several

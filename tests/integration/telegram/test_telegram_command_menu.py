@@ -83,13 +83,13 @@ async def test_a_refused_menu_is_a_log_line_not_a_failed_start(
 
 def test_only_what_telegram_accepts_is_offered() -> None:
     cmds = [
-        ("new", "start over"),
-        ("Upper", "x"),  # upper case: Telegram refuses the whole list
-        ("with-dash", "x"),
-        ("x" * 33, "x"),
-        ("blank", "   "),
-        ("long", "y" * 300),
-        *((f"c{i}", "z") for i in range(120)),
+        ("new", "start over", ""),
+        ("Upper", "x", ""),  # upper case: Telegram refuses the whole list
+        ("with-dash", "x", ""),
+        ("x" * 33, "x", ""),
+        ("blank", "   ", ""),
+        ("long", "y" * 300, "[text]"),
+        *((f"c{i}", "z", "") for i in range(120)),
     ]
     menu = menu_commands(cmds)
     assert menu[:3] == [("new", "Start over"), ("blank", "Blank"), ("long", "Y" + "y" * 255)]
