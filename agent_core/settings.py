@@ -311,7 +311,7 @@ class CoreSettings(ParleySettings):
     dm_policy: str = "pairing"  # open | allowlist | pairing
     allowed_users: str = ""  # channel-qualified ids
     access_exempt_channels: str = "web,console"  # the operator's own local channels
-    max_attachment_bytes: int = Field(default=5_000_000, ge=0)
+    max_attachment_bytes: int = Field(default=10_000_000, ge=0)
 
     @field_validator("dm_policy")
     @classmethod

@@ -22,7 +22,11 @@ from agent_core.errors import SendFailed
 
 
 class Redirected(SendFailed):
-    """The file host answered with a redirect instead of the file."""
+    """The file host answered with a redirect instead of the file (to ``location``)."""
+
+    def __init__(self, message: str, location: str = "") -> None:
+        super().__init__(message)
+        self.location = location
 
 
 def origin(url: str) -> str:
@@ -54,7 +58,10 @@ async def fetch_capped(
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
             if 300 <= resp.status < 400:
-                raise Redirected(f"the file host redirected (HTTP {resp.status})")
+                raise Redirected(
+                    f"the file host redirected (HTTP {resp.status})",
+                    resp.headers.get("Location", ""),
+                )
             if resp.status != 200:
                 raise SendFailed(f"the file host answered HTTP {resp.status}")
             if resp.content_length is not None and resp.content_length > max_bytes:

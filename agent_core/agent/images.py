@@ -1,24 +1,51 @@
 """The photos of a user's message, for a vision model.
 
 Fetched on demand through the channel's outbox (the optional
-:class:`AttachmentFetcher`), up to ``MAX_ATTACHMENT_BYTES`` each.  The format is
-read from the bytes, not taken from the platform's label: the model APIs accept
-JPEG, PNG, GIF and WebP and refuse a request whose label does not match the data,
-and a user's "image" can be HEIC, SVG or a mislabelled file.  A photo that cannot
-be shown is named to the model with the reason, so it does not answer as if it
-had seen it.
+:class:`AttachmentFetcher`), up to ``MAX_ATTACHMENT_BYTES`` each, all photos of a
+message at once and within :data:`FETCH_DEADLINE_SECS` together.
+
+What is sent is what every backend accepts, read from the bytes rather than the
+platform's label (the model APIs refuse a request whose label does not match the
+data, and that fails the whole turn):
+
+* JPEG, PNG and WebP up to :data:`SEND_MAX_BYTES` and :data:`MAX_SIDE` pixels go
+  as they are;
+* larger ones are scaled down to :data:`MAX_EDGE` pixels on the long side and sent
+  as JPEG (PNG when they have transparency), turned upright by their EXIF
+  orientation: Anthropic refuses an image whose base64 text is over 5 MB, which
+  is 3.75 MB of file, and a phone photo is often larger (a PNG still too large
+  goes as JPEG, on white);
+* a GIF goes as a PNG of its first frame (some OpenAI-compatible backends refuse
+  GIFs, and none reads past the first frame);
+* anything else (HEIC, SVG, a file that is not an image) is not shown.
+
+A photo that cannot be shown is named to the model with the reason, so it does
+not answer as if it had seen it.  Decoding runs in a thread, two at a time per
+process, so a burst of photos neither blocks the event loop nor fills memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import io
 import logging
+import threading
 from typing import Protocol, runtime_checkable
+
+from PIL import Image, ImageOps
 
 from agent_core.events import Attachment
 from agent_core.llm.base import ImagePart
 
 log = logging.getLogger(__name__)
+
+SEND_MAX_BYTES = 3_750_000  # 5,000,000 characters of base64: under Anthropic's 5 MiB
+MAX_EDGE = 1568  # the long side the model APIs scale larger images down to anyway
+MAX_PIXELS = 60_000_000  # more is refused undecoded (a decompression bomb, not a photo)
+MAX_SIDE = 8000  # longer sides are refused by the model APIs: scaled down here
+FETCH_DEADLINE_SECS = 30.0  # all photos of one message
+_DECODES = threading.BoundedSemaphore(2)  # threads decoding at once, per process
 
 
 @runtime_checkable
@@ -29,7 +56,7 @@ class AttachmentFetcher(Protocol):
 
 
 def image_mime(data: bytes) -> str | None:
-    """The image type of ``data`` by its signature, if a vision model takes it."""
+    """The image type of ``data`` by its signature, if it is one Parley can send."""
     if data.startswith(b"\xff\xd8\xff"):
         return "image/jpeg"
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -41,28 +68,87 @@ def image_mime(data: bytes) -> str | None:
     return None
 
 
+def prepare(data: bytes) -> tuple[str, bytes] | str:
+    """(mime, bytes) to send, or why the image cannot be shown."""
+    mime = image_mime(data)
+    if mime is None:
+        return "not a JPEG, PNG, GIF or WebP image"
+    try:
+        with Image.open(io.BytesIO(data)) as im:  # reads the header only
+            width, height = im.size
+    except Exception as exc:  # Pillow raises OSError, ValueError, even SyntaxError
+        log.info("image not readable: %s: %s", type(exc).__name__, exc)
+        return "could not be read as an image"
+    if width * height > MAX_PIXELS:
+        return f"more than {MAX_PIXELS // 1_000_000} million pixels"
+    if mime != "image/gif" and len(data) <= SEND_MAX_BYTES and max(width, height) <= MAX_SIDE:
+        return mime, data
+    with _DECODES:
+        return _reencode(data, mime)
+
+
+def _reencode(data: bytes, mime: str) -> tuple[str, bytes] | str:
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.draft("RGB", (MAX_EDGE, MAX_EDGE))  # JPEG: decode at a smaller scale
+            frame = ImageOps.exif_transpose(im)
+            frame.thumbnail((MAX_EDGE, MAX_EDGE))
+            clear = frame.mode in ("RGBA", "LA", "PA") or "transparency" in frame.info
+            out = io.BytesIO()
+            if clear or mime == "image/gif":
+                frame.save(out, "PNG")
+                mime = "image/png"
+            if out.tell() == 0 or out.tell() > SEND_MAX_BYTES:  # a PNG too big: on white
+                flat = Image.new("RGB", frame.size, "white")
+                rgba = frame.convert("RGBA")
+                flat.paste(rgba, mask=rgba.getchannel("A"))
+                out = io.BytesIO()
+                flat.save(out, "JPEG", quality=85)
+                mime = "image/jpeg"
+    except Exception as exc:  # Pillow raises OSError, ValueError, even SyntaxError
+        log.info("image not readable: %s: %s", type(exc).__name__, exc)
+        return "could not be read as an image"
+    if out.tell() > SEND_MAX_BYTES:
+        return "too large even scaled down"
+    return mime, out.getvalue()
+
+
+async def _one(
+    fetcher: AttachmentFetcher, a: Attachment, limit: int, where: object
+) -> ImagePart | str:
+    name = a.name or "(unnamed)"
+    if a.size and a.size > limit:
+        return f"{name}: larger than {limit} bytes"
+    try:
+        data = await fetcher.fetch_attachment(a, limit)
+    except Exception as exc:
+        log.info("[%s] attachment %s not fetched: %s", where, name, exc)
+        return f"{name}: could not be downloaded"
+    if len(data) > limit:
+        return f"{name}: larger than {limit} bytes"
+    ready = await asyncio.to_thread(prepare, data)
+    if isinstance(ready, str):
+        return f"{name}: {ready}"
+    return ImagePart(ready[0], base64.b64encode(ready[1]).decode())
+
+
 async def fetch_images(
     fetcher: AttachmentFetcher, pics: list[Attachment], limit: int, where: object
 ) -> tuple[tuple[ImagePart, ...], list[str]]:
-    """(the images to show, a line per photo that could not be shown)."""
+    """(the images to show, a line per photo that could not be shown), in order."""
+    tasks = [asyncio.ensure_future(_one(fetcher, a, limit, where)) for a in pics]
+    await asyncio.wait(tasks, timeout=FETCH_DEADLINE_SECS)
     out: list[ImagePart] = []
     missing: list[str] = []
-    for a in pics:
-        name = a.name or "(unnamed)"
-        if a.size and a.size > limit:
-            missing.append(f"{name}: larger than {limit} bytes")
-            continue
-        try:
-            data = await fetcher.fetch_attachment(a, limit)
-        except Exception as exc:
-            log.info("[%s] attachment %s not fetched: %s", where, name, exc)
-            missing.append(f"{name}: could not be downloaded")
-            continue
-        mime = image_mime(data)
-        if len(data) > limit:
-            missing.append(f"{name}: larger than {limit} bytes")
-        elif mime is None:
-            missing.append(f"{name}: not a JPEG, PNG, GIF or WebP image")
+    for a, t in zip(pics, tasks, strict=True):
+        if not t.done():
+            t.cancel()
+            missing.append(f"{a.name or '(unnamed)'}: not downloaded in time")
+        elif t.exception() is not None:
+            log.warning("[%s] photo %s not prepared", where, a.name, exc_info=t.exception())
+            missing.append(f"{a.name or '(unnamed)'}: could not be read as an image")
+        elif isinstance(result := t.result(), ImagePart):
+            out.append(result)
         else:
-            out.append(ImagePart(mime, base64.b64encode(data).decode()))
+            missing.append(result)
     return tuple(out), missing

@@ -266,6 +266,8 @@ class Turn:
                 return (), []
         except Exception:
             return (), []
+        # downloads can take seconds: the person sees the bot typing meanwhile
+        self._typing = self._typing or asyncio.create_task(self._keep_typing())
         return await fetch_images(outbox, pics, self.s.max_attachment_bytes, self.thread)
 
     async def run_text(self, head: InboundEvent, *, checkpoint: bool = True) -> str:

@@ -2,9 +2,12 @@
 
 A file's ``url_private`` is fetched with the bot token (``Authorization: Bearer``),
 which Slack accepts only if the app has the ``files:read`` scope.  Without it
-Slack does not refuse plainly: it redirects to the workspace's login page, or
-serves that page with a 200 (``text/html``).  Both are refused here with a
-reason naming the scope, and logged once.
+Slack does not refuse plainly: it redirects to the workspace's sign-in page
+(``?redir=...``), or serves that page with a 200 (``text/html``).  Both are
+refused here with a reason naming the scope, and logged once.  A redirect to
+anywhere else is not followed either (the token would have to go along); the
+reason names where it pointed.  ``url_private_download`` is preferred over
+``url_private`` (channels/slack/parse.py): it serves the bytes themselves.
 
 The address comes from the event and is kept in Redis, so it is not trusted: the
 token goes only to ``https://files.slack.com``, or to the origin of
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from urllib.parse import urljoin
 
 import aiohttp
 
@@ -67,9 +71,14 @@ class SlackFiles:
                 max_bytes=max_bytes,
                 headers={"Authorization": f"Bearer {self.token}"},
             )
-        except Redirected as exc:  # Slack's answer to a token without files:read
-            self._missing_scope()
-            raise SendFailed(f"{NEEDS_SCOPE} ({exc})") from exc
+        except Redirected as exc:
+            if "redir=" in exc.location:  # to the sign-in page: no files:read
+                self._missing_scope()
+                raise SendFailed(f"{NEEDS_SCOPE} ({exc})") from exc
+            # elsewhere (another Slack file host, e.g. on Enterprise Grid): the token
+            # does not follow a redirect, so the file is not fetched
+            where = origin(urljoin(url, exc.location)) or "another address"
+            raise SendFailed(f"Slack redirected the download to {where}; not followed") from exc
         if ctype == "text/html":  # the login page, served instead of the file
             self._missing_scope()
             raise SendFailed(NEEDS_SCOPE)

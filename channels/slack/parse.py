@@ -119,7 +119,9 @@ def _attachments(files: Any) -> tuple[Attachment, ...]:
                 name=_loose(f, "name") or _loose(f, "title"),
                 mime=mime,
                 size=size if type(size) is int and size >= 0 else 0,
-                ref=_loose(f, "url_private") or _loose(f, "id"),
+                ref=_loose(f, "url_private_download")
+                or _loose(f, "url_private")
+                or _loose(f, "id"),
             )
         )
     return tuple(out)

@@ -163,6 +163,7 @@ class FakeSlack:
         self.file_gets: list[FileGet] = []
         self.files_read = True  # False: the bot token lacks the files:read scope
         self.login_page_as = "redirect"  # or "html": how files_read=False shows
+        self.files_moved_to = ""  # a file URL redirects here even with files:read
         self.sockets_opened = 0
         self._sockets: list[web.WebSocketResponse] = []
         self._transports: dict[web.WebSocketResponse, Any] = {}
@@ -469,6 +470,9 @@ class FakeSlack:
         if f is None or team != self.team or f.name != request.match_info["name"]:
             get.status = 404
             return web.Response(status=404, text="Not Found")
+        if authorized and self.files_read and self.files_moved_to:
+            get.status = 302  # e.g. Enterprise Grid's files-origin host
+            return web.Response(status=302, headers={"Location": self.files_moved_to})
         if authorized and self.files_read:
             return web.Response(body=f.data, content_type=f.mimetype)
         if authorized and self.login_page_as == "html":

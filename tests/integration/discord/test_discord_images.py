@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -24,7 +25,9 @@ from tests.integration.approvals_e2e.approvals_harness import (
     wait_until,
 )
 
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+PNG = base64.b64decode(  # a real 1x1 PNG: the agent reads the format from the bytes
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 HEIC = b"\0\0\0\x18ftypheic" + bytes(32)
 
 
@@ -48,7 +51,7 @@ async def test_a_posted_file_is_fetched_from_the_cdn(
     outbox: DiscordOutbox, fake_discord: FakeDiscord
 ) -> None:
     a = fake_discord.add_file(CHANNEL_ID, "cat.png", PNG)
-    assert await outbox.fetch_attachment(attachment(a), 10_000) == PNG
+    assert await outbox.fetch_attachment(attachment(a), len(PNG)) == PNG
 
 
 async def test_refusals_ask_nothing_or_say_why(
@@ -56,7 +59,7 @@ async def test_refusals_ask_nothing_or_say_why(
 ) -> None:
     big = attachment(fake_discord.add_file(CHANNEL_ID, "big.png", PNG * 100))
     with pytest.raises(SendFailed, match="larger than"):
-        await outbox.fetch_attachment(big, 1000)
+        await outbox.fetch_attachment(big, len(PNG) * 100 - 1)
     elsewhere = Attachment("image", "x.png", "image/png", 10, "http://127.0.0.2:9/x.png")
     with pytest.raises(SendFailed, match="file host"):
         await outbox.fetch_attachment(elsewhere, 1000)

@@ -136,6 +136,20 @@ async def test_a_bot_without_files_read_is_refused_with_the_reason_and_one_warni
     assert BOT_TOKEN not in caplog.text
 
 
+async def test_a_redirect_elsewhere_is_not_followed_nor_called_a_missing_scope(
+    fake_slack: FakeSlack, slack: SlackChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Enterprise Grid answers 302 to files-origin.slack.com even with files:read: the
+    token does not follow, and the operator is not told to add a scope they have."""
+    fake_slack.files_moved_to = "https://files-origin.slack.com/files-pri/T1-F1/a.png"
+    ref = fake_slack.add_file(PNG, "image/png", "a.png")["url_private_download"]
+    moved = "redirected the download to https://files-origin"
+    with caplog.at_level(logging.INFO), pytest.raises(SendFailed, match=moved):
+        await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), 10**6)
+    assert [g.status for g in fake_slack.file_gets] == [302]
+    assert _missing_scope_warnings(caplog) == []
+
+
 async def test_an_oversize_file_is_not_downloaded(
     fake_slack: FakeSlack, slack: SlackChannel
 ) -> None:
