@@ -1,11 +1,18 @@
-"""The Discord channel: a gateway process listens, workers answer over REST."""
+"""The Discord channel: a gateway process listens, workers answer over REST.
+
+Parley's commands become Discord slash commands: ``publish_commands`` (called at
+start by the web and gateway processes) only keeps the list; the process that
+holds the gateway registers it (:mod:`channels.discord.commands`), so a web
+process never writes the application's commands.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import aiohttp
 import discord
@@ -16,6 +23,7 @@ from agent_core.ingest import Ingest
 from agent_core.outbox import Outbox
 from channels.base import Channel, ChannelDeps
 
+from .commands import app_commands, sync_commands
 from .gateway import GatewayClient, wait_first
 from .http import ParleyHTTPClient
 from .sender import DiscordOutbox
@@ -49,6 +57,10 @@ class DiscordChannel(Channel):
         self._outbox = DiscordOutbox(settings, deps.pacer)
         self.message_content: bool | None = None  # known after initialize()
         self.client: GatewayClient | None = None  # the running gateway client
+        # Parley's commands as Discord takes them, once publish_commands gave them
+        self.commands: list[dict[str, Any]] | None = None
+        self.command_names: frozenset[str] | None = None
+        self._commands_known = asyncio.Event()
 
     def _token(self) -> str:
         token = self.settings.discord_bot_token
@@ -77,6 +89,41 @@ class DiscordChannel(Channel):
         finally:
             await http.close()
 
+    async def publish_commands(self, commands: Sequence[tuple[str, str, str]]) -> None:
+        """Keep Parley's commands: the gateway registers them (see ``run_gateway``)
+        and refuses invocations of any other command."""
+        self.commands = app_commands(commands)
+        self.command_names = frozenset(c["name"] for c in self.commands)
+        self._commands_known.set()
+
+    async def _register_commands(self) -> None:
+        """The application's global commands become Parley's (read first, written
+        only when different: Discord allows 200 creations a day).  A failure is
+        logged, never fatal: commands still work typed to the bot."""
+        await self._commands_known.wait()
+        wanted = self.commands or []
+        http = ParleyHTTPClient(
+            asyncio.get_running_loop(),
+            api_base=self.settings.discord_api_base_url,
+            max_ratelimit_timeout=self.settings.discord_max_retry_wait,
+        )
+        try:
+            await http.static_login(self._token())
+            if await sync_commands(http, wanted):
+                log.info(
+                    "discord: %d slash commands registered (Discord may take a moment to "
+                    "show them)",
+                    len(wanted),
+                )
+            else:
+                log.debug("discord: the slash commands are up to date")
+        except (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("discord: could not register the slash commands: %s", exc)
+        except Exception:
+            log.warning("discord: could not register the slash commands", exc_info=True)
+        finally:
+            await http.close()
+
     async def shutdown(self) -> None:
         await self._outbox.close()
 
@@ -95,6 +142,21 @@ class DiscordChannel(Channel):
         if not content:
             log.warning(NO_CONTENT_INTENT)
         state = DiscordState(self.deps.redis)
+        registering = (
+            asyncio.create_task(self._register_commands(), name="discord-commands")
+            if self.settings.discord_commands
+            else None
+        )
+        try:
+            await self._hold_gateway(token, content, state, ingest, stop)
+        finally:
+            if registering is not None:
+                registering.cancel()
+                await asyncio.gather(registering, return_exceptions=True)
+
+    async def _hold_gateway(
+        self, token: str, content: bool, state: DiscordState, ingest: Ingest, stop: asyncio.Event
+    ) -> None:
         while not stop.is_set():
             client = GatewayClient(
                 self.settings,
@@ -102,6 +164,7 @@ class DiscordChannel(Channel):
                 state,
                 group_reply=self.deps.group_reply,
                 message_content=content,
+                command_names=lambda: self.command_names,
             )
             self.client = client
             try:

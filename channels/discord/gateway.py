@@ -6,6 +6,10 @@
   message id of the conversation.  The bot's managed role in the guild (from
   discord.py's guild cache, kept current by GUILD_ROLE_* events) counts as a
   mention of the bot.
+* Slash commands (INTERACTION_CREATE type 2) are taken raw too, each in its
+  own task: published as the message ``/<name> <text>`` addressed to the bot
+  in that channel (never opening a thread), then answered within Discord's 3 s
+  with an echo of the invocation (see :mod:`channels.discord.commands`).
 * Button presses reach :class:`ApprovalButton`, a persistent
   ``DynamicItem`` matching ``parley:<payload>``, so a press on a prompt sent
   before any restart still works.  The press is published, then deferred
@@ -27,13 +31,33 @@ from typing import Any, cast
 
 import discord
 from discord.http import Route
+from redis.exceptions import RedisError
 
 from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
-from agent_core.ingest import Ingest
+from agent_core.ingest import Ingest, Submitted
 
+from .commands import (
+    FAILED_COMMAND_TEXT,
+    REFUSED_COMMAND_TEXT,
+    echo,
+    private,
+    refusal,
+    respond,
+)
 from .http import ParleyHTTPClient
-from .parse import CHANNEL, MessageContext, Press, RawMessage, parse_message, parse_press
+from .parse import (
+    APPLICATION_COMMAND,
+    CHANNEL,
+    MessageContext,
+    Press,
+    RawInteraction,
+    RawMessage,
+    interaction_thread_parent,
+    parse_command,
+    parse_message,
+    parse_press,
+)
 from .render import CUSTOM_ID_TEMPLATE, custom_id
 from .settings import DiscordSettings, parse_shards
 from .state import DiscordState
@@ -88,6 +112,7 @@ class GatewayClient(discord.AutoShardedClient):
         *,
         group_reply: str,
         message_content: bool,
+        command_names: Callable[[], frozenset[str] | None] = lambda: None,
     ) -> None:
         shard_ids, shard_count = parse_shards(settings.discord_shards)
         options: dict[str, Any] = {"shard_count": shard_count}
@@ -114,6 +139,7 @@ class GatewayClient(discord.AutoShardedClient):
         self.ingest = ingest
         self.state = state
         self.group_reply = group_reply
+        self.command_names = command_names  # Parley's command names, once known
         self._queue: asyncio.Queue[tuple[RawMessage, str]] = asyncio.Queue()
         self._consumer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -132,6 +158,16 @@ class GatewayClient(discord.AutoShardedClient):
             original(data)
 
         parsers["MESSAGE_CREATE"] = message_create
+        interaction_create = parsers["INTERACTION_CREATE"]
+
+        def interaction(data: Any) -> None:
+            if data.get("type") == APPLICATION_COMMAND:
+                # no CommandTree here: discord.py would only build an unused Interaction
+                self._spawn(self.on_command(data), "discord-command")
+            else:
+                interaction_create(data)
+
+        parsers["INTERACTION_CREATE"] = interaction
         await self.state.load()
         self._consumer = asyncio.create_task(self._consume(), name="discord-inbound")
 
@@ -293,6 +329,36 @@ class GatewayClient(discord.AutoShardedClient):
             )
         except discord.HTTPException as exc:
             log.warning("[%s] could not defer press %s: %s", event.thread, event.event_id, exc)
+
+    # --- slash commands -------------------------------------------------------
+
+    async def on_command(self, raw: RawInteraction) -> None:
+        """Publish a slash command like a message addressed to the bot in its
+        channel (a Discord thread's own conversation; no auto-thread), then answer
+        the interaction: an echo when published, else a private explanation."""
+        channel_id = str(raw.get("channel_id") or "")
+        guild_id = str(raw.get("guild_id") or "")
+        parent = interaction_thread_parent(raw) or self._thread_parent(channel_id, guild_id)[0]
+        event = parse_command(raw, thread_parent=parent)
+        why = refusal(raw, self.command_names())
+        where = event.thread if event is not None else channel_id
+        published = False
+        if event is None or why is not None:
+            body = private(why or REFUSED_COMMAND_TEXT)
+        else:
+            try:
+                result = await asyncio.wait_for(self.ingest.submit(event), PRESS_SUBMIT_TIMEOUT)
+                published = result != Submitted.REFUSED
+                body = echo(event.text) if published else private(REFUSED_COMMAND_TEXT)
+            except (TimeoutError, StoreUnavailable):
+                log.error("[%s] command %s not recorded: Redis unavailable", where, raw["id"])
+                body = private(FAILED_COMMAND_TEXT)
+        await respond(self.http, raw, body, where)
+        if published and event is not None and event.thread.thread:
+            try:  # follow-ups in the Discord thread need no mention, as after a mention
+                await self.state.add_thread(channel_id, parent)
+            except RedisError as exc:
+                log.warning("[%s] could not record thread %s: %s", where, channel_id, exc)
 
     # --- catch-up -------------------------------------------------------------
 

@@ -19,6 +19,11 @@ both are removed from the text.  A forwarded message (``message_reference.type``
 1) has empty ``content``: its text and attachments are read from
 ``message_snapshots``.  A message that was only the bot's mention becomes
 :data:`BARE_MENTION_TEXT`.
+
+``parse_command`` takes a slash command (INTERACTION_CREATE type 2) and makes
+the event a message ``/<name> <text option>`` addressed to the bot in that
+channel would make (same thread key; a Discord thread's parent comes from the
+interaction's ``channel`` object).  ``parse_press`` takes a button press.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ FORWARD = 1  # message_reference.type of a forwarded message (0: a reply)
 
 # message types a person writes: DEFAULT, REPLY, CHAT_INPUT_COMMAND excluded, THREAD_STARTER excluded
 _USER_MESSAGE_TYPES = {0, 19}
+APPLICATION_COMMAND = 2  # INTERACTION_CREATE type of a slash command
+COMMAND_TEXT_OPTION = "text"  # the one (optional, string) option of a command with arguments
+# channel types of Discord threads: announcement, public, private
+THREAD_CHANNEL_TYPES = frozenset({10, 11, 12})
 
 
 class RawUser(TypedDict):
@@ -241,5 +250,75 @@ def parse_press(press: Press) -> InboundEvent:
             thread,
             extra=encode_extra(interaction=(press.application_id, press.token)),
         ),
+        received_at=time.time(),
+    )
+
+
+class RawInteraction(TypedDict):
+    """INTERACTION_CREATE, in the fields Parley reads (a slash command)."""
+
+    id: str
+    application_id: str
+    type: int
+    token: str
+    data: NotRequired[dict[str, Any]]
+    channel_id: NotRequired[str]
+    channel: NotRequired[dict[str, Any]]
+    guild_id: NotRequired[str]
+    member: NotRequired[dict[str, Any]]  # in a server: the user is member.user
+    user: NotRequired[RawUser]  # in a DM
+    context: NotRequired[int]  # 0 server, 1 the bot's DM, 2 another private channel
+
+
+def interaction_user(raw: RawInteraction) -> dict[str, Any]:
+    member = raw.get("member") or {}
+    user = member.get("user") or raw.get("user") or {}
+    return dict(user)
+
+
+def interaction_thread_parent(raw: RawInteraction) -> str:
+    """The parent channel when the interaction comes from a Discord thread, else ""."""
+    channel = raw.get("channel") or {}
+    if channel.get("type") in THREAD_CHANNEL_TYPES:
+        return str(channel.get("parent_id") or "")
+    return ""
+
+
+def command_text(data: dict[str, Any]) -> str:
+    """``/<name>`` or ``/<name> <text option>``."""
+    text = ""
+    for option in data.get("options") or ():
+        if isinstance(option, dict) and option.get("name") == COMMAND_TEXT_OPTION:
+            text = str(option.get("value") or "").strip()
+    name = str(data.get("name") or "")
+    return f"/{name} {text}" if text else f"/{name}"
+
+
+def parse_command(raw: RawInteraction, *, thread_parent: str = "") -> InboundEvent | None:
+    """The event of a slash command: what a message with its text, addressed to the
+    bot in the same channel, would be (``thread_parent``: the channel is a Discord
+    thread under it).  None when the payload lacks a user, channel or name."""
+    user = interaction_user(raw)
+    data = raw.get("data") or {}
+    channel_id = str(raw.get("channel_id") or "")
+    if not user.get("id") or not channel_id or not data.get("name"):
+        return None
+    guild_id = str(raw.get("guild_id") or "")
+    if thread_parent and guild_id:
+        conversation, thread = thread_parent, channel_id
+    else:
+        conversation, thread = channel_id, ""
+    return InboundEvent(
+        event_id=raw["id"],
+        kind=EventKind.COMMAND,
+        channel=CHANNEL,
+        thread=ThreadKey(CHANNEL, guild_id or DM_TENANT, conversation, thread),
+        user_id=str(user["id"]),
+        user_name=display_name(user),
+        text=command_text(data),
+        is_direct=not guild_id,
+        mentions_bot=True,
+        # no message to reply to: the answer is a new message under the echo
+        reply_ref=MessageRef(CHANNEL, conversation, "", thread),
         received_at=time.time(),
     )

@@ -48,6 +48,9 @@ class DiscordSettings(ParleySettings):
     discord_reidentify_delay: float = Field(default=5.0, ge=0.0)
     # Seconds the gateway waits for the GUILD_CREATE burst after READY.
     discord_guild_ready_timeout: float = Field(default=2.0, ge=0.0)
+    # Register Parley's commands as Discord slash commands (global application
+    # commands) when the gateway starts; off: leave the application's commands as they are.
+    discord_commands: bool = True
 
     @field_validator("discord_bot_token")
     @classmethod

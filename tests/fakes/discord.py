@@ -7,10 +7,14 @@ REST (``/api/v10``): ``GET /users/@me``, ``GET /oauth2/applications/@me``,
 ``GET /gateway[/bot]``, ``GET|POST /channels/{id}/messages``,
 ``PATCH|DELETE /channels/{id}/messages/{id}``, ``POST /channels/{id}/typing``,
 ``POST /channels/{id}/messages/{id}/threads``, ``GET /channels/{id}``,
-``POST /interactions/{id}/{token}/callback``, ``POST /webhooks/{app}/{token}``.
+``POST /interactions/{id}/{token}/callback``, ``POST /webhooks/{app}/{token}``,
+``GET|PUT /applications/{app}/commands`` (global slash commands, stored per
+application in ``app_commands`` and checked as Discord does: see
+``tests/fakes/discord_commands.py``; ``command_puts`` counts the PUTs).
 It enforces what Parley depends on: the bot token (401), 2,000 characters and
 no empty message (400, code 50035), ``custom_id`` at most 100 characters, one
-callback per interaction (400, code 40060), 429 responses shaped like
+callback per interaction (400, code 40060; a visible response becomes the bot's
+message in the channel, type 20 under a slash command), 429 responses shaped like
 Discord's (``Via`` header, ``retry_after`` body) when scripted, and message
 ``nonce`` (at most 25 characters): with ``enforce_nonce`` a second create with the
 same nonce within ``nonce_window_secs`` returns the first message instead of
@@ -24,6 +28,8 @@ frames, or ``compress=zlib-stream`` transport compression.
 
 Scriptable: ``user_message`` (a person writes; ``dispatch=False`` keeps it off
 the gateway, as if said while disconnected), ``press`` (a button press),
+``slash`` (a person invokes a registered slash command; an unregistered name
+raises, as Discord never sends one), ``redeliver`` (an interaction again),
 ``invalidate_sessions`` (a non-resumable disconnect), ``drop_connections``
 (an abrupt close: the client resumes), ``rate_limit`` / ``fail`` (inject 429s
 and errors; ``fail(..., after=True)`` does the call, then answers the error, like a
@@ -52,6 +58,8 @@ from typing import Any
 
 import orjson
 from aiohttp import WSMsgType, web
+
+from tests.fakes.discord_commands import check_commands, stored_commands
 
 TOKEN = "MTIzNDU2Nzg5.fake.discord-bot-token"
 BOT_ID = "1100000000000000001"
@@ -168,6 +176,8 @@ class FakeDiscord:
         self.channels: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, dict[str, dict[str, Any]]] = {}  # channel -> id -> message
         self.interactions: dict[str, dict[str, Any]] = {}  # id -> payload (+ "_at", "_answered")
+        self.app_commands: dict[str, list[dict[str, Any]]] = {}  # app id -> global commands
+        self.command_puts = 0  # bulk overwrites asked for (Discord allows 200 creations a day)
         self.sessions: dict[str, Session] = {}
         self.connections: list[Connection] = []
         self.identifies: list[dict[str, Any]] = []
@@ -557,26 +567,66 @@ class FakeDiscord:
         msg = next((m[message_id] for m in self.messages.values() if message_id in m), None)
         if msg is None:
             raise KeyError(f"no message {message_id}")
-        channel_id = msg["channel_id"]
+        data = {"custom_id": custom_id, "component_type": 2}
+        return await self._interact(3, msg["channel_id"], data, user, message=msg)
+
+    async def slash(
+        self,
+        channel_id: str,
+        name: str,
+        text: str | None = None,
+        *,
+        user: dict[str, Any] = ALICE,
+        context: int | None = None,
+    ) -> dict[str, Any]:
+        """``user`` invokes the slash command ``/name`` (``text``: its ``text`` option)
+        in ``channel_id`` (INTERACTION_CREATE type 2).  Only a registered command, and
+        only an option it has, can be invoked: Discord offers nothing else."""
+        cmd = self.command(name)
+        if cmd is None:
+            raise KeyError(f"/{name} is not a registered command of the application")
+        data: dict[str, Any] = {"id": cmd["id"], "name": name, "type": cmd["type"]}
+        if text is not None:
+            if not any(o["name"] == "text" for o in cmd.get("options") or ()):
+                raise KeyError(f"/{name} has no option 'text'")
+            data["options"] = [{"name": "text", "type": 3, "value": text}]
+        return await self._interact(2, channel_id, data, user, context=context)
+
+    async def redeliver(self, inter: dict[str, Any]) -> None:
+        """The same INTERACTION_CREATE again (as a replay after a resume may)."""
+        payload = {k: v for k, v in inter.items() if not k.startswith("_")}
+        await self.dispatch("INTERACTION_CREATE", payload, str(inter.get("guild_id") or ""))
+
+    async def _interact(
+        self,
+        kind: int,
+        channel_id: str,
+        data: dict[str, Any],
+        user: dict[str, Any],
+        *,
+        message: dict[str, Any] | None = None,
+        context: int | None = None,
+    ) -> dict[str, Any]:
         guild_id = self.guild_of(channel_id)
         full_user = {"discriminator": "0", "avatar": None, **user}
         inter: dict[str, Any] = {
             "id": self.snowflake(),
             "application_id": APP_ID,
-            "type": 3,
+            "type": kind,
             "token": "aW50ZXJhY3Rpb246" + secrets.token_urlsafe(48),
             "version": 1,
             "channel_id": channel_id,
             "channel": self.channels[channel_id],
-            "data": {"custom_id": custom_id, "component_type": 2},
-            "message": msg,
+            "data": data,
             "app_permissions": "0",
             "attachment_size_limit": 10 * 1024 * 1024,
             "locale": "en-US",
             "entitlements": [],
             "authorizing_integration_owners": {"0": guild_id} if guild_id else {"1": user["id"]},
-            "context": 0 if guild_id else 1,
+            "context": context if context is not None else 0 if guild_id else 1,
         }
+        if message is not None:
+            inter["message"] = message
         if guild_id:
             inter["guild_id"] = guild_id
             inter["guild_locale"] = "en-US"
@@ -768,8 +818,10 @@ class FakeDiscord:
             )
         if parts[0] == "channels" and len(parts) >= 2:
             return await self._channels(method, parts[1], parts[2:], body, request)
+        if parts[0] == "applications" and len(parts) == 3 and parts[2] == "commands":
+            return self._commands(method, parts[1], body)
         if parts[0] == "interactions" and len(parts) == 4 and parts[3] == "callback":
-            return self._callback(parts[1], parts[2], body)
+            return await self._callback(parts[1], parts[2], body)
         if parts[0] == "webhooks" and len(parts) >= 3:
             return self._followup(parts[1], parts[2], body)
         raise _Error(404, {"message": "404: Not Found", "code": 0})
@@ -886,7 +938,26 @@ class FakeDiscord:
             return _json(thread, 201)
         raise _Error(404, {"message": "404: Not Found", "code": 0})
 
-    def _callback(self, interaction_id: str, token: str, body: Any) -> web.Response:
+    def _commands(self, method: str, app_id: str, body: Any) -> web.Response:
+        if app_id != APP_ID:
+            raise _Error(403, {"message": "Missing Access", "code": 50001})
+        if method == "GET":
+            return _json(self.app_commands.get(app_id, []))
+        if method != "PUT":
+            raise _Error(405, {"message": "405: Method Not Allowed", "code": 0})
+        self.command_puts += 1
+        refused = check_commands(body)
+        if refused is not None:
+            raise _Error(400, refused)
+        old = self.app_commands.get(app_id, [])
+        self.app_commands[app_id] = stored_commands(app_id, body, old, self.snowflake)
+        return _json(self.app_commands[app_id])
+
+    def command(self, name: str, app_id: str = APP_ID) -> dict[str, Any] | None:
+        """The registered global command ``name``, as Discord returns it."""
+        return next((c for c in self.app_commands.get(app_id, []) if c["name"] == name), None)
+
+    async def _callback(self, interaction_id: str, token: str, body: Any) -> web.Response:
         inter = self.interactions.get(interaction_id)
         if inter is None or inter["token"] != token:
             raise _Error(404, {"message": "Unknown interaction", "code": 10062})
@@ -896,8 +967,31 @@ class FakeDiscord:
             raise _Error(
                 400, {"message": "Interaction has already been acknowledged.", "code": 40060}
             )
+        kind = body.get("type") if isinstance(body, dict) else None
+        data = body.get("data") if isinstance(body, dict) else None
+        if kind == 4:
+            self._check_message(data)
         inter["_answered"] = {"body": body, "latency": time.monotonic() - inter["_at"]}
+        if kind == 4 and isinstance(data, dict) and not int(data.get("flags") or 0) & 64:
+            # a visible response is a message of the bot's (type 20 under a slash
+            # command), shown with "<user> used /<name>"; an ephemeral one is not kept
+            await self._response_message(inter, data)
         return web.Response(status=204)
+
+    async def _response_message(self, inter: dict[str, Any], data: dict[str, Any]) -> None:
+        channel_id = inter["channel_id"]
+        msg = self._message(channel_id, self.bot_user, data.get("content") or "")
+        msg["webhook_id"] = APP_ID
+        msg["application_id"] = APP_ID
+        msg["type"] = 20 if inter["type"] == 2 else 0
+        user = (inter.get("member") or {}).get("user") or inter.get("user")
+        msg["interaction_metadata"] = {
+            "id": inter["id"],
+            "type": inter["type"],
+            "user": user,
+            "name": inter["data"].get("name", ""),
+        }
+        await self.dispatch("MESSAGE_CREATE", self._with_guild(msg), self.guild_of(channel_id))
 
     def _followup(self, app_id: str, token: str, body: Any) -> web.Response:
         inter = next((i for i in self.interactions.values() if i["token"] == token), None)
