@@ -3,30 +3,40 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterable
 
 import orjson
 
+# Credentials carried in URL paths: a Discord interaction's token (interaction
+# responses and follow-ups), which discord.py logs at DEBUG with the request URL.
+URL_TOKEN = re.compile(r"(/(?:interactions|webhooks)/\d+/)[^/?#\s'\"]+")
+
+
+def redact_url_tokens(text: str) -> str:
+    if "/interactions/" not in text and "/webhooks/" not in text:
+        return text
+    return URL_TOKEN.sub(r"\1***", text)
+
 
 class RedactFilter(logging.Filter):
-    """Replace any configured secret value that reaches a log record."""
+    """Replace any configured secret value, and tokens in URL paths, that reach a
+    log record."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
         self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
         msg = record.getMessage()
-        red = msg
+        red = redact_url_tokens(msg)
         for s in self.secrets:
             if s in red:
                 red = red.replace(s, "***")
         if record.exc_info and record.exc_info[1] is not None:
-            text = logging.Formatter().formatException(record.exc_info)
+            text = redact_url_tokens(logging.Formatter().formatException(record.exc_info))
             for s in self.secrets:
                 text = text.replace(s, "***")
             record.exc_text = text

@@ -40,3 +40,29 @@ def test_text_logs_redact_secrets_in_arguments() -> None:
     log, buf = _logger(logging.Formatter("%(message)s"), ["xoxb-very-secret-token"])
     log.warning("token %r rejected", "xoxb-very-secret-token")
     assert buf.getvalue().strip() == "token '***' rejected"
+
+
+def test_interaction_tokens_in_urls_are_redacted() -> None:
+    """discord.py logs each request's URL at DEBUG; an interaction's token is in it."""
+    log, buf = _logger(logging.Formatter("%(message)s"), [])
+    token = "aW50ZXJhY3Rpb246MTIzNDU2Nzg5OmFiY2RlZg"
+    base = "https://discord.com/api/v10"
+    log.debug(
+        "%s %s with %s has returned %s",
+        "POST",
+        f"{base}/interactions/1234567890/{token}/callback",
+        None,
+        204,
+    )
+    log.debug("POST %s/webhooks/42/%s/messages/@original has returned 200", base, token)
+    try:
+        raise RuntimeError(f"cannot POST {base}/webhooks/42/{token}?wait=true")
+    except RuntimeError:
+        log.exception("failed")
+    out = buf.getvalue()
+    assert token not in out
+    assert f"{base}/interactions/1234567890/***/callback" in out
+    assert f"{base}/webhooks/42/***/messages/@original" in out
+    assert "/webhooks/42/***?wait=true" in out
+    log.info("GET %s/channels/42/messages/777 has returned 200", base)  # no token: as it is
+    assert buf.getvalue().endswith(f"GET {base}/channels/42/messages/777 has returned 200\n")
