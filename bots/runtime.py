@@ -298,7 +298,7 @@ class Runtime:
     async def _run_gateway(self, ch: Channel, stop: asyncio.Event) -> None:
         """Hold the channel's gateway lease (one holder across processes), then run it."""
         assert self.clients is not None and self.ingest is not None
-        lease = Lease(self.clients.redis, f"gateway:{ch.name}", worker_name(), ttl=15.0)
+        lease = Lease(self.clients.redis, f"gateway:{ch.gateway_lease}", worker_name(), ttl=15.0)
         if not await lease.acquire(stop):
             return
         log.info("gateway %s: lease acquired, connecting", ch.name)

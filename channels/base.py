@@ -55,6 +55,12 @@ class Channel(ABC):
     def has_gateway(self) -> bool:
         return False
 
+    @property
+    def gateway_lease(self) -> str:
+        """The name of the connection only one process may hold at a time (a Redis
+        lease); a channel that can split its connection names each part."""
+        return self.name
+
     async def run_gateway(self, ingest: Ingest, stop: asyncio.Event) -> None:  # noqa: B027
         """Hold the platform connection until ``stop`` is set (gateway process)."""
 
