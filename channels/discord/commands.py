@@ -49,7 +49,17 @@ MAX_CONTENT = 2000
 ALREADY_ANSWERED = 40060  # Discord's code: this interaction has a response
 RESPONSE_TIMEOUT = 5.0  # a response later than 3 s is refused anyway
 
-FAILED_COMMAND_TEXT = "Sorry, I could not take that command just now. Please try again in a moment."
+FAILED_COMMAND_TEXT = (
+    "Sorry, I could not confirm that I took that command: my storage is slow or down. "
+    "If nothing happens within a minute, try again."
+)
+NO_SEND_TEXT = (
+    "I cannot post in this channel (I lack the Send Messages permission here), "
+    "so I could not answer. Ask a server admin, or write to me in a DM."
+)
+SEND_MESSAGES = 1 << 11
+SEND_MESSAGES_IN_THREADS = 1 << 38
+THREAD_TYPES = frozenset({10, 11, 12})  # announcement, public, private thread
 REFUSED_COMMAND_TEXT = "Sorry, I cannot take that command now."
 BOT_COMMAND_TEXT = "I do not take commands from bots."
 UNKNOWN_COMMAND_TEXT = "`/{name}` is not one of my commands (any more); `/help` lists them."
@@ -143,7 +153,21 @@ def refusal(raw: RawInteraction, known: frozenset[str] | None) -> str | None:
     name = str((raw.get("data") or {}).get("name") or "")
     if known is not None and name not in known:
         return UNKNOWN_COMMAND_TEXT.format(name=name)
+    if raw.get("guild_id") and not can_post(raw):
+        return NO_SEND_TEXT  # the echo would show, the answer never
     return None
+
+
+def can_post(raw: RawInteraction) -> bool:
+    """Whether the bot may post where the command was used (``app_permissions``,
+    which Discord sends with every interaction; unknown: assume yes)."""
+    try:
+        perms = int(str(raw.get("app_permissions")))
+    except ValueError:
+        return True
+    channel = raw.get("channel") or {}
+    needed = SEND_MESSAGES_IN_THREADS if channel.get("type") in THREAD_TYPES else SEND_MESSAGES
+    return bool(perms & needed)
 
 
 def inline_code(text: str) -> str:
@@ -183,11 +207,14 @@ async def respond(
     """The interaction's response; a failure is logged (never its token: a secret)."""
     try:
         await http.request(
+            # webhook_id / webhook_token: the names discord.py keys its rate-limit
+            # buckets by, so each interaction has its own (any other names share one
+            # bucket for all, and a burst of commands misses Discord's 3 s)
             Route(
                 "POST",
-                "/interactions/{interaction_id}/{interaction_token}/callback",
-                interaction_id=raw["id"],
-                interaction_token=raw["token"],
+                "/interactions/{webhook_id}/{webhook_token}/callback",
+                webhook_id=raw["id"],
+                webhook_token=raw["token"],
             ),
             json=body,
             timeout=aiohttp.ClientTimeout(total=RESPONSE_TIMEOUT),
@@ -196,5 +223,5 @@ async def respond(
         # already answered: the same interaction was delivered again
         level = logging.DEBUG if exc.code == ALREADY_ANSWERED else logging.WARNING
         log.log(level, "[%s] could not answer command %s: %s", where, raw["id"], exc)
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, discord.RateLimited) as exc:
         log.warning("[%s] could not answer command %s: %s", where, raw["id"], type(exc).__name__)

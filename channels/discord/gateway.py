@@ -319,11 +319,11 @@ class GatewayClient(discord.AutoShardedClient):
             body = {"type": 4, "data": {"content": FAILED_PRESS_TEXT, "flags": 64}}
         try:
             await self.http.request(
-                Route(
+                Route(  # webhook_*: discord.py's bucket keys (one bucket per press)
                     "POST",
-                    "/interactions/{interaction_id}/{interaction_token}/callback",
-                    interaction_id=press.interaction_id,
-                    interaction_token=press.token,
+                    "/interactions/{webhook_id}/{webhook_token}/callback",
+                    webhook_id=press.interaction_id,
+                    webhook_token=press.token,
                 ),
                 json=body,
             )
@@ -333,6 +333,12 @@ class GatewayClient(discord.AutoShardedClient):
     # --- slash commands -------------------------------------------------------
 
     async def on_command(self, raw: RawInteraction) -> None:
+        try:
+            await self._on_command(raw)
+        except Exception:  # its own task: nothing above it would log or answer
+            log.exception("slash command %s failed", raw.get("id"))
+
+    async def _on_command(self, raw: RawInteraction) -> None:
         """Publish a slash command like a message addressed to the bot in its
         channel (a Discord thread's own conversation; no auto-thread), then answer
         the interaction: an echo when published, else a private explanation."""

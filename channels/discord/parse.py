@@ -268,6 +268,7 @@ class RawInteraction(TypedDict):
     member: NotRequired[dict[str, Any]]  # in a server: the user is member.user
     user: NotRequired[RawUser]  # in a DM
     context: NotRequired[int]  # 0 server, 1 the bot's DM, 2 another private channel
+    app_permissions: NotRequired[str]  # the bot's permissions where it was used
 
 
 def interaction_user(raw: RawInteraction) -> dict[str, Any]:

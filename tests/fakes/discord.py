@@ -89,6 +89,11 @@ FLAG_MESSAGE_CONTENT = 1 << 19
 INTENT_MESSAGE_CONTENT = 1 << 15
 
 
+# View Channel, Send Messages, Embed Links, Attach Files, Read Message History,
+# Send Messages in Threads: what the invite URL in docs/discord.md grants
+BOT_PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16) | (1 << 38)
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -185,6 +190,8 @@ class FakeDiscord:
         self.heartbeats = 0
         self.transports: list[str] = []  # "zlib-stream" / "none", per connection
         self.files: dict[str, tuple[bytes, str, float]] = {}  # CDN path -> (data, type, expiry)
+        # the bot's permissions in a channel (interactions' app_permissions); default below
+        self.bot_permissions: dict[str, int] = {}
         self.file_gets: list[str] = []  # CDN paths asked for
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()
@@ -618,7 +625,7 @@ class FakeDiscord:
             "channel_id": channel_id,
             "channel": self.channels[channel_id],
             "data": data,
-            "app_permissions": "0",
+            "app_permissions": str(self.bot_permissions.get(channel_id, BOT_PERMISSIONS)),
             "attachment_size_limit": 10 * 1024 * 1024,
             "locale": "en-US",
             "entitlements": [],

@@ -66,3 +66,18 @@ def test_interaction_tokens_in_urls_are_redacted() -> None:
     assert "/webhooks/42/***?wait=true" in out
     log.info("GET %s/channels/42/messages/777 has returned 200", base)  # no token: as it is
     assert buf.getvalue().endswith(f"GET {base}/channels/42/messages/777 has returned 200\n")
+
+
+def test_interaction_tokens_in_rate_limit_bucket_keys_are_redacted() -> None:
+    """discord.py logs a bucket's "major parameters" (``<webhook id>+<token>``) on a 429."""
+    log, buf = _logger(logging.Formatter("%(message)s"), [])
+    token = "aW50ZXJhY3Rpb246MTIzNDU2Nzg5OmFiY2RlZg"
+    log.debug(
+        "Rate limit is being handled by bucket hash %s with %r major parameters",
+        "abcd",
+        f"1234567890123456789+{token}",
+    )
+    log.debug("version %s+%s", "1", "local")  # not a bucket key: as it is
+    out = buf.getvalue()
+    assert token not in out and "'1234567890123456789+***' major parameters" in out
+    assert "version 1+local" in out

@@ -146,6 +146,32 @@ async def test_an_unknown_command_or_a_bot_is_answered_privately(
     assert fake_discord.messages[CHANNEL_ID] == {}  # private answers are not in the channel
 
 
+async def test_where_the_bot_cannot_post_the_user_is_told_and_nothing_runs(
+    commands_gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """The echo would show and the answer never: say so privately instead."""
+    fake_discord.bot_permissions[CHANNEL_ID] = 1 << 10  # View Channel only
+    inter = await fake_discord.slash(CHANNEL_ID, "status")
+    body = await answered(fake_discord, inter)
+    assert body["data"]["flags"] == EPHEMERAL and "Send Messages" in body["data"]["content"]
+    await asyncio.sleep(0.2)
+    assert await commands_gateway.published() == []
+
+
+async def test_a_burst_of_commands_is_answered_in_time(
+    commands_gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """Each interaction is its own rate-limit bucket in discord.py: ten commands whose
+    responses take 0.4 s each are answered side by side, not one after another
+    (in one shared bucket the last ones missed Discord's 3 s)."""
+    fake_discord.stall_every["POST"] = 0.4
+    inters = [await fake_discord.slash(DM_CHANNEL_ID, "ping") for _ in range(10)]
+    bodies = [await answered(fake_discord, i) for i in inters]
+    assert all(b["type"] == 4 and "flags" not in b["data"] for b in bodies)
+    latencies = [fake_discord.interactions[i["id"]]["_answered"]["latency"] for i in inters]
+    assert max(latencies) < 1.5, latencies
+
+
 class DownIngest(Ingest):
     """Redis is unreachable: every submit fails (as Ingest reports it)."""
 
