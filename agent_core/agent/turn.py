@@ -49,6 +49,7 @@ from agent_core.agent.loop import (
 )
 from agent_core.agent.loopguard import Level, LoopGuard
 from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
+from agent_core.agent.people import named
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState
@@ -250,7 +251,7 @@ class Turn:
         return self.session.model or self.profile().model
 
     async def user_message(self, event: InboundEvent) -> ChatMessage:
-        text = user_message_text(event)
+        text = user_message_text(await named(self.writer.outbox, event))
         images, missing = await self._images(event)
         if missing:
             text += "\n[not shown to you: " + "; ".join(missing) + "]"

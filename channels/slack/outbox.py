@@ -10,7 +10,8 @@
 * Slash commands used where the bot is not a member: the answer goes back
   through the command's ``response_url`` (ephemeral, only the user sees it).
 * A user's photo, for a vision model: :meth:`SlackOutbox.fetch_attachment`
-  (see :mod:`channels.slack.files`).
+  (see :mod:`channels.slack.files`); a person's name for a group conversation:
+  :meth:`SlackOutbox.user_display_name` (see :mod:`channels.slack.people`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .client import channel_pace, current_channel
 from .files import SlackFiles, file_origins
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
+from .people import SlackNames
 from .render import SlackPost, render, render_preview
 from .settings import DEFAULT_API_BASE_URL
 from .state import SlackState
@@ -98,6 +100,7 @@ class SlackOutbox:
         self._last_edit: dict[str, float] = {}
         self._reacted: dict[tuple[str, str], float] = {}
         self._files = SlackFiles(session, bot_token, file_origins(api_base_url))
+        self._names = SlackNames(web)
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
@@ -391,6 +394,10 @@ class SlackOutbox:
                 )
         except Exception as exc:
             log.debug("[%s] removing the Slack reaction failed: %s", thread, type(exc).__name__)
+
+    async def user_display_name(self, user_id: str) -> str:
+        """A person's display name (NameResolver): users.info, cached an hour."""
+        return await self._names.name(user_id)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A user's file for the agent (AttachmentFetcher), at most ``max_bytes``;

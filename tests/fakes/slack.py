@@ -164,6 +164,7 @@ class FakeSlack:
         self.files_read = True  # False: the bot token lacks the files:read scope
         self.login_page_as = "redirect"  # or "html": how files_read=False shows
         self.files_moved_to = ""  # a file URL redirects here even with files:read
+        self.users: dict[str, dict[str, Any]] = {}  # users.info (empty: any id answers)
         self.sockets_opened = 0
         self._sockets: list[web.WebSocketResponse] = []
         self._transports: dict[web.WebSocketResponse, Any] = {}
@@ -361,8 +362,24 @@ class FakeSlack:
         return {"url": ws_url}
 
     def _m_users_info(self, args: dict[str, Any], request: web.Request) -> dict[str, Any]:
+        """Slack's user object (``profile.display_name`` is often "" when never set);
+        with :attr:`users` filled, an id not in it is ``user_not_found``."""
         uid = str(args.get("user", ""))
+        if self.users:
+            if uid not in self.users:
+                raise SlackApiFault("user_not_found")
+            return {"user": self.users[uid]}
         return {"user": {"id": uid, "name": uid.lower(), "real_name": f"User {uid}"}}
+
+    def add_user(self, uid: str, real_name: str, display_name: str = "") -> None:
+        handle = real_name.split()[0].lower()
+        self.users[uid] = {
+            "id": uid,
+            "team_id": self.team,
+            "name": handle,
+            "real_name": real_name,
+            "profile": {"display_name": display_name, "real_name": real_name},
+        }
 
     def _text_and_blocks(self, args: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         text = str(args.get("text") or "")

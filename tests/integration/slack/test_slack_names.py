@@ -1,0 +1,80 @@
+"""People's names in a Slack channel conversation (users.info, cached)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+import channels.slack
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings
+from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
+from bots.settings import Settings
+from channels.slack.channel import SlackChannel
+from channels.slack.outbox import SlackOutbox
+from channels.slack.settings import SlackSettings
+from channels.web.channel import WebSettings
+from tests.fakes.llm_servers import FakeLLMServer
+from tests.fakes.slack import FakeSlack
+
+
+def _outbox(slack: SlackChannel) -> SlackOutbox:
+    box = slack.outbox()
+    assert isinstance(box, SlackOutbox)
+    return box
+
+
+async def test_names_are_looked_up_once_and_fall_back_sensibly(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    fake_slack.add_user("U1", "Alice Smith", "alice")
+    fake_slack.add_user("U2", "Bob Jones")  # never set a display name
+    box = _outbox(slack)
+    assert await box.user_display_name("U1") == "alice"
+    assert await box.user_display_name("U2") == "Bob Jones"
+    assert await box.user_display_name("U1") == "alice"
+    assert await box.user_display_name("U9") == ""  # user_not_found: no name, no error
+    assert await box.user_display_name("U9") == ""
+    asked = [c.args.get("user") for c in fake_slack.calls_to("users.info", ok=None)]
+    assert asked == ["U1", "U2", "U9"]  # each person once (a miss too, for a while)
+
+
+async def test_a_mention_without_a_profile_reaches_the_model_with_the_name(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    """Slack's app_mention has only the user id: the model still reads who said it."""
+    fake_slack.add_user("U1", "Alice Smith", "alice")
+    async with FakeLLMServer() as llm:
+        settings = Settings(
+            core=CoreSettings(redis_url=valkey.url),  # type: ignore[arg-type]
+            llm=LLMSettings(
+                llm_backend="openai_compatible", llm_base_url=llm.openai_url, llm_model="gpt-4o"
+            ),
+            web=WebSettings(web_chat_enabled=False),
+            platforms={"slack": slack_settings},
+            modules={"slack": channels.slack},
+        )
+        async with Runtime(settings, "all") as rt:
+            stop = asyncio.Event()
+            task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
+            try:
+                body = fake_slack.message("C1", "<@UBOT> what do you think?", kind="app_mention")
+                root = body["event"]["ts"]
+                async with httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
+                ) as client:
+                    assert (await fake_slack.deliver(client, body)).status_code == 200
+                deadline = time.monotonic() + 10
+                while not fake_slack.thread("C1", root):
+                    assert time.monotonic() < deadline, "no answer in Slack"
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await task
+        turn = llm.requests[0].body["messages"][-1]
+    assert turn["role"] == "user"
+    assert turn["content"] == "alice: what do you think?"
