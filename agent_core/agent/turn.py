@@ -33,6 +33,7 @@ from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
+from agent_core.agent.documents import is_text, read_texts
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.images import AttachmentFetcher, fetch_images
@@ -252,10 +253,24 @@ class Turn:
 
     async def user_message(self, event: InboundEvent) -> ChatMessage:
         text = user_message_text(await named(self.writer.outbox, event))
-        images, missing = await self._images(event)
+        (images, missing), (blocks, unread) = await asyncio.gather(
+            self._images(event), self._texts(event)
+        )
+        for block in blocks:
+            text += "\n\n" + block
         if missing:
             text += "\n[not shown to you: " + "; ".join(missing) + "]"
+        if unread:
+            text += "\n[not read: " + "; ".join(unread) + "]"
         return ChatMessage("user", text, images=images)
+
+    async def _texts(self, event: InboundEvent) -> tuple[list[str], list[str]]:
+        files = [a for a in event.attachments if a.kind != "image" and is_text(a)]
+        outbox = self.writer.outbox
+        if not files or not isinstance(outbox, AttachmentFetcher):
+            return [], []
+        self._typing = self._typing or asyncio.create_task(self._keep_typing())
+        return await read_texts(outbox, files, self.thread)
 
     async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:
         pics = [a for a in event.attachments if a.kind == "image"]

@@ -117,3 +117,33 @@ async def test_photos_in_a_dm_reach_the_model_end_to_end(
     assert [i.mime for i in msg.images] == ["image/png"]
     assert "IMG_0001.heic: not a JPEG, PNG, GIF or WebP image" in msg.content
     assert "what is this?" in msg.content
+
+
+async def test_a_text_file_is_read_to_any_model(
+    valkey: EmbeddedValkey, redis: Redis, fake_discord: FakeDiscord
+) -> None:
+    """A posted .py file joins the message as text; a PDF stays a description."""
+    platform = DiscordSettings(
+        discord_bot_token=fake_discord.token,  # type: ignore[arg-type]
+        discord_api_base_url=fake_discord.api_base,
+        discord_gateway_url=fake_discord.gateway_url,
+        discord_guild_ready_timeout=0.05,
+        discord_reidentify_delay=0.0,
+        discord_channel_pace_secs=0.0,
+        discord_global_pace_secs=0.0,
+    )
+    settings = settings_for(valkey, "discord", platform, discord_pkg)
+    model = VisionDemo()
+    code = "def add(a, b):\n    return a - b\n"
+    files = [
+        fake_discord.add_file(DM_CHANNEL_ID, "calc.py", code.encode(), "text/x-python"),
+        fake_discord.add_file(DM_CHANNEL_ID, "spec.pdf", b"%PDF-1.7 ...", "application/pdf"),
+    ]
+    async with process(settings, "gateway"), process(settings, "worker", llm=model):
+        await fake_discord.wait_ready()
+        await fake_discord.user_message(DM_CHANNEL_ID, "what is wrong here?", attachments=files)
+        await wait_until(lambda: model.requests, what="the model call", timeout=15)
+    (msg,) = [m for m in model.requests[0].messages if m.role == "user"]
+    assert f"--- calc.py ---\n{code}\n--- end of calc.py ---" in msg.content
+    assert "spec.pdf" in msg.content and "%PDF" not in msg.content  # described, not read
+    assert msg.images == ()
