@@ -3,7 +3,8 @@
 Any model can read text, so these are downloaded whatever the model, through the
 same optional :class:`~agent_core.agent.images.AttachmentFetcher` as photos: up to
 :data:`MAX_TEXT_FILE_BYTES` each, and :data:`MAX_TEXT_CHARS` characters for all
-files of one message together (the rest is cut, and the model is told where).
+files of one message together, fewer for a model with a small window
+(:func:`allowance`); the rest is cut, and the model is told where.
 The text joins the person's message, so it stays in the conversation like
 anything they typed (compaction summarises it like the rest).
 
@@ -137,13 +138,22 @@ async def _one(fetcher: AttachmentFetcher, a: Attachment, where: object) -> str 
     return text
 
 
+def allowance(context_window: int) -> int:
+    """Characters of text files for one message: :data:`MAX_TEXT_CHARS`, and no more
+    than about a quarter of the model's window (some 4 characters per token)."""
+    return max(1000, min(MAX_TEXT_CHARS, context_window)) if context_window > 0 else MAX_TEXT_CHARS
+
+
 async def read_texts(
-    fetcher: AttachmentFetcher, files: list[Attachment], where: object
+    fetcher: AttachmentFetcher,
+    files: list[Attachment],
+    where: object,
+    max_chars: int = MAX_TEXT_CHARS,
 ) -> tuple[list[str], list[str]]:
     """(a block per file read, a line per file that could not be read), in order."""
     blocks: list[str] = []
     missing: list[str] = []
-    room = MAX_TEXT_CHARS
+    room = max_chars
     todo = []
     for a in files:
         name = a.name or "(unnamed)"

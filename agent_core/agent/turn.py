@@ -33,7 +33,7 @@ from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
-from agent_core.agent.documents import is_text, read_texts
+from agent_core.agent.documents import allowance, is_text, read_texts
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.images import AttachmentFetcher, fetch_images
@@ -270,7 +270,11 @@ class Turn:
         if not files or not isinstance(outbox, AttachmentFetcher):
             return [], []
         self._typing = self._typing or asyncio.create_task(self._keep_typing())
-        return await read_texts(outbox, files, self.thread)
+        try:
+            window = self.agent.llm.model_info(self.model() or None).context_window
+        except Exception:
+            window = 0
+        return await read_texts(outbox, files, self.thread, allowance(window))
 
     async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:
         pics = [a for a in event.attachments if a.kind == "image"]

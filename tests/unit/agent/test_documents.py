@@ -93,3 +93,11 @@ async def test_a_message_s_files_share_one_allowance() -> None:
         "--- 2.txt ---\n0123456789\n[... cut here: 6 more characters]\n--- end of 2.txt ---"
     )
     assert missing == ["3.txt: not read, the message's files already fill the space"]
+
+
+def test_a_small_model_gets_a_smaller_allowance() -> None:
+    from agent_core.agent.documents import allowance
+
+    assert allowance(200_000) == MAX_TEXT_CHARS
+    assert allowance(16_000) == 16_000  # ~4,000 tokens: a quarter of the window
+    assert allowance(0) == MAX_TEXT_CHARS  # unknown window
