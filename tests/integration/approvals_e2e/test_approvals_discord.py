@@ -21,7 +21,6 @@ from approvals_harness import (
     RAN,
     demo_runs,
     process,
-    settings_for,
     settle,
     turn_finished,
     wait_expired,
@@ -29,13 +28,12 @@ from approvals_harness import (
 )
 from redis.asyncio import Redis
 
-import channels.discord as discord_pkg
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.discord.channel import DiscordChannel
-from channels.discord.settings import DiscordSettings
 from tests.fakes.discord import ALICE, BOB, BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
+from tests.integration.discord.runtime_stack import discord_settings, gateway
 
 EPHEMERAL = 64
 DEFERRED_UPDATE_MESSAGE = 6
@@ -49,32 +47,7 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 
 def make_settings(valkey: EmbeddedValkey, fake: FakeDiscord, **core: Any) -> Settings:
-    platform = DiscordSettings(
-        discord_bot_token=fake.token,  # type: ignore[arg-type]
-        discord_api_base_url=fake.api_base,
-        discord_gateway_url=fake.gateway_url,
-        discord_guild_ready_timeout=0.05,
-        discord_reidentify_delay=0.0,
-        discord_channel_pace_secs=0.0,
-        discord_global_pace_secs=0.0,
-        discord_stream_interval=0.2,
-    )
-    return settings_for(valkey, "discord", platform, discord_pkg, **core)
-
-
-def gateway_ready(rt: Runtime) -> bool:
-    ch = rt.channels["discord"]
-    assert isinstance(ch, DiscordChannel)
-    client = ch.client
-    return client is not None and client.is_ready() and client.catchups > 0
-
-
-@contextlib.asynccontextmanager
-async def gateway(settings: Settings) -> AsyncIterator[Runtime]:
-    """The gateway process (role gateway), connected and ready."""
-    async with process(settings, "gateway") as rt:
-        await wait_until(lambda: gateway_ready(rt), what="the Discord gateway to be ready")
-        yield rt
+    return discord_settings(valkey, fake, core, discord_stream_interval=0.2)
 
 
 @contextlib.asynccontextmanager

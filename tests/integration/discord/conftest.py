@@ -14,6 +14,7 @@ from agent_core.store.pacing import Pacer
 from channels.base import ChannelDeps
 from channels.discord import create
 from channels.discord.channel import DiscordChannel
+from channels.discord.sender import DiscordOutbox
 from channels.discord.settings import DiscordSettings
 from tests.fakes.discord import FakeDiscord
 
@@ -67,3 +68,13 @@ async def gateway(
     yield gw
     await gw.halt()
     await gw.channel.shutdown()
+
+
+@pytest.fixture
+async def outbox(
+    redis: Redis, make_settings: Callable[..., DiscordSettings]
+) -> AsyncIterator[DiscordOutbox]:
+    """A worker's Discord sender, pointed at the fake."""
+    box = DiscordOutbox(make_settings(), Pacer(redis))
+    yield box
+    await box.close()

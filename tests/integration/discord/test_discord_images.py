@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
 
 import pytest
 from redis.asyncio import Redis
 
-import channels.discord as discord_pkg
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
 from agent_core.llm.base import CompletionRequest, ModelInfo
 from agent_core.llm.demo import DemoProvider
 from agent_core.store.embedded import EmbeddedValkey
-from agent_core.store.pacing import Pacer
 from channels.discord.parse import attachment_kind
 from channels.discord.sender import DiscordOutbox
-from channels.discord.settings import DiscordSettings
 from tests.fakes.discord import CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
 from tests.integration.approvals_e2e.approvals_harness import (
     process,
-    settings_for,
     wait_until,
 )
+from tests.integration.discord.runtime_stack import discord_settings
 
 PNG = base64.b64decode(  # a real 1x1 PNG: the agent reads the format from the bytes
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -36,15 +32,6 @@ def attachment(a: dict[str, object]) -> Attachment:
     return Attachment(
         attachment_kind(mime), str(a["filename"]), mime, int(a["size"]), str(a["url"])
     )  # type: ignore[call-overload]
-
-
-@pytest.fixture
-async def outbox(
-    redis: Redis, make_settings: Callable[..., DiscordSettings]
-) -> AsyncIterator[DiscordOutbox]:
-    box = DiscordOutbox(make_settings(), Pacer(redis))
-    yield box
-    await box.close()
 
 
 async def test_a_posted_file_is_fetched_from_the_cdn(
@@ -94,16 +81,7 @@ async def test_photos_in_a_dm_reach_the_model_end_to_end(
 ) -> None:
     """Gateway and worker processes: a PNG is shown to the model with its type read
     from the bytes; a HEIC (which the model APIs refuse) is named with the reason."""
-    platform = DiscordSettings(
-        discord_bot_token=fake_discord.token,  # type: ignore[arg-type]
-        discord_api_base_url=fake_discord.api_base,
-        discord_gateway_url=fake_discord.gateway_url,
-        discord_guild_ready_timeout=0.05,
-        discord_reidentify_delay=0.0,
-        discord_channel_pace_secs=0.0,
-        discord_global_pace_secs=0.0,
-    )
-    settings = settings_for(valkey, "discord", platform, discord_pkg)
+    settings = discord_settings(valkey, fake_discord)
     model = VisionDemo()
     files = [
         fake_discord.add_file(DM_CHANNEL_ID, "cat.png", PNG, "image/png"),
@@ -123,16 +101,7 @@ async def test_a_text_file_is_read_to_any_model(
     valkey: EmbeddedValkey, redis: Redis, fake_discord: FakeDiscord
 ) -> None:
     """A posted .py file joins the message as text; a PDF stays a description."""
-    platform = DiscordSettings(
-        discord_bot_token=fake_discord.token,  # type: ignore[arg-type]
-        discord_api_base_url=fake_discord.api_base,
-        discord_gateway_url=fake_discord.gateway_url,
-        discord_guild_ready_timeout=0.05,
-        discord_reidentify_delay=0.0,
-        discord_channel_pace_secs=0.0,
-        discord_global_pace_secs=0.0,
-    )
-    settings = settings_for(valkey, "discord", platform, discord_pkg)
+    settings = discord_settings(valkey, fake_discord)
     model = VisionDemo()
     code = "def add(a, b):\n    return a - b\n"
     files = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 from discord_harness import Gateway, wait_client_ready
@@ -34,15 +34,6 @@ APPROVAL_BUTTONS = (
     Button("Always", "ap:1234567890abcdef:a", ButtonStyle.SECONDARY),
     Button("Deny", "ap:1234567890abcdef:n", ButtonStyle.DANGER),
 )
-
-
-@pytest.fixture
-async def outbox(
-    redis: Redis, make_settings: Callable[..., DiscordSettings]
-) -> AsyncIterator[DiscordOutbox]:
-    box = DiscordOutbox(make_settings(), Pacer(redis))
-    yield box
-    await box.close()
 
 
 def _fence_lines(text: str) -> int:

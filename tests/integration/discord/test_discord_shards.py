@@ -5,24 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import channels.discord as discord_pkg
 from agent_core.store.embedded import EmbeddedValkey
 from bots.settings import Settings
-from channels.discord.settings import DiscordSettings
 from tests.fakes.discord import FakeDiscord
-from tests.integration.approvals_e2e.approvals_harness import process, settings_for, wait_until
+from tests.integration.approvals_e2e.approvals_harness import process, wait_until
+from tests.integration.discord.runtime_stack import discord_settings
 
 
 def make_settings(valkey: EmbeddedValkey, fake: FakeDiscord, shards: str) -> Settings:
-    discord = DiscordSettings(
-        discord_bot_token=fake.token,  # type: ignore[arg-type]
-        discord_api_base_url=fake.api_base,
-        discord_gateway_url=fake.gateway_url,
-        discord_guild_ready_timeout=0.05,
-        discord_reidentify_delay=0.0,
-        discord_shards=shards,
-    )
-    return settings_for(valkey, "discord", discord, discord_pkg)
+    return discord_settings(valkey, fake, discord_shards=shards)
 
 
 def shards(fake: FakeDiscord) -> list[Any]:

@@ -15,52 +15,26 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-import channels.discord as discord_pkg
 from agent_core.agent.commands import builtin_commands
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.discord.channel import DiscordChannel
-from channels.discord.settings import DiscordSettings
 from tests.fakes.discord import APP_ID, BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, TOKEN, FakeDiscord
 from tests.fakes.discord_commands import invalid_form, stored_commands
 from tests.integration.approvals_e2e.approvals_harness import (
     process,
-    settings_for,
     settle,
     wait_until,
 )
+from tests.integration.discord.runtime_stack import discord_settings, gateway, gateway_ready
 
 COMMANDS = r"/applications/\d+/commands$"
 LEGACY = {"name": "legacy", "description": "left by someone else", "type": 1}
 
 
 def make_settings(valkey: EmbeddedValkey, fake: FakeDiscord, **platform: Any) -> Settings:
-    discord = DiscordSettings(
-        discord_bot_token=fake.token,  # type: ignore[arg-type]
-        discord_api_base_url=fake.api_base,
-        discord_gateway_url=fake.gateway_url,
-        discord_guild_ready_timeout=0.05,
-        discord_reidentify_delay=0.0,
-        discord_channel_pace_secs=0.0,
-        discord_global_pace_secs=0.0,
-        **platform,
-    )
-    return settings_for(valkey, "discord", discord, discord_pkg)
-
-
-def gateway_ready(rt: Runtime) -> bool:
-    ch = rt.channels["discord"]
-    assert isinstance(ch, DiscordChannel)
-    client = ch.client
-    return client is not None and client.is_ready() and client.catchups > 0
-
-
-@contextlib.asynccontextmanager
-async def gateway(settings: Settings) -> AsyncIterator[Runtime]:
-    async with process(settings, "gateway") as rt:
-        await wait_until(lambda: gateway_ready(rt), what="the Discord gateway to be ready")
-        yield rt
+    return discord_settings(valkey, fake, **platform)
 
 
 def registered(fake: FakeDiscord) -> list[str]:
