@@ -2,9 +2,10 @@
 
 Any model can read text, so these are downloaded whatever the model, through the
 same optional :class:`~agent_core.agent.images.AttachmentFetcher` as photos: up to
-:data:`MAX_TEXT_FILE_BYTES` each, and :data:`MAX_TEXT_CHARS` characters for all
-files of one message together, fewer for a model with a small window
-(:func:`allowance`); the rest is cut, and the model is told where.
+:data:`MAX_TEXT_FILE_BYTES` each, and :data:`MAX_TEXT_TOKENS` (by Parley's token
+estimate, which counts a CJK character as a token) for all files of one turn
+together, fewer for a model with a small window (:func:`allowance`); the rest is
+cut, and the model is told where.
 The text joins the person's message, so it stays in the conversation like
 anything they typed (compaction summarises it like the rest).
 
@@ -21,12 +22,13 @@ import logging
 import os
 
 from agent_core.agent.images import FETCH_DEADLINE_SECS, AttachmentFetcher
+from agent_core.agent.tokens import text_tokens
 from agent_core.events import Attachment
 
 log = logging.getLogger(__name__)
 
 MAX_TEXT_FILE_BYTES = 200_000
-MAX_TEXT_CHARS = 60_000  # all text files of one message (about 15,000 tokens)
+MAX_TEXT_TOKENS = 15_000  # all text files of one turn (about 60,000 characters of English)
 
 _TEXT_MIMES = frozenset(
     {
@@ -139,21 +141,42 @@ async def _one(fetcher: AttachmentFetcher, a: Attachment, where: object) -> str 
 
 
 def allowance(context_window: int) -> int:
-    """Characters of text files for one message: :data:`MAX_TEXT_CHARS`, and no more
-    than about a quarter of the model's window (some 4 characters per token)."""
-    return max(1000, min(MAX_TEXT_CHARS, context_window)) if context_window > 0 else MAX_TEXT_CHARS
+    """Tokens of text files for one turn: :data:`MAX_TEXT_TOKENS`, and no more than a
+    quarter of the model's window."""
+    return max(250, min(MAX_TEXT_TOKENS, context_window // 4))
+
+
+class Room:
+    """What is left of a turn's allowance (shared by all its messages: an album of
+    documents, the messages held during an approval)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def take(self, text: str) -> str:
+        """The part of ``text`` that fits (by the token estimate), taken from the room."""
+        need = text_tokens(text)
+        if need <= self.tokens:
+            self.tokens -= int(need) + 1
+            return text
+        cut = text[: max(0, int(len(text) * self.tokens / need))]
+        while cut and text_tokens(cut) > self.tokens:
+            cut = cut[: len(cut) * 9 // 10]
+        self.tokens = 0
+        return cut
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text.startswith("file is larger than") else "could not be downloaded"
 
 
 async def read_texts(
-    fetcher: AttachmentFetcher,
-    files: list[Attachment],
-    where: object,
-    max_chars: int = MAX_TEXT_CHARS,
+    fetcher: AttachmentFetcher, files: list[Attachment], where: object, room: Room
 ) -> tuple[list[str], list[str]]:
     """(a block per file read, a line per file that could not be read), in order."""
     blocks: list[str] = []
     missing: list[str] = []
-    room = max_chars
     todo = []
     for a in files:
         name = a.name or "(unnamed)"
@@ -170,19 +193,18 @@ async def read_texts(
             t.cancel()
             missing.append(f"{name}: not downloaded in time")
             continue
-        if t.exception() is not None:
-            log.info("[%s] attachment %s not fetched: %s", where, name, t.exception())
-            missing.append(f"{name}: could not be downloaded")
+        if (exc := t.exception()) is not None:
+            log.info("[%s] attachment %s not fetched: %s", where, name, exc)
+            missing.append(f"{name}: {_reason(exc)}")
             continue
         text = t.result()
         if text is None:
             missing.append(f"{name}: not UTF-8 text")
             continue
-        if room <= 0:
-            missing.append(f"{name}: not read, the message's files already fill the space")
+        if room.tokens <= 0:
+            missing.append(f"{name}: not read, earlier files already fill the space")
             continue
-        cut = text[:room]
-        room -= len(cut)
+        cut = room.take(text)
         tail = f"\n[... cut here: {len(text) - len(cut)} more characters]" if cut != text else ""
         blocks.append(f"--- {name} ---\n{cut}{tail}\n--- end of {name} ---")
     return blocks, missing

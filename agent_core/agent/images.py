@@ -8,8 +8,8 @@ What is sent is what every backend accepts, read from the bytes rather than the
 platform's label (the model APIs refuse a request whose label does not match the
 data, and that fails the whole turn):
 
-* JPEG, PNG and WebP up to :data:`SEND_MAX_BYTES` and :data:`MAX_SIDE` pixels go
-  as they are;
+* JPEG, PNG and WebP up to :data:`SEND_MAX_BYTES` and :data:`MAX_SIDE` pixels a
+  side go as they are;
 * larger ones are scaled down to :data:`MAX_EDGE` pixels on the long side and sent
   as JPEG (PNG when they have transparency), turned upright by their EXIF
   orientation: Anthropic refuses an image whose base64 text is over 5 MB, which
@@ -20,8 +20,9 @@ data, and that fails the whole turn):
 * anything else (HEIC, SVG, a file that is not an image) is not shown.
 
 A photo that cannot be shown is named to the model with the reason, so it does
-not answer as if it had seen it.  Decoding runs in a thread, two at a time per
-process, so a burst of photos neither blocks the event loop nor fills memory.
+not answer as if it had seen it.  Decoding runs on one thread of its own per
+process, so a burst of photos blocks neither the event loop nor the default
+executor, and one decode at a time bounds the memory it takes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import asyncio
 import base64
 import io
 import logging
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
 
 from PIL import Image, ImageOps
@@ -42,10 +43,16 @@ log = logging.getLogger(__name__)
 
 SEND_MAX_BYTES = 3_750_000  # 5,000,000 characters of base64: under Anthropic's 5 MiB
 MAX_EDGE = 1568  # the long side the model APIs scale larger images down to anyway
-MAX_PIXELS = 60_000_000  # more is refused undecoded (a decompression bomb, not a photo)
+# More is refused undecoded (a decompression bomb, not a photo).  A JPEG is decoded
+# at a fraction of its size (draft mode), so a 48-megapixel phone photo costs a few
+# MB; other formats are decoded whole (4 bytes a pixel with transparency).
+MAX_PIXELS = 60_000_000
+MAX_PIXELS_FULL_DECODE = 16_000_000
 MAX_SIDE = 8000  # longer sides are refused by the model APIs: scaled down here
 FETCH_DEADLINE_SECS = 30.0  # all photos of one message
-_DECODES = threading.BoundedSemaphore(2)  # threads decoding at once, per process
+# One decoding thread per process, apart from the default executor (which also
+# resolves host names): a burst of photos waits its turn without blocking either.
+_DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-images")
 
 
 @runtime_checkable
@@ -79,20 +86,25 @@ def prepare(data: bytes) -> tuple[str, bytes] | str:
     except Exception as exc:  # Pillow raises OSError, ValueError, even SyntaxError
         log.info("image not readable: %s: %s", type(exc).__name__, exc)
         return "could not be read as an image"
-    if width * height > MAX_PIXELS:
-        return f"more than {MAX_PIXELS // 1_000_000} million pixels"
+    limit = MAX_PIXELS if mime == "image/jpeg" else MAX_PIXELS_FULL_DECODE
+    if width * height > limit:
+        return f"more than {limit // 1_000_000} million pixels"
     if mime != "image/gif" and len(data) <= SEND_MAX_BYTES and max(width, height) <= MAX_SIDE:
         return mime, data
-    with _DECODES:
-        return _reencode(data, mime)
+    return _reencode(data, mime)
 
 
 def _reencode(data: bytes, mime: str) -> tuple[str, bytes] | str:
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.draft("RGB", (MAX_EDGE, MAX_EDGE))  # JPEG: decode at a smaller scale
+        with Image.open(io.BytesIO(data)) as src:
+            src.draft("RGB", (MAX_EDGE, MAX_EDGE))  # JPEG: decode at a smaller scale
+            im: Image.Image = src
+            if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+                # 16/32-bit grey, which cannot be resized: scaled to 8 bits first
+                # (a plain conversion clips at 255, and the picture comes out white)
+                im = im.convert("I").point(lambda v: v / 256).convert("L")
+            im.thumbnail((MAX_EDGE, MAX_EDGE))  # before turning: turn the small copy
             frame = ImageOps.exif_transpose(im)
-            frame.thumbnail((MAX_EDGE, MAX_EDGE))
             clear = frame.mode in ("RGBA", "LA", "PA") or "transparency" in frame.info
             out = io.BytesIO()
             if clear or mime == "image/gif":
@@ -123,10 +135,12 @@ async def _one(
         data = await fetcher.fetch_attachment(a, limit)
     except Exception as exc:
         log.info("[%s] attachment %s not fetched: %s", where, name, exc)
+        if str(exc).startswith("file is larger than"):
+            return f"{name}: larger than {limit} bytes"
         return f"{name}: could not be downloaded"
     if len(data) > limit:
         return f"{name}: larger than {limit} bytes"
-    ready = await asyncio.to_thread(prepare, data)
+    ready = await asyncio.get_running_loop().run_in_executor(_DECODER, prepare, data)
     if isinstance(ready, str):
         return f"{name}: {ready}"
     return ImagePart(ready[0], base64.b64encode(ready[1]).decode())

@@ -33,7 +33,7 @@ from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
-from agent_core.agent.documents import allowance, is_text, read_texts
+from agent_core.agent.documents import Room, allowance, is_text, read_texts
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.images import AttachmentFetcher, fetch_images
@@ -141,6 +141,7 @@ class Turn:
         prefix = f"{state.mailbox[0].event_id}:" if state.mailbox else "\0"
         self.inject = not any(f.startswith(prefix) for f in state.pending)
         self._typing: asyncio.Task[None] | None = None
+        self._text_room: Room | None = None  # text files' share of the window, this turn
         self._reply: StreamingReply | None = None
         self._profile: Profile | None = None
 
@@ -270,11 +271,9 @@ class Turn:
         if not files or not isinstance(outbox, AttachmentFetcher):
             return [], []
         self._typing = self._typing or asyncio.create_task(self._keep_typing())
-        try:
-            window = self.agent.llm.model_info(self.model() or None).context_window
-        except Exception:
-            window = 0
-        return await read_texts(outbox, files, self.thread, allowance(window))
+        if self._text_room is None:  # one allowance for the whole turn
+            self._text_room = Room(allowance(self.agent.window_for(self.model())))
+        return await read_texts(outbox, files, self.thread, self._text_room)
 
     async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:
         pics = [a for a in event.attachments if a.kind == "image"]

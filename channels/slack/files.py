@@ -79,8 +79,8 @@ class SlackFiles:
             # does not follow a redirect, so the file is not fetched
             where = origin(urljoin(url, exc.location)) or "another address"
             raise SendFailed(f"Slack redirected the download to {where}; not followed") from exc
-        if ctype == "text/html":  # the login page, served instead of the file
-            self._missing_scope()
+        if ctype == "text/html" and not attachment.mime.startswith("text/html"):
+            self._missing_scope()  # the sign-in page, served instead of the file
             raise SendFailed(NEEDS_SCOPE)
         return data
 

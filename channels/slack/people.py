@@ -9,6 +9,7 @@ worker, far under ``users.info``'s rate tier.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 KEEP_SECS = 3600.0
 KEEP_FAILED_SECS = 300.0
+LOOKUP_SECS = 1.5
 MAX_KEPT = 10_000
 
 
@@ -49,7 +51,8 @@ class SlackNames:
         if hit is not None and hit[1] > now:
             return hit[0]
         try:
-            resp = await self.web.users_info(user=user_id)
+            # under the core's 2 s, so that a slow answer is remembered as a miss too
+            resp = await asyncio.wait_for(self.web.users_info(user=user_id), LOOKUP_SECS)
             user = resp.get("user")
             name, keep = display_name(user if isinstance(user, dict) else {}), KEEP_SECS
         except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:

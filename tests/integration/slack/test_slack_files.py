@@ -237,3 +237,14 @@ async def test_without_files_read_the_model_is_told_and_the_turn_still_answers(
     assert "could not be downloaded" in answer.text  # the fake model echoes its prompt
     assert len(_missing_scope_warnings(caplog)) == 1, caplog.text
     assert BOT_TOKEN not in caplog.text
+
+
+async def test_an_html_file_is_a_file_not_the_sign_in_page(
+    fake_slack: FakeSlack, slack: SlackChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    page = b"<!doctype html><h1>Release notes</h1>"
+    f = fake_slack.add_file(page, "text/html", "notes.html")
+    att = Attachment("document", "notes.html", "text/html", len(page), f["url_private_download"])
+    with caplog.at_level(logging.INFO):
+        assert await _outbox(slack).fetch_attachment(att, 10**6) == page
+    assert _missing_scope_warnings(caplog) == []

@@ -78,3 +78,17 @@ async def test_a_mention_without_a_profile_reaches_the_model_with_the_name(
         turn = llm.requests[0].body["messages"][-1]
     assert turn["role"] == "user"
     assert turn["content"] == "alice: what do you think?"
+
+
+async def test_a_slow_lookup_is_remembered_as_a_miss(
+    fake_slack: FakeSlack, slack: SlackChannel, monkeypatch: Any
+) -> None:
+    from channels.slack import people
+
+    monkeypatch.setattr(people, "LOOKUP_SECS", 0.1)
+    fake_slack.add_user("U1", "Alice Smith", "alice")
+    fake_slack.stall["users.info"] = 1.0
+    box = _outbox(slack)
+    assert await box.user_display_name("U1") == ""
+    assert await box.user_display_name("U1") == ""  # not asked again, not waited for
+    assert len(fake_slack.calls_to("users.info", ok=None)) == 1

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agent_core.agent import documents, images
-from agent_core.agent.documents import MAX_TEXT_CHARS, is_text, read_texts
+from agent_core.agent.documents import MAX_TEXT_TOKENS, Room, is_text, read_texts
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
 
@@ -70,6 +70,7 @@ async def test_files_are_read_in_order_or_named_with_the_reason(
             doc("slow.txt", "s"),
         ],
         "t",
+        Room(MAX_TEXT_TOKENS),
     )
     assert blocks == ["--- a.py ---\nprint('hé')\n\n--- end of a.py ---"]
     assert missing == [
@@ -82,22 +83,29 @@ async def test_files_are_read_in_order_or_named_with_the_reason(
     assert "x" not in files.asked
 
 
-async def test_a_message_s_files_share_one_allowance() -> None:
-    big = "x" * (MAX_TEXT_CHARS - 10)
-    files = Files({"1": big.encode(), "2": b"0123456789abcdef", "3": b"more"})
-    blocks, missing = await read_texts(
-        files, [doc("1.txt", "1"), doc("2.txt", "2"), doc("3.txt", "3")], "t"
-    )
-    assert blocks[0] == f"--- 1.txt ---\n{big}\n--- end of 1.txt ---"
-    assert blocks[1] == (
-        "--- 2.txt ---\n0123456789\n[... cut here: 6 more characters]\n--- end of 2.txt ---"
-    )
-    assert missing == ["3.txt: not read, the message's files already fill the space"]
+async def test_a_turn_s_files_share_one_allowance() -> None:
+    """Counted in estimated tokens: 4 ASCII characters, or 1 CJK character, a token."""
+    room = Room(100)
+    files = Files({"1": b"x" * 360, "2": b"0123456789abcdefghij" * 2, "3": b"more"})
+    blocks, missing = await read_texts(files, [doc("1.txt", "1"), doc("2.txt", "2")], "t", room)
+    assert blocks[0] == f"--- 1.txt ---\n{'x' * 360}\n--- end of 1.txt ---"  # 90 tokens
+    assert blocks[1].startswith("--- 2.txt ---\n0123456789abcdefghij")
+    assert "[... cut here:" in blocks[1] and missing == []
+    # the next message of the same turn (an album's next item) finds the room used up
+    blocks, missing = await read_texts(files, [doc("3.txt", "3")], "t", room)
+    assert blocks == [] and missing == ["3.txt: not read, earlier files already fill the space"]
+
+
+async def test_cjk_text_is_cut_by_tokens_not_characters() -> None:
+    text = "漢字" * 5000  # 10,000 characters, ~10,000 tokens
+    room = Room(1000)
+    blocks, _ = await read_texts(Files({"c": text.encode()}), [doc("c.txt", "c")], "t", room)
+    body = blocks[0].split("\n")[1]
+    assert 900 <= len(body) <= 1000
 
 
 def test_a_small_model_gets_a_smaller_allowance() -> None:
     from agent_core.agent.documents import allowance
 
-    assert allowance(200_000) == MAX_TEXT_CHARS
-    assert allowance(16_000) == 16_000  # ~4,000 tokens: a quarter of the window
-    assert allowance(0) == MAX_TEXT_CHARS  # unknown window
+    assert allowance(200_000) == MAX_TEXT_TOKENS
+    assert allowance(16_000) == 4_000  # a quarter of the window

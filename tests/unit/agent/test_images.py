@@ -92,7 +92,9 @@ def test_what_cannot_be_shown_says_why() -> None:
     assert prepare(b"\xff\xd8\xff" + b"junk" * 10) == "could not be read as an image"
     bomb = encode(Image.new("1", (9000, 9000)), "PNG")  # 81 MP in a few KB
     assert len(bomb) < 100_000
-    assert prepare(bomb) == "more than 60 million pixels"
+    assert prepare(bomb) == "more than 16 million pixels"  # decoded whole: 324 MB
+    wide_bomb = encode(Image.new("1", (12000, 4999)), "PNG")  # 60 MP: would be 240 MB
+    assert prepare(wide_bomb) == "more than 16 million pixels"
     wide = encode(Image.new("L", (9000, 10)), "PNG")  # small file, a side the APIs refuse
     _, out = prepare(wide)  # type: ignore[misc]
     with Image.open(io.BytesIO(out)) as im:
@@ -140,3 +142,14 @@ async def test_each_photo_is_shown_or_named_with_the_reason(
         "slow.jpg: not downloaded in time",
     ]
     assert "big" not in files.asked  # never downloaded
+
+
+def test_16_bit_grey_is_scaled_to_8_bits_not_clipped_white() -> None:
+    ramp = Image.linear_gradient("L").resize((9000, 1000)).convert("I")
+    ramp = ramp.point(lambda v: v * 257)  # 0..65535
+    data = encode(ramp.convert("I;16"), "PNG")  # a side over 8000 px: re-encoded
+    _, out = prepare(data)  # type: ignore[misc]
+    with Image.open(io.BytesIO(out)) as im:
+        hist = im.convert("L").histogram()
+    white = sum(hist[250:]) / sum(hist)
+    assert white < 0.1, white
