@@ -304,12 +304,15 @@ class Turn:
         (their photos included, like any message's; notes as Parley's own words)."""
         held = [InboundEvent.from_dict(d) for d in self.session.held]
         self.session.held = []
-        return [
-            ChatMessage("assistant", e.text)
-            if e.kind == EventKind.NOTE
-            else await self.user_message(e)
-            for e in held
-        ]
+
+        async def one(e: InboundEvent) -> ChatMessage:
+            if e.kind == EventKind.NOTE:
+                return ChatMessage("assistant", e.text)
+            return await self.user_message(e)
+
+        # together: each message's downloads and name lookup have their own deadline,
+        # which one after another could add up to the turn's timeout
+        return list(await asyncio.gather(*(one(e) for e in held)))
 
     async def inject_held(self) -> None:
         """After an approval's tool round is settled: the held messages go to the next
