@@ -254,6 +254,8 @@ class Turn:
 
     async def user_message(self, event: InboundEvent) -> ChatMessage:
         text = user_message_text(await named(self.writer.outbox, event))
+        if not event.attachments:  # most messages: no tasks to start
+            return ChatMessage("user", text)
         (images, missing), (blocks, unread) = await asyncio.gather(
             self._images(event), self._texts(event)
         )
