@@ -115,6 +115,19 @@ async def doctor(settings: Settings) -> list[Check]:
                     await ch.shutdown()
             if name == "telegram":
                 checks.append(await _telegram_webhook(settings))
+            lacking = getattr(ch, "missing_scopes", None)
+            if lacking is not None:
+                checks.append(
+                    Check(
+                        f"{name} scopes",
+                        not lacking,
+                        "; ".join(lacking) if lacking else "every scope Parley uses is granted",
+                        "add them in OAuth & Permissions (or use the manifest in deploy/), "
+                        "then reinstall the app"
+                        if lacking
+                        else "",
+                    )
+                )
         # LLM
         checks.append(await _llm(settings, clients))
     finally:

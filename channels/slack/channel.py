@@ -18,6 +18,7 @@ from ..base import Channel, ChannelDeps
 from .client import make_session, make_web_client
 from .inbound import EventsEndpoint, SlackInbound
 from .outbox import SlackOutbox
+from .scopes import granted, missing
 from .settings import SlackSettings
 from .socket_mode import SocketModeGateway
 from .state import SlackState
@@ -38,6 +39,7 @@ class SlackChannel(Channel):
         self.state = SlackState(deps.redis, settings.slack_thread_ttl_secs)
         self.bot_user_id = ""
         self.team_id = ""
+        self.missing_scopes: list[str] = []  # "scope: what goes missing", from auth.test
         self._session: aiohttp.ClientSession | None = None
         self._web: AsyncWebClient | None = None
         self._outbox: SlackOutbox | None = None
@@ -84,6 +86,13 @@ class SlackChannel(Channel):
             return
         self.bot_user_id = str(auth.get("user_id") or "")
         self.team_id = str(auth.get("team_id") or "")
+        self.missing_scopes = missing(granted(auth.headers))
+        if self.missing_scopes:
+            log.warning(
+                "Slack: the bot token lacks scopes Parley uses: %s. Add them (OAuth & "
+                "Permissions, or the manifest in deploy/) and reinstall the app",
+                "; ".join(self.missing_scopes),
+            )
         log.info(
             "Slack: signed in as %s in team %s",
             auth.get("user") or self.bot_user_id,

@@ -93,6 +93,22 @@ class FileGet:
     status: int
 
 
+# what deploy/slack-manifest.yaml grants the bot token
+MANIFEST_SCOPES = [
+    "app_mentions:read",
+    "chat:write",
+    "im:history",
+    "im:read",
+    "im:write",
+    "channels:history",
+    "groups:history",
+    "reactions:write",
+    "files:read",
+    "users:read",
+    "commands",
+]
+
+
 class SlackApiFault(Exception):
     def __init__(self, error: str) -> None:
         self.error = error
@@ -165,6 +181,7 @@ class FakeSlack:
         self.login_page_as = "redirect"  # or "html": how files_read=False shows
         self.files_moved_to = ""  # a file URL redirects here even with files:read
         self.users: dict[str, dict[str, Any]] = {}  # users.info (empty: any id answers)
+        self.scopes: set[str] = set(MANIFEST_SCOPES)  # the bot token's (x-oauth-scopes)
         self.sockets_opened = 0
         self._sockets: list[web.WebSocketResponse] = []
         self._transports: dict[web.WebSocketResponse, Any] = {}
@@ -330,7 +347,9 @@ class FakeSlack:
             self.drop.discard(method)
             if request.transport is not None:
                 request.transport.close()
-        return web.json_response({"ok": True, **result})
+        return web.json_response(
+            {"ok": True, **result}, headers={"x-oauth-scopes": ",".join(sorted(self.scopes))}
+        )
 
     def _methods(self) -> dict[str, Any]:
         return {
