@@ -378,13 +378,14 @@ class Worker:
                         thread,
                         state.mailbox[0].event_id,
                     )
+                    told = await self.recovery.tell_failed(thread, state, guard)
                     left = await self.delivery.complete(
                         thread,
                         self.owner,
                         consumed=1,
                         session_json=None,
                         version=state.session_version,
-                        sent_fields=[],
+                        sent_fields=told,
                         next_seq=_next_after(state.mailbox[:1]),
                     )
                     ended = await self._ended(thread, left)

@@ -15,7 +15,9 @@ The worker runs every turn through :meth:`TurnRecovery.run_turn`:
   too, the message is dropped, the thread's state reset and the user told the
   previous turn was interrupted (a message that kills its worker must not take
   every worker down in turn).  An execution that died before sending anything
-  left nothing visible and is simply rerun.
+  left nothing visible and is simply rerun, except for a message with files: its
+  downloads and image decoding come before any answer, so its turn records that
+  it started (one round trip, for such messages only) and the same rule applies.
 * **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled,
   the user is told, the message is consumed with the session as it was before
   the turn (the history stays valid) and the worker's completion releases the
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, cast
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session, ThreadState
 from agent_core.errors import ChannelError
-from agent_core.events import MessageRef, OutboundMessage, ThreadKey
+from agent_core.events import EventKind, MessageRef, OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
 from agent_core.store import keys
 from agent_core.store.delivery import TurnState
@@ -46,6 +48,12 @@ log = logging.getLogger(__name__)
 INTERRUPTED_DROPPED = (
     "⚠️ My previous turn here was interrupted again (the process running it stopped), "
     "so I gave up on that message. Please send it again if you still need it."
+)
+
+
+FAILED_NOTICE = (
+    "⚠️ Something went wrong on my side while handling that message, so I skipped it. "
+    "Please try again; if it keeps happening, tell whoever runs me."
 )
 
 
@@ -70,8 +78,10 @@ class TurnRecovery:
         earlier = [f for f in (*state.sent, *state.pending) if f.startswith(prefix)]
         retry_note = f"{head.event_id}#r:0"
         retried = retry_note in state.sent or retry_note in state.pending
+        start_note = f"{head.event_id}#s:0"
+        started = start_note in state.sent or start_note in state.pending
         notes: list[str] = []
-        if earlier or retried:
+        if earlier or retried or started:
             self.recovered += 1
             log.warning(
                 "[%s] previous turn on event %s was interrupted (%s)",
@@ -86,7 +96,17 @@ class TurnRecovery:
             await self.agent.delivery.record_sent(
                 thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
             )
-            notes = [retry_note]
+            notes = [retry_note, start_note] if started else [retry_note]
+        elif head.attachments:
+            # Downloading and decoding files comes before any answer, so a worker that
+            # died there (out of memory, a crash in native code) would leave nothing
+            # behind and the message would take the next worker down too.  A record
+            # that the turn started (one round trip, for messages with files only)
+            # lets the rerun rule above apply to them.
+            await self.agent.delivery.record_sent(
+                thread, start_note, MessageRef(thread.channel, thread.conversation, "")
+            )
+            notes = [start_note]
         timeout = self.settings.turn_timeout_secs
         try:
             if timeout > 0:
@@ -126,6 +146,19 @@ class TurnRecovery:
         except ChannelError as exc:
             log.warning("[%s] could not send notice: %s", thread, exc)
         return writer.fields
+
+    async def tell_failed(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> list[str]:
+        """After a turn that failed with an unexpected error: the person is told their
+        message was skipped, rather than left waiting (a notice, recorded like any
+        reply part so a rerun never repeats it).  Never raises."""
+        head = state.mailbox[0]
+        if head.kind not in (EventKind.MESSAGE, EventKind.ACTION):
+            return []  # a routine's note, a move: nobody is waiting for an answer
+        try:
+            return await self._tell(thread, state, guard, FAILED_NOTICE, "f")
+        except Exception as exc:
+            log.warning("[%s] could not tell about the failed turn: %s", thread, exc)
+            return []
 
     async def _give_up(
         self, thread: ThreadKey, state: TurnState, guard: LockGuard, text: str, why: str

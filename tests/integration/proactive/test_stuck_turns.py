@@ -187,3 +187,69 @@ async def test_a_rerun_with_a_part_on_the_wire_leaves_later_messages_their_own_t
     assert "first" not in shown  # never twice: it may have reached the user
     assert "turn failed" not in caplog.text  # an expected situation, not an error
     assert waits == ["e-w1:0"]  # waited for the dead worker's record once, not twice
+
+
+async def test_a_message_with_files_that_kills_its_worker_before_any_answer_is_dropped(
+    pworld: Any,
+) -> None:
+    """Files are downloaded and decoded before any answer; a worker that dies there
+    (out of memory, say) leaves only the turn's start record, and the same rule
+    applies: run once more, then give up with a notice, never crash every worker."""
+    import dataclasses
+
+    from agent_core.events import Attachment
+
+    model = FnModel(echo(), delay=0.5)
+    w = pworld(model)
+    doc = (Attachment("document", "a.pdf", "application/pdf", 10, "r"),)
+    ok = dataclasses.replace(user_event(T, "with a file", eid="e-f0"), attachments=doc)
+    await w.start()
+    await w.send(ok)
+    deadline = time.monotonic() + 5
+    while not model.requests:  # the turn is under way: it has recorded that it started
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    assert await w.redis.hexists(keys.sent(T), "e-f0#s:0")
+    await w.settle(T)
+    model.delay = 0
+    assert w.texts(T)[-1].startswith("echo: with a file")
+    assert await w.redis.hlen(keys.sent(T)) == 0  # the start record went with the turn
+    await w.stop()
+    # a first execution died after it started: rerun once (and answered)
+    await w.send(dataclasses.replace(user_event(T, "again", eid="e-f1"), attachments=doc))
+    await _seed_part(w, T, "e-f1#s:0")
+    await w.start()
+    await w.settle(T)
+    assert w.texts(T)[-1].startswith("echo: again")
+    assert await w.redis.hlen(keys.sent(T)) == 0
+    await w.stop()
+    # ... and when the rerun died too: given up, with a notice
+    await w.send(dataclasses.replace(user_event(T, "poison", eid="e-f2"), attachments=doc))
+    await _seed_part(w, T, "e-f2#s:0")
+    await _seed_part(w, T, "e-f2#r:0")
+    await w.start()
+    await w.settle(T)
+    assert "gave up on that message" in w.texts(T)[-1]
+    assert not any(t.startswith("echo: poison") for t in w.texts(T))
+
+
+async def test_a_turn_that_fails_unexpectedly_says_so_and_the_next_is_answered(
+    pworld: Any,
+) -> None:
+    """A bug must not leave the person waiting in silence."""
+    from agent_core.llm.base import Completion, CompletionRequest
+
+    def rule(req: CompletionRequest) -> Completion:
+        if "boom" in req.messages[-1].content:
+            raise KeyError("a bug")  # not an LLM error: nothing in the turn expects it
+        return Completion("echo: " + req.messages[-1].content)
+
+    w = pworld(FnModel(rule))
+    await w.start()
+    await w.send(user_event(T, "boom"))
+    await w.settle(T)
+    assert "Something went wrong on my side" in w.texts(T)[-1]
+    assert await w.redis.hlen(keys.sent(T)) == 0
+    await w.send(user_event(T, "fine now"))
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: fine now"
