@@ -71,6 +71,16 @@ def env_for(
     return env
 
 
+def _on_the_wire(logdir: Path) -> set[str]:
+    """Update ids whose reply part was claimed by a worker that died before recording it."""
+    found: set[str] = set()
+    for log in logdir.glob("*.log"):
+        found.update(
+            re.findall(r"part \d+:(\d+):\d+ was on the wire when its worker died", log.read_text())
+        )
+    return found
+
+
 def _warnings(logdir: Path) -> str:
     """The processes' warning and error lines, for a failure message."""
     out = []
@@ -119,10 +129,12 @@ async def test_thousand_messages_three_workers_one_killed(
             headers = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
             killed = False
             sent = 0
+            which: dict[int, tuple[int, int]] = {}  # update id -> (chat, message)
             for n in range(per_chat):
                 for c in range(chats):
                     chat_id = 10_000 + c
                     update = tg.message_update(chat_id, f"m{c}-{n}", user_id=chat_id)
+                    which[int(update["update_id"])] = (c, n)
                     r = await client.post("/telegram/webhook", json=update, headers=headers)
                     assert r.status_code == 200, r.text
                     sent += 1
@@ -146,9 +158,17 @@ async def test_thousand_messages_three_workers_one_killed(
         assert dupes == {}, f"messages answered more than once: {dupes}\n{_warnings(tmp_path)}"
         missing = {c: sorted(set(range(per_chat)) - set(covered.get(c, []))) for c in range(chats)}
         missing = {c: m for c, m in missing.items() if m}
-        assert total == chats * per_chat, (
-            f"{chats * per_chat - total} messages never answered: {missing}\n{_warnings(tmp_path)}"
+        # The documented price of never answering twice: a reply whose worker was
+        # killed between claiming it and the request leaving is not sent again
+        # (README, "A worker killed during a platform request"); the log says so.
+        # Only such replies may be missing, and only for the one worker killed.
+        excused = {which[int(u)] for u in _on_the_wire(tmp_path) if int(u) in which}
+        lost = {(c, n) for c, ns in missing.items() for n in ns}
+        assert lost <= excused and len(excused) <= 3, (
+            f"{len(lost)} messages never answered: {missing} (excused: {excused})\n"
+            f"{_warnings(tmp_path)}"
         )
+        assert total + len(lost) == chats * per_chat
         for c, order in covered.items():
             assert order == sorted(order), f"chat {c} answered out of order: {order}"
         # nothing left behind
