@@ -8,21 +8,10 @@ import pytest
 
 from channels.slack.inbound import EVENTS_PATH
 from channels.slack.settings import SlackSettings
+from tests.fakes.slack import MANIFEST_SCOPES
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-SCOPES = [
-    "app_mentions:read",
-    "chat:write",
-    "im:history",
-    "im:read",
-    "im:write",
-    "channels:history",
-    "groups:history",
-    "reactions:write",
-    "files:read",
-    "users:read",
-    "commands",
-]
+SCOPES = MANIFEST_SCOPES  # what the fake Slack's bot token holds, too
 EVENTS = ["app_mention", "message.im", "message.channels", "message.groups"]
 
 
