@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
+import channels.slack
 from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest
-from agent_core.settings import load
+from agent_core.llm.settings import LLMSettings
+from agent_core.settings import CoreSettings, load
 from agent_core.store import keys
 from agent_core.store.pacing import Pacer
+from bots.settings import Settings
 from channels.base import ChannelDeps
 from channels.slack.channel import SlackChannel
 from channels.slack.settings import SlackSettings
+from channels.web.channel import WebSettings
 from tests.fakes.slack import FakeSlack
 
 
@@ -90,3 +95,21 @@ def published(redis: Redis) -> Published:
         return [InboundEvent.from_json(fields[b"e"]) for _, fields in entries]
 
     return read
+
+
+def runtime_settings(
+    valkey_url: str, slack: SlackSettings, llm_url: str, *, vision: bool = False, **core: Any
+) -> Settings:
+    """Settings for a real Runtime: Slack on, the fake LLM server as an OpenAI model."""
+    return Settings(
+        core=CoreSettings(redis_url=valkey_url, **core),  # type: ignore[arg-type]
+        llm=LLMSettings(
+            llm_backend="openai_compatible",
+            llm_base_url=llm_url,
+            llm_model="gpt-4o",
+            llm_vision=vision,
+        ),
+        web=WebSettings(web_chat_enabled=False),
+        platforms={"slack": slack},
+        modules={"slack": channels.slack},
+    )

@@ -13,11 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-import channels.slack
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment, InboundEvent
-from agent_core.llm.settings import LLMSettings
-from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
@@ -25,9 +22,9 @@ from channels.slack.channel import SlackChannel
 from channels.slack.files import FILES_ORIGIN, SlackFiles, file_origins
 from channels.slack.outbox import SlackOutbox
 from channels.slack.settings import DEFAULT_API_BASE_URL, SlackSettings
-from channels.web.channel import WebSettings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
+from tests.integration.slack.conftest import runtime_settings
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -165,18 +162,7 @@ async def test_an_oversize_file_is_not_downloaded(
 
 # -- end to end: a DM with a photo, a real runtime, a vision model --------------------
 def _settings(valkey: EmbeddedValkey, slack: SlackSettings, llm: FakeLLMServer) -> Settings:
-    return Settings(
-        core=CoreSettings(redis_url=valkey.url, dm_policy="open"),  # type: ignore[arg-type]
-        llm=LLMSettings(
-            llm_backend="openai_compatible",
-            llm_base_url=llm.openai_url,
-            llm_model="gpt-4o",
-            llm_vision=True,
-        ),
-        web=WebSettings(web_chat_enabled=False),
-        platforms={"slack": slack},
-        modules={"slack": channels.slack},
-    )
+    return runtime_settings(valkey.url, slack, llm.openai_url, vision=True, dm_policy="open")
 
 
 async def _dm_with_photo(

@@ -8,18 +8,14 @@ from typing import Any
 
 import httpx
 
-import channels.slack
-from agent_core.llm.settings import LLMSettings
-from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
-from bots.settings import Settings
 from channels.slack.channel import SlackChannel
 from channels.slack.outbox import SlackOutbox
 from channels.slack.settings import SlackSettings
-from channels.web.channel import WebSettings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.slack import FakeSlack
+from tests.integration.slack.conftest import runtime_settings
 
 
 def _outbox(slack: SlackChannel) -> SlackOutbox:
@@ -49,15 +45,7 @@ async def test_a_mention_without_a_profile_reaches_the_model_with_the_name(
     """Slack's app_mention has only the user id: the model still reads who said it."""
     fake_slack.add_user("U1", "Alice Smith", "alice")
     async with FakeLLMServer() as llm:
-        settings = Settings(
-            core=CoreSettings(redis_url=valkey.url),  # type: ignore[arg-type]
-            llm=LLMSettings(
-                llm_backend="openai_compatible", llm_base_url=llm.openai_url, llm_model="gpt-4o"
-            ),
-            web=WebSettings(web_chat_enabled=False),
-            platforms={"slack": slack_settings},
-            modules={"slack": channels.slack},
-        )
+        settings = runtime_settings(valkey.url, slack_settings, llm.openai_url)
         async with Runtime(settings, "all") as rt:
             stop = asyncio.Event()
             task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]

@@ -8,18 +8,14 @@ from typing import Any
 
 import pytest
 
-import channels.slack
-from agent_core.llm.settings import LLMSettings
-from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
 from bots.ops import doctor
-from bots.settings import Settings
 from channels.slack.channel import SlackChannel
 from channels.slack.scopes import NEEDED, granted, missing
 from channels.slack.settings import SlackSettings
-from channels.web.channel import WebSettings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.slack import BOT_TOKEN, MANIFEST_SCOPES, FakeSlack
+from tests.integration.slack.conftest import runtime_settings
 
 
 def test_scopes_are_read_from_the_header() -> None:
@@ -62,15 +58,7 @@ async def test_doctor_lists_missing_scopes_and_the_fix(
 ) -> None:
     fake_slack.scopes.discard("reactions:write")
     async with FakeLLMServer() as llm:
-        settings = Settings(
-            core=CoreSettings(redis_url=valkey.url),  # type: ignore[arg-type]
-            llm=LLMSettings(
-                llm_backend="openai_compatible", llm_base_url=llm.openai_url, llm_model="fake"
-            ),
-            web=WebSettings(web_chat_enabled=False),
-            platforms={"slack": slack_settings},
-            modules={"slack": channels.slack},
-        )
+        settings = runtime_settings(valkey.url, slack_settings, llm.openai_url)
         checks = {c.name: c for c in await doctor(settings)}
     scopes = checks["slack scopes"]
     assert not scopes.ok and scopes.detail.startswith("reactions:write")
