@@ -334,10 +334,12 @@ class Worker:
         self, thread: ThreadKey, guard: LockGuard, first: TurnState | None = None
     ) -> None:
         released = False
+        head = ""  # the event whose turn this task began and has not completed
         try:
             while True:
                 # The hand-off script read the first turn's state already.
-                state, first = first or await self.delivery.begin(thread), None
+                state, first = first or await self.delivery.begin(thread, self.owner), None
+                head = state.mailbox[0].event_id if state.mailbox else ""
                 if not state.mailbox:
                     await self.delivery.release(thread, self.owner)
                     released = True
@@ -350,7 +352,7 @@ class Worker:
                         return
                     continue
                 if await self._waits_for_earlier(thread, state):
-                    await self.delivery.release(thread, self.owner)
+                    await self.delivery.release(thread, self.owner, unstart=head)
                     released = True  # the sweeper or the missing event's hand-off resumes it
                     return
                 started = time.perf_counter()
@@ -435,8 +437,10 @@ class Worker:
             self.running.pop(thread, None)
             self.guards.pop(thread, None)
             if not released:
+                # let go of the thread (shutdown, Redis trouble) without counting
+                # this execution as interrupted: the next one is a plain rerun
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self.delivery.release(thread, self.owner))
+                    await asyncio.shield(self.delivery.release(thread, self.owner, unstart=head))
 
     # -- heartbeat and sweeper ---------------------------------------------
     async def _renew_once(self) -> None:

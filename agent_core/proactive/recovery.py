@@ -2,22 +2,20 @@
 
 The worker runs every turn through :meth:`TurnRecovery.run_turn`:
 
-* **Interrupted turns.**  A turn is Processing from its start until the
-  worker's completion script consumes its message and deletes its reply-part
-  records (``{thread}:sent``, ``<event>:<n>``).  So when a turn begins and
-  the mailbox head already has reply parts recorded (or claimed), an earlier
-  execution of that same message sent something and never completed: its
-  worker died (or stalled past its lock), i.e. the thread said Processing with
-  no live lock.  This costs no Redis round trip: ``begin`` already read the
-  records.  The first time, the message is run again silently (a SIGKILL
-  loses nothing — the delivery invariant — and parts already shown are edited,
-  never repeated) and a retry record is left; if that rerun is interrupted
-  too, the message is dropped, the thread's state reset and the user told the
-  previous turn was interrupted (a message that kills its worker must not take
-  every worker down in turn).  An execution that died before sending anything
-  left nothing visible and is simply rerun, except for a message with files: its
-  downloads and image decoding come before any answer, so its turn records that
-  it started (one round trip, for such messages only) and the same rule applies.
+* **Interrupted turns.**  The script that begins a turn (the hand-off's, or
+  ``begin``'s) records, next to the turn's reply parts, which worker began it
+  (``<event>#s:0`` = ``started:<owner>``), at no extra round trip; the worker's
+  completion script removes the record with the message, and a worker that lets
+  the thread go without finishing the turn (shutdown, Redis trouble, waiting for
+  an earlier arrival) removes its own.  So a turn that begins and finds another
+  worker's record knows that execution never completed: its worker died (or
+  stalled past its lock).  The first time, the message is run again silently (a
+  SIGKILL loses nothing — the delivery invariant — and parts already shown are
+  edited, never repeated) and a retry record is left; if that rerun is
+  interrupted too, the message is dropped, the thread's state reset and the user
+  told the previous turn was interrupted: a message that kills its worker (out
+  of memory, a crash in native code, whatever it is) must not take every worker
+  down in turn.
 * **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled,
   the user is told, the message is consumed with the session as it was before
   the turn (the history stays valid) and the worker's completion releases the
@@ -38,7 +36,7 @@ from agent_core.errors import ChannelError
 from agent_core.events import EventKind, MessageRef, OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
 from agent_core.store import keys
-from agent_core.store.delivery import TurnState
+from agent_core.store.delivery import TurnState, start_field
 
 if TYPE_CHECKING:
     from agent_core.agent.agent import Agent, TurnResult
@@ -74,14 +72,10 @@ class TurnRecovery:
 
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:
         head = state.mailbox[0]
-        prefix = f"{head.event_id}:"
-        earlier = [f for f in (*state.sent, *state.pending) if f.startswith(prefix)]
         retry_note = f"{head.event_id}#r:0"
         retried = retry_note in state.sent or retry_note in state.pending
-        start_note = f"{head.event_id}#s:0"
-        started = start_note in state.sent or start_note in state.pending
-        notes: list[str] = []
-        if earlier or retried or started:
+        notes = [retry_note] if retried else []
+        if self._interrupted(state):
             self.recovered += 1
             log.warning(
                 "[%s] previous turn on event %s was interrupted (%s)",
@@ -96,17 +90,7 @@ class TurnRecovery:
             await self.agent.delivery.record_sent(
                 thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
             )
-            notes = [retry_note, start_note] if started else [retry_note]
-        elif head.attachments:
-            # Downloading and decoding files comes before any answer, so a worker that
-            # died there (out of memory, a crash in native code) would leave nothing
-            # behind and the message would take the next worker down too.  A record
-            # that the turn started (one round trip, for messages with files only)
-            # lets the rerun rule above apply to them.
-            await self.agent.delivery.record_sent(
-                thread, start_note, MessageRef(thread.channel, thread.conversation, "")
-            )
-            notes = [start_note]
+            notes = [retry_note]
         timeout = self.settings.turn_timeout_secs
         try:
             if timeout > 0:
@@ -122,6 +106,14 @@ class TurnRecovery:
             return await self._give_up(thread, state, guard, timeout_notice(timeout), "timeout")
         result.sent_fields.extend(notes)
         return result
+
+    def _interrupted(self, state: TurnState) -> bool:
+        """Did an earlier execution of the head's turn begin and never complete?  Its
+        start record names another owner (a record from before start records had
+        owners names none: also another)."""
+        field = start_field(state.mailbox[0].event_id)
+        by = state.starts.get(field, "" if field in state.sent else None)
+        return by is not None and by != self.owner
 
     async def _tell(
         self, thread: ThreadKey, state: TurnState, guard: LockGuard, text: str, tag: str

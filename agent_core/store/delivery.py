@@ -10,7 +10,8 @@ docs/architecture.md ("Delivery"):
    of the next read).  The entry is durable in the mailbox before
    it leaves the stream.
 3. ``begin``: mailbox + session + sent records (and whether the conversation
-   moved to another thread: see agent_core.agent.move), one round trip.
+   moved to another thread: see agent_core.agent.move), one script that also
+   records which owner began the head's turn (see scripts._mark_start).
 4. ``record_sent``: a reply part, right after it reached the platform.
 5. ``complete``: save session (version-checked), drop consumed entries, release
    the lock if the mailbox is empty (one script).
@@ -43,6 +44,9 @@ class TurnState:
     session_data: bytes | None
     sent: dict[str, MessageRef] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)  # parts claimed, never recorded
+    # start records ('<event id>#s:0' -> the owner that began a turn on that event),
+    # as they were before this begin recorded its own: see recovery
+    starts: dict[str, str] = field(default_factory=dict)
     next_seq: int = 0  # arrival number of the thread's next event to run (0: unknown)
     moved_to: ThreadKey | None = None  # the conversation moved there: forward, never run
 
@@ -70,6 +74,7 @@ class Delivery:
         self._complete = redis.register_script(scripts.COMPLETE)
         self._renew = redis.register_script(scripts.RENEW)
         self._release = redis.register_script(scripts.RELEASE)
+        self._begin = redis.register_script(scripts.BEGIN)
         self._save = redis.register_script(scripts.SAVE_SESSION)
         self._claim = redis.register_script(scripts.CLAIM_PART)
         self._holds = redis.register_script(scripts.HOLDS)
@@ -197,20 +202,23 @@ class Delivery:
             raise_first(await roundtrip(self.redis, _ack_commands(entries)))
 
     # -- turns -------------------------------------------------------------
-    async def begin(self, thread: ThreadKey) -> TurnState:
-        replies = await roundtrip(
+    async def begin(self, thread: ThreadKey, owner: str) -> TurnState:
+        """What the lock holder's next turn begins from; records that ``owner``
+        starts it (see scripts._mark_start)."""
+        box, ver, data, sent, nxt, moved = await run_script(
             self.redis,
+            self._begin,
             [
-                ("LRANGE", keys.mailbox(thread), 0, -1),
-                ("HMGET", keys.session(thread), "v", "d"),
-                ("HGETALL", keys.sent(thread)),
-                ("GET", keys.next_seq(thread)),
-                ("GET", keys.moved(thread)),
+                keys.mailbox(thread),
+                keys.session(thread),
+                keys.sent(thread),
+                keys.next_seq(thread),
+                keys.moved(thread),
             ],
+            [owner],
         )
-        raise_first(replies)
-        raw_box, (ver, data), raw_sent, raw_next, raw_moved = replies
-        return _state(raw_box, ver, data, pairs(raw_sent), raw_next, raw_moved)
+        flat = dict(zip(sent[::2], sent[1::2], strict=True))
+        return _state(box, ver or None, data or None, flat, nxt or None, moved or None)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -334,8 +342,19 @@ class Delivery:
         )
         return [bool(r) for r in res]
 
-    async def release(self, thread: ThreadKey, owner: str) -> None:
-        await run_script(self.redis, self._release, [keys.lock(thread)], [owner])
+    async def release(self, thread: ThreadKey, owner: str, *, unstart: str = "") -> None:
+        """Let the thread go.  ``unstart``: the event id whose turn this owner began
+        and does not run now (shutdown, waiting for an earlier arrival): its start
+        record goes too, so the next execution is not taken for a rerun."""
+        if unstart:
+            await run_script(
+                self.redis,
+                self._release,
+                [keys.lock(thread), keys.sent(thread)],
+                [owner, start_field(unstart)],
+            )
+        else:
+            await run_script(self.redis, self._release, [keys.lock(thread)], [owner])
 
     # -- recovery index ----------------------------------------------------
     async def active_threads(self, limit: int = 200) -> list[ThreadKey]:
@@ -401,14 +420,32 @@ def _state(
     raw_moved: bytes | None = None,
 ) -> TurnState:
     mailbox = [InboundEvent.from_json(r) for r in raw_box]
-    sent = {
-        k.decode(): MessageRef.from_dict(orjson.loads(v))
-        for k, v in raw_sent.items()
-        if not v.startswith(b"pending:")
-    }
-    pending = {k.decode() for k, v in raw_sent.items() if v.startswith(b"pending:")}
+    sent: dict[str, MessageRef] = {}
+    pending: set[str] = set()
+    starts: dict[str, str] = {}
+    for k, v in raw_sent.items():
+        if v.startswith(b"pending:"):
+            pending.add(k.decode())
+        elif v.startswith(b"started:"):
+            starts[k.decode()] = v[8:].decode()
+        else:
+            sent[k.decode()] = MessageRef.from_dict(orjson.loads(v))
     moved = ThreadKey.parse(raw_moved.decode()) if raw_moved else None
-    return TurnState(mailbox, int(ver or 0), data, sent, pending, int(raw_next or 0), moved)
+    return TurnState(
+        mailbox,
+        int(ver or 0),
+        data,
+        sent,
+        pending,
+        starts=starts,
+        next_seq=int(raw_next or 0),
+        moved_to=moved,
+    )
+
+
+def start_field(event_id: str) -> str:
+    """The sent-records field naming who began a turn on ``event_id``."""
+    return f"{event_id}#s:0"
 
 
 def _decode(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> InboundEvent | None:

@@ -20,6 +20,27 @@ redis.call('EXPIRE', KEYS[3], ARGV[4])
 return n
 """
 
+
+# A turn's start, recorded where its reply parts are (fragment of HANDOFF and
+# BEGIN, run by the lock holder right after reading the sent records, which
+# therefore show the record an earlier execution left): the mailbox head's
+# field '<event id>#s:0' names the owner that began it.  A later begin that
+# finds another owner's record knows that execution never completed (its worker
+# died or lost the lock): see agent_core.proactive.recovery.  COMPLETE drops the
+# record with the event; RELEASE drops it when the owner lets the thread go
+# without running the event.  Expects locals `box` (the mailbox), KEYS[sent_key]
+# and ARGV[owner_arg] set by the including script.
+def _mark_start(sent_key: int, owner_arg: int) -> str:
+    return f"""
+if #box > 0 then
+  local ok, head = pcall(cjson.decode, box[1])
+  if ok and type(head) == 'table' and type(head['id']) == 'string' then
+    redis.call('HSET', KEYS[{sent_key}], head['id'] .. '#s:0', 'started:' .. ARGV[{owner_arg}])
+  end
+end
+"""
+
+
 # KEYS: mailbox, seen, lock, next, session, sent, moved
 # ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms, seq
 # Puts the event in the thread's mailbox unless it was handed off before
@@ -31,7 +52,8 @@ return n
 # is this owner's, also what a turn begins from (as Delivery.begin reads it):
 # mailbox, session version, session data, sent records (flat), next arrival,
 # and where the conversation moved ('' if it did not).
-HANDOFF = """
+HANDOFF = (
+    """
 local appended = 0
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
@@ -62,11 +84,16 @@ if redis.call('SET', KEYS[3], ARGV[4], 'NX', 'PX', ARGV[5]) then got = 1 end
 if got == 0 and redis.call('GET', KEYS[3]) ~= ARGV[4] then
   return {appended, got, redis.call('LLEN', KEYS[1])}
 end
+local box = redis.call('LRANGE', KEYS[1], 0, -1)
 local sess = redis.call('HMGET', KEYS[5], 'v', 'd')
-return {appended, got, redis.call('LLEN', KEYS[1]), redis.call('LRANGE', KEYS[1], 0, -1),
-        sess[1] or '', sess[2] or '', redis.call('HGETALL', KEYS[6]),
+local sent = redis.call('HGETALL', KEYS[6])
+"""
+    + _mark_start(6, 4)
+    + """
+return {appended, got, #box, box, sess[1] or '', sess[2] or '', sent,
         redis.call('GET', KEYS[4]) or '', redis.call('GET', KEYS[7]) or ''}
 """
+)
 
 # KEYS: mailbox, session, lock, sent, next
 # ARGV: owner, consumed, session_json ('' = unchanged), expected_version,
@@ -84,7 +111,16 @@ if ARGV[3] ~= '' then
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
 local n = tonumber(ARGV[2])
-if n > 0 then redis.call('LTRIM', KEYS[1], n, -1) end
+if n > 0 then
+  -- the consumed events' start records go with them (see _mark_start)
+  for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, n - 1)) do
+    local ok, ev = pcall(cjson.decode, item)
+    if ok and type(ev) == 'table' and type(ev['id']) == 'string' then
+      redis.call('HDEL', KEYS[4], ev['id'] .. '#s:0')
+    end
+  end
+  redis.call('LTRIM', KEYS[1], n, -1)
+end
 for i = 8, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
 local n2 = tonumber(ARGV[7])
 if n2 > 0 and n2 > tonumber(redis.call('GET', KEYS[5]) or '0') then
@@ -108,13 +144,35 @@ end
 return 0
 """
 
-# KEYS: lock ; ARGV: owner.  Compare-and-delete.
+# KEYS: lock [, sent] ; ARGV: owner [, start record field].  Compare-and-delete
+# of the lock; with the optional pair, also of the start record this owner left
+# for an event it lets go without running (see _mark_start).
 RELEASE = """
+if KEYS[2] and redis.call('HGET', KEYS[2], ARGV[2]) == 'started:' .. ARGV[1] then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
 """
+
+# KEYS: mailbox, session, sent, next, moved ; ARGV: owner
+# What a lock holder's next turn begins from (as HANDOFF returns it): mailbox,
+# session version, session data, sent records (flat, as they were before this
+# begin recorded its start), next arrival, where the conversation moved.
+BEGIN = (
+    """
+local box = redis.call('LRANGE', KEYS[1], 0, -1)
+local sess = redis.call('HMGET', KEYS[2], 'v', 'd')
+local sent = redis.call('HGETALL', KEYS[3])
+"""
+    + _mark_start(3, 1)
+    + """
+return {box, sess[1] or '', sess[2] or '', sent, redis.call('GET', KEYS[4]) or '',
+        redis.call('GET', KEYS[5]) or ''}
+"""
+)
 
 # KEYS: session ; ARGV: session_json, expected_version, ttl_ms
 # Version-checked save outside a turn (commands run under the lock use COMPLETE).

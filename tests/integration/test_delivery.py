@@ -158,9 +158,50 @@ async def test_handoff_returns_the_state_a_turn_begins_from(redis_clients: Redis
     assert [th for th, _ in got] == [t, other]
     state = dict(got)[t]
     assert [e.event_id for e in state.mailbox] == ["e1", "e3"]
-    assert state == await d.begin(t)
+    # the batch's later read of the thread shows the start its first read recorded:
+    # this owner's own, so not an earlier execution
+    assert state.starts == {"e1#s:0": "w1"}
+    assert state == await d.begin(t, "w1")
     assert state.sent == {"e0:0": MessageRef("web", "local", "m1")}
     assert await d.handoff_and_begin([(b"1-4", msg(t, 4))], "w2") == []  # not its lock
+
+
+async def test_a_turn_start_is_recorded_with_its_owner_and_goes_with_the_event(
+    redis_clients: RedisClients,
+) -> None:
+    """The record a begin leaves (who began the head's turn) is what tells the next
+    execution that an earlier one died; it must go when the event is consumed, and
+    when its owner lets the thread go without running it (only its own record)."""
+    r = redis_clients.redis
+    d = Delivery(r, redis_clients.blocking)
+    t = ThreadKey("web", "local", "a")
+    await d.handoff_and_begin([(b"1-1", msg(t, 1)), (b"1-2", msg(t, 2))], "w1")
+    assert await r.hgetall(keys.sent(t)) == {b"e1#s:0": b"started:w1"}
+    # the owner lets it go (a shutdown): its record goes with the lock
+    await d.release(t, "w1", unstart="e1")
+    assert await r.hgetall(keys.sent(t)) == {}
+    assert await r.exists(keys.lock(t)) == 0
+    # w2 begins, then dies; w3 finds w2's record
+    assert await d.try_lock(t, "w2")
+    assert (await d.begin(t, "w2")).starts == {}
+    await r.delete(keys.lock(t))  # w2's lock expired
+    assert await d.try_lock(t, "w3")
+    state = await d.begin(t, "w3")
+    assert state.starts == {"e1#s:0": "w2"}
+    assert state.sent == {} and state.pending == set()  # a start is not a reply part
+    # w2, late, cannot take w3's record away
+    await d.release(t, "w2", unstart="e1")
+    assert await r.hget(keys.sent(t), "e1#s:0") == b"started:w3"
+    # consuming the event drops its record; the next head's begin records its own
+    left = await d.complete(
+        t, "w3", consumed=1, session_json=None, version=state.session_version, sent_fields=[]
+    )
+    assert left == 1
+    assert await r.hgetall(keys.sent(t)) == {}
+    assert (await d.begin(t, "w3")).mailbox[0].event_id == "e2"
+    assert await r.hgetall(keys.sent(t)) == {b"e2#s:0": b"started:w3"}
+    assert await d.complete(t, "w3", consumed=1, session_json=None, version=0, sent_fields=[]) == 0
+    assert await r.exists(keys.sent(t)) == 0
 
 
 async def test_one_turn_at_a_time_per_thread_in_arrival_order(redis_clients: RedisClients) -> None:

@@ -36,7 +36,9 @@ async def test_nothing_runs_in_the_old_place_between_a_crash_and_the_rerun(world
     await delivery.handoff_and_begin([(b"", moved())], "dead-worker", ack=False)
     assert await delivery.try_lock(OLD, "dead-mover")
     assert await mover.moves.fence(OLD, NEW, "dead-mover") == 1
-    written = await mover._move_in(OLD, NEW, await mover.moves.read(OLD), await delivery.begin(NEW))
+    written = await mover._move_in(
+        OLD, NEW, await mover.moves.read(OLD), await delivery.begin(NEW, "dead-mover")
+    )
     assert written == (True, [aid])
     await w.redis.delete(keys.lock(OLD), keys.lock(NEW))  # both locks expired
     # a press on the old prompt now: forwarded, it runs after the move's rerun

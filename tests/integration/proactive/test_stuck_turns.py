@@ -52,10 +52,16 @@ async def _seed_part(w: Any, thread: ThreadKey, field: str) -> None:
     await w.redis.hset(keys.sent(thread), field, orjson.dumps(ref.to_dict()))
 
 
+async def _seed_start(w: Any, thread: ThreadKey, event_id: str, owner: str = "dead") -> None:
+    """What a worker that began a turn on ``event_id`` and died left behind."""
+    await w.redis.hset(keys.sent(thread), f"{event_id}#s:0", f"started:{owner}")
+
+
 async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
     w = pworld(FnModel(echo()))
-    # a turn on e-int1 sent a part, then its worker died (its record is still there)
+    # a turn on e-int1 sent a part, then its worker died (its records are still there)
     await w.send(user_event(T, "first try", eid="e-int1"))
+    await _seed_start(w, T, "e-int1")
     await _seed_part(w, T, "e-int1:0")
     await w.start()
     await w.settle(T)
@@ -68,6 +74,7 @@ async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
     await w.stop()
     w.outbox.log.clear()
     await w.send(user_event(T, "poison", eid="e-int2"))
+    await _seed_start(w, T, "e-int2", "dead-rerun")
     await _seed_part(w, T, "e-int2:0")
     await _seed_part(w, T, "e-int2#r:0")
     await w.start()
@@ -189,48 +196,109 @@ async def test_a_rerun_with_a_part_on_the_wire_leaves_later_messages_their_own_t
     assert waits == ["e-w1:0"]  # waited for the dead worker's record once, not twice
 
 
-async def test_a_message_with_files_that_kills_its_worker_before_any_answer_is_dropped(
+async def test_a_turn_records_who_began_it_and_a_shutdown_takes_the_record_back(
     pworld: Any,
 ) -> None:
-    """Files are downloaded and decoded before any answer; a worker that dies there
-    (out of memory, say) leaves only the turn's start record, and the same rule
-    applies: run once more, then give up with a notice, never crash every worker."""
-    import dataclasses
-
-    from agent_core.events import Attachment
-
-    model = FnModel(echo(), delay=0.5)
-    w = pworld(model)
-    doc = (Attachment("document", "a.pdf", "application/pdf", 10, "r"),)
-    ok = dataclasses.replace(user_event(T, "with a file", eid="e-f0"), attachments=doc)
+    """Every turn leaves a start record while it runs (no round trip of its own: the
+    script that begins the turn writes it) and completes without one.  A worker
+    stopped mid-turn (a deploy) takes its record back, so the next worker runs the
+    message as a plain rerun, not as one that killed its worker: no retry record,
+    and a later crash still gets its one rerun."""
+    model = FnModel(echo(), delay=5.0)
+    w = pworld(model, shutdown_grace_secs=0.1)
     await w.start()
-    await w.send(ok)
+    await w.send(user_event(T, "slow", eid="e-s1"))
     deadline = time.monotonic() + 5
-    while not model.requests:  # the turn is under way: it has recorded that it started
+    while not model.requests:  # the turn is under way
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
-    assert await w.redis.hexists(keys.sent(T), "e-f0#s:0")
-    await w.settle(T)
+    record = await w.redis.hget(keys.sent(T), "e-s1#s:0")
+    assert record is not None and record.startswith(b"started:")
+    await w.stop()  # past the grace: the turn is cancelled, its message stays queued
+    assert await w.redis.llen(keys.mailbox(T)) == 1
+    assert await w.redis.hlen(keys.sent(T)) == 0  # the record went with the lock
     model.delay = 0
-    assert w.texts(T)[-1].startswith("echo: with a file")
-    assert await w.redis.hlen(keys.sent(T)) == 0  # the start record went with the turn
-    await w.stop()
-    # a first execution died after it started: rerun once (and answered)
-    await w.send(dataclasses.replace(user_event(T, "again", eid="e-f1"), attachments=doc))
-    await _seed_part(w, T, "e-f1#s:0")
     await w.start()
     await w.settle(T)
-    assert w.texts(T)[-1].startswith("echo: again")
+    assert w.texts(T) == ["echo: slow"]
+    assert await w.redis.hlen(keys.sent(T)) == 0  # no retry record was needed
+
+
+def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    env.update(
+        PARLEY_ENV_FILE="/nonexistent/.env",
+        REDIS_URL=valkey.url,
+        LLM_BACKEND="openai_compatible",
+        LLM_BASE_URL=llm.openai_url,
+        LLM_MODEL="fake",
+        LLM_MAX_RETRIES="0",
+        DM_POLICY="open",
+        LOCK_TTL_SECS="1",
+        RECLAIM_IDLE_SECS="1",
+        SWEEP_INTERVAL_SECS="0.5",
+        SCHEDULER_ENABLED="false",
+        LOG_LEVEL="WARNING",
+    )
+    return env
+
+
+async def test_a_plain_message_that_kills_two_workers_is_dropped_with_a_notice(
+    pworld: Any, valkey: Any, tmp_path: Path
+) -> None:
+    """Nothing reaches the chat before the model answers, so a worker killed while it
+    waits (out of memory, a crash in native code, anything before the first word)
+    leaves only the turn's start record.  The next worker runs the message once more;
+    when that one is killed too, the message is given up with a notice, instead of
+    taking every worker down in turn and leaving the thread silent."""
+    llm = FakeLLMServer()
+
+    def never_in_time(path: str, body: Any) -> Any:
+        r = openai_stream(["too late"])
+        r.delay = 60
+        return r
+
+    llm.responder = never_in_time
+    await llm.start()
+    w = pworld(FnModel(echo()), lock_ttl_secs=1.0)
+    owners: list[bytes] = []
+    try:
+        await w.send(user_event(T, "poison", eid="e-p"))
+        for n in range(2):
+            log = (tmp_path / f"worker{n}.log").open("wb")
+            proc = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "bots.cli", "run", "worker"),
+                env=_worker_env(valkey, llm),
+                cwd=ROOT,
+                stdout=log,
+                stderr=log,
+            )
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # a start record by a new worker
+                    record = await w.redis.hget(keys.sent(T), "e-p#s:0")
+                    if record is not None and record not in owners:
+                        owners.append(record)
+                        break
+                    await asyncio.sleep(0.05)
+                assert len(owners) == n + 1, f"worker {n} never began the turn"
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+        assert await w.redis.hexists(keys.sent(T), "e-p#r:0")  # the second ran it as a rerun
+        await w.start()
+        await w.settle(T, 15)
+    finally:
+        await llm.stop()
+    texts = w.texts(T)
+    assert len(texts) == 1 and "gave up on that message" in texts[0], texts
+    assert not w.model.requests  # not run a third time
+    assert await w.redis.llen(keys.mailbox(T)) == 0
     assert await w.redis.hlen(keys.sent(T)) == 0
-    await w.stop()
-    # ... and when the rerun died too: given up, with a notice
-    await w.send(dataclasses.replace(user_event(T, "poison", eid="e-f2"), attachments=doc))
-    await _seed_part(w, T, "e-f2#s:0")
-    await _seed_part(w, T, "e-f2#r:0")
-    await w.start()
+    assert await w.redis.exists(keys.lock(T)) == 0
+    await w.send(user_event(T, "hello again"))
     await w.settle(T)
-    assert "gave up on that message" in w.texts(T)[-1]
-    assert not any(t.startswith("echo: poison") for t in w.texts(T))
+    assert w.texts(T)[-1] == "echo: hello again"
 
 
 async def test_a_turn_that_fails_unexpectedly_says_so_and_the_next_is_answered(
