@@ -4,16 +4,19 @@ A file's ``url_private`` is fetched with the bot token (``Authorization: Bearer`
 which Slack accepts only if the app has the ``files:read`` scope.  Without it
 Slack does not refuse plainly: it redirects to the workspace's sign-in page
 (``?redir=...``), or serves that page with a 200 (``text/html``).  Both are
-refused here with a reason naming the scope, and logged once.  A redirect to
-anywhere else is not followed either (the token would have to go along); the
-reason names where it pointed.  ``url_private_download`` is preferred over
-``url_private`` (channels/slack/parse.py): it serves the bytes themselves.
+refused here with a reason naming the scope, and logged once.
+``url_private_download`` is preferred over ``url_private``
+(channels/slack/parse.py): it serves the bytes themselves.
 
 The address comes from the event and is kept in Redis, so it is not trusted: the
-token goes only to ``https://files.slack.com``, or to the origin of
+token goes only to Slack's file hosts (:data:`FILE_ORIGINS`), or to the origin of
 ``SLACK_API_BASE_URL`` when that is not Slack's own (tests, proxies), never
-elsewhere (:func:`channels.download.fetch_capped` checks, and never follows a
-redirect).
+elsewhere (:func:`channels.download.fetch_capped` checks every request).  A
+redirect is followed by hand, with the token, only to one of those hosts and at
+most :data:`MAX_HOPS` times: Enterprise Grid workspaces answer ``files.slack.com``
+with a 302 to ``files-origin.slack.com`` (an HTTP client drops the token on such a
+cross-host redirect, and Slack then serves its sign-in page).  A redirect
+anywhere else is not followed; the reason names where it pointed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from .settings import DEFAULT_API_BASE_URL
 log = logging.getLogger(__name__)
 
 FILES_ORIGIN = "https://files.slack.com"
+# Enterprise Grid serves files from here, after a 302 from files.slack.com
+GRID_FILES_ORIGIN = "https://files-origin.slack.com"
+FILE_ORIGINS = frozenset({FILES_ORIGIN, GRID_FILES_ORIGIN})
+MAX_HOPS = 3
 NEEDS_SCOPE = (
     "Slack did not hand over the file: the Slack app needs the files:read scope "
     "(add it and reinstall the app)"
@@ -41,7 +48,7 @@ NEEDS_SCOPE = (
 
 def file_origins(api_base_url: str) -> frozenset[str]:
     """Where the bot token may be sent for a file."""
-    origins = {FILES_ORIGIN}
+    origins = set(FILE_ORIGINS)
     api = origin(api_base_url)
     if api and api != origin(DEFAULT_API_BASE_URL):
         origins.add(api)
@@ -52,7 +59,7 @@ def file_origins(api_base_url: str) -> frozenset[str]:
 class SlackFiles:
     session: aiohttp.ClientSession
     token: str = field(repr=False)
-    origins: frozenset[str] = frozenset({FILES_ORIGIN})
+    origins: frozenset[str] = FILE_ORIGINS
     _warned: bool = field(default=False, repr=False)
 
     async def fetch(self, attachment: Attachment, max_bytes: int) -> bytes:
@@ -63,22 +70,30 @@ class SlackFiles:
             raise SendFailed("Slack gave no download address for this file")
         if not self.token:
             raise SendFailed("no Slack bot token to download the file with")
-        try:
-            data, ctype = await fetch_capped(
-                self.session,
-                url,
-                origins=self.origins,
-                max_bytes=max_bytes,
-                headers={"Authorization": f"Bearer {self.token}"},
-            )
-        except Redirected as exc:
-            if "redir=" in exc.location:  # to the sign-in page: no files:read
-                self._missing_scope()
-                raise SendFailed(f"{NEEDS_SCOPE} ({exc})") from exc
-            # elsewhere (another Slack file host, e.g. on Enterprise Grid): the token
-            # does not follow a redirect, so the file is not fetched
-            where = origin(urljoin(url, exc.location)) or "another address"
-            raise SendFailed(f"Slack redirected the download to {where}; not followed") from exc
+        for _hop in range(MAX_HOPS + 1):
+            try:
+                data, ctype = await fetch_capped(
+                    self.session,
+                    url,
+                    origins=self.origins,
+                    max_bytes=max_bytes,
+                    headers={"Authorization": f"Bearer {self.token}"},
+                )
+                break
+            except Redirected as exc:
+                target = urljoin(url, exc.location)
+                if "redir=" in exc.location:  # to the sign-in page: no files:read
+                    self._missing_scope()
+                    raise SendFailed(f"{NEEDS_SCOPE} ({exc})") from exc
+                where = origin(target)
+                if where not in self.origins:  # the token never leaves Slack's file hosts
+                    raise SendFailed(
+                        f"Slack redirected the download to {where or 'another address'}; "
+                        "not followed"
+                    ) from exc
+                url = target  # e.g. Enterprise Grid's files-origin host
+        else:
+            raise SendFailed(f"Slack redirected the download more than {MAX_HOPS} times")
         if ctype == "text/html" and not attachment.mime.startswith("text/html"):
             self._missing_scope()  # the sign-in page, served instead of the file
             raise SendFailed(NEEDS_SCOPE)

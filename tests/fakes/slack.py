@@ -211,6 +211,9 @@ class FakeSlack:
         app.router.add_get("/socket", self._socket)
         app.router.add_get("/files-pri/{key}/{name}", self._file)
         app.router.add_get("/files-pri/{key}/download/{name}", self._file)
+        # Enterprise Grid's second host (files-origin.slack.com), where files_moved_to
+        # may point: the bytes for the bot token, never a further redirect
+        app.router.add_get("/files-origin/{key}/{name}", self._file)
         app.router.add_get("/login", self._login_page)
         app.router.add_get("/_fake/calls", self._ctl_calls)
         app.router.add_post("/_fake/ratelimit", self._ctl_ratelimit)
@@ -506,7 +509,8 @@ class FakeSlack:
         if f is None or team != self.team or f.name != request.match_info["name"]:
             get.status = 404
             return web.Response(status=404, text="Not Found")
-        if authorized and self.files_read and self.files_moved_to:
+        origin_host = request.path.startswith("/files-origin/")
+        if authorized and self.files_read and self.files_moved_to and not origin_host:
             get.status = 302  # e.g. Enterprise Grid's files-origin host
             return web.Response(status=302, headers={"Location": self.files_moved_to})
         if authorized and self.files_read:

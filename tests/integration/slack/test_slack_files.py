@@ -19,7 +19,7 @@ from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.slack.channel import SlackChannel
-from channels.slack.files import FILES_ORIGIN, SlackFiles, file_origins
+from channels.slack.files import SlackFiles, file_origins
 from channels.slack.outbox import SlackOutbox
 from channels.slack.settings import DEFAULT_API_BASE_URL, SlackSettings
 from tests.fakes.llm_servers import FakeLLMServer
@@ -106,9 +106,10 @@ async def test_the_bot_token_goes_to_slack_file_hosts_only(
 
 
 def test_allowed_origins() -> None:
-    assert file_origins(DEFAULT_API_BASE_URL) == {FILES_ORIGIN}
-    assert file_origins("https://slack.com/api") == {FILES_ORIGIN}
-    assert file_origins("http://127.0.0.1:8081/api/") == {FILES_ORIGIN, "http://127.0.0.1:8081"}
+    slack_hosts = {"https://files.slack.com", "https://files-origin.slack.com"}
+    assert file_origins(DEFAULT_API_BASE_URL) == slack_hosts
+    assert file_origins("https://slack.com/api") == slack_hosts
+    assert file_origins("http://127.0.0.1:8081/api/") == {*slack_hosts, "http://127.0.0.1:8081"}
 
 
 @pytest.mark.parametrize("login_page_as", ["redirect", "html"])
@@ -133,18 +134,47 @@ async def test_a_bot_without_files_read_is_refused_with_the_reason_and_one_warni
     assert BOT_TOKEN not in caplog.text
 
 
+async def test_a_grid_redirect_to_slacks_other_file_host_is_followed_with_the_token(
+    fake_slack: FakeSlack, slack: SlackChannel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Enterprise Grid answers files.slack.com with a 302 to files-origin.slack.com
+    even with files:read.  An HTTP client drops the token on such a redirect and gets
+    the sign-in page; Parley follows it by hand, with the token, to Slack's hosts only
+    (the fake's own origin stands for them here)."""
+    ref = fake_slack.add_file(PNG, "image/png", "a.png")["url_private_download"]
+    grid = ref.replace("/files-pri/", "/files-origin/").replace("/download/", "/")
+    fake_slack.files_moved_to = grid
+    with caplog.at_level(logging.INFO):
+        got = await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), 10**6)
+    assert got == PNG
+    assert [(g.path.split("/")[1], g.status, g.authorized) for g in fake_slack.file_gets] == [
+        ("files-pri", 302, True),
+        ("files-origin", 200, True),
+    ]
+    assert _missing_scope_warnings(caplog) == []
+    assert BOT_TOKEN not in caplog.text
+
+
 async def test_a_redirect_elsewhere_is_not_followed_nor_called_a_missing_scope(
     fake_slack: FakeSlack, slack: SlackChannel, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Enterprise Grid answers 302 to files-origin.slack.com even with files:read: the
-    token does not follow, and the operator is not told to add a scope they have."""
-    fake_slack.files_moved_to = "https://files-origin.slack.com/files-pri/T1-F1/a.png"
+    """A redirect off Slack's file hosts: the token does not follow, and the operator
+    is not told to add a scope they have."""
+    fake_slack.files_moved_to = "https://cdn.example.net/files-pri/T1-F1/a.png"
     ref = fake_slack.add_file(PNG, "image/png", "a.png")["url_private_download"]
-    moved = "redirected the download to https://files-origin"
+    moved = "redirected the download to https://cdn.example.net; not followed"
     with caplog.at_level(logging.INFO), pytest.raises(SendFailed, match=moved):
         await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), 10**6)
     assert [g.status for g in fake_slack.file_gets] == [302]
     assert _missing_scope_warnings(caplog) == []
+
+
+async def test_redirects_in_a_loop_stop(fake_slack: FakeSlack, slack: SlackChannel) -> None:
+    ref = fake_slack.add_file(PNG, "image/png", "a.png")["url_private_download"]
+    fake_slack.files_moved_to = ref  # back to itself
+    with pytest.raises(SendFailed, match="more than 3 times"):
+        await _outbox(slack).fetch_attachment(Attachment("image", ref=ref), 10**6)
+    assert [g.status for g in fake_slack.file_gets] == [302] * 4
 
 
 async def test_an_oversize_file_is_not_downloaded(
