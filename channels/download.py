@@ -5,8 +5,10 @@ Three rules, whatever the platform:
 * Only from the platform's own file hosts (``origins``: ``scheme://host[:port]``).
   The address comes from the platform's event, but it is kept in Redis and Slack's
   needs the bot token, which must never go anywhere else.
-* No redirects are followed: a file host that redirects is not handing over the file
-  (Slack sends a bot without ``files:read`` to its login page that way).
+* No redirect is followed here: a file host that redirects is reported
+  (:class:`Redirected`) and the caller decides (Slack sends a bot without
+  ``files:read`` to its login page that way; its Enterprise Grid hands over to its
+  other file host, which channels/slack/files.py follows after checking it).
 * At most ``max_bytes``: a declared length over it is refused before the body is
   read, and a body that grows past it is dropped as soon as it does.
 """
