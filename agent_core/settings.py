@@ -312,6 +312,8 @@ class CoreSettings(ParleySettings):
     allowed_users: str = ""  # channel-qualified ids
     access_exempt_channels: str = "web,console"  # the operator's own local channels
     max_attachment_bytes: int = Field(default=10_000_000, ge=0)
+    # attachment bytes one process holds at once, all turns together; 0 = no limit
+    attachment_memory_bytes: int = Field(default=100_000_000, ge=0)
 
     @field_validator("dm_policy")
     @classmethod

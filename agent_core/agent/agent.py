@@ -8,8 +8,9 @@ plus any messages injected mid-turn).  It never touches the mailbox or lock
 itself: the worker completes the turn in one atomic step.
 
 The Agent owns the long-lived parts every turn shares: the tool registry,
-approval store, cost guard, access control, undo store, compactor, profiles
-and hooks — all built once, none reading the disk per turn.
+approval store, cost guard, access control, undo store, compactor, profiles,
+hooks and the budget of attachment bytes held at once — all built once, none
+reading the disk per turn.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agent_core.agent.approvals import ApprovalStore, PendingApproval
 from agent_core.agent.budget import BudgetGuard, Meter
 from agent_core.agent.commands import CommandRegistry, builtin_commands
 from agent_core.agent.context import Compactor
+from agent_core.agent.download_budget import DownloadBudget
 from agent_core.agent.hooks import Hooks
 from agent_core.agent.interrupt import InterruptWatch
 from agent_core.agent.move import RETRY, ConversationMover
@@ -138,6 +140,8 @@ class Agent:
         self.undo = UndoStore(
             self.redis, settings.max_undo_checkpoints, settings.session_idle_ttl_secs
         )
+        # photos and text files downloaded by this process's turns, held at once
+        self.downloads = DownloadBudget(settings.attachment_memory_bytes)
         self.compactor = Compactor(self.cheap_llm, self.archive_messages)
         self.mover = ConversationMover(self.redis, delivery, settings)
         self.profiles = Profiles(

@@ -5,7 +5,9 @@ same optional :class:`~agent_core.agent.images.AttachmentFetcher` as photos: up 
 :data:`MAX_TEXT_FILE_BYTES` each, and :data:`MAX_TEXT_TOKENS` (by Parley's token
 estimate, which counts a CJK character as a token) for all files of one turn
 together, fewer for a model with a small window (:func:`allowance`); the rest is
-cut, and the model is told where.
+cut, and the model is told where.  Each file holds its size of the process's
+:class:`~agent_core.agent.download_budget.DownloadBudget` from before its download
+until it is decoded, within the same deadline as photos.
 The text joins the person's message, so it stays in the conversation like
 anything they typed (compaction summarises it like the rest).
 
@@ -21,7 +23,8 @@ import asyncio
 import logging
 import os
 
-from agent_core.agent.images import FETCH_DEADLINE_SECS, AttachmentFetcher
+from agent_core.agent.download_budget import DownloadBudget, Hold
+from agent_core.agent.images import BUSY, FETCH_DEADLINE_SECS, AttachmentFetcher
 from agent_core.agent.tokens import text_tokens
 from agent_core.events import Attachment
 
@@ -131,10 +134,10 @@ def decode(data: bytes) -> str | None:
         return None
 
 
-async def _one(fetcher: AttachmentFetcher, a: Attachment, where: object) -> str | None:
+async def _one(fetcher: AttachmentFetcher, a: Attachment, where: object, hold: Hold) -> str | None:
     """The file's text, or None with the reason logged."""
-    data = await fetcher.fetch_attachment(a, MAX_TEXT_FILE_BYTES)
-    text = decode(data)
+    async with hold:
+        text = decode(await fetcher.fetch_attachment(a, MAX_TEXT_FILE_BYTES))
     if text is None:
         log.info("[%s] %s is not UTF-8 text", where, a.name)
     return text
@@ -172,9 +175,16 @@ def _reason(exc: BaseException) -> str:
 
 
 async def read_texts(
-    fetcher: AttachmentFetcher, files: list[Attachment], where: object, room: Room
+    fetcher: AttachmentFetcher,
+    files: list[Attachment],
+    where: object,
+    room: Room,
+    budget: DownloadBudget,
 ) -> tuple[list[str], list[str]]:
-    """(a block per file read, a line per file that could not be read), in order."""
+    """(a block per file read, a line per file that could not be read), in order.
+
+    Each file holds its size (:data:`MAX_TEXT_FILE_BYTES` when the platform gave none)
+    of ``budget`` from before its download until it is decoded."""
     blocks: list[str] = []
     missing: list[str] = []
     todo = []
@@ -184,14 +194,20 @@ async def read_texts(
             missing.append(f"{name}: larger than {MAX_TEXT_FILE_BYTES} bytes, not read")
         else:
             todo.append(a)
-    tasks = [asyncio.ensure_future(_one(fetcher, a, where)) for a in todo]
+    holds = [budget.hold(a.size or MAX_TEXT_FILE_BYTES) for a in todo]
+    tasks = [
+        asyncio.ensure_future(_one(fetcher, a, where, h)) for a, h in zip(todo, holds, strict=True)
+    ]
     if tasks:
         await asyncio.wait(tasks, timeout=FETCH_DEADLINE_SECS)
-    for a, t in zip(todo, tasks, strict=True):
+    for a, h, t in zip(todo, holds, tasks, strict=True):
         name = a.name or "(unnamed)"
         if not t.done():
+            busy = h.waiting  # asked first: cancelling the task ends the wait
             t.cancel()
-            missing.append(f"{name}: not downloaded in time")
+            if busy:
+                log.info("[%s] file %s: still waiting for %s", where, name, budget)
+            missing.append(f"{name}: {BUSY if busy else 'not downloaded in time'}")
             continue
         if (exc := t.exception()) is not None:
             log.info("[%s] attachment %s not fetched: %s", where, name, exc)

@@ -22,7 +22,10 @@ data, and that fails the whole turn):
 A photo that cannot be shown is named to the model with the reason, so it does
 not answer as if it had seen it.  Decoding runs on one thread of its own per
 process, so a burst of photos blocks neither the event loop nor the default
-executor, and one decode at a time bounds the memory it takes.
+executor, and one decode at a time bounds the memory it takes.  The downloaded
+bytes count against the process's :class:`~agent_core.agent.download_budget.DownloadBudget`
+from before the download until the photo is prepared; a photo still waiting for
+its share at the deadline is named as such.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Protocol, runtime_checkable
 
 from PIL import Image, ImageOps
 
+from agent_core.agent.download_budget import DownloadBudget, Hold
 from agent_core.events import Attachment
 from agent_core.llm.base import ImagePart
 
@@ -49,7 +53,8 @@ MAX_EDGE = 1568  # the long side the model APIs scale larger images down to anyw
 MAX_PIXELS = 60_000_000
 MAX_PIXELS_FULL_DECODE = 16_000_000
 MAX_SIDE = 8000  # longer sides are refused by the model APIs: scaled down here
-FETCH_DEADLINE_SECS = 30.0  # all photos of one message
+FETCH_DEADLINE_SECS = 30.0  # all photos of one message (waiting for the budget included)
+BUSY = "not downloaded in time (the bot is busy with other files)"
 # One decoding thread per process, apart from the default executor (which also
 # resolves host names): a burst of photos waits its turn without blocking either.
 _DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-images")
@@ -126,38 +131,56 @@ def _reencode(data: bytes, mime: str) -> tuple[str, bytes] | str:
 
 
 async def _one(
-    fetcher: AttachmentFetcher, a: Attachment, limit: int, where: object
+    fetcher: AttachmentFetcher, a: Attachment, limit: int, where: object, hold: Hold
 ) -> ImagePart | str:
     name = a.name or "(unnamed)"
     if a.size and a.size > limit:
         return f"{name}: larger than {limit} bytes"
-    try:
-        data = await fetcher.fetch_attachment(a, limit)
-    except Exception as exc:
-        log.info("[%s] attachment %s not fetched: %s", where, name, exc)
-        if str(exc).startswith("file is larger than"):
+    async with hold:
+        try:
+            data = await fetcher.fetch_attachment(a, limit)
+        except Exception as exc:
+            log.info("[%s] attachment %s not fetched: %s", where, name, exc)
+            if str(exc).startswith("file is larger than"):
+                return f"{name}: larger than {limit} bytes"
+            return f"{name}: could not be downloaded"
+        if len(data) > limit:
             return f"{name}: larger than {limit} bytes"
-        return f"{name}: could not be downloaded"
-    if len(data) > limit:
-        return f"{name}: larger than {limit} bytes"
-    ready = await asyncio.get_running_loop().run_in_executor(_DECODER, prepare, data)
+        job = _DECODER.submit(prepare, data)
+        hold.release_after(job)  # the decoder has the bytes until it is done, cancelled or not
+        del data
+        ready = await asyncio.wrap_future(job)
     if isinstance(ready, str):
         return f"{name}: {ready}"
     return ImagePart(ready[0], base64.b64encode(ready[1]).decode())
 
 
 async def fetch_images(
-    fetcher: AttachmentFetcher, pics: list[Attachment], limit: int, where: object
+    fetcher: AttachmentFetcher,
+    pics: list[Attachment],
+    limit: int,
+    where: object,
+    budget: DownloadBudget,
 ) -> tuple[tuple[ImagePart, ...], list[str]]:
-    """(the images to show, a line per photo that could not be shown), in order."""
-    tasks = [asyncio.ensure_future(_one(fetcher, a, limit, where)) for a in pics]
+    """(the images to show, a line per photo that could not be shown), in order.
+
+    Each photo holds its size (``limit`` when the platform gave none) of ``budget``
+    from before its download until it is prepared."""
+    holds = [budget.hold(a.size or limit) for a in pics]
+    tasks = [
+        asyncio.ensure_future(_one(fetcher, a, limit, where, h))
+        for a, h in zip(pics, holds, strict=True)
+    ]
     await asyncio.wait(tasks, timeout=FETCH_DEADLINE_SECS)
     out: list[ImagePart] = []
     missing: list[str] = []
-    for a, t in zip(pics, tasks, strict=True):
+    for a, h, t in zip(pics, holds, tasks, strict=True):
         if not t.done():
+            busy = h.waiting  # asked first: cancelling the task ends the wait
             t.cancel()
-            missing.append(f"{a.name or '(unnamed)'}: not downloaded in time")
+            if busy:
+                log.info("[%s] photo %s: still waiting for %s", where, a.name, budget)
+            missing.append(f"{a.name or '(unnamed)'}: {BUSY if busy else 'not downloaded in time'}")
         elif t.exception() is not None:
             log.warning("[%s] photo %s not prepared", where, a.name, exc_info=t.exception())
             missing.append(f"{a.name or '(unnamed)'}: could not be read as an image")

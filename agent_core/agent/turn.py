@@ -275,7 +275,7 @@ class Turn:
         self._typing = self._typing or asyncio.create_task(self._keep_typing())
         if self._text_room is None:  # one allowance for the whole turn
             self._text_room = Room(allowance(self.agent.window_for(self.model())))
-        return await read_texts(outbox, files, self.thread, self._text_room)
+        return await read_texts(outbox, files, self.thread, self._text_room, self.agent.downloads)
 
     async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:
         pics = [a for a in event.attachments if a.kind == "image"]
@@ -289,7 +289,9 @@ class Turn:
             return (), []
         # downloads can take seconds: the person sees the bot typing meanwhile
         self._typing = self._typing or asyncio.create_task(self._keep_typing())
-        return await fetch_images(outbox, pics, self.s.max_attachment_bytes, self.thread)
+        return await fetch_images(
+            outbox, pics, self.s.max_attachment_bytes, self.thread, self.agent.downloads
+        )
 
     async def run_text(self, head: InboundEvent, *, checkpoint: bool = True) -> str:
         if checkpoint:  # written with the completion, in the same round trip

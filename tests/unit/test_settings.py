@@ -78,3 +78,18 @@ def test_backend_aliases_and_auto_choice(monkeypatch: pytest.MonkeyPatch) -> Non
         "openai",
         "OPENAI_API_KEY is set; ANTHROPIC_API_KEY ignored (LLM_BACKEND chooses)",
     )
+
+
+def test_attachment_memory_budget_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load(CoreSettings).attachment_memory_bytes == 100_000_000
+    monkeypatch.setenv("ATTACHMENT_MEMORY_BYTES", "25000000")
+    assert load(CoreSettings).attachment_memory_bytes == 25_000_000
+    monkeypatch.setenv("ATTACHMENT_MEMORY_BYTES", "0")  # no budget
+    assert load(CoreSettings).attachment_memory_bytes == 0
+    for bad in ("-1", "lots"):
+        monkeypatch.setenv("ATTACHMENT_MEMORY_BYTES", bad)
+        with pytest.raises(ConfigError) as exc:
+            load(CoreSettings)
+        assert [p.split(":")[0] for p in exc.value.problems] == ["ATTACHMENT_MEMORY_BYTES"]

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from agent_core.agent import images
+from agent_core.agent.download_budget import DownloadBudget
 from agent_core.agent.images import SEND_MAX_BYTES, fetch_images, image_mime, prepare
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
@@ -131,7 +132,8 @@ async def test_each_photo_is_shown_or_named_with_the_reason(
         Attachment("image", "", "image/jpeg", 0, "e"),
         Attachment("image", "slow.jpg", "image/jpeg", 0, "f"),
     ]
-    shown, missing = await fetch_images(files, pics, 1000, "t")
+    budget = DownloadBudget(100_000)
+    shown, missing = await fetch_images(files, pics, 1000, "t", budget)
     assert [i.mime for i in shown] == ["image/png", "image/jpeg"]
     assert base64.b64decode(shown[0].data_b64) == PNG
     assert missing == [
