@@ -1,12 +1,14 @@
-"""Who said it: the display name of a person in a group conversation.
+"""Who said it, and who they mention: people's names for the model.
 
 In a group the model reads each message as ``<name>: <text>``
 (:func:`agent_core.agent.agent.user_message_text`), so that it can tell people
 apart.  Some platforms leave the name out of their events (Slack's
 ``app_mention`` has only the user id); a channel whose outbox implements the
-optional :class:`NameResolver` is asked for it then, within
-:data:`NAME_TIMEOUT_SECS` (the turn never waits longer for a name, and goes on
-without one if the lookup fails).
+optional :class:`NameResolver` is asked for it then.  Some write the people a
+message mentions as ids the model cannot read (Slack: ``@U0123ABCD``); a
+channel whose outbox implements :class:`MentionNamer` puts names in their place,
+in any conversation.  Both within :data:`NAME_TIMEOUT_SECS` together (the turn
+never waits longer for names, and goes on without them if a lookup fails).
 """
 
 from __future__ import annotations
@@ -30,15 +32,45 @@ class NameResolver(Protocol):
     async def user_display_name(self, user_id: str) -> str: ...
 
 
+@runtime_checkable
+class MentionNamer(Protocol):
+    """Optional: an Outbox whose platform writes mentioned people as ids; ``text``
+    with their names instead (ids it cannot name stay as they are)."""
+
+    async def name_mentions(self, text: str) -> str: ...
+
+
 async def named(outbox: object, event: InboundEvent) -> InboundEvent:
-    """``event`` with its author's name filled in where a group needs it."""
-    if event.is_direct or event.user_name or not event.user_id:
+    """``event`` with its author's name filled in where a group needs it, and the
+    people it mentions named where the platform wrote ids."""
+    author = (
+        not event.is_direct
+        and not event.user_name
+        and bool(event.user_id)
+        and isinstance(outbox, NameResolver)
+    )
+    mentions = "@" in event.text and isinstance(outbox, MentionNamer)
+    if not author and not mentions:
+        return event  # most messages: nothing to look up, no task started
+    user_name, text = event.user_name, event.text
+
+    async def name_author() -> None:
+        nonlocal user_name
+        assert isinstance(outbox, NameResolver)
+        user_name = await outbox.user_display_name(event.user_id) or user_name
+
+    async def name_mentioned() -> None:
+        nonlocal text
+        assert isinstance(outbox, MentionNamer)
+        text = await outbox.name_mentions(event.text)
+
+    jobs = [job() for job, wanted in ((name_author, author), (name_mentioned, mentions)) if wanted]
+    results = await asyncio.gather(
+        *(asyncio.wait_for(job, NAME_TIMEOUT_SECS) for job in jobs), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            log.info("[%s] names not looked up: %s", event.thread, type(result).__name__)
+    if (user_name, text) == (event.user_name, event.text):
         return event
-    if not isinstance(outbox, NameResolver):
-        return event
-    try:
-        name = await asyncio.wait_for(outbox.user_display_name(event.user_id), NAME_TIMEOUT_SECS)
-    except Exception as exc:
-        log.info("[%s] no name for %s: %s", event.thread, event.user_id, type(exc).__name__)
-        return event
-    return dataclasses.replace(event, user_name=name) if name else event
+    return dataclasses.replace(event, user_name=user_name, text=text)

@@ -111,6 +111,21 @@ def _mention_re(bot_id: str, roles: frozenset[str] = frozenset()) -> re.Pattern[
     return re.compile(rf"<(?:{'|'.join(alts)})>")
 
 
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
+
+
+def _named_mentions(text: str, mentioned: list[RawUser]) -> str:
+    """``<@123>`` of the people a message mentions -> ``@name``, from the message's own
+    ``mentions`` (no lookup); a mention the message does not describe stays as it is."""
+    names = {str(u.get("id")): display_name(u) for u in mentioned if isinstance(u, dict)}
+
+    def named(m: re.Match[str]) -> str:
+        name = names.get(m.group(1))
+        return f"@{name}" if name else m.group(0)
+
+    return _USER_MENTION.sub(named, text) if "<@" in text else text
+
+
 def mentions_bot(raw: RawMessage, bot_id: str, roles: frozenset[str] = frozenset()) -> bool:
     if any(u.get("id") == bot_id for u in raw.get("mentions") or ()):
         return True
@@ -184,6 +199,7 @@ def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
         return None
     content = raw.get("content") or ""
     text = cut_mentions(_mention_re(ctx.bot_id, ctx.bot_roles), content).strip()
+    text = _named_mentions(text, raw.get("mentions") or [])
     quotes, forwarded = _forwarded(raw)
     text = "\n\n".join([text, *quotes] if text else quotes)
     attachments = tuple(_attachments(raw.get("attachments")) + forwarded)

@@ -399,6 +399,10 @@ class SlackOutbox:
         """A person's display name (NameResolver): users.info, cached an hour."""
         return await self._names.name(user_id)
 
+    async def name_mentions(self, text: str) -> str:
+        """``text`` with mentioned people's names (MentionNamer): users.info, cached."""
+        return await self._names.mentions(text)
+
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A user's file for the agent (AttachmentFetcher), at most ``max_bytes``;
         SendFailed with the reason otherwise (the bot token goes to Slack's file

@@ -5,12 +5,18 @@ user id.  In a channel the model reads each message as ``<name>: <text>``, so a
 worker asks Slack once per person and keeps the answer for an hour (a failed
 lookup for five minutes): a busy channel costs one call per person per hour per
 worker, far under ``users.info``'s rate tier.
+
+The people a message mentions arrive as ids (``<@U0123ABCD>``, which
+channels/slack/parse.py turns into ``@U0123ABCD``); :meth:`SlackNames.mentions`
+puts their names there, from the same cache (at most :data:`MAX_MENTIONS`
+different people per message are looked up; the others stay ids).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Any
 
@@ -24,6 +30,10 @@ KEEP_SECS = 3600.0
 KEEP_FAILED_SECS = 300.0
 LOOKUP_SECS = 1.5
 MAX_KEPT = 10_000
+MAX_MENTIONS = 20
+# "@U0123ABCD" as parse.plain_text leaves a mention Slack sent without a label
+# (user ids: U or W and upper-case letters and digits)
+_MENTION = re.compile(r"(?<![\w@])@([UW][A-Z0-9]{6,14})(?!\w)")
 
 
 def display_name(user: dict[str, Any]) -> str:
@@ -63,3 +73,16 @@ class SlackNames:
             self._kept.clear()
         self._kept[user_id] = (name, now + keep)
         return name
+
+    async def mentions(self, text: str) -> str:
+        """``text`` with the people it mentions by id named (unknown ones stay ids)."""
+        ids = list(dict.fromkeys(_MENTION.findall(text)))[:MAX_MENTIONS]
+        if not ids:
+            return text
+        names = dict(zip(ids, await asyncio.gather(*(self.name(i) for i in ids)), strict=True))
+
+        def named(m: re.Match[str]) -> str:
+            name = names.get(m.group(1))
+            return f"@{name}" if name else m.group(0)
+
+        return _MENTION.sub(named, text)

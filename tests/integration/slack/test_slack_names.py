@@ -80,3 +80,53 @@ async def test_a_slow_lookup_is_remembered_as_a_miss(
     assert await box.user_display_name("U1") == ""
     assert await box.user_display_name("U1") == ""  # not asked again, not waited for
     assert len(fake_slack.calls_to("users.info", ok=None)) == 1
+
+
+async def test_people_mentioned_by_id_are_named_from_the_same_cache(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    fake_slack.add_user("U01ALICE1", "Alice Smith", "alice")
+    fake_slack.add_user("U02BOB234", "Bob Jones")
+    box = _outbox(slack)
+    text = "ask @U01ALICE1 and @U02BOB234, cc @U01ALICE1 and @W09NOBODY1 (mail me@U01ALICE1)"
+    assert await box.name_mentions(text) == (
+        "ask @alice and @Bob Jones, cc @alice and @W09NOBODY1 (mail me@U01ALICE1)"
+    )
+    assert await box.name_mentions("no one here, @U01ALICE1x or @u01alice1") == (
+        "no one here, @U01ALICE1x or @u01alice1"
+    )
+    assert await box.user_display_name("U01ALICE1") == "alice"  # cached by the mention
+    asked = [c.args.get("user") for c in fake_slack.calls_to("users.info", ok=None)]
+    assert asked == ["U01ALICE1", "U02BOB234", "W09NOBODY1"]  # each once
+
+
+async def test_a_message_mentioning_people_reaches_the_model_with_their_names(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    """Slack writes mentions as <@U…>; the model reads names, in a channel and a DM."""
+    fake_slack.add_user("U1", "Alice Smith", "alice")
+    fake_slack.add_user("U02BOB234", "Bob Jones")
+    async with FakeLLMServer() as llm:
+        settings = runtime_settings(valkey.url, slack_settings, llm.openai_url, dm_policy="open")
+        async with Runtime(settings, "all") as rt:
+            stop = asyncio.Event()
+            task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
+            try:
+                async with httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
+                ) as client:
+                    for channel, text, kind in (
+                        ("C1", "<@UBOT> what does <@U02BOB234> think?", "app_mention"),
+                        ("D1", "tell <@U02BOB234|bob> hi", "message"),
+                    ):
+                        body = fake_slack.message(channel, text, kind=kind)
+                        assert (await fake_slack.deliver(client, body)).status_code == 200
+                deadline = time.monotonic() + 10
+                while len(llm.requests) < 2:
+                    assert time.monotonic() < deadline, "the model was not asked twice"
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await task
+    said = [r.body["messages"][-1]["content"] for r in llm.requests]
+    assert sorted(said) == ["alice: what does @Bob Jones think?", "tell @bob hi"]

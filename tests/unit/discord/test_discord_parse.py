@@ -47,6 +47,24 @@ def test_guild_mention_is_stripped_and_routed() -> None:
     assert ev.thread == ThreadKey("discord", "200", "300", "")
 
 
+def test_people_mentioned_are_named_from_the_message_itself() -> None:
+    """Discord writes mentions as <@id>; the message's own ``mentions`` name them."""
+    ev = parse_message(
+        msg(
+            guild_id="200",
+            content=f"<@{BOT}> ask <@501> and <@!502> (not <@503>, <@&77> or <#300>)",
+            mentions=[
+                {"id": BOT, "username": "parley"},
+                {"id": "501", "username": "bob", "global_name": "Bob J"},
+                {"id": "502", "username": "carol"},
+            ],
+        ),
+        CTX,
+    )
+    assert ev is not None
+    assert ev.text == "ask @Bob J and @carol (not <@503>, <@&77> or <#300>)"
+
+
 def test_reply_to_bot_counts() -> None:
     raw = msg(guild_id="200", type=19, referenced_message={"author": {"id": BOT}})
     ev = parse_message(raw, CTX)
