@@ -244,6 +244,8 @@ class Worker:
 
     def _spawn(self, thread: ThreadKey, state: TurnState | None = None) -> None:
         running = self.running.get(thread)
+        if running is not None and state is not None and state.lock_was_ours:
+            return  # the running task holds the lock and will see the new event
         if running is not None:
             # The thread's task is finishing (its completion released the lock)
             # while a new event for it just took the lock for this worker: run the
@@ -334,12 +336,10 @@ class Worker:
         self, thread: ThreadKey, guard: LockGuard, first: TurnState | None = None
     ) -> None:
         released = False
-        head = ""  # the event whose turn this task began and has not completed
         try:
             while True:
                 # The hand-off script read the first turn's state already.
                 state, first = first or await self.delivery.begin(thread, self.owner), None
-                head = state.mailbox[0].event_id if state.mailbox else ""
                 if not state.mailbox:
                     await self.delivery.release(thread, self.owner)
                     released = True
@@ -352,7 +352,7 @@ class Worker:
                         return
                     continue
                 if await self._waits_for_earlier(thread, state):
-                    await self.delivery.release(thread, self.owner, unstart=head)
+                    await self.delivery.release(thread, self.owner)
                     released = True  # the sweeper or the missing event's hand-off resumes it
                     return
                 started = time.perf_counter()
@@ -440,7 +440,7 @@ class Worker:
                 # let go of the thread (shutdown, Redis trouble) without counting
                 # this execution as interrupted: the next one is a plain rerun
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self.delivery.release(thread, self.owner, unstart=head))
+                    await asyncio.shield(self.delivery.release(thread, self.owner))
 
     # -- heartbeat and sweeper ---------------------------------------------
     async def _renew_once(self) -> None:

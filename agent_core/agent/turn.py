@@ -138,8 +138,11 @@ class Turn:
         # wire: that part is not sent again (it may have reached the user), so this
         # execution answers its own message only.  Messages that arrived meanwhile
         # get turns of their own instead of riding in an answer that is never sent.
+        # The same for any rerun of an execution that died: the head alone, so that a
+        # message that arrived meanwhile and killed that worker (a file it was reading)
+        # does not take the head down with it.
         prefix = f"{state.mailbox[0].event_id}:" if state.mailbox else "\0"
-        self.inject = not any(f.startswith(prefix) for f in state.pending)
+        self.inject = not state.rerun and not any(f.startswith(prefix) for f in state.pending)
         self._typing: asyncio.Task[None] | None = None
         self._text_room: Room | None = None  # text files' share of the window, this turn
         self._reply: StreamingReply | None = None

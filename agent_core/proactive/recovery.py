@@ -62,6 +62,10 @@ def timeout_notice(secs: float) -> str:
     )
 
 
+# events a person sent: one that keeps killing its worker is given up, with a notice
+PERSON_KINDS = frozenset({EventKind.MESSAGE, EventKind.ACTION, EventKind.COMMAND})
+
+
 class TurnRecovery:
     def __init__(self, settings: CoreSettings, agent: Agent, owner: str) -> None:
         self.settings = settings
@@ -77,20 +81,25 @@ class TurnRecovery:
         notes = [retry_note] if retried else []
         if self._interrupted(state):
             self.recovered += 1
+            # Only what a person sent is given up.  A conversation's move must finish
+            # (it reruns until it does, as it always did); a routine's note is cheap.
+            limited = head.kind in PERSON_KINDS
             log.warning(
                 "[%s] previous turn on event %s was interrupted (%s)",
                 thread,
                 head.event_id,
-                "again; dropping it" if retried else "running it again",
+                "again; dropping it" if retried and limited else "running it again",
             )
-            if retried:
+            if retried and limited:
                 return await self._give_up(thread, state, guard, INTERRUPTED_DROPPED, "dropped")
-            # rerun silently (recorded parts are edited, never sent twice) and leave a
-            # record that this message was retried once
-            await self.agent.delivery.record_sent(
-                thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
-            )
-            notes = [retry_note]
+            state.rerun = True  # its message alone: nothing that arrived since rides along
+            if limited and not retried:
+                # rerun silently (recorded parts are edited, never sent twice) and
+                # leave a record that this message was retried once
+                await self.agent.delivery.record_sent(
+                    thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
+                )
+                notes = [retry_note]
         timeout = self.settings.turn_timeout_secs
         try:
             if timeout > 0:

@@ -44,9 +44,13 @@ class TurnState:
     session_data: bytes | None
     sent: dict[str, MessageRef] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)  # parts claimed, never recorded
-    # start records ('<event id>#s:0' -> the owner that began a turn on that event),
-    # as they were before this begin recorded its own: see recovery
+    # start records ('<event id>#s:0' -> the owner that began a turn on that event,
+    # '' for one that names none), as they were before this begin recorded its own
     starts: dict[str, str] = field(default_factory=dict)
+    # the hand-off found the lock already this owner's (not newly taken)
+    lock_was_ours: bool = False
+    # set by recovery: this execution reruns one that died (it runs its message alone)
+    rerun: bool = False
     next_seq: int = 0  # arrival number of the thread's next event to run (0: unknown)
     moved_to: ThreadKey | None = None  # the conversation moved there: forward, never run
 
@@ -123,7 +127,7 @@ class Delivery:
     async def handoff(
         self, entries: list[tuple[bytes, InboundEvent | None]], owner: str
     ) -> list[ThreadKey]:
-        """Move entries into their mailboxes; return the threads whose lock we got."""
+        """Move entries into their mailboxes; return the threads whose lock is ours."""
         return [t for t, _ in await self.handoff_and_begin(entries, owner)]
 
     async def handoff_and_begin(
@@ -133,9 +137,10 @@ class Delivery:
         *,
         ack: bool = True,
     ) -> list[tuple[ThreadKey, TurnState]]:
-        """Move entries into their mailboxes; return the threads whose lock we
-        got, each with the state its turn begins from (read by the same script,
-        so the first turn needs no ``begin`` round trip).
+        """Move entries into their mailboxes; return the threads whose lock is
+        ours (taken now, or ours already: ``TurnState.lock_was_ours``, which the
+        caller may be running), each with the state its turn begins from (read
+        by the same script, so the first turn needs no ``begin`` round trip).
 
         ``ack=False``: the caller acknowledges the entries later (``acknowledge``
         or ``read(ack_first=...)``).  Until then they stay pending in the stream:
@@ -180,18 +185,29 @@ class Delivery:
                 for t in dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None)
             ]
             results = await run_pipelined(self.redis, calls, then=index)
+            fresh: set[ThreadKey] = set()
             for (_eid, ev), res in zip(valid, results, strict=True):
                 assert ev is not None
-                if int(res[1]) == 1 and ev.thread not in acquired:
+                if int(res[1]) == 1:
+                    fresh.add(ev.thread)
+                # a full answer (len > 3): the lock is ours, newly or already (a hand-off
+                # of ours whose threads were lost before they started: a failed XACK)
+                if len(res) > 3 and ev.thread not in acquired:
                     acquired[ev.thread] = None
                 if ev.thread in acquired and len(res) > 3:
                     # the latest read of a thread we hold (later events of the batch included)
                     box, ver, data, sent, nxt, moved = res[3:9]
                     flat = dict(zip(sent[::2], sent[1::2], strict=True))
-                    acquired[ev.thread] = _state(
-                        box, ver or None, data or None, flat, nxt or None, moved or None
-                    )
+                    st = _state(box, ver or None, data or None, flat, nxt or None, moved or None)
+                    earlier = acquired[ev.thread]
+                    if earlier is not None:
+                        # the start records as the batch's first read found them: a later
+                        # read shows the one that first read wrote over a dead owner's
+                        st.starts = earlier.starts
+                    acquired[ev.thread] = st
         ready = [(t, st) for t, st in acquired.items() if st is not None]
+        for t, st in ready:
+            st.lock_was_ours = t not in fresh
         if entries and ack:
             await self.acknowledge(entries)
         return ready
@@ -342,19 +358,16 @@ class Delivery:
         )
         return [bool(r) for r in res]
 
-    async def release(self, thread: ThreadKey, owner: str, *, unstart: str = "") -> None:
-        """Let the thread go.  ``unstart``: the event id whose turn this owner began
-        and does not run now (shutdown, waiting for an earlier arrival): its start
-        record goes too, so the next execution is not taken for a rerun."""
-        if unstart:
-            await run_script(
-                self.redis,
-                self._release,
-                [keys.lock(thread), keys.sent(thread)],
-                [owner, start_field(unstart)],
-            )
-        else:
-            await run_script(self.redis, self._release, [keys.lock(thread)], [owner])
+    async def release(self, thread: ThreadKey, owner: str) -> None:
+        """Let the thread go.  A start record ``owner`` left on the mailbox head goes
+        too (it did not finish that event: a shutdown, waiting for an earlier
+        arrival), so the next execution is not taken for the rerun of a dead one."""
+        await run_script(
+            self.redis,
+            self._release,
+            [keys.lock(thread), keys.sent(thread), keys.mailbox(thread)],
+            [owner],
+        )
 
     # -- recovery index ----------------------------------------------------
     async def active_threads(self, limit: int = 200) -> list[ThreadKey]:
@@ -424,12 +437,15 @@ def _state(
     pending: set[str] = set()
     starts: dict[str, str] = {}
     for k, v in raw_sent.items():
+        name = k.decode()
         if v.startswith(b"pending:"):
-            pending.add(k.decode())
-        elif v.startswith(b"started:"):
-            starts[k.decode()] = v[8:].decode()
+            pending.add(name)
+            continue
+        ref = MessageRef.from_dict(orjson.loads(v))
+        if name.endswith(START_SUFFIX):
+            starts[name] = ref.message_id.removeprefix("started:")
         else:
-            sent[k.decode()] = MessageRef.from_dict(orjson.loads(v))
+            sent[name] = ref
     moved = ThreadKey.parse(raw_moved.decode()) if raw_moved else None
     return TurnState(
         mailbox,
@@ -443,9 +459,12 @@ def _state(
     )
 
 
+START_SUFFIX = "#s:0"
+
+
 def start_field(event_id: str) -> str:
     """The sent-records field naming who began a turn on ``event_id``."""
-    return f"{event_id}#s:0"
+    return f"{event_id}{START_SUFFIX}"
 
 
 def _decode(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> InboundEvent | None:

@@ -24,18 +24,22 @@ return n
 # A turn's start, recorded where its reply parts are (fragment of HANDOFF and
 # BEGIN, run by the lock holder right after reading the sent records, which
 # therefore show the record an earlier execution left): the mailbox head's
-# field '<event id>#s:0' names the owner that began it.  A later begin that
-# finds another owner's record knows that execution never completed (its worker
-# died or lost the lock): see agent_core.proactive.recovery.  COMPLETE drops the
-# record with the event; RELEASE drops it when the owner lets the thread go
-# without running the event.  Expects locals `box` (the mailbox), KEYS[sent_key]
-# and ARGV[owner_arg] set by the including script.
+# field '<event id>#s:0' names the owner that began it, as a MessageRef JSON
+# whose message id is 'started:<owner>' (the shape every version of Parley
+# reads in that hash: a rollback reads it as its own start record).  A later
+# begin that finds another owner's record knows that execution never completed
+# (its worker died or lost the lock): see agent_core.proactive.recovery.
+# COMPLETE drops the record with the event; RELEASE drops the caller's own
+# record on the head when it lets the thread go without finishing.  Expects
+# locals `box` (the mailbox), KEYS[sent_key] and ARGV[owner_arg] set by the
+# including script.
 def _mark_start(sent_key: int, owner_arg: int) -> str:
     return f"""
 if #box > 0 then
   local ok, head = pcall(cjson.decode, box[1])
   if ok and type(head) == 'table' and type(head['id']) == 'string' then
-    redis.call('HSET', KEYS[{sent_key}], head['id'] .. '#s:0', 'started:' .. ARGV[{owner_arg}])
+    redis.call('HSET', KEYS[{sent_key}], head['id'] .. '#s:0',
+      cjson.encode({{c = '', v = '', m = 'started:' .. ARGV[{owner_arg}], t = '', x = ''}}))
   end
 end
 """
@@ -144,12 +148,21 @@ end
 return 0
 """
 
-# KEYS: lock [, sent] ; ARGV: owner [, start record field].  Compare-and-delete
-# of the lock; with the optional pair, also of the start record this owner left
-# for an event it lets go without running (see _mark_start).
+# KEYS: lock [, sent, mailbox] ; ARGV: owner.  Compare-and-delete of the lock;
+# with the optional keys, also of the start record this owner left on the
+# mailbox head (see _mark_start): it lets the thread go without finishing that
+# event (a shutdown, Redis trouble, waiting for an earlier arrival), which must
+# not count as an execution that died.
 RELEASE = """
-if KEYS[2] and redis.call('HGET', KEYS[2], ARGV[2]) == 'started:' .. ARGV[1] then
-  redis.call('HDEL', KEYS[2], ARGV[2])
+if KEYS[3] then
+  local ok, head = pcall(cjson.decode, redis.call('LINDEX', KEYS[3], 0) or '')
+  if ok and type(head) == 'table' and type(head['id']) == 'string' then
+    local field = head['id'] .. '#s:0'
+    local rec_ok, rec = pcall(cjson.decode, redis.call('HGET', KEYS[2], field) or '')
+    if rec_ok and type(rec) == 'table' and rec['m'] == 'started:' .. ARGV[1] then
+      redis.call('HDEL', KEYS[2], field)
+    end
+  end
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])

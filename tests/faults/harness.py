@@ -22,6 +22,7 @@ import re
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,13 +312,23 @@ class Audit:
     out_of_order: list[int]
     errors: list[str]
     orders: dict[int, list[int]] = field(default_factory=dict)
+    # lost messages the user was told about: a message whose two executions both died
+    # is given up with a notice (docs/reliability.md), at most one per notice per chat
+    given_up: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.out_of_order)
 
 
-async def read_coverage(redis: Redis, load: WebLoad) -> tuple[dict[int, list[int]], list[str]]:
+GAVE_UP = "gave up on that message"  # agent_core.proactive.recovery.INTERRUPTED_DROPPED
+
+
+async def read_coverage(
+    redis: Redis, load: WebLoad, notices: dict[int, int] | None = None
+) -> tuple[dict[int, list[int]], list[str]]:
+    """Per chat, the message numbers its answers cover; the answers covering none.
+    ``notices``, when given, gets the count of give-up notices per chat."""
     from agent_core.events import ThreadKey
 
     covered: dict[int, list[int]] = {}
@@ -332,6 +343,8 @@ async def read_coverage(redis: Redis, load: WebLoad) -> tuple[dict[int, list[int
             nums = [int(m.group(2)) for m in MARK.finditer(text) if int(m.group(1)) == chat.index]
             if not nums and text:
                 errors.append(text[:120])
+                if notices is not None and GAVE_UP in text:
+                    notices[chat.index] = notices.get(chat.index, 0) + 1
             order.extend(nums)
         covered[chat.index] = order
     return covered, errors
@@ -341,20 +354,29 @@ async def audit(redis: Redis, load: WebLoad, *, wait: float = 60.0, settle: floa
     """Wait until every accepted message is answered (or ``wait`` passes), then check."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
+        told: dict[int, int] = {}
         try:
-            covered, _ = await read_coverage(redis, load)
+            covered, _ = await read_coverage(redis, load, told)
         except RedisError:  # the server may be restarting (redis_restart scenario)
             await asyncio.sleep(0.25)
             continue
         got = {(c, n) for c, ns in covered.items() for n in ns}
-        if load.sent_ids <= got:
-            break
+        missing = Counter(c for c, _n in load.sent_ids - got)
+        if all(told.get(c, 0) >= k for c, k in missing.items()):
+            break  # everything answered, or given up with a notice
         await asyncio.sleep(0.25)
     await asyncio.sleep(settle)  # a late duplicate would show up now
-    covered, errors = await read_coverage(redis, load)
+    notices: dict[int, int] = {}
+    covered, errors = await read_coverage(redis, load, notices)
     got_list = [(c, n) for c, ns in covered.items() for n in ns]
     got = set(got_list)
-    lost = sorted(load.sent_ids - got)
+    lost, given_up = [], []
+    for chat, n in sorted(load.sent_ids - got):
+        if notices.get(chat, 0) > 0:
+            notices[chat] -= 1
+            given_up.append((chat, n))
+        else:
+            lost.append((chat, n))
     dup = (
         sorted({x for x in got_list if got_list.count(x) > 1}) if len(got) != len(got_list) else []
     )
@@ -367,6 +389,7 @@ async def audit(redis: Redis, load: WebLoad, *, wait: float = 60.0, settle: floa
         ooo,
         errors,
         {c: covered[c] for c in ooo},
+        given_up,
     )
 
 

@@ -79,6 +79,7 @@ async def worker_kill(
             "messages": result.sent,
             "answered": result.answered,
             "lost": len(result.lost),
+            "given_up_with_notice": len(result.given_up),
             "duplicated": len(result.duplicated),
             "out_of_order_chats": len(result.out_of_order),
             "achieved_rate_per_s": round(result.sent / load_secs, 1),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -158,10 +160,10 @@ async def test_handoff_returns_the_state_a_turn_begins_from(redis_clients: Redis
     assert [th for th, _ in got] == [t, other]
     state = dict(got)[t]
     assert [e.event_id for e in state.mailbox] == ["e1", "e3"]
-    # the batch's later read of the thread shows the start its first read recorded:
-    # this owner's own, so not an earlier execution
-    assert state.starts == {"e1#s:0": "w1"}
-    assert state == await d.begin(t, "w1")
+    # the start records as the batch's first read found them (before it wrote its own)
+    assert state.starts == {}
+    again = await d.begin(t, "w1")
+    assert again == dataclasses.replace(state, starts={"e1#s:0": "w1"})
     assert state.sent == {"e0:0": MessageRef("web", "local", "m1")}
     assert await d.handoff_and_begin([(b"1-4", msg(t, 4))], "w2") == []  # not its lock
 
@@ -175,11 +177,19 @@ async def test_a_turn_start_is_recorded_with_its_owner_and_goes_with_the_event(
     r = redis_clients.redis
     d = Delivery(r, redis_clients.blocking)
     t = ThreadKey("web", "local", "a")
+
+    async def records() -> dict[str, str]:
+        raw = await r.hgetall(keys.sent(t))
+        return {
+            k.decode(): MessageRef.from_dict(orjson.loads(v)).message_id for k, v in raw.items()
+        }
+
     await d.handoff_and_begin([(b"1-1", msg(t, 1)), (b"1-2", msg(t, 2))], "w1")
-    assert await r.hgetall(keys.sent(t)) == {b"e1#s:0": b"started:w1"}
+    # a MessageRef, as every version reads that hash (a rollback reads it as its own)
+    assert await records() == {"e1#s:0": "started:w1"}
     # the owner lets it go (a shutdown): its record goes with the lock
-    await d.release(t, "w1", unstart="e1")
-    assert await r.hgetall(keys.sent(t)) == {}
+    await d.release(t, "w1")
+    assert await records() == {}
     assert await r.exists(keys.lock(t)) == 0
     # w2 begins, then dies; w3 finds w2's record
     assert await d.try_lock(t, "w2")
@@ -190,18 +200,35 @@ async def test_a_turn_start_is_recorded_with_its_owner_and_goes_with_the_event(
     assert state.starts == {"e1#s:0": "w2"}
     assert state.sent == {} and state.pending == set()  # a start is not a reply part
     # w2, late, cannot take w3's record away
-    await d.release(t, "w2", unstart="e1")
-    assert await r.hget(keys.sent(t), "e1#s:0") == b"started:w3"
+    await d.release(t, "w2")
+    assert await records() == {"e1#s:0": "started:w3"}
     # consuming the event drops its record; the next head's begin records its own
     left = await d.complete(
         t, "w3", consumed=1, session_json=None, version=state.session_version, sent_fields=[]
     )
     assert left == 1
-    assert await r.hgetall(keys.sent(t)) == {}
+    assert await records() == {}
     assert (await d.begin(t, "w3")).mailbox[0].event_id == "e2"
-    assert await r.hgetall(keys.sent(t)) == {b"e2#s:0": b"started:w3"}
+    assert await records() == {"e2#s:0": "started:w3"}
     assert await d.complete(t, "w3", consumed=1, session_json=None, version=0, sent_fields=[]) == 0
     assert await r.exists(keys.sent(t)) == 0
+
+
+async def test_a_hand_off_to_a_lock_already_ours_starts_the_thread(
+    redis_clients: RedisClients,
+) -> None:
+    """A hand-off whose threads were lost before they started (its XACK failed) is
+    replayed: the lock is this worker's already.  The thread is returned, marked, so a
+    worker not running it starts it instead of leaving it locked until the lock
+    expires (and another worker takes this worker's start record for a dead one)."""
+    d = Delivery(redis_clients.redis, redis_clients.blocking)
+    t = ThreadKey("web", "local", "a")
+    [(got, first)] = await d.handoff_and_begin([(b"1-1", msg(t, 1))], "w1")
+    assert got == t and not first.lock_was_ours
+    [(again, replay)] = await d.handoff_and_begin([(b"1-1", msg(t, 1))], "w1")
+    assert again == t and replay.lock_was_ours
+    assert replay.starts == {"e1#s:0": "w1"}  # its own: not an earlier execution
+    assert await d.handoff_and_begin([(b"1-2", msg(t, 2))], "w2") == []
 
 
 async def test_one_turn_at_a_time_per_thread_in_arrival_order(redis_clients: RedisClients) -> None:

@@ -204,6 +204,7 @@ class World:
         self.ingest = Ingest(self.redis)
         self.clock = Clock()
         self.workers: list[tuple[Worker, asyncio.Event, asyncio.Task[None]]] = []
+        self.started = 0  # workers started so far (names are never reused)
 
     def make_agent(self) -> Agent:
         delivery = Delivery(
@@ -220,7 +221,9 @@ class World:
         for i in range(n):
             agent = self.make_agent()
             await agent.initialize()
-            w = Worker(self.settings, agent.delivery, agent, name=f"w{len(self.workers)}-{i}")
+            # a restarted world's workers get new names, as new processes would
+            self.started += 1
+            w = Worker(self.settings, agent.delivery, agent, name=f"w{self.started}-{i}")
             stop = asyncio.Event()
             self.workers.append((w, stop, asyncio.create_task(w.run(stop))))
 

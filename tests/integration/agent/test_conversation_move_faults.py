@@ -234,3 +234,27 @@ async def test_a_routine_note_held_in_the_old_group_stays_before_the_new_part(
     i = full.index(("assistant", "Reminder: standup at 10."))
     assert full[i - 1][0] == "tool" and "not run" in full[i - 1][1]  # after the old round
     assert not s.held
+
+
+async def test_a_move_whose_executions_died_twice_still_finishes(world: Any) -> None:
+    """A person's message that kills two workers is given up with a notice; a
+    conversation's move is not (the old group's history would stay behind, and the
+    notice would ask people to resend a message they never sent): it reruns until
+    it finishes."""
+    w = world(count_model(), sweep_interval_secs=60.0)
+    await w.start()
+    await w.send(user_event(OLD, "one"))
+    await w.settle(OLD)
+    delivery = w.workers[0][0].agent.delivery
+    ev = moved()
+    # an execution began the move and died, then its rerun too
+    await delivery.handoff_and_begin([(b"", ev)], "dead-rerun", ack=False)
+    await delivery.record_sent(NEW, f"{ev.event_id}#r:0", MessageRef("telegram", str(NEW), ""))
+    await w.redis.delete(keys.lock(NEW))  # the dead worker's lock expired
+    await w.workers[0][0].sweep_once()
+    await w.settle(NEW)
+    assert await w.redis.get(keys.moved(OLD)) == str(NEW).encode()
+    assert not any("gave up" in t for t in w.texts(NEW) + w.texts(OLD))
+    s = await w.session(NEW)
+    assert [m.content for m in s.history if m.role == "user"] == ["one"]
+    assert await w.redis.hlen(keys.sent(NEW)) == 0

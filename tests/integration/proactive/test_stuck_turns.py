@@ -54,7 +54,8 @@ async def _seed_part(w: Any, thread: ThreadKey, field: str) -> None:
 
 async def _seed_start(w: Any, thread: ThreadKey, event_id: str, owner: str = "dead") -> None:
     """What a worker that began a turn on ``event_id`` and died left behind."""
-    await w.redis.hset(keys.sent(thread), f"{event_id}#s:0", f"started:{owner}")
+    ref = MessageRef("", "", f"started:{owner}")
+    await w.redis.hset(keys.sent(thread), f"{event_id}#s:0", orjson.dumps(ref.to_dict()))
 
 
 async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
@@ -213,15 +214,53 @@ async def test_a_turn_records_who_began_it_and_a_shutdown_takes_the_record_back(
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
     record = await w.redis.hget(keys.sent(T), "e-s1#s:0")
-    assert record is not None and record.startswith(b"started:")
+    assert record is not None
+    assert MessageRef.from_dict(orjson.loads(record)).message_id == "started:w1-0"
     await w.stop()  # past the grace: the turn is cancelled, its message stays queued
     assert await w.redis.llen(keys.mailbox(T)) == 1
     assert await w.redis.hlen(keys.sent(T)) == 0  # the record went with the lock
+    # the next worker (another name) begins it, and dies: its record stays
+    model.requests.clear()
+    await w.start()  # w2-0
+    deadline = time.monotonic() + 5
+    while not model.requests:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    worker, _stop, task = w.workers[0]
+
+    async def dead(*_args: Any) -> None:  # a killed process lets go of nothing
+        return None
+
+    worker.delivery.release = dead  # type: ignore[method-assign]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await w.redis.delete(keys.lock(T))  # its lock expired
+    await worker.agent.shutdown()
+    w.workers.clear()
+    assert await w.redis.hexists(keys.sent(T), "e-s1#s:0")
+    # ... so the one after it reruns the message: once, not given up (the shutdown
+    # before did not count)
     model.delay = 0
-    await w.start()
+    await w.start()  # w3-0
     await w.settle(T)
     assert w.texts(T) == ["echo: slow"]
-    assert await w.redis.hlen(keys.sent(T)) == 0  # no retry record was needed
+    assert await w.redis.hlen(keys.sent(T)) == 0  # the retry record went with the message
+
+
+async def test_a_rerun_answers_its_message_alone(pworld: Any) -> None:
+    """The rerun of an execution that died takes nothing that arrived meanwhile into
+    its turn: a later message (a file that ran the worker out of memory, say) must not
+    take the innocent first one down with it.  Each gets a turn of its own."""
+    model = FnModel(echo())
+    w = pworld(model)
+    await w.send(user_event(T, "first", eid="e-a1"))
+    await w.send(user_event(T, "second", eid="e-a2"))
+    await _seed_start(w, T, "e-a1")
+    await w.start()
+    await w.settle(T)
+    said = [r.messages[-1].content for r in model.requests]
+    assert said == ["first", "second"], said
+    assert w.texts(T) == ["echo: first", "echo: second"]
 
 
 def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
