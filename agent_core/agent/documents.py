@@ -1,20 +1,24 @@
-"""Text files a person posts (notes, code, logs, CSV, JSON...) read to the model.
+"""Text files and PDFs a person posts read to the model.
 
 Any model can read text, so these are downloaded whatever the model, through the
 same optional :class:`~agent_core.agent.images.AttachmentFetcher` as photos: up to
-:data:`MAX_TEXT_FILE_BYTES` each, and :data:`MAX_TEXT_TOKENS` (by Parley's token
-estimate, which counts a CJK character as a token) for all files of one turn
+:data:`MAX_TEXT_FILE_BYTES` for a text file and ``MAX_ATTACHMENT_BYTES`` for a PDF
+(PDFs are bulky for the text they hold), and :data:`MAX_TEXT_TOKENS` (by Parley's
+token estimate, which counts a CJK character as a token) for all files of one turn
 together, fewer for a model with a small window (:func:`allowance`); the rest is
 cut, and the model is told where.  Each file holds its size of the process's
 :class:`~agent_core.agent.download_budget.DownloadBudget` from before its download
-until it is decoded, within the same deadline as photos.
+until it is decoded (a PDF: until :mod:`~agent_core.agent.pdfs` has read it), within
+the same deadline as photos.
 The text joins the person's message, so it stays in the conversation like
 anything they typed (compaction summarises it like the rest).
 
 A file counts as text by its type (``text/*``, JSON, XML, YAML, JavaScript...) or,
 when the platform gives none or a generic one, by its extension; it must decode
-as UTF-8 and hold no NUL byte.  PDFs, Office files and other binary formats are
-not read: they stay described by name, type and size.
+as UTF-8 and hold no NUL byte.  A PDF is one by its type (``application/pdf``) or
+extension likewise, and must then hold ``%PDF-`` near its start; a file labelled as
+text whose bytes start with ``%PDF-`` is read as the PDF it is.  Office files and
+other binary formats are not read: they stay described by name, type and size.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from dataclasses import dataclass
 
+from agent_core.agent import pdfs
 from agent_core.agent.download_budget import DownloadBudget, Hold
 from agent_core.agent.images import BUSY, FETCH_DEADLINE_SECS, AttachmentFetcher
+from agent_core.agent.pdfs import PdfText, is_pdf, looks_like_pdf
 from agent_core.agent.tokens import text_tokens
 from agent_core.events import Attachment
 
@@ -134,12 +142,43 @@ def decode(data: bytes) -> str | None:
         return None
 
 
-async def _one(fetcher: AttachmentFetcher, a: Attachment, where: object, hold: Hold) -> str | None:
-    """The file's text, or None with the reason logged."""
+class NotRead(Exception):
+    """A file downloaded but not read; the message is the reason, for the model."""
+
+
+@dataclass(slots=True)
+class _Job:
+    reading: bool = False  # downloaded: a PDF being read (or waiting for the thread)
+
+
+async def _one(
+    fetcher: AttachmentFetcher,
+    a: Attachment,
+    where: object,
+    hold: Hold,
+    limit: int,
+    job: _Job,
+    room: Room,
+    give_up_at: float,
+) -> str | PdfText:
+    """The file's text, or :class:`NotRead` raised with the reason."""
+    pdf = is_pdf(a)
     async with hold:
-        text = decode(await fetcher.fetch_attachment(a, MAX_TEXT_FILE_BYTES))
+        data = await fetcher.fetch_attachment(a, limit)
+        if looks_like_pdf(data, labelled=pdf):
+            job.reading = True
+            work = pdfs._READER.submit(pdfs.read, data, room.tokens, give_up_at)
+            hold.release_after(work)  # the reader has the bytes until it is done
+            del data
+            got = await asyncio.wrap_future(work)
+            if isinstance(got, str):
+                raise NotRead(got)
+            return got
+        if pdf:
+            raise NotRead(pdfs.NOT_PDF)
+        text = decode(data)
     if text is None:
-        log.info("[%s] %s is not UTF-8 text", where, a.name)
+        raise NotRead("not UTF-8 text")
     return text
 
 
@@ -170,8 +209,22 @@ class Room:
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, NotRead):
+        return str(exc)
     text = str(exc)
     return text if text.startswith("file is larger than") else "could not be downloaded"
+
+
+def _block(name: str, got: str | PdfText, room: Room) -> str:
+    if isinstance(got, str):
+        cut = room.take(got)
+        tail = f"\n[... cut here: {len(got) - len(cut)} more characters]" if cut != got else ""
+        return f"--- {name} ---\n{cut}{tail}\n--- end of {name} ---"
+    cut = room.take(got.text)
+    note = got.note(len(cut))
+    pages = f"{got.pages} page{'s' if got.pages != 1 else ''}"
+    body = cut + (f"\n{note}" if note else "")
+    return f"--- {name} (PDF, {pages}) ---\n{body}\n--- end of {name} ---"
 
 
 async def read_texts(
@@ -180,47 +233,56 @@ async def read_texts(
     where: object,
     room: Room,
     budget: DownloadBudget,
+    *,
+    pdf_limit: int,
 ) -> tuple[list[str], list[str]]:
     """(a block per file read, a line per file that could not be read), in order.
 
-    Each file holds its size (:data:`MAX_TEXT_FILE_BYTES` when the platform gave none)
-    of ``budget`` from before its download until it is decoded."""
+    Text files are downloaded up to :data:`MAX_TEXT_FILE_BYTES`, PDFs up to
+    ``pdf_limit`` (``MAX_ATTACHMENT_BYTES``).  Each file holds its size (its cap when
+    the platform gave none) of ``budget`` from before its download until it is decoded,
+    or for a PDF until :mod:`~agent_core.agent.pdfs` has finished reading it, even if
+    that is after the deadline."""
+    give_up_at = time.monotonic() + FETCH_DEADLINE_SECS
     blocks: list[str] = []
     missing: list[str] = []
-    todo = []
+    todo: list[tuple[Attachment, int]] = []
     for a in files:
-        name = a.name or "(unnamed)"
-        if a.size and a.size > MAX_TEXT_FILE_BYTES:
-            missing.append(f"{name}: larger than {MAX_TEXT_FILE_BYTES} bytes, not read")
+        limit = pdf_limit if is_pdf(a) else MAX_TEXT_FILE_BYTES
+        if a.size and a.size > limit:
+            missing.append(f"{a.name or '(unnamed)'}: larger than {limit} bytes, not read")
         else:
-            todo.append(a)
-    holds = [budget.hold(a.size or MAX_TEXT_FILE_BYTES) for a in todo]
+            todo.append((a, limit))
+    holds = [budget.hold(a.size or limit) for a, limit in todo]
+    jobs = [_Job() for _ in todo]
     tasks = [
-        asyncio.ensure_future(_one(fetcher, a, where, h)) for a, h in zip(todo, holds, strict=True)
+        asyncio.ensure_future(_one(fetcher, a, where, h, limit, j, room, give_up_at))
+        for (a, limit), h, j in zip(todo, holds, jobs, strict=True)
     ]
     if tasks:
         await asyncio.wait(tasks, timeout=FETCH_DEADLINE_SECS)
-    for a, h, t in zip(todo, holds, tasks, strict=True):
+    for (a, _), h, j, t in zip(todo, holds, jobs, tasks, strict=True):
         name = a.name or "(unnamed)"
         if not t.done():
             busy = h.waiting  # asked first: cancelling the task ends the wait
             t.cancel()
             if busy:
                 log.info("[%s] file %s: still waiting for %s", where, name, budget)
-            missing.append(f"{name}: {BUSY if busy else 'not downloaded in time'}")
+            if j.reading:
+                log.info("[%s] PDF %s: not read by the deadline", where, name)
+                missing.append(f"{name}: {pdfs.TOO_LATE}")
+            else:
+                missing.append(f"{name}: {BUSY if busy else 'not downloaded in time'}")
             continue
         if (exc := t.exception()) is not None:
-            log.info("[%s] attachment %s not fetched: %s", where, name, exc)
+            if isinstance(exc, NotRead):
+                log.info("[%s] file %s not read: %s", where, name, exc)
+            else:
+                log.info("[%s] attachment %s not fetched: %s", where, name, exc)
             missing.append(f"{name}: {_reason(exc)}")
-            continue
-        text = t.result()
-        if text is None:
-            missing.append(f"{name}: not UTF-8 text")
             continue
         if room.tokens <= 0:
             missing.append(f"{name}: not read, earlier files already fill the space")
             continue
-        cut = room.take(text)
-        tail = f"\n[... cut here: {len(text) - len(cut)} more characters]" if cut != text else ""
-        blocks.append(f"--- {name} ---\n{cut}{tail}\n--- end of {name} ---")
+        blocks.append(_block(name, t.result(), room))
     return blocks, missing

@@ -50,6 +50,7 @@ from agent_core.agent.loop import (
 )
 from agent_core.agent.loopguard import Level, LoopGuard
 from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
+from agent_core.agent.pdfs import is_pdf
 from agent_core.agent.people import named
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
@@ -144,7 +145,7 @@ class Turn:
         prefix = f"{state.mailbox[0].event_id}:" if state.mailbox else "\0"
         self.inject = not state.rerun and not any(f.startswith(prefix) for f in state.pending)
         self._typing: asyncio.Task[None] | None = None
-        self._text_room: Room | None = None  # text files' share of the window, this turn
+        self._text_room: Room | None = None  # text files' and PDFs' share, this turn
         self._reply: StreamingReply | None = None
         self._profile: Profile | None = None
 
@@ -271,14 +272,21 @@ class Turn:
         return ChatMessage("user", text, images=images)
 
     async def _texts(self, event: InboundEvent) -> tuple[list[str], list[str]]:
-        files = [a for a in event.attachments if a.kind != "image" and is_text(a)]
+        files = [a for a in event.attachments if a.kind != "image" and (is_text(a) or is_pdf(a))]
         outbox = self.writer.outbox
         if not files or not isinstance(outbox, AttachmentFetcher):
             return [], []
         self._typing = self._typing or asyncio.create_task(self._keep_typing())
         if self._text_room is None:  # one allowance for the whole turn
             self._text_room = Room(allowance(self.agent.window_for(self.model())))
-        return await read_texts(outbox, files, self.thread, self._text_room, self.agent.downloads)
+        return await read_texts(
+            outbox,
+            files,
+            self.thread,
+            self._text_room,
+            self.agent.downloads,
+            pdf_limit=self.s.max_attachment_bytes,
+        )
 
     async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:
         pics = [a for a in event.attachments if a.kind == "image"]

@@ -15,6 +15,7 @@ from agent_core.store.embedded import EmbeddedValkey
 from channels.discord.parse import attachment_kind
 from channels.discord.sender import DiscordOutbox
 from tests.fakes.discord import CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
+from tests.fakes.pdf import encrypted, make_pdf
 from tests.integration.approvals_e2e.approvals_harness import (
     process,
     wait_until,
@@ -97,16 +98,23 @@ async def test_photos_in_a_dm_reach_the_model_end_to_end(
     assert "what is this?" in msg.content
 
 
-async def test_a_text_file_is_read_to_any_model(
+async def test_text_files_and_pdfs_are_read_to_any_model(
     valkey: EmbeddedValkey, redis: Redis, fake_discord: FakeDiscord
 ) -> None:
-    """A posted .py file joins the message as text; a PDF stays a description."""
+    """A posted .py file and a PDF join the message as text (the PDF with its page
+    markers); a PDF with a password and an Office file stay descriptions."""
     settings = discord_settings(valkey, fake_discord)
     model = VisionDemo()
     code = "def add(a, b):\n    return a - b\n"
+    spec = make_pdf(["Section 1: add returns the sum", "Section 2: no rounding"])
+    xlsx = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
     files = [
         fake_discord.add_file(DM_CHANNEL_ID, "calc.py", code.encode(), "text/x-python"),
-        fake_discord.add_file(DM_CHANNEL_ID, "spec.pdf", b"%PDF-1.7 ...", "application/pdf"),
+        fake_discord.add_file(DM_CHANNEL_ID, "spec.pdf", spec, "application/pdf"),
+        fake_discord.add_file(
+            DM_CHANNEL_ID, "locked.pdf", encrypted(spec, "pw"), "application/pdf"
+        ),
+        fake_discord.add_file(DM_CHANNEL_ID, "sheet.xlsx", b"PK\x03\x04 ...", xlsx),
     ]
     async with process(settings, "gateway"), process(settings, "worker", llm=model):
         await fake_discord.wait_ready()
@@ -114,5 +122,12 @@ async def test_a_text_file_is_read_to_any_model(
         await wait_until(lambda: model.requests, what="the model call", timeout=15)
     (msg,) = [m for m in model.requests[0].messages if m.role == "user"]
     assert f"--- calc.py ---\n{code}\n--- end of calc.py ---" in msg.content
-    assert "spec.pdf" in msg.content and "%PDF" not in msg.content  # described, not read
-    assert msg.images == ()
+    assert (
+        "--- spec.pdf (PDF, 2 pages) ---\n"
+        "--- page 1 ---\nSection 1: add returns the sum\n"
+        "--- page 2 ---\nSection 2: no rounding\n"
+        "--- end of spec.pdf ---"
+    ) in msg.content
+    assert "[not read: locked.pdf: password-protected]" in msg.content
+    assert "sheet.xlsx" in msg.content and "PK" not in msg.content  # described, not read
+    assert "%PDF" not in msg.content and msg.images == ()

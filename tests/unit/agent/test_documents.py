@@ -73,6 +73,7 @@ async def test_files_are_read_in_order_or_named_with_the_reason(
         "t",
         Room(MAX_TEXT_TOKENS),
         DownloadBudget(10_000_000),
+        pdf_limit=10_000_000,
     )
     assert blocks == ["--- a.py ---\nprint('hé')\n\n--- end of a.py ---"]
     assert missing == [
@@ -90,13 +91,20 @@ async def test_a_turn_s_files_share_one_allowance() -> None:
     room = Room(100)
     files = Files({"1": b"x" * 360, "2": b"0123456789abcdefghij" * 2, "3": b"more"})
     blocks, missing = await read_texts(
-        files, [doc("1.txt", "1"), doc("2.txt", "2")], "t", room, DownloadBudget(0)
+        files,
+        [doc("1.txt", "1"), doc("2.txt", "2")],
+        "t",
+        room,
+        DownloadBudget(0),
+        pdf_limit=10_000_000,
     )
     assert blocks[0] == f"--- 1.txt ---\n{'x' * 360}\n--- end of 1.txt ---"  # 90 tokens
     assert blocks[1].startswith("--- 2.txt ---\n0123456789abcdefghij")
     assert "[... cut here:" in blocks[1] and missing == []
     # the next message of the same turn (an album's next item) finds the room used up
-    blocks, missing = await read_texts(files, [doc("3.txt", "3")], "t", room, DownloadBudget(0))
+    blocks, missing = await read_texts(
+        files, [doc("3.txt", "3")], "t", room, DownloadBudget(0), pdf_limit=10_000_000
+    )
     assert blocks == [] and missing == ["3.txt: not read, earlier files already fill the space"]
 
 
@@ -104,7 +112,12 @@ async def test_cjk_text_is_cut_by_tokens_not_characters() -> None:
     text = "漢字" * 5000  # 10,000 characters, ~10,000 tokens
     room = Room(1000)
     blocks, _ = await read_texts(
-        Files({"c": text.encode()}), [doc("c.txt", "c")], "t", room, DownloadBudget(0)
+        Files({"c": text.encode()}),
+        [doc("c.txt", "c")],
+        "t",
+        room,
+        DownloadBudget(0),
+        pdf_limit=10_000_000,
     )
     body = blocks[0].split("\n")[1]
     assert 900 <= len(body) <= 1000

@@ -397,7 +397,9 @@ async def test_text_files_hold_their_bytes_and_say_when_the_bot_was_busy(
     # no size given: each holds MAX_TEXT_FILE_BYTES, two at a time; "c" and "d" never end
     budget = DownloadBudget(2 * documents.MAX_TEXT_FILE_BYTES)
     files = [doc("a"), doc("gone"), doc("c"), doc("d"), doc("e")]
-    blocks, missing = await read_texts(fetcher, files, "t", Room(MAX_TEXT_TOKENS), budget)
+    blocks, missing = await read_texts(
+        fetcher, files, "t", Room(MAX_TEXT_TOKENS), budget, pdf_limit=10_000_000
+    )
     assert blocks == ["--- a.txt ---\nalpha\n--- end of a.txt ---"]
     # "a" was read and "gone" failed: both gave their share back, to "c" and "d"
     assert fetcher.started == ["a", "gone", "c", "d"]

@@ -1,0 +1,266 @@
+"""PDFs read to the model (agent_core/agent/pdfs.py, through documents.read_texts)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from pypdf.errors import DependencyError
+
+from agent_core.agent import documents, pdfs
+from agent_core.agent.documents import MAX_TEXT_TOKENS, Room, is_text, read_texts
+from agent_core.agent.download_budget import DownloadBudget
+from agent_core.agent.pdfs import is_pdf
+from agent_core.errors import SendFailed
+from agent_core.events import Attachment
+from tests.fakes.pdf import encrypted, make_pdf
+
+LIMIT = 10_000_000  # MAX_ATTACHMENT_BYTES's default
+NO_TEXT = "no text in it, perhaps a scan (pictures of pages are not read)"
+
+
+class Files:
+    """Downloads from a dict, remembering the cap each was asked with."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.asked: dict[str, int] = {}
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        self.asked[attachment.ref] = max_bytes
+        data = self.files[attachment.ref]
+        if len(data) > max_bytes:
+            raise SendFailed(f"file is larger than {max_bytes} bytes")
+        return data
+
+
+def pdf(name: str, ref: str, size: int = 0, mime: str = "application/pdf") -> Attachment:
+    return Attachment("document", name, mime, size, ref)
+
+
+def txt(name: str, ref: str) -> Attachment:
+    return Attachment("document", name, "text/plain", 0, ref)
+
+
+async def read(
+    files: dict[str, bytes], atts: list[Attachment], room: Room | None = None, **kw: Any
+) -> tuple[list[str], list[str]]:
+    return await read_texts(
+        Files(files),
+        atts,
+        "t",
+        room or Room(MAX_TEXT_TOKENS),
+        DownloadBudget(0),
+        pdf_limit=kw.get("pdf_limit", LIMIT),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "mime", "expected"),
+    [
+        ("report.pdf", "application/pdf", True),
+        ("report", "application/pdf; charset=binary", True),
+        ("report.PDF", "", True),  # Discord may give no type: the extension decides
+        ("report.pdf", "application/octet-stream", True),
+        ("notes.txt", "application/pdf", True),  # the type wins
+        ("report.pdf", "text/plain", False),  # read as text, unless its bytes say PDF
+        ("sheet.xlsx", "application/vnd.ms-excel", False),
+        ("blob.bin", "", False),
+    ],
+)
+def test_what_counts_as_a_pdf(name: str, mime: str, expected: bool) -> None:
+    a = Attachment("document", name, mime, 10, "r")
+    assert is_pdf(a) is expected
+    if expected:
+        assert not is_text(a)  # never both
+
+
+async def test_a_multi_page_pdf_is_read_with_page_markers() -> None:
+    data = make_pdf(["Quarterly revenue grew", "Costs (fixed) fell", None])
+    files = Files({"r": data})
+    blocks, missing = await read_texts(
+        files,
+        [pdf("report.pdf", "r")],
+        "t",
+        Room(MAX_TEXT_TOKENS),
+        DownloadBudget(0),
+        pdf_limit=LIMIT,
+    )
+    assert missing == []
+    assert blocks == [
+        "--- report.pdf (PDF, 3 pages) ---\n"
+        "--- page 1 ---\nQuarterly revenue grew\n"
+        "--- page 2 ---\nCosts (fixed) fell\n"
+        "--- page 3 ---\n[no text on this page]\n"
+        "--- end of report.pdf ---"
+    ]
+    # downloaded up to MAX_ATTACHMENT_BYTES, not the text files' 200 kB
+    assert files.asked == {"r": LIMIT}
+
+
+async def test_pdf_bytes_decide_over_the_label() -> None:
+    """A PDF labelled as text is read as a PDF, not shown as PDF syntax; text labelled
+    as a PDF is not a PDF."""
+    data = make_pdf(["Hello from the PDF"])
+    blocks, missing = await read(
+        {"a": data, "b": b"just some notes\n"},
+        [txt("scan.txt", "a"), pdf("notes.pdf", "b")],
+    )
+    assert blocks == [
+        "--- scan.txt (PDF, 1 page) ---\n--- page 1 ---\nHello from the PDF\n--- end of scan.txt ---"
+    ]
+    assert missing == ["notes.pdf: not readable as a PDF"]
+
+
+async def test_a_pdf_and_a_text_file_share_the_turn_s_allowance() -> None:
+    """The PDF stops being read once the room is used up, and is cut where the room
+    ends, the model told in which page; a text file after it finds no room."""
+    pages = [" ".join(f"p{n}w{i}" for i in range(40)) for n in range(1, 51)]
+    data = make_pdf(pages)  # 50 pages of ~52 tokens each
+    room = Room(200)
+    blocks, missing = await read(
+        {"n": b"x" * 200, "p": data, "late": b"after"},
+        [txt("notes.txt", "n"), pdf("long.pdf", "p"), txt("late.txt", "late")],
+        room,
+    )
+    assert blocks[0] == f"--- notes.txt ---\n{'x' * 200}\n--- end of notes.txt ---"  # 50 tokens
+    body = blocks[1]
+    assert body.startswith("--- long.pdf (PDF, 50 pages) ---\n--- page 1 ---\np1w0 p1w1")
+    assert "--- page 3 ---" in body and "--- page 4 ---" not in body
+    assert body.endswith(
+        "\n[... cut here, in page 3 of 50: no room for the rest]\n--- end of long.pdf ---"
+    )
+    assert missing == ["late.txt: not read, earlier files already fill the space"]
+    assert room.tokens == 0
+
+    # reading itself stopped at the room: 50 pages were not all extracted
+    got = pdfs.read(data, 150, time.monotonic() + 30)
+    assert isinstance(got, pdfs.PdfText)
+    assert (got.read, got.pages, got.stopped) == (3, 50, "allowance")
+
+
+async def test_a_pdf_with_no_text_says_it_may_be_a_scan() -> None:
+    blocks, missing = await read({"s": make_pdf([None, None])}, [pdf("scan.pdf", "s")])
+    assert blocks == [] and missing == [f"scan.pdf: {NO_TEXT}"]
+
+
+async def test_a_password_protected_pdf_is_named_so() -> None:
+    data = make_pdf(["Secret plans"])
+    blocks, missing = await read(
+        {"locked": encrypted(data, "hunter2"), "open": encrypted(data, "")},
+        [pdf("locked.pdf", "locked"), pdf("open.pdf", "open")],
+    )
+    # a PDF locked with the empty password (printing, copying restricted) is read
+    assert blocks == [
+        "--- open.pdf (PDF, 1 page) ---\n--- page 1 ---\nSecret plans\n--- end of open.pdf ---"
+    ]
+    assert missing == ["locked.pdf: password-protected"]
+
+
+async def test_an_aes_pdf_without_cryptography_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    class AesReader:
+        def __init__(self, stream: object) -> None:
+            raise DependencyError("cryptography>=3.1 is required for AES algorithm")
+
+    monkeypatch.setattr(pdfs, "PdfReader", AesReader)
+    blocks, missing = await read({"a": make_pdf(["x"])}, [pdf("bank.pdf", "a")])
+    assert blocks == []
+    assert missing == ["bank.pdf: encrypted with AES, which this bot cannot decrypt"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x89PNG\r\n\x1a\n not a pdf", b"%PDF-1.7 ...", make_pdf(["cut short"])[:60], b""],
+)
+async def test_garbage_labelled_as_a_pdf_is_not_readable(data: bytes) -> None:
+    blocks, missing = await read({"g": data}, [pdf("spec.pdf", "g")])
+    assert blocks == [] and missing == ["spec.pdf: not readable as a PDF"]
+
+
+async def test_a_pdf_larger_than_the_cap_is_not_downloaded() -> None:
+    files = Files({"big": make_pdf(["big"]), "small": make_pdf(["small"])})
+    blocks, missing = await read_texts(
+        files,
+        [pdf("big.pdf", "big", size=LIMIT + 1), pdf("small.pdf", "small")],
+        "t",
+        Room(MAX_TEXT_TOKENS),
+        DownloadBudget(0),
+        pdf_limit=LIMIT,
+    )
+    assert missing == [f"big.pdf: larger than {LIMIT} bytes, not read"]
+    assert list(files.asked) == ["small"] and len(blocks) == 1
+    # no size given, and more than the cap: the download stops and says so
+    blocks, missing = await read({"x": make_pdf(["x" * 500])}, [pdf("x.pdf", "x")], pdf_limit=100)
+    assert blocks == [] and missing == ["x.pdf: file is larger than 100 bytes"]
+
+
+async def test_the_page_cap_bounds_the_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pdfs, "MAX_PAGES", 2)
+    blocks, missing = await read({"p": make_pdf(["one", "two", "three"])}, [pdf("deck.pdf", "p")])
+    assert missing == []
+    assert blocks == [
+        "--- deck.pdf (PDF, 3 pages) ---\n--- page 1 ---\none\n--- page 2 ---\ntwo\n"
+        "[... only pages 1-2 of 3 were read: at most 2 pages of a PDF are read]\n"
+        "--- end of deck.pdf ---"
+    ]
+    # a scan longer than the cap: no text in the pages read
+    blocks, missing = await read({"s": make_pdf([None] * 3)}, [pdf("scan.pdf", "s")])
+    assert missing == [
+        "scan.pdf: no text in its first 2 of 3 pages, perhaps a scan (pictures of pages are not read)"
+    ]
+
+
+async def test_the_deadline_is_checked_between_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading stops at its deadline (here: at once), the first page always read."""
+    monkeypatch.setattr(pdfs, "READ_SECS", 0.0)
+    blocks, missing = await read({"p": make_pdf(["one", "two", "three"])}, [pdf("slow.pdf", "p")])
+    assert missing == []
+    assert blocks == [
+        "--- slow.pdf (PDF, 3 pages) ---\n--- page 1 ---\none\n"
+        "[... only page 1 of 3 was read: reading it took too long]\n"
+        "--- end of slow.pdf ---"
+    ]
+    # a job that starts after the message gave up reads nothing
+    late = pdfs.read(make_pdf(["one"]), 1000, time.monotonic() - 1)
+    assert late == pdfs.TOO_LATE
+
+
+async def test_a_pdf_keeps_its_bytes_held_until_reading_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The message's deadline does not stop a reading already running: the PDF is
+    named as not read in time, and its share of the budget is held until it ends."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 0.3)
+    started, go = threading.Event(), threading.Event()
+    real = pdfs.read
+
+    def slow_read(data: bytes, tokens: int, give_up_at: float) -> pdfs.PdfText | str:
+        started.set()
+        go.wait(10)
+        return real(data, tokens, give_up_at)
+
+    monkeypatch.setattr(pdfs, "read", slow_read)
+    data = make_pdf(["held"])
+    budget = DownloadBudget(LIMIT)
+    try:
+        blocks, missing = await read_texts(
+            Files({"p": data}),
+            [pdf("held.pdf", "p", size=len(data))],
+            "t",
+            Room(MAX_TEXT_TOKENS),
+            budget,
+            pdf_limit=LIMIT,
+        )
+        assert started.is_set()
+        assert blocks == [] and missing == [f"held.pdf: {pdfs.TOO_LATE}"]
+        for _ in range(20):  # the cancelled download task ends its `async with`
+            await asyncio.sleep(0)
+        assert budget.held == len(data)  # the reader still has the bytes
+    finally:
+        go.set()
+    async with asyncio.timeout(10):
+        while budget.held:
+            await asyncio.sleep(0.01)
