@@ -26,7 +26,7 @@ The text comes with page markers (``--- page 3 ---``) so the model can cite page
 PDF read only in part says how many pages it has and how many were read.  A PDF that
 cannot be read gives the reason instead: password-protected (the empty password, which
 many PDFs restricting only printing or copying are locked with, is tried first),
-encrypted with AES while the ``cryptography`` package is not installed, no text in it
+encrypted with AES while the ``cryptography`` package (a dependency) is missing, no text in it
 (a scan: pictures of pages are not OCRed), or not readable as a PDF.
 """
 

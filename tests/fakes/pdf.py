@@ -45,11 +45,11 @@ def make_pdf(pages: list[str | None]) -> bytes:
     return bytes(out)
 
 
-def encrypted(data: bytes, user_password: str) -> bytes:
-    """``data`` encrypted (RC4, which pypdf does without extra packages): opened with
-    ``user_password``, which may be empty (a PDF only restricting printing, copying...)."""
+def encrypted(data: bytes, user_password: str, algorithm: str = "RC4-128") -> bytes:
+    """``data`` encrypted: opened with ``user_password``, which may be empty (a PDF
+    only restricting printing, copying...).  ``AES-256`` needs ``cryptography``."""
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
-    writer.encrypt(user_password=user_password, owner_password="owner", algorithm="RC4-128")
+    writer.encrypt(user_password=user_password, owner_password="owner", algorithm=algorithm)
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()

@@ -160,6 +160,20 @@ async def test_a_password_protected_pdf_is_named_so() -> None:
     assert missing == ["locked.pdf: password-protected"]
 
 
+async def test_an_aes_pdf_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AES is what Word and most tools use today ("restrict editing" exports open
+    with the empty password); ``cryptography`` is a dependency for it."""
+    data = make_pdf(["Quarterly figures"])
+    blocks, missing = await read(
+        {"a": encrypted(data, "", "AES-256"), "b": encrypted(data, "pw", "AES-128")},
+        [pdf("open.pdf", "a"), pdf("locked.pdf", "b")],
+    )
+    assert blocks == [
+        "--- open.pdf (PDF, 1 page) ---\n--- page 1 ---\nQuarterly figures\n--- end of open.pdf ---"
+    ]
+    assert missing == ["locked.pdf: password-protected"]
+
+
 async def test_an_aes_pdf_without_cryptography_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     class AesReader:
         def __init__(self, stream: object) -> None:
