@@ -58,6 +58,26 @@ async def _seed_start(w: Any, thread: ThreadKey, event_id: str, owner: str = "de
     await w.redis.hset(keys.sent(thread), f"{event_id}#s:0", orjson.dumps(ref.to_dict()))
 
 
+def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
+    """A worker process on the test's Valkey and fake LLM, quick to notice a dead peer."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    env.update(
+        PARLEY_ENV_FILE="/nonexistent/.env",
+        REDIS_URL=valkey.url,
+        LLM_BACKEND="openai_compatible",
+        LLM_BASE_URL=llm.openai_url,
+        LLM_MODEL="fake",
+        LLM_MAX_RETRIES="0",
+        DM_POLICY="open",
+        LOCK_TTL_SECS="1",
+        RECLAIM_IDLE_SECS="1",
+        SWEEP_INTERVAL_SECS="0.5",
+        SCHEDULER_ENABLED="false",
+        LOG_LEVEL="WARNING",
+    )
+    return env
+
+
 async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
     w = pworld(FnModel(echo()))
     # a turn on e-int1 sent a part, then its worker died (its records are still there)
@@ -103,19 +123,7 @@ async def test_worker_sigkilled_mid_turn_is_recovered_by_another(
 
     llm.responder = hang_after_first_words
     await llm.start()
-    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
-    env.update(
-        PARLEY_ENV_FILE="/nonexistent/.env",
-        REDIS_URL=valkey.url,
-        LLM_BACKEND="openai_compatible",
-        LLM_BASE_URL=llm.openai_url,
-        LLM_MODEL="fake",
-        LLM_MAX_RETRIES="0",
-        DM_POLICY="open",
-        LOCK_TTL_SECS="1",
-        SCHEDULER_ENABLED="false",
-        LOG_LEVEL="WARNING",
-    )
+    env = _worker_env(valkey, llm)
     log = (tmp_path / "worker.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bots.cli", "run", "worker", env=env, cwd=ROOT, stdout=log, stderr=log
@@ -261,25 +269,6 @@ async def test_a_rerun_answers_its_message_alone(pworld: Any) -> None:
     said = [r.messages[-1].content for r in model.requests]
     assert said == ["first", "second"], said
     assert w.texts(T) == ["echo: first", "echo: second"]
-
-
-def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
-    env.update(
-        PARLEY_ENV_FILE="/nonexistent/.env",
-        REDIS_URL=valkey.url,
-        LLM_BACKEND="openai_compatible",
-        LLM_BASE_URL=llm.openai_url,
-        LLM_MODEL="fake",
-        LLM_MAX_RETRIES="0",
-        DM_POLICY="open",
-        LOCK_TTL_SECS="1",
-        RECLAIM_IDLE_SECS="1",
-        SWEEP_INTERVAL_SECS="0.5",
-        SCHEDULER_ENABLED="false",
-        LOG_LEVEL="WARNING",
-    )
-    return env
 
 
 async def test_a_plain_message_that_kills_two_workers_is_dropped_with_a_notice(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -113,3 +115,22 @@ def runtime_settings(
         platforms={"slack": slack},
         modules={"slack": channels.slack},
     )
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A real Runtime with its worker running, and a client for its web app (where
+    :meth:`FakeSlack.deliver` posts events); the worker drains on the way out."""
+    from bots.runtime import Runtime
+
+    async with Runtime(settings, "all") as rt:
+        stop = asyncio.Event()
+        task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
+        try:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
+            ) as client:
+                yield client
+        finally:
+            stop.set()
+            await task

@@ -16,7 +16,6 @@ import pytest
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment, InboundEvent
 from agent_core.store.embedded import EmbeddedValkey
-from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.slack.channel import SlackChannel
 from channels.slack.files import SlackFiles, file_origins
@@ -24,7 +23,7 @@ from channels.slack.outbox import SlackOutbox
 from channels.slack.settings import DEFAULT_API_BASE_URL, SlackSettings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
-from tests.integration.slack.conftest import runtime_settings
+from tests.integration.slack.conftest import runtime_settings, serving
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -200,22 +199,13 @@ async def _dm_with_photo(
 ) -> dict[str, Any]:
     """Post 'what is this?' with a PNG in a DM; the user turn the model was sent."""
     photo = fake.add_file(PNG, "image/png", "cat.png")
-    async with Runtime(_settings(valkey, slack, llm), "all") as rt:
-        stop = asyncio.Event()
-        task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
-        try:
-            body = fake.message("D1", "what is this?", subtype="file_share", files=[photo])
-            async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
-            ) as client:
-                assert (await fake.deliver(client, body)).status_code == 200
-            deadline = time.monotonic() + 10
-            while not any(m.user == fake.bot_user for m in fake.thread("D1")):
-                assert time.monotonic() < deadline, "no answer in Slack"
-                await asyncio.sleep(0.05)
-        finally:
-            stop.set()
-            await task
+    async with serving(_settings(valkey, slack, llm)) as client:
+        body = fake.message("D1", "what is this?", subtype="file_share", files=[photo])
+        assert (await fake.deliver(client, body)).status_code == 200
+        deadline = time.monotonic() + 10
+        while not any(m.user == fake.bot_user for m in fake.thread("D1")):
+            assert time.monotonic() < deadline, "no answer in Slack"
+            await asyncio.sleep(0.05)
     assert len(llm.requests) == 1
     turn: dict[str, Any] = llm.requests[0].body["messages"][-1]
     assert turn["role"] == "user"

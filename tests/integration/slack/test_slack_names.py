@@ -6,16 +6,13 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
-
 from agent_core.store.embedded import EmbeddedValkey
-from bots.runtime import Runtime
 from channels.slack.channel import SlackChannel
 from channels.slack.outbox import SlackOutbox
 from channels.slack.settings import SlackSettings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.slack import FakeSlack
-from tests.integration.slack.conftest import runtime_settings
+from tests.integration.slack.conftest import runtime_settings, serving
 
 
 def _outbox(slack: SlackChannel) -> SlackOutbox:
@@ -46,23 +43,14 @@ async def test_a_mention_without_a_profile_reaches_the_model_with_the_name(
     fake_slack.add_user("U1", "Alice Smith", "alice")
     async with FakeLLMServer() as llm:
         settings = runtime_settings(valkey.url, slack_settings, llm.openai_url)
-        async with Runtime(settings, "all") as rt:
-            stop = asyncio.Event()
-            task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
-            try:
-                body = fake_slack.message("C1", "<@UBOT> what do you think?", kind="app_mention")
-                root = body["event"]["ts"]
-                async with httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
-                ) as client:
-                    assert (await fake_slack.deliver(client, body)).status_code == 200
-                deadline = time.monotonic() + 10
-                while not fake_slack.thread("C1", root):
-                    assert time.monotonic() < deadline, "no answer in Slack"
-                    await asyncio.sleep(0.05)
-            finally:
-                stop.set()
-                await task
+        async with serving(settings) as client:
+            body = fake_slack.message("C1", "<@UBOT> what do you think?", kind="app_mention")
+            root = body["event"]["ts"]
+            assert (await fake_slack.deliver(client, body)).status_code == 200
+            deadline = time.monotonic() + 10
+            while not fake_slack.thread("C1", root):
+                assert time.monotonic() < deadline, "no answer in Slack"
+                await asyncio.sleep(0.05)
         turn = llm.requests[0].body["messages"][-1]
     assert turn["role"] == "user"
     assert turn["content"] == "alice: what do you think?"
@@ -108,25 +96,16 @@ async def test_a_message_mentioning_people_reaches_the_model_with_their_names(
     fake_slack.add_user("U02BOB234", "Bob Jones")
     async with FakeLLMServer() as llm:
         settings = runtime_settings(valkey.url, slack_settings, llm.openai_url, dm_policy="open")
-        async with Runtime(settings, "all") as rt:
-            stop = asyncio.Event()
-            task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
-            try:
-                async with httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
-                ) as client:
-                    for channel, text, kind in (
-                        ("C1", "<@UBOT> what does <@U02BOB234> think?", "app_mention"),
-                        ("D1", "tell <@U02BOB234|bob> hi", "message"),
-                    ):
-                        body = fake_slack.message(channel, text, kind=kind)
-                        assert (await fake_slack.deliver(client, body)).status_code == 200
-                deadline = time.monotonic() + 10
-                while len(llm.requests) < 2:
-                    assert time.monotonic() < deadline, "the model was not asked twice"
-                    await asyncio.sleep(0.05)
-            finally:
-                stop.set()
-                await task
+        async with serving(settings) as client:
+            for channel, text, kind in (
+                ("C1", "<@UBOT> what does <@U02BOB234> think?", "app_mention"),
+                ("D1", "tell <@U02BOB234|bob> hi", "message"),
+            ):
+                body = fake_slack.message(channel, text, kind=kind)
+                assert (await fake_slack.deliver(client, body)).status_code == 200
+            deadline = time.monotonic() + 10
+            while len(llm.requests) < 2:
+                assert time.monotonic() < deadline, "the model was not asked twice"
+                await asyncio.sleep(0.05)
     said = [r.body["messages"][-1]["content"] for r in llm.requests]
     assert sorted(said) == ["alice: what does @Bob Jones think?", "tell @bob hi"]
