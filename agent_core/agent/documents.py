@@ -167,10 +167,8 @@ async def _one(
         data = await fetcher.fetch_attachment(a, limit)
         if looks_like_pdf(data, labelled=pdf):
             job.reading = True
-            work = pdfs._READER.submit(pdfs.read, data, room.tokens, give_up_at)
-            hold.release_after(work)  # the reader has the bytes until it is done
-            del data
-            got = await asyncio.wrap_future(work)
+            # the bytes stay held until the reading process has ended (or was killed)
+            got = await pdfs.read_in_child(data, room.tokens, give_up_at)
             if isinstance(got, str):
                 raise NotRead(got)
             return got
@@ -241,8 +239,7 @@ async def read_texts(
     Text files are downloaded up to :data:`MAX_TEXT_FILE_BYTES`, PDFs up to
     ``pdf_limit`` (``MAX_ATTACHMENT_BYTES``).  Each file holds its size (its cap when
     the platform gave none) of ``budget`` from before its download until it is decoded,
-    or for a PDF until :mod:`~agent_core.agent.pdfs` has finished reading it, even if
-    that is after the deadline."""
+    or for a PDF until its reading process has ended (it is killed at the deadline)."""
     give_up_at = time.monotonic() + FETCH_DEADLINE_SECS
     blocks: list[str] = []
     missing: list[str] = []

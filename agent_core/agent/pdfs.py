@@ -1,41 +1,48 @@
 """The text of PDFs a person posts, for the model (with :mod:`pypdf`).
 
 :mod:`~agent_core.agent.documents` downloads a PDF (up to ``MAX_ATTACHMENT_BYTES``) and
-hands its bytes to :func:`read`, which runs here on one thread of its own per process
-(:data:`_READER`), one PDF at a time.  Not the photos' decoding thread
-(:mod:`~agent_core.agent.images`): a photo is prepared in milliseconds, a PDF can take
-seconds, and photos of other conversations queued behind it would miss their deadline;
-the cost is that one photo and one PDF may be decoded at the same time, which still
-bounds the memory both take.
+hands its bytes to :func:`read_in_child`, which runs :func:`read` in a short-lived
+process of its own (:mod:`~agent_core.agent.pdf_child`), one PDF at a time per worker.
+A PDF from a stranger can be built to make any parser work for minutes and take
+gigabytes on a single page (a few KB of deflated drawing operators), and a parser
+running in a thread cannot be stopped; a process can.  So:
 
-The work is bounded, so that a huge or hostile PDF cannot hold the thread for minutes:
+* the reading process is killed at the message's deadline (the model is told the PDF
+  was not read in time), and caps its own memory at :data:`CHILD_MEMORY_BYTES`
+  (``RLIMIT_AS``; over it: "too large or too complex to read") and its CPU time
+  (``RLIMIT_CPU``, so it ends even if the worker that started it died);
+* the worker's memory and event loop are untouched by what happens in it; starting it
+  costs ~0.3 s of CPU per PDF, which PDFs, rarer than messages, can afford;
+* one at a time: a PDF waits for the one before it, within its message's deadline.
+
+Inside, the work is bounded too, so that what was read reaches the model in time:
 
 * pages are read from the first, at most :data:`MAX_PAGES` of them;
 * reading stops once the text read fills the turn's allowance of text (the tokens left
   in the :class:`~agent_core.agent.documents.Room` when reading starts: the room only
   shrinks, so the text read is never short of what will fit);
 * a cooperative deadline is checked after each page: :data:`READ_SECS` from the start
-  of reading, and never later than the message's own deadline (less a margin, so that
-  what was read still reaches the model); the first page is always read;
-* a job that starts after the message's deadline (it waited behind other PDFs) reads
-  nothing;
-* pypdf's own limits (decompressed stream sizes, page tree size, XObjects per page)
-  stay as they are.
+  of reading, and never later than the message's own deadline (less a margin); the
+  first page is always read.
 
 The text comes with page markers (``--- page 3 ---``) so the model can cite pages; a
 PDF read only in part says how many pages it has and how many were read.  A PDF that
 cannot be read gives the reason instead: password-protected (the empty password, which
 many PDFs restricting only printing or copying are locked with, is tried first),
-encrypted with AES while the ``cryptography`` package (a dependency) is missing, no text in it
-(a scan: pictures of pages are not OCRed), or not readable as a PDF.
+encrypted with AES while the ``cryptography`` package (a dependency) is missing, no text
+in it (a scan: pictures of pages are not OCRed), not readable as a PDF, too large or
+too complex, or not read in time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import logging
+import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+import weakref
 from dataclasses import dataclass
 
 from pypdf import PasswordType, PdfReader
@@ -50,14 +57,14 @@ MAX_PAGES = 100  # a 15,000-token allowance is 20-30 pages of prose: more is sli
 READ_SECS = 15.0  # one PDF's reading, within the message's 30 s with its download
 MARGIN_SECS = 1.0  # reading stops this long before the message's deadline
 SIGNATURE = b"%PDF-"
-# One reading thread per process, apart from the photos' and the default executor.
-_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parley-pdfs")
 
 PASSWORD = "password-protected"
 AES = "encrypted with AES, which this bot cannot decrypt"
 NO_TEXT = "no text in it, perhaps a scan (pictures of pages are not read)"
 NOT_PDF = "not readable as a PDF"
 TOO_LATE = "not read in time (slow to read, or the bot was busy with other PDFs)"
+TOO_BIG = "too large or too complex to read (it needed more memory than a PDF may take)"
+CHILD_MEMORY_BYTES = 512 * 1024 * 1024  # the reading process's address space
 _MIMES = frozenset({"application/pdf", "application/x-pdf", "application/acrobat"})
 
 
@@ -100,7 +107,7 @@ class PdfText:
             return f"[... cut here, in page {page} of {self.pages}: no room for the rest]"
         if self.read < self.pages:
             why = {
-                "pages": f"at most {MAX_PAGES} pages of a PDF are read",
+                "pages": f"at most {self.read} pages of a PDF are read",
                 "time": "reading it took too long",
             }.get(self.stopped, "no room for the rest")
             read = (
@@ -112,17 +119,25 @@ class PdfText:
         return ""
 
 
-def read(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
+def read(
+    data: bytes,
+    tokens: int,
+    give_up_at: float,
+    *,
+    read_secs: float | None = None,
+    max_pages: int | None = None,
+) -> PdfText | str:
     """The text of the PDF in ``data``, or why it cannot be read.
 
     Reads pages from the first until ``tokens`` (estimated) are read, :data:`MAX_PAGES`
     pages, or the deadline (:data:`READ_SECS` from now, and :data:`MARGIN_SECS` before
     ``give_up_at``, a :func:`time.monotonic` time), whichever comes first.  Blocking:
-    run on :data:`_READER`."""
+    run in the reading process (:func:`read_in_child`)."""
     start = time.monotonic()
     if start >= give_up_at:
         return TOO_LATE
-    stop_at = min(start + READ_SECS, give_up_at - MARGIN_SECS)
+    stop_at = min(start + (READ_SECS if read_secs is None else read_secs), give_up_at - MARGIN_SECS)
+    page_cap = MAX_PAGES if max_pages is None else max_pages
     try:
         reader = PdfReader(io.BytesIO(data))  # tries the empty password itself
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
@@ -131,6 +146,8 @@ def read(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
     except DependencyError:
         log.warning("a PDF is encrypted with AES: install 'cryptography' to read such PDFs")
         return AES
+    except MemoryError:
+        return TOO_BIG
     except Exception as exc:  # pypdf raises its own errors, and ValueError, KeyError...
         log.info("PDF not readable: %s: %s", type(exc).__name__, exc)
         return NOT_PDF
@@ -141,7 +158,7 @@ def read(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
     found = failed = 0
     stopped = ""
     for n in range(pages):
-        if n >= MAX_PAGES:
+        if n >= page_cap:
             stopped = "pages"
             break
         try:
@@ -149,6 +166,8 @@ def read(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
         except DependencyError:
             log.warning("a PDF is encrypted with AES: install 'cryptography' to read such PDFs")
             return AES
+        except MemoryError:
+            return TOO_BIG
         except Exception as exc:
             log.info("PDF page %d not readable: %s: %s", n + 1, type(exc).__name__, exc)
             failed += 1
@@ -177,3 +196,71 @@ def read(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
             return NO_TEXT.replace("in it", f"in its first {len(parts)} of {pages} pages")
         return NO_TEXT
     return PdfText("".join(parts).rstrip("\n"), pages, len(parts), tuple(starts), stopped)
+
+
+# one PDF at a time per worker process (a lock per event loop: tests run several)
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def read_in_child(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
+    """:func:`read` in a process of its own, killed at ``give_up_at`` (a
+    :func:`time.monotonic` time); waiting for the PDF before it counts."""
+    loop = asyncio.get_running_loop()
+    turn = _TURNS.setdefault(loop, asyncio.Lock())
+    try:
+        async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
+            await turn.acquire()
+    except TimeoutError:
+        return TOO_LATE
+    try:
+        return await _run_child(data, tokens, give_up_at)
+    finally:
+        turn.release()
+
+
+async def _run_child(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
+    secs = give_up_at - time.monotonic()
+    if secs <= MARGIN_SECS:
+        return TOO_LATE
+    args = {
+        "tokens": tokens,
+        "secs": secs,
+        "read_secs": READ_SECS,
+        "max_pages": MAX_PAGES,
+        "memory": CHILD_MEMORY_BYTES,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agent_core.agent.pdf_child", json.dumps(args)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(secs):
+            out, err = await proc.communicate(data)
+    except TimeoutError:
+        log.warning("a PDF was still being read at its deadline: its reading process is stopped")
+        return TOO_LATE
+    finally:
+        if proc.returncode is None:  # the deadline, or this turn cancelled
+            proc.kill()
+            await asyncio.shield(proc.wait())
+    try:
+        got = json.loads(out)
+    except ValueError:
+        got = None
+    if proc.returncode != 0 or not isinstance(got, dict):
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        log.warning("the PDF reading process failed (exit %s): %s", proc.returncode, tail[0][:300])
+        return TOO_BIG
+    if "error" in got:
+        return str(got["error"])
+    return PdfText(
+        str(got["text"]),
+        int(got["pages"]),
+        int(got["read"]),
+        tuple(int(x) for x in got["starts"]),
+        str(got["stopped"]),
+    )

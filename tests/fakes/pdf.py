@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zlib
 
 from pypdf import PdfReader, PdfWriter
 
@@ -11,9 +12,20 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def make_pdf(pages: list[str | None]) -> bytes:
+def bomb_pdf(draws: int) -> bytes:
+    """A small PDF whose one page draws a character ``draws`` times: a content stream
+    of ~``26 * draws`` bytes, deflated to a few KB, that takes pypdf seconds to minutes
+    and hundreds of MB to extract (a hostile PDF)."""
+    content = b"BT /F1 12 Tf 72 720 Td " + b"(x) Tj 0 -1 Td " * draws + b"ET"
+    return make_pdf([None], contents=[zlib.compress(content, 9)], flate=True)
+
+
+def make_pdf(
+    pages: list[str | None], *, contents: list[bytes] | None = None, flate: bool = False
+) -> bytes:
     """A PDF of one page per item: the text drawn on it, or nothing for None (a page
-    with no text, like a scanned one)."""
+    with no text, like a scanned one).  ``contents``: the pages' content streams as
+    they are (``flate``: deflated)."""
     n = len(pages)
     kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(n))
     objects = [
@@ -23,13 +35,18 @@ def make_pdf(pages: list[str | None]) -> bytes:
     ]
     for i, text in enumerate(pages):
         content = (
-            b"" if text is None else f"BT /F1 12 Tf 72 720 Td ({_escape(text)}) Tj ET".encode()
+            contents[i]
+            if contents is not None
+            else b""
+            if text is None
+            else f"BT /F1 12 Tf 72 720 Td ({_escape(text)}) Tj ET".encode()
         )
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R"
             " /Resources << /Font << /F1 3 0 R >> >> >>".encode()
         )
-        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+        filt = b" /Filter /FlateDecode" if flate else b""
+        objects.append(b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(content), filt, content))
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Any
 
@@ -16,7 +15,7 @@ from agent_core.agent.download_budget import DownloadBudget
 from agent_core.agent.pdfs import is_pdf
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
-from tests.fakes.pdf import encrypted, make_pdf
+from tests.fakes.pdf import bomb_pdf, encrypted, make_pdf
 
 LIMIT = 10_000_000  # MAX_ATTACHMENT_BYTES's default
 NO_TEXT = "no text in it, perhaps a scan (pictures of pages are not read)"
@@ -179,10 +178,9 @@ async def test_an_aes_pdf_without_cryptography_says_so(monkeypatch: pytest.Monke
         def __init__(self, stream: object) -> None:
             raise DependencyError("cryptography>=3.1 is required for AES algorithm")
 
-    monkeypatch.setattr(pdfs, "PdfReader", AesReader)
-    blocks, missing = await read({"a": make_pdf(["x"])}, [pdf("bank.pdf", "a")])
-    assert blocks == []
-    assert missing == ["bank.pdf: encrypted with AES, which this bot cannot decrypt"]
+    monkeypatch.setattr(pdfs, "PdfReader", AesReader)  # what reading it finds, in-process
+    assert pdfs.read(make_pdf(["x"]), 1000, time.monotonic() + 30) == pdfs.AES
+    assert pdfs.AES == "encrypted with AES, which this bot cannot decrypt"
 
 
 @pytest.mark.parametrize(
@@ -242,39 +240,50 @@ async def test_the_deadline_is_checked_between_pages(monkeypatch: pytest.MonkeyP
     assert late == pdfs.TOO_LATE
 
 
-async def test_a_pdf_keeps_its_bytes_held_until_reading_ends(
+async def test_a_hostile_pdf_is_stopped_at_the_deadline_and_the_next_one_is_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The message's deadline does not stop a reading already running: the PDF is
-    named as not read in time, and its share of the budget is held until it ends."""
-    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 0.3)
-    started, go = threading.Event(), threading.Event()
-    real = pdfs.read
-
-    def slow_read(data: bytes, tokens: int, give_up_at: float) -> pdfs.PdfText | str:
-        started.set()
-        go.wait(10)
-        return real(data, tokens, give_up_at)
-
-    monkeypatch.setattr(pdfs, "read", slow_read)
-    data = make_pdf(["held"])
+    """A 6 KB PDF whose one page takes pypdf ~20 s and hundreds of MB: its reading
+    process is killed at the message's deadline, the model is told, its bytes are given
+    back, and the next PDF gets a reading process of its own."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 2.0)
+    bomb = bomb_pdf(200_000)
     budget = DownloadBudget(LIMIT)
-    try:
-        blocks, missing = await read_texts(
-            Files({"p": data}),
-            [pdf("held.pdf", "p", size=len(data))],
-            "t",
-            Room(MAX_TEXT_TOKENS),
-            budget,
-            pdf_limit=LIMIT,
-        )
-        assert started.is_set()
-        assert blocks == [] and missing == [f"held.pdf: {pdfs.TOO_LATE}"]
-        for _ in range(20):  # the cancelled download task ends its `async with`
-            await asyncio.sleep(0)
-        assert budget.held == len(data)  # the reader still has the bytes
-    finally:
-        go.set()
-    async with asyncio.timeout(10):
+    blocks, missing = await read_texts(
+        Files({"b": bomb}),
+        [pdf("bomb.pdf", "b", size=len(bomb))],
+        "t",
+        Room(MAX_TEXT_TOKENS),
+        budget,
+        pdf_limit=LIMIT,
+    )
+    assert blocks == [] and missing == [f"bomb.pdf: {pdfs.TOO_LATE}"]
+    async with asyncio.timeout(10):  # the cancelled task reaps the killed process
         while budget.held:
             await asyncio.sleep(0.01)
+    blocks, missing = await read({"p": make_pdf(["after"])}, [pdf("fine.pdf", "p")])
+    assert missing == [] and "after" in blocks[0]
+
+
+async def test_a_pdf_that_needs_too_much_memory_is_refused_in_its_own_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reading process caps its own memory: over it, the PDF is named too large,
+    and the worker (this process) is untouched."""
+    monkeypatch.setattr(pdfs, "CHILD_MEMORY_BYTES", 160 * 1024 * 1024)
+    blocks, missing = await read({"b": bomb_pdf(2_000_000)}, [pdf("huge.pdf", "b")])
+    assert blocks == [] and missing == [f"huge.pdf: {pdfs.TOO_BIG}"]
+
+
+async def test_pdfs_wait_for_each_other_within_their_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One reading process at a time: a PDF behind a slow one is not read in time, and
+    says so, rather than a second process being started."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 2.0)
+    blocks, missing = await read(
+        {"b": bomb_pdf(200_000), "p": make_pdf(["queued"])},
+        [pdf("slow.pdf", "b"), pdf("queued.pdf", "p")],
+    )
+    assert blocks == []
+    assert missing == [f"slow.pdf: {pdfs.TOO_LATE}", f"queued.pdf: {pdfs.TOO_LATE}"]
