@@ -434,13 +434,15 @@ class Worker:
                 "[%s] Redis error in thread task (%s); lock will expire", thread, type(exc).__name__
             )
         finally:
-            self.running.pop(thread, None)
-            self.guards.pop(thread, None)
             if not released:
                 # let go of the thread (shutdown, Redis trouble) without counting
-                # this execution as interrupted: the next one is a plain rerun
+                # this execution as interrupted: the next one is a plain rerun.  Before
+                # the task leaves ``running``: a hand-off meanwhile finds the lock ours
+                # and the task still running, and starts no second one on it.
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self.delivery.release(thread, self.owner))
+            self.running.pop(thread, None)
+            self.guards.pop(thread, None)
 
     # -- heartbeat and sweeper ---------------------------------------------
     async def _renew_once(self) -> None:

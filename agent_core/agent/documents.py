@@ -169,10 +169,12 @@ async def _one(
             job.reading = True
             # the bytes stay held until the reading process has ended (or was killed)
             got = await pdfs.read_in_child(data, room.tokens, give_up_at)
-            if isinstance(got, str):
+            if not isinstance(got, str):
+                return got
+            if pdf or got != pdfs.NOT_PDF:
                 raise NotRead(got)
-            return got
-        if pdf:
+            # labelled as text and beginning with "%PDF-", yet not a PDF: text after all
+        elif pdf:
             raise NotRead(pdfs.NOT_PDF)
         text = decode(data)
     if text is None:

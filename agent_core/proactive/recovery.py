@@ -73,12 +73,14 @@ class TurnRecovery:
         self.owner = owner
         self.timeouts = 0
         self.recovered = 0
+        self._quarantine = asyncio.Semaphore(1)  # reruns of a dead worker's turns
 
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:
         head = state.mailbox[0]
         retry_note = f"{head.event_id}#r:0"
         retried = retry_note in state.sent or retry_note in state.pending
         notes = [retry_note] if retried else []
+        quarantined = False
         if self._interrupted(state):
             self.recovered += 1
             # Only what a person sent is given up.  A conversation's move must finish
@@ -94,27 +96,51 @@ class TurnRecovery:
                 return await self._give_up(thread, state, guard, INTERRUPTED_DROPPED, "dropped")
             state.rerun = True  # its message alone: nothing that arrived since rides along
             if limited and not retried:
+                # One such rerun at a time in this worker: the worker that died ran many
+                # turns, only one of which (at most) killed it.  Run together, the one
+                # that did would take every other rerun here down with it, and each of
+                # them would be given up.  Run one at a time, a death counts against the
+                # rerun that was running.  The wait comes before the retry record, so a
+                # rerun still waiting when this worker dies does not count as tried.
+                await self._quarantine.acquire()
+                quarantined = True
                 # rerun silently (recorded parts are edited, never sent twice) and
                 # leave a record that this message was retried once
                 await self.agent.delivery.record_sent(
                     thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
                 )
                 notes = [retry_note]
+        try:
+            result = await self._run(thread, state, guard)
+        finally:
+            if quarantined:
+                self._quarantine.release()
+        if result is None:
+            return await self._give_up(
+                thread, state, guard, timeout_notice(self.settings.turn_timeout_secs), "timeout"
+            )
+        result.sent_fields.extend(notes)
+        return result
+
+    async def _run(
+        self, thread: ThreadKey, state: TurnState, guard: LockGuard
+    ) -> TurnResult | None:
+        """The turn, within ``TURN_TIMEOUT_SECS`` (None: it ran out)."""
         timeout = self.settings.turn_timeout_secs
         try:
-            if timeout > 0:
-                async with asyncio.timeout(timeout):
-                    result = await self.agent.run_turn(thread, state, guard)
-            else:
-                result = await self.agent.run_turn(thread, state, guard)
+            if timeout <= 0:
+                return await self.agent.run_turn(thread, state, guard)
+            async with asyncio.timeout(timeout):
+                return await self.agent.run_turn(thread, state, guard)
         except TimeoutError:
             self.timeouts += 1
             log.warning(
-                "[%s] turn on event %s timed out after %g s", thread, head.event_id, timeout
+                "[%s] turn on event %s timed out after %g s",
+                thread,
+                state.mailbox[0].event_id,
+                timeout,
             )
-            return await self._give_up(thread, state, guard, timeout_notice(timeout), "timeout")
-        result.sent_fields.extend(notes)
-        return result
+            return None
 
     def _interrupted(self, state: TurnState) -> bool:
         """Did an earlier execution of the head's turn begin and never complete?  Its

@@ -349,3 +349,35 @@ async def test_a_turn_that_fails_unexpectedly_says_so_and_the_next_is_answered(
     await w.send(user_event(T, "fine now"))
     await w.settle(T)
     assert w.texts(T)[-1] == "echo: fine now"
+
+
+@pytest.mark.parametrize("dead", [True, False], ids=["reruns", "fresh"])
+async def test_reruns_of_a_dead_workers_turns_run_one_at_a_time(pworld: Any, dead: bool) -> None:
+    """A worker that died ran many turns; at most one of them killed it.  Their reruns
+    go one at a time in a worker, so that the one that kills again takes no innocent
+    rerun down with it (each of those would be given up).  Fresh turns run together."""
+    running = peak = 0
+
+    class Counting(FnModel):
+        async def complete(self, request: Any) -> Any:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            try:
+                return await super().complete(request)
+            finally:
+                running -= 1
+
+    w = pworld(Counting(echo(), delay=0.3))
+    threads = [ThreadKey("web", "local", f"q{i}") for i in range(3)]
+    for i, t in enumerate(threads):
+        await w.send(user_event(t, f"m{i}", eid=f"e-q{i}"))
+        if dead:
+            await _seed_start(w, t, f"e-q{i}")
+    await w.start()
+    for t in threads:
+        await w.settle(t)
+    assert [w.texts(t) for t in threads] == [["echo: m0"], ["echo: m1"], ["echo: m2"]]
+    assert peak == (1 if dead else 3)
+    for t in threads:
+        assert await w.redis.hlen(keys.sent(t)) == 0  # retry records went with the turns

@@ -287,3 +287,12 @@ async def test_pdfs_wait_for_each_other_within_their_deadline(
     )
     assert blocks == []
     assert missing == [f"slow.pdf: {pdfs.TOO_LATE}", f"queued.pdf: {pdfs.TOO_LATE}"]
+
+
+async def test_a_text_file_that_begins_like_a_pdf_is_read_as_text() -> None:
+    note = b"%PDF- is the magic number at the start of every PDF.\nMore notes."
+    blocks, missing = await read(
+        {"n": note}, [Attachment("document", "notes.md", "text/markdown", 0, "n")]
+    )
+    assert missing == []
+    assert blocks == [f"--- notes.md ---\n{note.decode()}\n--- end of notes.md ---"]
