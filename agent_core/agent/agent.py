@@ -140,7 +140,7 @@ class Agent:
         self.undo = UndoStore(
             self.redis, settings.max_undo_checkpoints, settings.session_idle_ttl_secs
         )
-        # photos, text files, PDFs and Office files downloaded by this process's turns, held at once
+        # photos, text files and PDFs downloaded by this process's turns, held at once
         self.downloads = DownloadBudget(settings.attachment_memory_bytes)
         self.compactor = Compactor(self.cheap_llm, self.archive_messages)
         self.mover = ConversationMover(self.redis, delivery, settings)

@@ -1,13 +1,13 @@
 """The bytes of people's attachments one process holds at once (``ATTACHMENT_MEMORY_BYTES``).
 
-Photos (:mod:`~agent_core.agent.images`), text files, PDFs and Word and Excel files
+Photos (:mod:`~agent_core.agent.images`), text files and PDFs
 (:mod:`~agent_core.agent.documents`) are downloaded whole into memory, each up to
 its own cap; nothing else bounds how many are held at once across the turns a
 worker runs together.  A :class:`DownloadBudget` does: a download *holds* its
 bytes before it starts (the size the platform gave, else the per-file cap) and
 gives them back once the bytes are no longer needed (a photo once it has been
-prepared for the model, a text file once decoded, a PDF or an Office file once
-read).  It is a weighted semaphore:
+prepared for the model, a text file once decoded, a PDF once read).  It is a
+weighted semaphore:
 
 * waiting downloads go first come, first served: one that would fit does not
   overtake an earlier, larger one, so a large file is never starved by small ones;

@@ -62,7 +62,7 @@ PASSWORD = "password-protected"
 AES = "encrypted with AES, which this bot cannot decrypt"
 NO_TEXT = "no text in it, perhaps a scan (pictures of pages are not read)"
 NOT_PDF = "not readable as a PDF"
-TOO_LATE = "not read in time (slow to read, or the bot was busy with other documents)"
+TOO_LATE = "not read in time (slow to read, or the bot was busy with other PDFs)"
 TOO_BIG = "too large or too complex to read (it needed more memory than a PDF may take)"
 CHILD_MEMORY_BYTES = 512 * 1024 * 1024  # the reading process's address space
 _MIMES = frozenset({"application/pdf", "application/x-pdf", "application/acrobat"})
@@ -94,10 +94,6 @@ class PdfText:
     read: int  # pages read, from the first
     starts: tuple[int, ...]  # where each page's marker begins in ``text``
     stopped: str = ""  # why pages were left unread: "", "allowance", "pages", "time"
-
-    @property
-    def title(self) -> str:
-        return f"PDF, {self.pages} page{'s' if self.pages != 1 else ''}"
 
     def page_at(self, offset: int) -> int:
         """The page (1-based) the character at ``offset`` of :attr:`text` is in."""

@@ -49,7 +49,6 @@ from agent_core.agent.loop import (
     run_loop,
 )
 from agent_core.agent.loopguard import Level, LoopGuard
-from agent_core.agent.office import is_office
 from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
 from agent_core.agent.pdfs import is_pdf
 from agent_core.agent.people import named
@@ -273,11 +272,7 @@ class Turn:
         return ChatMessage("user", text, images=images)
 
     async def _texts(self, event: InboundEvent) -> tuple[list[str], list[str]]:
-        files = [
-            a
-            for a in event.attachments
-            if a.kind != "image" and (is_text(a) or is_pdf(a) or is_office(a))
-        ]
+        files = [a for a in event.attachments if a.kind != "image" and (is_text(a) or is_pdf(a))]
         outbox = self.writer.outbox
         if not files or not isinstance(outbox, AttachmentFetcher):
             return [], []
