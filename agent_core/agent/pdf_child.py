@@ -26,12 +26,23 @@ def _limit(memory: int, secs: float) -> None:
         import resource
     except ImportError:  # not on this platform: the worker's deadline still applies
         return
-    for what, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, math.ceil(secs) + 2)):
+    limits = (
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_CPU, math.ceil(secs) + 2),
+        (resource.RLIMIT_CORE, 0),  # SIGXCPU would dump core
+    )
+    for what, value in limits:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(what, (value, value))
 
 
 def main() -> None:
+    import logging
+    import warnings
+
+    # pypdf's warnings about a damaged file, per page, would pile up unread on stderr
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
     from agent_core.agent import pdfs  # pypdf loaded before the memory cap
 
     args = json.loads(sys.argv[1])

@@ -257,10 +257,14 @@ async def _run_child(data: bytes, tokens: int, give_up_at: float) -> PdfText | s
         return TOO_BIG
     if "error" in got:
         return str(got["error"])
-    return PdfText(
-        str(got["text"]),
-        int(got["pages"]),
-        int(got["read"]),
-        tuple(int(x) for x in got["starts"]),
-        str(got["stopped"]),
-    )
+    try:
+        return PdfText(
+            str(got["text"]),
+            int(got["pages"]),
+            int(got["read"]),
+            tuple(int(x) for x in got["starts"]),
+            str(got["stopped"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        log.warning("the PDF reading process gave an answer of the wrong shape")
+        return TOO_BIG

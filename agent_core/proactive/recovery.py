@@ -62,6 +62,8 @@ def timeout_notice(secs: float) -> str:
     )
 
 
+# the longest a rerun of a dead worker's turn waits for the one running before it
+QUARANTINE_WAIT_SECS = 120.0
 # events a person sent: one that keeps killing its worker is given up, with a notice
 PERSON_KINDS = frozenset({EventKind.MESSAGE, EventKind.ACTION, EventKind.COMMAND})
 
@@ -102,15 +104,27 @@ class TurnRecovery:
                 # them would be given up.  Run one at a time, a death counts against the
                 # rerun that was running.  The wait comes before the retry record, so a
                 # rerun still waiting when this worker dies does not count as tried.
-                await self._quarantine.acquire()
-                quarantined = True
+                # The wait is bounded: a rerun that hangs must not hold every other
+                # one (and the worker's concurrency) for its whole turn timeout.
+                try:
+                    async with asyncio.timeout(QUARANTINE_WAIT_SECS):
+                        await self._quarantine.acquire()
+                    quarantined = True
+                except TimeoutError:
+                    log.warning(
+                        "[%s] rerun of event %s waited %g s for the one before it; running",
+                        thread,
+                        head.event_id,
+                        QUARANTINE_WAIT_SECS,
+                    )
+                notes = [retry_note]
+        try:
+            if notes and not retried:
                 # rerun silently (recorded parts are edited, never sent twice) and
                 # leave a record that this message was retried once
                 await self.agent.delivery.record_sent(
                     thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
                 )
-                notes = [retry_note]
-        try:
             result = await self._run(thread, state, guard)
         finally:
             if quarantined:

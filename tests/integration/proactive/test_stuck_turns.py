@@ -381,3 +381,36 @@ async def test_reruns_of_a_dead_workers_turns_run_one_at_a_time(pworld: Any, dea
     assert peak == (1 if dead else 3)
     for t in threads:
         assert await w.redis.hlen(keys.sent(t)) == 0  # retry records went with the turns
+
+
+async def test_a_rerun_that_fails_to_record_its_retry_does_not_block_the_others(
+    pworld: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis trouble when a rerun records its retry (likely right after a crash): the
+    rerun stays queued, and the one-at-a-time slot is given back to the next rerun."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from agent_core.store.delivery import Delivery
+
+    w = pworld(FnModel(echo()))
+    t1, t2 = ThreadKey("web", "local", "r1"), ThreadKey("web", "local", "r2")
+    for t, eid in ((t1, "e-r1"), (t2, "e-r2")):
+        await w.send(user_event(t, eid, eid=eid))
+        await _seed_start(w, t, eid)
+    failed: list[str] = []
+    real = Delivery.record_sent
+
+    async def flaky(self: Delivery, thread: ThreadKey, field: str, ref: MessageRef) -> None:
+        if field.endswith("#r:0") and not failed:
+            failed.append(field)
+            raise RedisConnectionError("Redis went away")
+        await real(self, thread, field, ref)
+
+    monkeypatch.setattr(Delivery, "record_sent", flaky)
+    await w.start()
+    await w.settle(t2)
+    await w.settle(t1)
+    await w.workers[0][0].sweep_once()  # the one that failed is run again
+    await w.settle(t1)
+    assert len(failed) == 1
+    assert w.texts(t1) == ["echo: e-r1"] and w.texts(t2) == ["echo: e-r2"]
