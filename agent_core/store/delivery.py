@@ -196,9 +196,7 @@ class Delivery:
                     acquired[ev.thread] = None
                 if ev.thread in acquired and len(res) > 3:
                     # the latest read of a thread we hold (later events of the batch included)
-                    box, ver, data, sent, nxt, moved = res[3:9]
-                    flat = dict(zip(sent[::2], sent[1::2], strict=True))
-                    st = _state(box, ver or None, data or None, flat, nxt or None, moved or None)
+                    st = _scripted_state(res[3:9])
                     earlier = acquired[ev.thread]
                     if earlier is not None:
                         # the start records as the batch's first read found them: a later
@@ -221,7 +219,7 @@ class Delivery:
     async def begin(self, thread: ThreadKey, owner: str) -> TurnState:
         """What the lock holder's next turn begins from; records that ``owner``
         starts it (see scripts._mark_start)."""
-        box, ver, data, sent, nxt, moved = await run_script(
+        reply = await run_script(
             self.redis,
             self._begin,
             [
@@ -233,8 +231,7 @@ class Delivery:
             ],
             [owner],
         )
-        flat = dict(zip(sent[::2], sent[1::2], strict=True))
-        return _state(box, ver or None, data or None, flat, nxt or None, moved or None)
+        return _scripted_state(reply)
 
     async def peek(self, thread: ThreadKey, start: int) -> list[InboundEvent]:
         """Mailbox entries from index ``start`` (arrivals during a turn)."""
@@ -460,6 +457,14 @@ def _state(
 
 
 START_SUFFIX = "#s:0"
+
+
+def _scripted_state(reply: Sequence[Any]) -> TurnState:
+    """A turn's state as HANDOFF and BEGIN return it: mailbox, session version, session
+    data, sent records (flat), next arrival, where the conversation moved ('' = none)."""
+    box, ver, data, sent, nxt, moved = reply
+    flat = dict(zip(sent[::2], sent[1::2], strict=True))
+    return _state(box, ver or None, data or None, flat, nxt or None, moved or None)
 
 
 def start_field(event_id: str) -> str:

@@ -8,6 +8,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from agent_core.llm.base import LLMProvider
@@ -68,3 +69,20 @@ async def runtime(valkey: EmbeddedValkey, redis: Any) -> AsyncIterator[Callable[
                 await asyncio.wait_for(task, 30)
 
     yield make
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A real Runtime with its worker running, and a client for its web app (where the
+    platform fakes' webhooks post); the worker drains on the way out."""
+    async with Runtime(settings, "all") as rt:
+        stop = asyncio.Event()
+        task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
+        try:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
+            ) as client:
+                yield client
+        finally:
+            stop.set()
+            await task

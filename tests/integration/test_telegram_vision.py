@@ -15,6 +15,7 @@ from bots.runtime import Runtime
 from bots.settings import Settings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.telegram import WEBHOOK_SECRET, FakeTelegram
+from tests.integration.conftest import serving
 from tests.integration.telegram_runtime import telegram_settings
 
 PNG = base64.b64decode(
@@ -103,41 +104,30 @@ async def test_an_album_is_answered_once_with_all_its_photos(
         fake.add_file(fid, PNG, "image/png")
     album = {"media_group_id": "13700000000000001"}
     async with FakeLLMServer() as llm:
-        async with Runtime(_settings(valkey, fake, llm), "all") as rt:
-            stop = asyncio.Event()
-            task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
-            try:
-                async with httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
-                ) as client:
+        async with serving(_settings(valkey, fake, llm)) as client:
 
-                    async def deliver(update: dict[str, Any]) -> None:
-                        r = await client.post(
-                            "/telegram/webhook",
-                            json=update,
-                            headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
-                        )
-                        assert r.status_code == 200
+            async def deliver(update: dict[str, Any]) -> None:
+                r = await client.post(
+                    "/telegram/webhook",
+                    json=update,
+                    headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
+                )
+                assert r.status_code == 200
 
-                    async def answers(n: int) -> None:
-                        deadline = time.monotonic() + 15
-                        while len(fake.sent_texts(555)) < n and time.monotonic() < deadline:
-                            await asyncio.sleep(0.05)
+            async def answers(n: int) -> None:
+                deadline = time.monotonic() + 15
+                while len(fake.sent_texts(555)) < n and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
 
-                    extra = album | _photo("a1") | {"caption": "which is sharper?"}
-                    await deliver(fake.message_update(555, user_id=555, extra=extra))
-                    for fid in ("a2", "a3"):
-                        await asyncio.sleep(0.2)
-                        await deliver(
-                            fake.message_update(555, user_id=555, extra=album | _photo(fid))
-                        )
-                    await answers(1)
-                    # a later message: once it is answered, every album item was handled
-                    await deliver(fake.message_update(555, "thanks", user_id=555))
-                    await answers(2)
-            finally:
-                stop.set()
-                await task
+            extra = album | _photo("a1") | {"caption": "which is sharper?"}
+            await deliver(fake.message_update(555, user_id=555, extra=extra))
+            for fid in ("a2", "a3"):
+                await asyncio.sleep(0.2)
+                await deliver(fake.message_update(555, user_id=555, extra=album | _photo(fid)))
+            await answers(1)
+            # a later message: once it is answered, every album item was handled
+            await deliver(fake.message_update(555, "thanks", user_id=555))
+            await answers(2)
         assert len(fake.sent_texts(555)) == 2, fake.sent_texts(555)
         first = llm.requests[0].body["messages"]
         images = [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,6 +23,7 @@ from channels.slack.channel import SlackChannel
 from channels.slack.settings import SlackSettings
 from channels.web.channel import WebSettings
 from tests.fakes.slack import FakeSlack
+from tests.integration.conftest import serving  # noqa: F401  (the Slack tests import it from here)
 
 
 @pytest.fixture
@@ -115,22 +114,3 @@ def runtime_settings(
         platforms={"slack": slack},
         modules={"slack": channels.slack},
     )
-
-
-@contextlib.asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """A real Runtime with its worker running, and a client for its web app (where
-    :meth:`FakeSlack.deliver` posts events); the worker drains on the way out."""
-    from bots.runtime import Runtime
-
-    async with Runtime(settings, "all") as rt:
-        stop = asyncio.Event()
-        task = asyncio.create_task(rt.worker.run(stop))  # type: ignore[union-attr]
-        try:
-            async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=rt.web_app()), base_url="http://p"
-            ) as client:
-                yield client
-        finally:
-            stop.set()
-            await task
