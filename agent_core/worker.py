@@ -404,6 +404,8 @@ class Worker:
                     sent_fields=result.sent_fields,
                     with_calls=result.completion_calls,
                     next_seq=_next_after(state.mailbox[: result.consumed]),
+                    # the usual end: the turn took everything it saw (one round trip less)
+                    deactivate=result.consumed >= len(state.mailbox),
                 )
                 self.turns_done += 1
                 elapsed = time.perf_counter() - started
@@ -424,7 +426,8 @@ class Worker:
                     continue
                 if left == 0:
                     released = True
-                    await self.delivery.deactivate(thread)
+                    if result.consumed < len(state.mailbox):
+                        await self.delivery.deactivate(thread)
                     return
         except asyncio.CancelledError:
             log.info("[%s] turn cancelled (shutdown); its message stays queued", thread)

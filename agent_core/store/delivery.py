@@ -19,6 +19,7 @@ docs/architecture.md ("Delivery"):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from redis.exceptions import ResponseError
 
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.store import keys, scripts
-from agent_core.store.scripting import Call, run_pipelined, run_script
+from agent_core.store.scripting import Call, run_pipelined, run_pipelined_then, run_script
 from agent_core.store.wire import Command, call, pairs, raise_first, roundtrip
 
 
@@ -303,9 +304,17 @@ class Delivery:
         sent_fields: list[str],
         with_calls: Sequence[Call] = (),
         next_seq: int = 0,
+        deactivate: bool = False,
     ) -> int:
         """Complete the turn; ``with_calls`` (idempotent per-thread scripts such as
-        the undo checkpoint) ride in the same round trip."""
+        the undo checkpoint) ride in the same round trip.
+
+        ``deactivate``: also do ``deactivate``'s work in that round trip, for a
+        caller that expects the mailbox to end empty (the turn took every event
+        it saw).  The thread leaves the active index first and goes back into it
+        if the mailbox is not empty after all (an arrival, or a completion that
+        did not happen: ``-1`` / ``-2``): one more round trip then.  With
+        ``left == 0`` the caller has nothing more to do."""
         done: Call = (
             self._complete,
             [
@@ -326,7 +335,25 @@ class Delivery:
                 *sent_fields,
             ],
         )
-        res = await run_pipelined(self.redis, [done, *with_calls])
+        if not deactivate:
+            return int((await run_pipelined(self.redis, [done, *with_calls]))[0])
+        # ZREM before LLEN, as in ``deactivate``; the separate commands keep every
+        # script on one thread's keys (the index is another slot)
+        try:
+            res, (_, waiting) = await run_pipelined_then(
+                self.redis,
+                [done, *with_calls],
+                then=[("ZREM", keys.ACTIVE_THREADS, str(thread)), ("LLEN", keys.mailbox(thread))],
+            )
+        except BaseException:
+            # the ZREM may have run while the completion did not: back into the
+            # index, so the sweeper still finds what waits (best effort: Redis may
+            # be what failed)
+            with contextlib.suppress(Exception):
+                await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
+            raise
+        if waiting:
+            await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
         return int(res[0])
 
     async def save_session(self, thread: ThreadKey, data: bytes, version: int) -> int:

@@ -28,12 +28,21 @@ async def run_pipelined(
 
     ``then``: plain commands sent after the scripts in the same round trip
     (idempotent ones: they are sent again with any script that has to be);
-    their replies are not returned.
+    their replies are not returned (``run_pipelined_then`` returns them).
 
     Scripts the server did not know (NOSCRIPT: they did not run) are loaded and
     only those calls are sent again, so a script that did run never runs twice.
     Any other error is raised.
     """
+    return (await run_pipelined_then(redis, calls, then))[0]
+
+
+async def run_pipelined_then(
+    redis: Redis, calls: Sequence[Call], then: Sequence[Command]
+) -> tuple[list[Any], list[Any]]:
+    """``run_pipelined``, also returning the replies of ``then``: those of its
+    last sending, which follows every script's run (after a NOSCRIPT, the
+    reloaded scripts' second sending)."""
 
     def evalsha(c: Call) -> Command:
         script, keys, args = c
@@ -43,14 +52,15 @@ async def run_pipelined(
     results, after = replies[: len(calls)], replies[len(calls) :]
     missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
     if missing:
+        raise_first(after)
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
             await redis.script_load(script.script)
         again = await roundtrip(redis, [*(evalsha(calls[i]) for i in missing), *then])
         for i, r in zip(missing, again[: len(missing)], strict=True):
             results[i] = r
-        after += again[len(missing) :]
+        after = again[len(missing) :]
     raise_first([*results, *after])
-    return results
+    return results, after
 
 
 async def run_script(

@@ -231,6 +231,61 @@ async def test_a_hand_off_to_a_lock_already_ours_starts_the_thread(
     assert await d.handoff_and_begin([(b"1-2", msg(t, 2))], "w2") == []
 
 
+async def test_a_completion_that_empties_the_mailbox_leaves_the_index_in_its_round_trip(
+    redis_clients: RedisClients,
+) -> None:
+    """``complete(deactivate=True)``: out of the active index when nothing waits;
+    still in it when something does (an arrival during the turn, a lost lock)."""
+    r = redis_clients.redis
+    d = Delivery(r, redis_clients.blocking)
+    t = ThreadKey("web", "local", "a")
+
+    async def indexed() -> bool:
+        return await r.zscore(keys.ACTIVE_THREADS, str(t)) is not None
+
+    async def finish(owner: str = "w1") -> int:
+        return await d.complete(
+            t, owner, consumed=1, session_json=None, version=0, sent_fields=[], deactivate=True
+        )
+
+    await d.handoff([(b"1-1", msg(t, 1))], "w1")
+    assert await indexed()
+    assert await finish() == 0
+    assert not await indexed()
+    assert not await r.exists(keys.lock(t))
+
+    # a message arrived while the turn ran: left > 0, and the thread stays indexed
+    await d.handoff([(b"1-2", msg(t, 2))], "w1")
+    await d.handoff([(b"1-3", msg(t, 3))], "w2")
+    assert await finish() == 1
+    assert await indexed()
+
+    # the lock went to another worker: nothing completes, the event waits indexed
+    await r.set(keys.lock(t), "w2")
+    assert await finish() == -1
+    assert await indexed()
+    assert await r.llen(keys.mailbox(t)) == 1
+
+
+async def test_a_completion_that_fails_puts_its_thread_back_in_the_index(
+    redis_clients: RedisClients,
+) -> None:
+    """The index removal rides behind the completion script: when the script is
+    refused (here: the session key is not a hash), the thread goes back in, so
+    the sweeper still finds the event that waits."""
+    r = redis_clients.redis
+    d = Delivery(r, redis_clients.blocking)
+    t = ThreadKey("web", "local", "a")
+    await d.handoff([(b"1-1", msg(t, 1))], "w1")
+    await r.set(keys.session(t), "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await d.complete(
+            t, "w1", consumed=1, session_json=b"{}", version=0, sent_fields=[], deactivate=True
+        )
+    assert await r.zscore(keys.ACTIVE_THREADS, str(t)) is not None
+    assert await r.llen(keys.mailbox(t)) == 1
+
+
 async def test_one_turn_at_a_time_per_thread_in_arrival_order(redis_clients: RedisClients) -> None:
     llm = SlowEcho(0.02)
     outbox = RecordingOutbox()
