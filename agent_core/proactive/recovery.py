@@ -11,11 +11,13 @@ The worker runs every turn through :meth:`TurnRecovery.run_turn`:
   worker's record knows that execution never completed: its worker died (or
   stalled past its lock).  The first time, the message is run again silently (a
   SIGKILL loses nothing — the delivery invariant — and parts already shown are
-  edited, never repeated) and a retry record is left; if that rerun is
-  interrupted too, the message is dropped, the thread's state reset and the user
-  told the previous turn was interrupted: a message that kills its worker (out
-  of memory, a crash in native code, whatever it is) must not take every worker
-  down in turn.
+  edited, never repeated), alongside everything else, and a retry record
+  ``#r:0`` is left; if that rerun is interrupted too, it runs once more alone in
+  its worker (``#r:1``); if that one is interrupted as well, the message is
+  dropped, the thread's state reset and the user told the previous turn was
+  interrupted: a message that kills its worker (out of memory, a crash in native
+  code, whatever it is) must not take every worker down in turn, and a crash no
+  message caused must not leave the dead worker's chats waiting in a queue.
 * **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled,
   the user is told, the message is consumed with the session as it was before
   the turn (the history stays valid) and the worker's completion releases the
@@ -79,33 +81,39 @@ class TurnRecovery:
 
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:
         head = state.mailbox[0]
-        retry_note = f"{head.event_id}#r:0"
-        retried = retry_note in state.sent or retry_note in state.pending
-        notes = [retry_note] if retried else []
+        shared, alone = f"{head.event_id}#r:0", f"{head.event_id}#r:1"
+        # retry records already there go with the message when it completes
+        notes = [f for f in (shared, alone) if f in state.sent or f in state.pending]
+        record: str | None = None  # the retry record this rerun leaves
         quarantined = False
         if self._interrupted(state):
             self.recovered += 1
             # Only what a person sent is given up.  A conversation's move must finish
             # (it reruns until it does, as it always did); a routine's note is cheap.
             limited = head.kind in PERSON_KINDS
+            give_up = limited and alone in notes
             log.warning(
                 "[%s] previous turn on event %s was interrupted (%s)",
                 thread,
                 head.event_id,
-                "again; dropping it" if retried and limited else "running it again",
+                "its rerun alone too; dropping it" if give_up else "running it again",
             )
-            if retried and limited:
+            if give_up:
                 return await self._give_up(thread, state, guard, INTERRUPTED_DROPPED, "dropped")
             state.rerun = True  # its message alone: nothing that arrived since rides along
-            if limited and not retried:
-                # One such rerun at a time in this worker: the worker that died ran many
-                # turns, only one of which (at most) killed it.  Run together, the one
-                # that did would take every other rerun here down with it, and each of
-                # them would be given up.  Run one at a time, a death counts against the
-                # rerun that was running.  The wait comes before the retry record, so a
-                # rerun still waiting when this worker dies does not count as tried.
-                # The wait is bounded: a rerun that hangs must not hold every other
-                # one (and the worker's concurrency) for its whole turn timeout.
+            if limited and shared not in notes:
+                # The first rerun runs alongside everything else: after a crash that no
+                # message caused (a host lost, memory run out by the load as a whole),
+                # every conversation the dead worker held is answered again at once.
+                record = shared
+            elif limited:
+                # Its rerun alongside others was interrupted too.  The worker that died
+                # ran many turns, at most one of which killed it; so this rerun runs
+                # alone in this worker, and only a death then counts against it.  The
+                # wait comes before the retry record, so a rerun still waiting when
+                # this worker dies does not count as tried.  The wait is bounded: a
+                # rerun that hangs must not hold every other one (and the worker's
+                # concurrency) for its whole turn timeout.
                 try:
                     async with asyncio.timeout(QUARANTINE_WAIT_SECS):
                         await self._quarantine.acquire()
@@ -117,14 +125,15 @@ class TurnRecovery:
                         head.event_id,
                         QUARANTINE_WAIT_SECS,
                     )
-                notes = [retry_note]
+                record = alone
         try:
-            if notes and not retried:
+            if record is not None:
                 # rerun silently (recorded parts are edited, never sent twice) and
-                # leave a record that this message was retried once
+                # leave a record of which rerun this is
                 await self.agent.delivery.record_sent(
-                    thread, retry_note, MessageRef(thread.channel, thread.conversation, "")
+                    thread, record, MessageRef(thread.channel, thread.conversation, "")
                 )
+                notes.append(record)
             result = await self._run(thread, state, guard)
         finally:
             if quarantined:

@@ -78,7 +78,7 @@ def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
     return env
 
 
-async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
+async def test_interrupted_turn_is_rerun_twice_then_dropped(pworld: Any) -> None:
     w = pworld(FnModel(echo()))
     # a turn on e-int1 sent a part, then its worker died (its records are still there)
     await w.send(user_event(T, "first try", eid="e-int1"))
@@ -91,13 +91,25 @@ async def test_interrupted_turn_is_rerun_once_then_dropped(pworld: Any) -> None:
     assert [s.op for s in w.outbox.log if s.op != "action"] == ["edit"]  # never sent twice
     assert await w.redis.hlen(keys.sent(T)) == 0  # completion removed every record
 
-    # the rerun was interrupted too (the retry notice is recorded): drop and reset
+    # its rerun alongside others was interrupted too: once more, alone
     await w.stop()
     w.outbox.log.clear()
-    await w.send(user_event(T, "poison", eid="e-int2"))
+    await w.send(user_event(T, "unlucky", eid="e-int2"))
     await _seed_start(w, T, "e-int2", "dead-rerun")
-    await _seed_part(w, T, "e-int2:0")
     await _seed_part(w, T, "e-int2#r:0")
+    await w.start()
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: unlucky"
+    assert await w.redis.hlen(keys.sent(T)) == 0  # both retry records went with it
+
+    # the rerun alone was interrupted too: drop and reset
+    await w.stop()
+    w.outbox.log.clear()
+    await w.send(user_event(T, "poison", eid="e-int3"))
+    await _seed_start(w, T, "e-int3", "dead-rerun-alone")
+    await _seed_part(w, T, "e-int3:0")
+    await _seed_part(w, T, "e-int3#r:0")
+    await _seed_part(w, T, "e-int3#r:1")
     await w.start()
     await w.settle(T)
     texts = w.texts(T)
@@ -271,14 +283,15 @@ async def test_a_rerun_answers_its_message_alone(pworld: Any) -> None:
     assert w.texts(T) == ["echo: first", "echo: second"]
 
 
-async def test_a_plain_message_that_kills_two_workers_is_dropped_with_a_notice(
+async def test_a_plain_message_that_kills_three_workers_is_dropped_with_a_notice(
     pworld: Any, valkey: Any, tmp_path: Path
 ) -> None:
     """Nothing reaches the chat before the model answers, so a worker killed while it
     waits (out of memory, a crash in native code, anything before the first word)
-    leaves only the turn's start record.  The next worker runs the message once more;
-    when that one is killed too, the message is given up with a notice, instead of
-    taking every worker down in turn and leaving the thread silent."""
+    leaves only the turn's start record.  The next worker runs the message once more
+    (alongside whatever else it runs), the one after that once more alone; when that
+    one is killed too, the message is given up with a notice, instead of taking every
+    worker down in turn and leaving the thread silent."""
     llm = FakeLLMServer()
 
     def never_in_time(path: str, body: Any) -> Any:
@@ -292,7 +305,7 @@ async def test_a_plain_message_that_kills_two_workers_is_dropped_with_a_notice(
     owners: list[bytes] = []
     try:
         await w.send(user_event(T, "poison", eid="e-p"))
-        for n in range(2):
+        for n in range(3):
             log = (tmp_path / f"worker{n}.log").open("wb")
             proc = await asyncio.create_subprocess_exec(
                 *(sys.executable, "-m", "bots.cli", "run", "worker"),
@@ -313,7 +326,9 @@ async def test_a_plain_message_that_kills_two_workers_is_dropped_with_a_notice(
             finally:
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
-        assert await w.redis.hexists(keys.sent(T), "e-p#r:0")  # the second ran it as a rerun
+        # the second ran it as a rerun, the third as a rerun alone
+        assert await w.redis.hexists(keys.sent(T), "e-p#r:0")
+        assert await w.redis.hexists(keys.sent(T), "e-p#r:1")
         await w.start()
         await w.settle(T, 15)
     finally:
@@ -351,11 +366,15 @@ async def test_a_turn_that_fails_unexpectedly_says_so_and_the_next_is_answered(
     assert w.texts(T)[-1] == "echo: fine now"
 
 
-@pytest.mark.parametrize("dead", [True, False], ids=["reruns", "fresh"])
-async def test_reruns_of_a_dead_workers_turns_run_one_at_a_time(pworld: Any, dead: bool) -> None:
-    """A worker that died ran many turns; at most one of them killed it.  Their reruns
-    go one at a time in a worker, so that the one that kills again takes no innocent
-    rerun down with it (each of those would be given up).  Fresh turns run together."""
+@pytest.mark.parametrize("reruns", [0, 1, 2], ids=["fresh", "first-reruns", "second-reruns"])
+async def test_second_reruns_of_a_dead_workers_turns_run_one_at_a_time(
+    pworld: Any, reruns: int
+) -> None:
+    """A worker that died ran many turns; most crashes are no message's fault, so their
+    first reruns run together (the chats are answered again at once).  If a worker dies
+    again while running them, at most one of those killed it: their second reruns go
+    one at a time in a worker, so that the one that kills again takes no innocent rerun
+    down with it (each of those would be given up)."""
     running = peak = 0
 
     class Counting(FnModel):
@@ -372,13 +391,15 @@ async def test_reruns_of_a_dead_workers_turns_run_one_at_a_time(pworld: Any, dea
     threads = [ThreadKey("web", "local", f"q{i}") for i in range(3)]
     for i, t in enumerate(threads):
         await w.send(user_event(t, f"m{i}", eid=f"e-q{i}"))
-        if dead:
+        if reruns:
             await _seed_start(w, t, f"e-q{i}")
+        if reruns == 2:
+            await _seed_part(w, t, f"e-q{i}#r:0")
     await w.start()
     for t in threads:
         await w.settle(t)
     assert [w.texts(t) for t in threads] == [["echo: m0"], ["echo: m1"], ["echo: m2"]]
-    assert peak == (1 if dead else 3)
+    assert peak == (1 if reruns == 2 else 3)
     for t in threads:
         assert await w.redis.hlen(keys.sent(t)) == 0  # retry records went with the turns
 
@@ -386,8 +407,9 @@ async def test_reruns_of_a_dead_workers_turns_run_one_at_a_time(pworld: Any, dea
 async def test_a_rerun_that_fails_to_record_its_retry_does_not_block_the_others(
     pworld: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Redis trouble when a rerun records its retry (likely right after a crash): the
-    rerun stays queued, and the one-at-a-time slot is given back to the next rerun."""
+    """Redis trouble when a second rerun records its retry (likely right after a
+    crash): the rerun stays queued, and the one-at-a-time slot is given back to the
+    next rerun."""
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from agent_core.store.delivery import Delivery
@@ -397,11 +419,12 @@ async def test_a_rerun_that_fails_to_record_its_retry_does_not_block_the_others(
     for t, eid in ((t1, "e-r1"), (t2, "e-r2")):
         await w.send(user_event(t, eid, eid=eid))
         await _seed_start(w, t, eid)
+        await _seed_part(w, t, f"{eid}#r:0")
     failed: list[str] = []
     real = Delivery.record_sent
 
     async def flaky(self: Delivery, thread: ThreadKey, field: str, ref: MessageRef) -> None:
-        if field.endswith("#r:0") and not failed:
+        if field.endswith("#r:1") and not failed:
             failed.append(field)
             raise RedisConnectionError("Redis went away")
         await real(self, thread, field, ref)
