@@ -54,6 +54,10 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "short": {"chats": 6, "llm_latency": 4.0, "grace": 0.5},
         "long": {"chats": 20, "llm_latency": 6.0, "grace": 1.0},
     },
+    "crash_recovery": {
+        "short": {"chats": 20, "llm_latency": 2.0},
+        "long": {"chats": 200, "llm_latency": 2.0},
+    },
 }
 
 COMMANDS = {
@@ -62,6 +66,7 @@ COMMANDS = {
     "llm_storm": "PARLEY_LONG=1 .venv/bin/pytest tests/faults/test_llm_storm.py -m slow",
     "sigterm_finish": ".venv/bin/pytest tests/faults/test_sigterm.py",
     "sigterm_hand_back": ".venv/bin/pytest tests/faults/test_sigterm.py",
+    "crash_recovery": ".venv/bin/pytest tests/faults/test_crash_recovery.py",
 }
 
 
@@ -79,6 +84,8 @@ async def _one(name: str, params: dict[str, Any]) -> dict[str, Any]:
             return await scenarios.worker_kill(server.url, work, **params)
         if name == "llm_storm":
             return await scenarios.llm_storm(server.url, work, **params)
+        if name == "crash_recovery":
+            return await scenarios.crash_recovery(server.url, work, **params)
         if name.startswith("sigterm"):
             return await scenarios.sigterm_mid_turn(server.url, work, **params)
         raise ValueError(f"unknown chaos scenario {name!r}")

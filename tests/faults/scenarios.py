@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 
 from agent_core.store.embedded import EmbeddedValkey
 from tests.fakes.llm_servers import Reply, openai_error, openai_stream
-from tests.faults.harness import Cluster, WebLoad, audit, wait_drained
+from tests.faults.harness import Cluster, WebLoad, audit, read_coverage, wait_drained
 
 
 async def _fresh_redis(url: str) -> Redis:
@@ -437,3 +437,62 @@ async def _turn_texts(redis: Redis, thread: str, event_id: str, timeout: float) 
 async def readyz(base_url: str) -> int:
     async with httpx.AsyncClient(base_url=base_url, timeout=2) as c:
         return (await c.get("/readyz")).status_code
+
+
+# --- 5. recovery after a crash with many turns in flight --------------------------
+async def crash_recovery(
+    redis_url: str,
+    workdir: Path,
+    *,
+    chats: int = 40,
+    llm_latency: float = 2.0,
+) -> dict[str, Any]:
+    """One message in each of ``chats`` chats, all waiting on a slow LLM in one worker,
+    which is SIGKILLed and replaced: how long until every chat has its answer (the
+    replacement finds the turns once the dead worker's locks expire, ``LOCK_TTL_SECS``
+    3 s here, and reruns them)."""
+    redis = await _fresh_redis(redis_url)
+    cluster = Cluster(redis_url, workdir, workers=1, llm_latency=llm_latency)
+    load: WebLoad | None = None
+    try:
+        await cluster.start()
+        load = WebLoad(cluster.base_url)
+        await load.open_chats(chats)
+        await asyncio.gather(*(load.post(chat) for chat in load.chats))
+        deadline = time.monotonic() + 30
+        while len(cluster.llm.requests) < chats and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        in_flight = len(cluster.llm.requests)
+        t0 = time.monotonic()
+        await cluster.replace_worker(0)
+        answered_at: dict[int, float] = {}
+        limit = time.monotonic() + 60 + chats * llm_latency
+        while len(answered_at) < chats and time.monotonic() < limit:
+            covered, _ = await read_coverage(redis, load)
+            now = time.monotonic() - t0
+            for c, ns in covered.items():
+                if ns:
+                    answered_at.setdefault(c, now)
+            await asyncio.sleep(0.1)
+        result = await audit(redis, load, wait=5)
+        left = await wait_drained(redis)
+        times = sorted(answered_at.values())
+        return {
+            "scenario": "crash_recovery",
+            "chats": chats,
+            "llm_latency_s": llm_latency,
+            "in_flight_at_kill": in_flight,
+            "answered": result.answered,
+            "lost": len(result.lost),
+            "given_up_with_notice": len(result.given_up),
+            "duplicated": len(result.duplicated),
+            "first_answer_after_kill_s": round(times[0], 1) if times else None,
+            "median_answer_after_kill_s": round(times[len(times) // 2], 1) if times else None,
+            "last_answer_after_kill_s": round(times[-1], 1) if times else None,
+            "left_pending": sum(left.values()),
+        }
+    finally:
+        if load is not None:
+            await load.close()
+        await cluster.stop()
+        await redis.aclose()
