@@ -2,7 +2,8 @@
 
 :mod:`~agent_core.agent.documents` downloads a PDF (up to ``MAX_ATTACHMENT_BYTES``) and
 hands its bytes to :func:`read_in_child`, which runs :func:`read` in a short-lived
-process of its own (:mod:`~agent_core.agent.pdf_child`), one PDF at a time per worker.
+process of its own (:mod:`~agent_core.agent.doc_process`), one document at a time per
+worker.
 A PDF from a stranger can be built to make any parser work for minutes and take
 gigabytes on a single page (a few KB of deflated drawing operators), and a parser
 running in a thread cannot be stopped; a process can.  So:
@@ -13,7 +14,8 @@ running in a thread cannot be stopped; a process can.  So:
   (``RLIMIT_CPU``, so it ends even if the worker that started it died);
 * the worker's memory and event loop are untouched by what happens in it; starting it
   costs ~0.3 s of CPU per PDF, which PDFs, rarer than messages, can afford;
-* one at a time: a PDF waits for the one before it, within its message's deadline.
+* one at a time: a PDF waits for the document before it (a PDF, a Word or Excel
+  file), within its message's deadline.
 
 Inside, the work is bounded too, so that what was read reaches the model in time:
 
@@ -36,18 +38,15 @@ too complex, or not read in time.
 
 from __future__ import annotations
 
-import asyncio
 import io
-import json
 import logging
-import sys
 import time
-import weakref
 from dataclasses import dataclass
 
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
+from agent_core.agent import doc_process
 from agent_core.agent.tokens import text_tokens
 from agent_core.events import Attachment
 
@@ -55,14 +54,14 @@ log = logging.getLogger(__name__)
 
 MAX_PAGES = 100  # a 15,000-token allowance is 20-30 pages of prose: more is slides or scans
 READ_SECS = 15.0  # one PDF's reading, within the message's 30 s with its download
-MARGIN_SECS = 1.0  # reading stops this long before the message's deadline
+MARGIN_SECS = doc_process.MARGIN_SECS  # reading stops this long before the message's deadline
 SIGNATURE = b"%PDF-"
 
 PASSWORD = "password-protected"
 AES = "encrypted with AES, which this bot cannot decrypt"
 NO_TEXT = "no text in it, perhaps a scan (pictures of pages are not read)"
 NOT_PDF = "not readable as a PDF"
-TOO_LATE = "not read in time (slow to read, or the bot was busy with other PDFs)"
+TOO_LATE = doc_process.TOO_LATE
 TOO_BIG = "too large or too complex to read (it needed more memory than a PDF may take)"
 CHILD_MEMORY_BYTES = 512 * 1024 * 1024  # the reading process's address space
 _MIMES = frozenset({"application/pdf", "application/x-pdf", "application/acrobat"})
@@ -198,63 +197,17 @@ def read(
     return PdfText("".join(parts).rstrip("\n"), pages, len(parts), tuple(starts), stopped)
 
 
-# one PDF at a time per worker process (a lock per event loop: tests run several)
-_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 async def read_in_child(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
-    """:func:`read` in a process of its own, killed at ``give_up_at`` (a
-    :func:`time.monotonic` time); waiting for the PDF before it counts."""
-    loop = asyncio.get_running_loop()
-    turn = _TURNS.setdefault(loop, asyncio.Lock())
-    try:
-        async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
-            await turn.acquire()
-    except TimeoutError:
-        return TOO_LATE
-    try:
-        return await _run_child(data, tokens, give_up_at)
-    finally:
-        turn.release()
-
-
-async def _run_child(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
-    secs = give_up_at - time.monotonic()
-    if secs <= MARGIN_SECS:
-        return TOO_LATE
-    args = {
+    """:func:`read` in a process of its own (:func:`~agent_core.agent.doc_process.run`),
+    killed at ``give_up_at`` (a :func:`time.monotonic` time); waiting for the document
+    before it counts."""
+    args: dict[str, object] = {
         "tokens": tokens,
-        "secs": secs,
         "read_secs": READ_SECS,
         "max_pages": MAX_PAGES,
         "memory": CHILD_MEMORY_BYTES,
     }
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "agent_core.agent.pdf_child", json.dumps(args)),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(secs):
-            out, err = await proc.communicate(data)
-    except TimeoutError:
-        log.warning("a PDF was still being read at its deadline: its reading process is stopped")
-        return TOO_LATE
-    finally:
-        if proc.returncode is None:  # the deadline, or this turn cancelled
-            proc.kill()
-            await asyncio.shield(proc.wait())
-    try:
-        got = json.loads(out)
-    except ValueError:
-        got = None
-    if proc.returncode != 0 or not isinstance(got, dict):
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        log.warning("the PDF reading process failed (exit %s): %s", proc.returncode, tail[0][:300])
-        return TOO_BIG
+    got = await doc_process.run("pdf", data, args, give_up_at, too_big=TOO_BIG)
     if "error" in got:
         return str(got["error"])
     try:

@@ -1,0 +1,84 @@
+"""The process a document (so far: a PDF) is read in (``python -m agent_core.agent.doc_child``).
+
+A document from a stranger can be built to make a parser work for minutes and take
+gigabytes, and no parser can be stopped from the outside while it runs in a thread.
+So each document is read here, in a short-lived process of its own
+(:mod:`~agent_core.agent.doc_process` starts it): the worker kills it at the message's
+deadline, and it caps its own memory (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``: it
+ends even if the worker that started it died).
+
+Protocol: the file's bytes on stdin; one JSON argument ``{"kind", "tokens", "secs",
+"read_secs", "memory", ...}`` with the kind's own limits (a PDF: ``"max_pages"``);
+the result as JSON on stdout: ``{"error"}``, or for a PDF ``{"text", "pages", "read",
+"starts", "stopped"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+from typing import Any
+
+
+def _limit(memory: int, secs: float) -> None:
+    try:
+        import resource
+    except ImportError:  # not on this platform: the worker's deadline still applies
+        return
+    limits = (
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_CPU, math.ceil(secs) + 2),
+        (resource.RLIMIT_CORE, 0),  # SIGXCPU would dump core
+    )
+    for what, value in limits:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(what, (value, value))
+
+
+def _pdf(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, object]:
+    from agent_core.agent import pdfs
+
+    got = pdfs.read(
+        data,
+        int(args["tokens"]),
+        give_up_at,
+        read_secs=float(args["read_secs"]),
+        max_pages=int(args["max_pages"]),
+    )
+    if isinstance(got, str):
+        return {"error": got}
+    return {
+        "text": got.text,
+        "pages": got.pages,
+        "read": got.read,
+        "starts": list(got.starts),
+        "stopped": got.stopped,
+    }
+
+
+def main() -> None:
+    import logging
+    import warnings
+
+    # the parsers' warnings about a damaged file would pile up unread on stderr
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
+    args = json.loads(sys.argv[1])
+    kind = args.get("kind", "pdf")
+    # the parsers are loaded before the memory cap
+    from agent_core.agent import pdfs  # noqa: F401
+
+    _limit(int(args["memory"]), float(args["secs"]))
+    data = sys.stdin.buffer.read()
+    give_up_at = time.monotonic() + float(args["secs"])
+    if kind != "pdf":
+        raise SystemExit(f"cannot read a {kind!r}")
+    out = _pdf(args, data, give_up_at)
+    sys.stdout.write(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
