@@ -1,4 +1,4 @@
-"""The process a document (so far: a PDF) is read in (``python -m agent_core.agent.doc_child``).
+"""The process a PDF, Word or Excel file is read in (``python -m agent_core.agent.doc_child``).
 
 A document from a stranger can be built to make a parser work for minutes and take
 gigabytes, and no parser can be stopped from the outside while it runs in a thread.
@@ -8,9 +8,11 @@ deadline, and it caps its own memory (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU`
 ends even if the worker that started it died).
 
 Protocol: the file's bytes on stdin; one JSON argument ``{"kind", "tokens", "secs",
-"read_secs", "memory", ...}`` with the kind's own limits (a PDF: ``"max_pages"``);
-the result as JSON on stdout: ``{"error"}``, or for a PDF ``{"text", "pages", "read",
-"starts", "stopped"}``.
+"read_secs", "memory", ...}`` with the kind's own limits (a PDF: ``"max_pages"``; a
+Word or Excel file: the zip and sheet caps of :mod:`~agent_core.agent.office`); the
+result as JSON on stdout: ``{"error"}``, or for a PDF ``{"text", "pages", "read",
+"starts", "stopped"}``, for a Word or Excel file ``{"text", "sheets", "starts",
+"stopped"}``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,29 @@ def _pdf(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, obje
     }
 
 
+def _office(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, object]:
+    from agent_core.agent import office_read
+
+    limits = office_read.Limits(
+        read_secs=float(args["read_secs"]),
+        max_unzipped=int(args["max_unzipped"]),
+        max_members=int(args["max_members"]),
+        max_ratio=float(args["max_ratio"]),
+        ratio_min_bytes=int(args["ratio_min_bytes"]),
+        max_rows=int(args["max_rows"]),
+        max_columns=int(args["max_columns"]),
+    )
+    got = office_read.read(args["kind"], data, int(args["tokens"]), give_up_at, limits)
+    if isinstance(got, str):
+        return {"error": got}
+    return {
+        "text": got.text,
+        "sheets": got.sheets,
+        "starts": [list(s) for s in got.starts],
+        "stopped": got.stopped,
+    }
+
+
 def main() -> None:
     import logging
     import warnings
@@ -69,14 +94,17 @@ def main() -> None:
     args = json.loads(sys.argv[1])
     kind = args.get("kind", "pdf")
     # the parsers are loaded before the memory cap
-    from agent_core.agent import pdfs  # noqa: F401
+    if kind == "pdf":
+        from agent_core.agent import pdfs  # noqa: F401
+    else:
+        import docx  # noqa: F401
+        import openpyxl  # noqa: F401
 
+        from agent_core.agent import office_read  # noqa: F401
     _limit(int(args["memory"]), float(args["secs"]))
     data = sys.stdin.buffer.read()
     give_up_at = time.monotonic() + float(args["secs"])
-    if kind != "pdf":
-        raise SystemExit(f"cannot read a {kind!r}")
-    out = _pdf(args, data, give_up_at)
+    out = _pdf(args, data, give_up_at) if kind == "pdf" else _office(args, data, give_up_at)
     sys.stdout.write(json.dumps(out))
 
 

@@ -1,14 +1,14 @@
-"""Text files and PDFs a person posts read to the model.
+"""Text files, PDFs, Word and Excel files a person posts read to the model.
 
 Any model can read text, so these are downloaded whatever the model, through the
 same optional :class:`~agent_core.agent.images.AttachmentFetcher` as photos: up to
-:data:`MAX_TEXT_FILE_BYTES` for a text file and ``MAX_ATTACHMENT_BYTES`` for a PDF
-(PDFs are bulky for the text they hold), and :data:`MAX_TEXT_TOKENS` (by Parley's
+:data:`MAX_TEXT_FILE_BYTES` for a text file and ``MAX_ATTACHMENT_BYTES`` for a PDF or
+an Office file (bulky for the text they hold), and :data:`MAX_TEXT_TOKENS` (by Parley's
 token estimate, which counts a CJK character as a token) for all files of one turn
 together, fewer for a model with a small window (:func:`allowance`); the rest is
 cut, and the model is told where.  Each file holds its size of the process's
 :class:`~agent_core.agent.download_budget.DownloadBudget` from before its download
-until it is decoded (a PDF: until :mod:`~agent_core.agent.pdfs` has read it), within
+until it is decoded (a PDF or Office file: until its reading process has ended), within
 the same deadline as photos.
 The text joins the person's message, so it stays in the conversation like
 anything they typed (compaction summarises it like the rest).
@@ -17,8 +17,11 @@ A file counts as text by its type (``text/*``, JSON, XML, YAML, JavaScript...) o
 when the platform gives none or a generic one, by its extension; it must decode
 as UTF-8 and hold no NUL byte.  A PDF is one by its type (``application/pdf``) or
 extension likewise, and must then hold ``%PDF-`` near its start; a file labelled as
-text whose bytes start with ``%PDF-`` is read as the PDF it is.  Office files and
-other binary formats are not read: they stay described by name, type and size.
+text whose bytes start with ``%PDF-`` is read as the PDF it is.  A Word (.docx) or
+Excel (.xlsx) file likewise (:mod:`~agent_core.agent.office`), up to
+``MAX_ATTACHMENT_BYTES`` as a PDF, read in the same kind of process.  Legacy .doc and
+.xls files, PowerPoint files and other binary formats are not read: they stay
+described by name, type and size.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from agent_core.agent import pdfs
+from agent_core.agent import office, pdfs
 from agent_core.agent.download_budget import DownloadBudget, Hold
 from agent_core.agent.images import BUSY, FETCH_DEADLINE_SECS, AttachmentFetcher
+from agent_core.agent.office import OfficeText, office_kind
 from agent_core.agent.pdfs import PdfText, is_pdf, looks_like_pdf
 from agent_core.agent.tokens import text_tokens
 from agent_core.events import Attachment
@@ -148,7 +152,7 @@ class NotRead(Exception):
 
 @dataclass(slots=True)
 class _Job:
-    reading: bool = False  # downloaded: a PDF being read (or waiting for the thread)
+    reading: bool = False  # downloaded: a document being read (or waiting for its turn)
 
 
 async def _one(
@@ -160,11 +164,19 @@ async def _one(
     job: _Job,
     room: Room,
     give_up_at: float,
-) -> str | PdfText:
+) -> str | PdfText | OfficeText:
     """The file's text, or :class:`NotRead` raised with the reason."""
     pdf = is_pdf(a)
+    kind = office_kind(a)
     async with hold:
         data = await fetcher.fetch_attachment(a, limit)
+        if kind is not None:
+            job.reading = True
+            # the bytes stay held until the reading process has ended (or was killed)
+            read = await office.read_in_child(data, kind, room.tokens, give_up_at)
+            if isinstance(read, str):
+                raise NotRead(read)
+            return read
         if looks_like_pdf(data, labelled=pdf):
             job.reading = True
             # the bytes stay held until the reading process has ended (or was killed)
@@ -215,11 +227,16 @@ def _reason(exc: BaseException) -> str:
     return text if text.startswith("file is larger than") else "could not be downloaded"
 
 
-def _block(name: str, got: str | PdfText, room: Room) -> str:
+def _block(name: str, got: str | PdfText | OfficeText, room: Room) -> str:
     if isinstance(got, str):
         cut = room.take(got)
         tail = f"\n[... cut here: {len(got) - len(cut)} more characters]" if cut != got else ""
         return f"--- {name} ---\n{cut}{tail}\n--- end of {name} ---"
+    if isinstance(got, OfficeText):
+        cut = room.take(got.text)
+        note = got.note(len(cut))
+        body = cut + (f"\n{note}" if note else "")
+        return f"--- {name} ({got.title}) ---\n{body}\n--- end of {name} ---"
     cut = room.take(got.text)
     note = got.note(len(cut))
     pages = f"{got.pages} page{'s' if got.pages != 1 else ''}"
@@ -238,16 +255,17 @@ async def read_texts(
 ) -> tuple[list[str], list[str]]:
     """(a block per file read, a line per file that could not be read), in order.
 
-    Text files are downloaded up to :data:`MAX_TEXT_FILE_BYTES`, PDFs up to
-    ``pdf_limit`` (``MAX_ATTACHMENT_BYTES``).  Each file holds its size (its cap when
-    the platform gave none) of ``budget`` from before its download until it is decoded,
-    or for a PDF until its reading process has ended (it is killed at the deadline)."""
+    Text files are downloaded up to :data:`MAX_TEXT_FILE_BYTES`, PDFs, Word and Excel
+    files up to ``pdf_limit`` (``MAX_ATTACHMENT_BYTES``).  Each file holds its size (its
+    cap when the platform gave none) of ``budget`` from before its download until it is
+    decoded, or for a PDF or Office file until its reading process has ended (it is
+    killed at the deadline)."""
     give_up_at = time.monotonic() + FETCH_DEADLINE_SECS
     blocks: list[str] = []
     missing: list[str] = []
     todo: list[tuple[Attachment, int]] = []
     for a in files:
-        limit = pdf_limit if is_pdf(a) else MAX_TEXT_FILE_BYTES
+        limit = pdf_limit if is_pdf(a) or office_kind(a) else MAX_TEXT_FILE_BYTES
         if a.size and a.size > limit:
             missing.append(f"{a.name or '(unnamed)'}: larger than {limit} bytes, not read")
         else:
@@ -268,7 +286,7 @@ async def read_texts(
             if busy:
                 log.info("[%s] file %s: still waiting for %s", where, name, budget)
             if j.reading:
-                log.info("[%s] PDF %s: not read by the deadline", where, name)
+                log.info("[%s] document %s: not read by the deadline", where, name)
                 missing.append(f"{name}: {pdfs.TOO_LATE}")
             else:
                 missing.append(f"{name}: {BUSY if busy else 'not downloaded in time'}")

@@ -49,6 +49,7 @@ from agent_core.agent.loop import (
     run_loop,
 )
 from agent_core.agent.loopguard import Level, LoopGuard
+from agent_core.agent.office import office_kind
 from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
 from agent_core.agent.pdfs import is_pdf
 from agent_core.agent.people import named
@@ -272,7 +273,11 @@ class Turn:
         return ChatMessage("user", text, images=images)
 
     async def _texts(self, event: InboundEvent) -> tuple[list[str], list[str]]:
-        files = [a for a in event.attachments if a.kind != "image" and (is_text(a) or is_pdf(a))]
+        files = [
+            a
+            for a in event.attachments
+            if a.kind != "image" and (is_text(a) or is_pdf(a) or office_kind(a))
+        ]
         outbox = self.writer.outbox
         if not files or not isinstance(outbox, AttachmentFetcher):
             return [], []

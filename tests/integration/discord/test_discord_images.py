@@ -15,6 +15,7 @@ from agent_core.store.embedded import EmbeddedValkey
 from channels.discord.parse import attachment_kind
 from channels.discord.sender import DiscordOutbox
 from tests.fakes.discord import CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
+from tests.fakes.office import DOCX, XLSX, make_docx, make_xlsx
 from tests.fakes.pdf import encrypted, make_pdf
 from tests.integration.approvals_e2e.approvals_harness import (
     process,
@@ -98,23 +99,30 @@ async def test_photos_in_a_dm_reach_the_model_end_to_end(
     assert "what is this?" in msg.content
 
 
-async def test_text_files_and_pdfs_are_read_to_any_model(
+async def test_text_files_pdfs_and_office_files_are_read_to_any_model(
     valkey: EmbeddedValkey, redis: Redis, fake_discord: FakeDiscord
 ) -> None:
-    """A posted .py file and a PDF join the message as text (the PDF with its page
-    markers); a PDF with a password and an Office file stay descriptions."""
+    """A posted .py file, a PDF, a Word and an Excel file join the message as text (the
+    PDF with its page markers, the workbook with its sheet markers); a PDF with a
+    password and a broken workbook are named with the reason; a PowerPoint file stays
+    a description."""
     settings = discord_settings(valkey, fake_discord)
     model = VisionDemo()
     code = "def add(a, b):\n    return a - b\n"
     spec = make_pdf(["Section 1: add returns the sum", "Section 2: no rounding"])
-    xlsx = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    pptx = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+    memo = make_docx(["add must not subtract", [["case", "want"], ["1+1", "2"]]])
+    cases = make_xlsx({"Cases": [["a", "b", "sum"], [1, 1, 2]]})
     files = [
         fake_discord.add_file(DM_CHANNEL_ID, "calc.py", code.encode(), "text/x-python"),
         fake_discord.add_file(DM_CHANNEL_ID, "spec.pdf", spec, "application/pdf"),
         fake_discord.add_file(
             DM_CHANNEL_ID, "locked.pdf", encrypted(spec, "pw"), "application/pdf"
         ),
-        fake_discord.add_file(DM_CHANNEL_ID, "sheet.xlsx", b"PK\x03\x04 ...", xlsx),
+        fake_discord.add_file(DM_CHANNEL_ID, "memo.docx", memo, DOCX),
+        fake_discord.add_file(DM_CHANNEL_ID, "cases.xlsx", cases, XLSX),
+        fake_discord.add_file(DM_CHANNEL_ID, "sheet.xlsx", b"PK\x03\x04 ...", XLSX),
+        fake_discord.add_file(DM_CHANNEL_ID, "deck.pptx", b"PK\x03\x04 ...", pptx),
     ]
     async with process(settings, "gateway"), process(settings, "worker", llm=model):
         await fake_discord.wait_ready()
@@ -128,6 +136,18 @@ async def test_text_files_and_pdfs_are_read_to_any_model(
         "--- page 2 ---\nSection 2: no rounding\n"
         "--- end of spec.pdf ---"
     ) in msg.content
-    assert "[not read: locked.pdf: password-protected]" in msg.content
-    assert "sheet.xlsx" in msg.content and "PK" not in msg.content  # described, not read
+    assert (
+        "--- memo.docx (Word document) ---\n"
+        "add must not subtract\n| case | want |\n| 1+1 | 2 |\n"
+        "--- end of memo.docx ---"
+    ) in msg.content
+    assert (
+        "--- cases.xlsx (Excel workbook, 1 sheet) ---\n"
+        "--- sheet Cases ---\n1: a | b | sum\n2: 1 | 1 | 2\n"
+        "--- end of cases.xlsx ---"
+    ) in msg.content
+    assert (
+        "[not read: locked.pdf: password-protected; sheet.xlsx: not an Excel workbook (.xlsx)]"
+    ) in msg.content
+    assert "deck.pptx" in msg.content and "PK" not in msg.content  # described, not read
     assert "%PDF" not in msg.content and msg.images == ()

@@ -1,0 +1,168 @@
+"""The text of Word (.docx) and Excel (.xlsx) files a person posts, for the model.
+
+:mod:`~agent_core.agent.documents` downloads such a file (up to
+``MAX_ATTACHMENT_BYTES``, like a PDF) and hands its bytes to :func:`read_in_child`,
+which reads it in a short-lived process of its own
+(:mod:`~agent_core.agent.doc_process`, with :mod:`~agent_core.agent.office_read`
+inside), one document at a time per worker, killed at the message's deadline, its
+memory capped at :data:`CHILD_MEMORY_BYTES`.  Nothing of the file is parsed in the
+worker: only its first bytes are looked at here.
+
+These files are zip archives of XML, so a small one can unpack to gigabytes (a zip
+bomb), and python-docx's own table API is quadratic in merged cells (a 36 KB file of
+vertically merged empty rows held a reading thread for hours).  So, in the reading
+process:
+
+* the zip's directory is checked before anything is unpacked: at most
+  :data:`MAX_UNZIPPED_BYTES` in all, :data:`MAX_ZIP_MEMBERS` files, and no file of
+  over :data:`RATIO_MIN_BYTES` compressed more than :data:`MAX_RATIO` to 1 (Python's
+  zipfile never unpacks more than a member declares);
+* a Word file's body is walked in the XML itself (paragraphs and tables in order, a
+  table row by row), never through python-docx's cell API; an Excel file is read with
+  openpyxl in read-only mode, the first :data:`MAX_SHEET_ROWS` rows and
+  :data:`MAX_SHEET_COLUMNS` columns of each sheet;
+* the deadline (:data:`READ_SECS` from the start of reading, never past the message's
+  own) is checked at each paragraph and each row, and reading stops once the text
+  read fills the turn's allowance of text, as for PDFs.
+
+A file is one by its type or, when the platform gives none or a generic one, its name
+(``.docx``, ``.xlsx``), and must start with a zip's ``PK\\x03\\x04``.  Password-protected
+Office files are not zips but OLE (CFB) containers holding an ``EncryptedPackage``;
+other CFB files are the old binary formats (.doc, .xls), not read.  Legacy .doc/.xls
+files and PowerPoint files are not counted as Office files here at all: they stay
+described by name, type and size.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from agent_core.agent import doc_process
+from agent_core.events import Attachment
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["docx", "xlsx"]
+
+READ_SECS = 15.0  # one file's reading, within the message's 30 s with its download
+MAX_UNZIPPED_BYTES = 100_000_000  # all files in the zip, as its directory declares them
+MAX_ZIP_MEMBERS = 10_000  # a large workbook has a few hundred
+MAX_RATIO = 200  # XML compresses 5-50 to 1; a zip bomb ~1000 to 1
+RATIO_MIN_BYTES = 1_000_000  # smaller members may be compressed any amount
+MAX_SHEET_ROWS = 2_000  # rows 1-2000 of each sheet (15,000 tokens hold ~1,500 short rows)
+MAX_SHEET_COLUMNS = 50  # columns A-AX of each sheet
+CHILD_MEMORY_BYTES = 512 * 1024 * 1024  # the reading process's address space
+
+ZIP_SIGNATURE = b"PK\x03\x04"
+CFB_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # OLE: old formats, encrypted new ones
+
+PASSWORD = "password-protected"
+NOT_DOCX = "not a Word document (.docx)"
+NOT_XLSX = "not an Excel workbook (.xlsx)"
+OLD_DOC = "in the old Word format (.doc), which is not read"
+OLD_XLS = "in the old Excel format (.xls), which is not read"
+NO_TEXT = "no text in it"
+NO_VALUES = "no values in it"
+TOO_LATE = doc_process.TOO_LATE
+TOO_BIG = "too large or too complex to read (it needed more memory than a document may take)"
+
+_MIMES: dict[str, Kind] = {
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+}
+_EXTENSIONS: dict[str, Kind] = {".docx": "docx", ".xlsx": "xlsx"}
+
+
+def office_kind(a: Attachment) -> Kind | None:
+    """ "docx" or "xlsx" by the file's type or, when the platform gives none or a
+    generic one, its name; None for anything else (.doc, .xls, .pptx included)."""
+    mime = a.mime.split(";", 1)[0].strip().lower()
+    if mime in _MIMES:
+        return _MIMES[mime]
+    if mime and mime not in ("application/octet-stream", "binary/octet-stream"):
+        return None
+    return _EXTENSIONS.get(os.path.splitext(a.name.lower())[1])
+
+
+def refusal(data: bytes, kind: Kind) -> str:
+    """Why ``data``, labelled ``kind``, is not even handed to the reading process (""
+    when it looks like a zip, as .docx and .xlsx files are)."""
+    if data.startswith(ZIP_SIGNATURE):
+        return ""
+    if data.startswith(CFB_SIGNATURE):
+        # an encrypted .docx/.xlsx keeps its zip in a stream named so (UTF-16 names)
+        if "EncryptedPackage".encode("utf-16-le") in data:
+            return PASSWORD
+        return OLD_DOC if kind == "docx" else OLD_XLS
+    return NOT_DOCX if kind == "docx" else NOT_XLSX
+
+
+@dataclass(frozen=True, slots=True)
+class OfficeText:
+    """What was read of a Word or Excel file."""
+
+    text: str
+    kind: Kind
+    sheets: int = 0  # in the workbook (a Word file: 0)
+    starts: tuple[tuple[int, str], ...] = ()  # where each sheet's marker is, its name
+    stopped: str = ""  # why the rest was left unread: "", "allowance", "time"
+
+    @property
+    def title(self) -> str:
+        if self.kind == "docx":
+            return "Word document"
+        return f"Excel workbook, {self.sheets} sheet{'s' if self.sheets != 1 else ''}"
+
+    def _where(self, offset: int) -> str:
+        if self.kind == "docx" or not self.starts:
+            return ""
+        n = max(1, sum(1 for s, _ in self.starts if s <= offset))
+        return f", in sheet {n} of {self.sheets} ({self.starts[n - 1][1]})"
+
+    def note(self, kept: int) -> str:
+        """The line telling the model what it was not given, when ``kept`` characters of
+        :attr:`text` go to it ("" when it has it all)."""
+        if kept < len(self.text):
+            return f"[... cut here{self._where(kept)}: no room for the rest]"
+        if self.stopped:
+            why = "reading it took too long" if self.stopped == "time" else "no room for the rest"
+            return f"[... not read to the end{self._where(len(self.text))}: {why}]"
+        return ""
+
+
+async def read_in_child(
+    data: bytes, kind: Kind, tokens: int, give_up_at: float
+) -> OfficeText | str:
+    """The text of the ``kind`` file in ``data`` read in a process of its own, killed at
+    ``give_up_at`` (a :func:`time.monotonic` time), or why it was not read; waiting for
+    the document before it counts."""
+    if problem := refusal(data, kind):
+        return problem
+    args: dict[str, object] = {
+        "tokens": tokens,
+        "read_secs": READ_SECS,
+        "memory": CHILD_MEMORY_BYTES,
+        "max_unzipped": MAX_UNZIPPED_BYTES,
+        "max_members": MAX_ZIP_MEMBERS,
+        "max_ratio": MAX_RATIO,
+        "ratio_min_bytes": RATIO_MIN_BYTES,
+        "max_rows": MAX_SHEET_ROWS,
+        "max_columns": MAX_SHEET_COLUMNS,
+    }
+    got = await doc_process.run(kind, data, args, give_up_at, too_big=TOO_BIG)
+    if "error" in got:
+        return str(got["error"])
+    try:
+        return OfficeText(
+            str(got["text"]),
+            kind,
+            int(got["sheets"]),
+            tuple((int(s), str(name)) for s, name in got["starts"]),
+            str(got["stopped"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        log.warning("the %s reading process gave an answer of the wrong shape", kind)
+        return TOO_BIG

@@ -1,0 +1,324 @@
+"""Reading a Word (.docx) or Excel (.xlsx) file, inside the reading process.
+
+Run only in ``python -m agent_core.agent.doc_child`` (see
+:mod:`~agent_core.agent.office` for why and for the limits): python-docx, openpyxl
+and lxml are imported here, never in the worker.  Every function is blocking.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_core.agent.doc_process import MARGIN_SECS
+from agent_core.agent.office import (
+    NO_TEXT,
+    NO_VALUES,
+    NOT_DOCX,
+    NOT_XLSX,
+    TOO_BIG,
+    TOO_LATE,
+    Kind,
+    OfficeText,
+)
+from agent_core.agent.tokens import text_tokens
+
+log = logging.getLogger(__name__)
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_P, _TBL, _TR, _TC, _R = _W + "p", _W + "tbl", _W + "tr", _W + "tc", _W + "r"
+# wrappers whose content is read as if it stood in their place
+_WRAPPERS = frozenset(
+    _W + t
+    for t in (
+        "sdt",
+        "sdtContent",
+        "customXml",
+        "smartTag",
+        "hyperlink",
+        "ins",
+        "moveTo",
+        "fldSimple",
+    )
+)
+_RUN_TEXT = {_W + "tab": "\t", _W + "br": "\n", _W + "cr": "\n", _W + "noBreakHyphen": "-"}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The caps of :mod:`~agent_core.agent.office`, as the worker sent them."""
+
+    read_secs: float
+    max_unzipped: int
+    max_members: int
+    max_ratio: float
+    ratio_min_bytes: int
+    max_rows: int
+    max_columns: int
+
+
+def zip_refusal(data: bytes, kind: Kind, limits: Limits) -> str:
+    """Why the zip in ``data`` is not unpacked ("" when it may be), from its directory
+    alone.  Python's zipfile stops at the size a member declares, so the declared sizes
+    bound what reading it can unpack."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            members = z.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        return NOT_DOCX if kind == "docx" else NOT_XLSX
+    if len(members) > limits.max_members:
+        return f"holds more than {limits.max_members} files inside (perhaps a zip bomb)"
+    if sum(m.file_size for m in members) > limits.max_unzipped:
+        return f"unzips to more than {limits.max_unzipped // 1_000_000} MB (perhaps a zip bomb)"
+    for m in members:
+        if m.file_size > limits.ratio_min_bytes and m.file_size > limits.max_ratio * max(
+            1, m.compress_size
+        ):
+            return f"compressed more than {limits.max_ratio:g} to 1 (perhaps a zip bomb)"
+    return ""
+
+
+@dataclass(slots=True)
+class _Out:
+    """The text read so far, within the allowance and the deadline."""
+
+    tokens: int
+    stop_at: float
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
+    used: float = 0.0
+    stopped: str = ""
+
+    def done(self) -> bool:
+        """Whether to stop before the next paragraph or row (and why, in ``stopped``);
+        the first line is always read."""
+        if self.used > self.tokens:
+            self.stopped = "allowance"
+        elif self.parts and time.monotonic() >= self.stop_at:
+            self.stopped = "time"
+        return bool(self.stopped)
+
+    def add(self, line: str) -> None:
+        # more than 4 characters a token of what is left would be cut anyway
+        line = line[: 4 * max(0, int(self.tokens - self.used)) + 100] + "\n"
+        self.parts.append(line)
+        self.size += len(line)
+        self.used += text_tokens(line)
+
+    def text(self) -> str:
+        return "".join(self.parts).rstrip("\n")
+
+
+def read(
+    kind: Kind, data: bytes, tokens: int, give_up_at: float, limits: Limits
+) -> OfficeText | str:
+    """The text of the ``kind`` file in ``data``, or why it cannot be read.
+
+    Reads until ``tokens`` (estimated) are read or the deadline (``limits.read_secs``
+    from now, and :data:`~agent_core.agent.doc_process.MARGIN_SECS` before
+    ``give_up_at``, a :func:`time.monotonic` time), checked at each paragraph and row."""
+    start = time.monotonic()
+    if start >= give_up_at - MARGIN_SECS:
+        return TOO_LATE
+    if problem := zip_refusal(data, kind, limits):
+        return problem
+    out = _Out(tokens, min(start + limits.read_secs, give_up_at - MARGIN_SECS))
+    try:
+        got = _docx(data, out) if kind == "docx" else _xlsx(data, out, limits)
+    except Exception as exc:  # the libraries raise KeyError, ValueError, their own...
+        if _out_of_memory(exc):
+            return TOO_BIG
+        log.info("%s not readable: %s: %s", kind, type(exc).__name__, exc)
+        return NOT_DOCX if kind == "docx" else NOT_XLSX
+    if not got.text.strip():
+        return TOO_LATE if out.stopped == "time" else NO_TEXT if kind == "docx" else NO_VALUES
+    return got
+
+
+def _out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it was raised from) is the memory cap: a MemoryError,
+    or lxml's parse error saying libxml2 ran out of memory."""
+    while exc is not None:
+        if isinstance(exc, MemoryError):
+            return True
+        log_ = getattr(exc, "error_log", None) or ()
+        if any(getattr(e, "type_name", "") == "ERR_NO_MEMORY" for e in log_):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+# --- Word ---------------------------------------------------------------------------
+
+
+def _docx(data: bytes, out: _Out) -> OfficeText:
+    import docx
+
+    document = docx.Document(io.BytesIO(data))
+    headings: dict[str, str] = {}  # style id -> "#" marks, for the heading styles
+    for style in document.styles.element.iterchildren(_W + "style"):
+        name_el = style.find(_W + "name")
+        name = (name_el.get(_W + "val") if name_el is not None else "") or ""
+        level = _heading_level(name.lower())
+        if level:
+            headings[style.get(_W + "styleId") or ""] = "#" * level + " "
+    for el in _blocks(document.element.body):
+        if out.done():
+            break
+        if el.tag == _P:
+            text = _para_text(el).strip()
+            if text:
+                out.add(_heading(el, headings) + text)
+        else:
+            _table(el, out)
+    return OfficeText(out.text(), "docx", stopped=out.stopped)
+
+
+def _heading_level(name: str) -> int:
+    if name == "title":
+        return 1
+    if name.startswith("heading ") and name[8:].isdigit():
+        return min(6, int(name[8:]))
+    return 0
+
+
+def _heading(p: Any, headings: dict[str, str]) -> str:
+    ppr = p.find(_W + "pPr")
+    style = ppr.find(_W + "pStyle") if ppr is not None else None
+    return headings.get(style.get(_W + "val") or "", "") if style is not None else ""
+
+
+def _blocks(parent: Any) -> Iterator[Any]:
+    """The paragraphs and tables in ``parent`` (the body, a cell), in order."""
+    for el in parent.iterchildren():
+        if el.tag in (_P, _TBL):
+            yield el
+        elif el.tag in _WRAPPERS:
+            yield from _blocks(el)
+
+
+def _cells(parent: Any, tag: str) -> Iterator[Any]:
+    """The ``w:tr`` of a table or the ``w:tc`` of a row, content controls opened."""
+    for el in parent.iterchildren():
+        if el.tag == tag:
+            yield el
+        elif el.tag in _WRAPPERS:
+            yield from _cells(el, tag)
+
+
+def _para_text(el: Any) -> str:
+    """A paragraph's text: its runs, also inside hyperlinks, fields and tracked
+    insertions; not deleted text, nor text boxes and drawings."""
+    parts: list[str] = []
+    for child in el.iterchildren():
+        if child.tag == _R:
+            for item in child.iterchildren():
+                if item.tag == _W + "t":
+                    parts.append(item.text or "")
+                elif item.tag in _RUN_TEXT:
+                    parts.append(_RUN_TEXT[item.tag])
+        elif child.tag in _WRAPPERS:
+            parts.append(_para_text(child))
+    return "".join(parts)
+
+
+def _table(tbl: Any, out: _Out) -> None:
+    """The table's rows as ``| a | b |`` lines (a cell's paragraphs and any table in
+    it on one line), empty rows (as merged cells leave them) skipped; the deadline and
+    the allowance checked at each row."""
+    for tr in _cells(tbl, _TR):
+        if out.done():
+            return
+        cells = [_cell_text(tc) for tc in _cells(tr, _TC)]
+        while cells and not cells[-1]:
+            cells.pop()
+        if cells:
+            out.add("| " + " | ".join(cells) + " |")
+
+
+def _cell_text(tc: Any) -> str:
+    parts: list[str] = []
+    for el in _blocks(tc):
+        if el.tag == _P:
+            parts.append(_para_text(el))
+        else:  # a table in the cell: its cells in a row
+            parts.extend(_cell_text(c) for tr in _cells(el, _TR) for c in _cells(tr, _TC))
+    text = " ".join(" ".join(p.split()) for p in parts if p.strip())
+    return text.replace("|", "\\|")
+
+
+# --- Excel --------------------------------------------------------------------------
+
+
+def _xlsx(data: bytes, out: _Out, limits: Limits) -> OfficeText:
+    import openpyxl
+    from openpyxl.utils import get_column_letter
+
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    starts: list[tuple[int, str]] = []
+    anything = False
+    try:
+        sheets = book.worksheets
+        for sheet in sheets:
+            if out.done():
+                break
+            starts.append((out.size, sheet.title))
+            hidden = "" if sheet.sheet_state == "visible" else " (hidden)"
+            out.add(f"--- sheet {sheet.title}{hidden} ---")
+            found = wide = False
+            rows = sheet.iter_rows(
+                max_row=limits.max_rows + 1, max_col=limits.max_columns + 1, values_only=True
+            )
+            for number, row in enumerate(rows, 1):
+                if out.done():
+                    break
+                if number > limits.max_rows:
+                    if any(v is not None for v in row) or (sheet.max_row or 0) > number:
+                        out.add(
+                            f"[rows after {limits.max_rows} not read: at most"
+                            f" {limits.max_rows} rows of a sheet are read]"
+                        )
+                    break
+                wide = wide or any(v is not None for v in row[limits.max_columns :])
+                cells = [_value(v) for v in row[: limits.max_columns]]
+                while cells and not cells[-1]:
+                    cells.pop()
+                if cells:
+                    found = anything = True
+                    out.add(f"{number}: " + " | ".join(cells))
+            if out.stopped:
+                break
+            if wide:
+                last = get_column_letter(limits.max_columns)
+                out.add(
+                    f"[columns after {last} not read: at most"
+                    f" {limits.max_columns} columns of a sheet are read]"
+                )
+            if not found:
+                out.add("[no values in this sheet]")
+    finally:
+        book.close()
+    if not anything:
+        return OfficeText("", "xlsx", len(sheets), stopped=out.stopped)
+    return OfficeText(out.text(), "xlsx", len(sheets), tuple(starts), out.stopped)
+
+
+def _value(v: object) -> str:
+    """A cell's value as Excel would show it, more or less, on one line."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, float):
+        return f"{v:.15g}"
+    if isinstance(v, dt.datetime) and v.time() == dt.time():
+        return v.date().isoformat()
+    if isinstance(v, dt.date | dt.time):
+        return v.isoformat()
+    return " ".join(str(v).split()).replace("|", "\\|")

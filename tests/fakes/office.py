@@ -1,0 +1,114 @@
+"""Small real Word and Excel files for tests, built with python-docx and openpyxl."""
+
+from __future__ import annotations
+
+import copy
+import io
+import zipfile
+
+import docx
+import openpyxl
+from docx.oxml.ns import qn
+from docx.oxml.parser import OxmlElement
+
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+def make_docx(items: list[str | list[list[str]]], *, heading: str = "") -> bytes:
+    """A Word file: a paragraph per string, a table per list of rows, in order, after
+    a level-1 heading when one is given."""
+    document = docx.Document()
+    if heading:
+        document.add_heading(heading, level=1)
+    for item in items:
+        if isinstance(item, str):
+            document.add_paragraph(item)
+            continue
+        table = document.add_table(rows=len(item), cols=max(len(r) for r in item))
+        for r, row in enumerate(item):
+            for c, text in enumerate(row):
+                table.cell(r, c).text = text
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def merged_docx(rows: int, cols: int = 3) -> bytes:
+    """A Word file that opens with a table of ``rows`` rows, every column merged
+    vertically from the first row (``w:vMerge``), all empty but the first ("top") and
+    the last ("bottom", not merged), then a paragraph: a few tens of KB that
+    python-docx's cell API takes minutes or more on (its merge handling is quadratic,
+    and recursive).  Built in the XML, which is linear."""
+    document = docx.Document()
+    table = document.add_table(rows=1, cols=cols)
+    table.cell(0, 0).text = "top"
+    first = table._tbl.tr_lst[0]
+    for tc in first.tc_lst:
+        merge = OxmlElement("w:vMerge")
+        merge.set(qn("w:val"), "restart")
+        tc.get_or_add_tcPr().append(merge)
+    follower = copy.deepcopy(first)
+    for tc in follower.tc_lst:
+        for p in tc.findall(qn("w:p")):
+            tc.remove(p)
+        tc.append(OxmlElement("w:p"))
+        merge = tc.tcPr.find(qn("w:vMerge"))
+        del merge.attrib[qn("w:val")]  # continues the cell above
+    for _ in range(rows - 2):
+        table._tbl.append(copy.deepcopy(follower))
+    last = table.add_row()
+    last.cells[0].text = "bottom"
+    document.add_paragraph("after the table")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def long_docx(paragraphs: int) -> bytes:
+    """A Word file of ``paragraphs`` short paragraphs (~50 bytes of XML each), written
+    into the XML directly (python-docx takes a while to add each)."""
+    base = zipfile.ZipFile(io.BytesIO(make_docx(["x"])))
+    body = "".join(f"<w:p><w:r><w:t>line {n}</w:t></w:r></w:p>" for n in range(paragraphs))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in base.infolist():
+            data = base.read(info)
+            if info.filename == "word/document.xml":
+                i = data.index(b"<w:body>") + len(b"<w:body>")
+                data = data[:i] + body.encode() + data[i:]
+            z.writestr(info.filename, data)
+    return out.getvalue()
+
+
+def make_xlsx(sheets: dict[str, list[list[object]]]) -> bytes:
+    """An Excel file: a sheet per name, its rows from A1."""
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    for name, rows in sheets.items():
+        sheet = book.create_sheet(name)
+        for row in rows:
+            sheet.append(row)
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def with_member(data: bytes, name: str, content: bytes) -> bytes:
+    """``data`` (a zip) with one more file in it, deflated."""
+    out = io.BytesIO(data)
+    with zipfile.ZipFile(out, "a", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(name, content)
+    return out.getvalue()
+
+
+def encrypted_office() -> bytes:
+    """The start of what Office writes for a file saved with a password: an OLE (CFB)
+    container holding the ``EncryptionInfo`` and ``EncryptedPackage`` streams (their
+    names in the directory, UTF-16).  Enough for the check, not a whole file."""
+    header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504)
+    names = b"".join(
+        n.encode("utf-16-le").ljust(64, b"\0") + bytes(64)
+        for n in ("Root Entry", "EncryptionInfo", "EncryptedPackage")
+    )
+    return header + names + bytes(1024)

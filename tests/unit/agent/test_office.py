@@ -1,0 +1,300 @@
+"""Word and Excel files read to the model (agent_core/agent/office.py and office_read.py,
+in the reading process of doc_process.py, through documents.read_texts).
+
+Limits smaller than production are set on agent_core.agent.office: the worker reads
+them when the reading starts and sends them to the reading process in its argument."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from agent_core.agent import documents, office, office_read
+from agent_core.agent.documents import MAX_TEXT_TOKENS, Room, is_text, read_texts
+from agent_core.agent.download_budget import DownloadBudget
+from agent_core.agent.office import office_kind
+from agent_core.agent.pdfs import is_pdf
+from agent_core.events import Attachment
+from tests.fakes.office import (
+    DOCX,
+    XLSX,
+    encrypted_office,
+    long_docx,
+    make_docx,
+    make_xlsx,
+    merged_docx,
+    with_member,
+)
+from tests.fakes.pdf import bomb_pdf
+from tests.unit.agent.test_pdfs import LIMIT, Files
+
+
+def doc(name: str, ref: str, mime: str = DOCX) -> Attachment:
+    return Attachment("document", name, mime, 0, ref)
+
+
+async def read(
+    files: dict[str, bytes], atts: list[Attachment], room: Room | None = None, **kw: Any
+) -> tuple[list[str], list[str]]:
+    return await read_texts(
+        Files(files), atts, "t", room or Room(MAX_TEXT_TOKENS), DownloadBudget(0), pdf_limit=LIMIT
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "mime", "expected"),
+    [
+        ("report.docx", DOCX, "docx"),
+        ("report", f"{DOCX}; charset=binary", "docx"),
+        ("sheet.xlsx", XLSX, "xlsx"),
+        ("Sheet.XLSX", "", "xlsx"),  # Discord may give no type: the extension decides
+        ("report.docx", "application/octet-stream", "docx"),
+        ("notes.txt", XLSX, "xlsx"),  # the type wins
+        ("report.docx", "text/plain", None),
+        ("old.doc", "application/msword", None),  # legacy formats: described only
+        ("old.xls", "application/vnd.ms-excel", None),
+        ("old.xls", "", None),
+        ("deck.pptx", "", None),
+        (
+            "deck.pptx",
+            "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+            None,
+        ),
+    ],
+)
+def test_what_counts_as_a_word_or_excel_file(name: str, mime: str, expected: str | None) -> None:
+    a = Attachment("document", name, mime, 10, "r")
+    assert office_kind(a) == expected
+    if expected:
+        assert not is_text(a) and not is_pdf(a)  # never two kinds
+
+
+async def test_a_word_file_is_read_in_order_with_its_table() -> None:
+    data = make_docx(
+        ["Costs rose in March.", [["Item", "Cost"], ["Rent", "1200"], ["", ""]], "Signed, Ann"],
+        heading="Budget",
+    )
+    files = Files({"d": data})
+    blocks, missing = await read_texts(
+        files,
+        [doc("budget.docx", "d")],
+        "t",
+        Room(MAX_TEXT_TOKENS),
+        DownloadBudget(0),
+        pdf_limit=LIMIT,
+    )
+    assert missing == []
+    assert blocks == [
+        "--- budget.docx (Word document) ---\n"
+        "# Budget\n"
+        "Costs rose in March.\n"
+        "| Item | Cost |\n"
+        "| Rent | 1200 |\n"
+        "Signed, Ann\n"
+        "--- end of budget.docx ---"
+    ]
+    assert files.asked == {"d": LIMIT}  # up to MAX_ATTACHMENT_BYTES, as a PDF
+
+
+async def test_an_excel_file_is_read_sheet_by_sheet() -> None:
+    data = make_xlsx(
+        {
+            "Sales": [["Region", "Q1", "Q2"], ["North", 10, 2.5], [], ["South", None, True]],
+            "Notes": [[None, "checked | ok"], ["multi\nline", None, None]],
+        }
+    )
+    blocks, missing = await read({"x": data}, [doc("sales.xlsx", "x", XLSX)])
+    assert missing == []
+    assert blocks == [
+        "--- sales.xlsx (Excel workbook, 2 sheets) ---\n"
+        "--- sheet Sales ---\n"
+        "1: Region | Q1 | Q2\n"
+        "2: North | 10 | 2.5\n"  # the empty row 3 skipped; rows keep their numbers
+        "4: South |  | TRUE\n"
+        "--- sheet Notes ---\n"
+        "1:  | checked \\| ok\n"
+        "2: multi line\n"
+        "--- end of sales.xlsx ---"
+    ]
+
+
+async def test_a_word_table_of_merged_empty_rows_is_read_within_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20,000 rows merged vertically (58 KB): python-docx's cell API recurses through
+    every row above a merged cell (quadratic, and past Python's recursion limit); the
+    XML walk reads it, or gives up at the message's deadline, never hangs."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 5.0)
+    monkeypatch.setattr(office, "MAX_RATIO", 10_000)  # the parser, not the zip check
+    data = merged_docx(20_000)
+    blocks, missing = await asyncio.wait_for(
+        read({"m": data}, [doc("merged.docx", "m")]), timeout=60
+    )
+    if missing:  # a box too busy to read 5 MB of XML in 5 s
+        assert missing == [f"merged.docx: {office.TOO_LATE}"]
+    else:
+        assert blocks == [
+            "--- merged.docx (Word document) ---\n"
+            "| top |\n| bottom |\nafter the table\n"
+            "--- end of merged.docx ---"
+        ]
+
+
+async def test_the_deadline_is_checked_at_each_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading stops at its deadline (here: at once), the first line always read."""
+    monkeypatch.setattr(office, "MAX_RATIO", 10_000)
+    monkeypatch.setattr(office, "READ_SECS", 0.0)
+    blocks, missing = await asyncio.wait_for(
+        read({"m": merged_docx(5_000)}, [doc("slow.docx", "m")]), timeout=60
+    )
+    assert missing == []
+    assert blocks == [
+        "--- slow.docx (Word document) ---\n"
+        "| top |\n"
+        "[... not read to the end: reading it took too long]\n"
+        "--- end of slow.docx ---"
+    ]
+
+
+async def test_zip_bombs_are_refused_before_they_are_unpacked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = make_docx(["hello"])
+    packed = with_member(base, "word/media/zeros.bin", bytes(3_000_000))  # ~1000 to 1
+    blocks, missing = await read({"b": packed}, [doc("bomb.docx", "b")])
+    assert blocks == []
+    assert missing == ["bomb.docx: compressed more than 200 to 1 (perhaps a zip bomb)"]
+
+    # the caps travel to the reading process with the file
+    monkeypatch.setattr(office, "MAX_UNZIPPED_BYTES", 1_000_000)
+    big = with_member(base, "word/media/noise.bin", os.urandom(1_100_000))
+    blocks, missing = await read({"b": big}, [doc("big.docx", "b")])
+    assert missing == ["big.docx: unzips to more than 1 MB (perhaps a zip bomb)"]
+    monkeypatch.setattr(office, "MAX_ZIP_MEMBERS", 20)
+    many = base
+    for n in range(20):
+        many = with_member(many, f"extra/item{n}.xml", b"<a/>")
+    blocks, missing = await read(
+        {"b": many, "ok": base}, [doc("many.docx", "b"), doc("ok.docx", "ok")]
+    )
+    assert missing == ["many.docx: holds more than 20 files inside (perhaps a zip bomb)"]
+    assert blocks == ["--- ok.docx (Word document) ---\nhello\n--- end of ok.docx ---"]
+
+
+async def test_files_that_are_not_what_they_say_are_named_so() -> None:
+    sheet = make_xlsx({"S": [["x"]]})
+    blocks, missing = await read(
+        {"t": b"just text, called a docx", "x": sheet, "e": b"", "n": b"PK\x03\x04 cut"},
+        [
+            doc("a.docx", "t"),
+            doc("b.docx", "x"),  # a zip, but a workbook
+            doc("c.xlsx", "e", XLSX),
+            doc("d.xlsx", "n", XLSX),  # a zip's signature, then nothing
+        ],
+    )
+    assert blocks == []
+    assert missing == [
+        "a.docx: not a Word document (.docx)",
+        "b.docx: not a Word document (.docx)",
+        "c.xlsx: not an Excel workbook (.xlsx)",
+        "d.xlsx: not an Excel workbook (.xlsx)",
+    ]
+
+
+async def test_password_protected_and_old_format_files_are_named_so() -> None:
+    old = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(2048)  # an OLE file: a .doc, a .xls
+    blocks, missing = await read(
+        {"locked": encrypted_office(), "old": old},
+        [
+            doc("locked.docx", "locked"),
+            doc("locked.xlsx", "locked", XLSX),
+            doc("old.xlsx", "old", XLSX),
+        ],
+    )
+    assert blocks == []
+    assert missing == [
+        "locked.docx: password-protected",
+        "locked.xlsx: password-protected",
+        "old.xlsx: in the old Excel format (.xls), which is not read",
+    ]
+
+
+async def test_the_allowance_cuts_a_big_sheet_and_says_where() -> None:
+    rows: list[list[object]] = [
+        [f"item {n}", n, n * 1.5, "some words here"] for n in range(1, 1501)
+    ]
+    data = make_xlsx({"Big": rows, "Later": [["never"]]})
+    room = Room(300)
+    blocks, missing = await read({"x": data}, [doc("big.xlsx", "x", XLSX)], room)
+    assert missing == [] and room.tokens == 0
+    (block,) = blocks
+    assert block.startswith(
+        "--- big.xlsx (Excel workbook, 2 sheets) ---\n--- sheet Big ---\n1: item 1"
+    )
+    assert block.endswith(
+        "\n[... cut here, in sheet 1 of 2 (Big): no room for the rest]\n--- end of big.xlsx ---"
+    )
+    assert "Later" not in block
+    # reading itself stopped at the allowance: 1,500 rows were not all rendered
+    limits = office_read.Limits(15.0, 10**8, 10_000, 200, 10**6, 2_000, 50)
+    got = office_read.read("xlsx", data, 300, time.monotonic() + 30, limits)
+    assert isinstance(got, office.OfficeText)
+    assert got.stopped == "allowance" and "1500: item 1500" not in got.text
+    assert got.note(len(got.text)) == (
+        "[... not read to the end, in sheet 1 of 2 (Big): no room for the rest]"
+    )
+
+
+async def test_rows_and_columns_past_the_caps_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(office, "MAX_SHEET_ROWS", 2)
+    monkeypatch.setattr(office, "MAX_SHEET_COLUMNS", 3)
+    data = make_xlsx({"S": [["a", "b", "c", "d"], ["e"], ["f"]], "T": [[1, 2]]})
+    blocks, missing = await read({"x": data}, [doc("wide.xlsx", "x", XLSX)])
+    assert missing == []
+    assert blocks == [
+        "--- wide.xlsx (Excel workbook, 2 sheets) ---\n"
+        "--- sheet S ---\n"
+        "1: a | b | c\n"
+        "2: e\n"
+        "[rows after 2 not read: at most 2 rows of a sheet are read]\n"
+        "[columns after C not read: at most 3 columns of a sheet are read]\n"
+        "--- sheet T ---\n"
+        "1: 1 | 2\n"
+        "--- end of wide.xlsx ---"
+    ]
+
+
+async def test_empty_files_say_so() -> None:
+    blocks, missing = await read(
+        {"d": make_docx(["", "  "]), "x": make_xlsx({"A": [], "B": [[None, None]]})},
+        [doc("blank.docx", "d"), doc("blank.xlsx", "x", XLSX)],
+    )
+    assert blocks == []
+    assert missing == ["blank.docx: no text in it", "blank.xlsx: no values in it"]
+
+
+async def test_a_file_that_needs_too_much_memory_is_refused_in_its_own_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 1 MB Word file of 20 MB of XML, read with the reading process's memory capped
+    at 120 MB: named too large (not "not a Word document"), the worker untouched."""
+    monkeypatch.setattr(office, "CHILD_MEMORY_BYTES", 120 * 1024 * 1024)
+    blocks, missing = await read({"b": long_docx(500_000)}, [doc("huge.docx", "b")])
+    assert blocks == [] and missing == [f"huge.docx: {office.TOO_BIG}"]
+
+
+async def test_office_files_wait_behind_a_slow_pdf_within_their_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One reading process at a time for PDFs and Office files together."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 2.0)
+    blocks, missing = await read(
+        {"b": bomb_pdf(200_000), "d": make_docx(["queued"])},
+        [Attachment("document", "slow.pdf", "application/pdf", 0, "b"), doc("queued.docx", "d")],
+    )
+    assert blocks == []
+    assert missing == [f"slow.pdf: {office.TOO_LATE}", f"queued.docx: {office.TOO_LATE}"]
