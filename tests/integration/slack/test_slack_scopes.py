@@ -36,7 +36,10 @@ async def test_a_missing_scope_is_named_once_at_start(
         await ch.initialize()
     try:
         assert [m.split(":")[0] for m in ch.missing_scopes] == ["files", "users"]
-        assert "files:read: photos, text files and PDFs people post are not read" in caplog.text
+        assert (
+            "files:read: photos, text files, PDFs and Word or Excel files people post are not read"
+            in caplog.text
+        )
         assert BOT_TOKEN not in caplog.text
     finally:
         await ch.shutdown()
