@@ -3,16 +3,20 @@
 A document from a stranger can be built to make a parser work for minutes and take
 gigabytes, and no parser can be stopped from the outside while it runs in a thread.
 So each document is read here, in a short-lived process of its own
-(:mod:`~agent_core.agent.doc_process` starts it): the worker kills it at the message's
-deadline, and it caps its own memory (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``: it
-ends even if the worker that started it died).
+(:mod:`~agent_core.agent.doc_process` starts it): the worker kills it a second after
+its seconds of reading (never past the message's deadline), and it caps its own memory
+(``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``, its seconds of reading plus 2: it ends
+even if the worker that started it died).
 
-Protocol: the file's bytes on stdin; one JSON argument ``{"kind", "tokens", "secs",
-"read_secs", "memory", ...}`` with the kind's own limits (a PDF: ``"max_pages"``; a
-Word or Excel file: the zip and sheet caps of :mod:`~agent_core.agent.office`); the
-result as JSON on stdout: ``{"error"}``, or for a PDF ``{"text", "pages", "read",
-"starts", "stopped"}``, for a Word or Excel file ``{"text", "sheets", "starts",
-"stopped"}``.
+Protocol: the file's bytes on stdin; one JSON argument ``{"kind", "tokens",
+"deadline", "read_secs", "memory", ...}`` with the kind's own limits (a PDF:
+``"max_pages"``; a Word or Excel file: the zip and sheet caps of
+:mod:`~agent_core.agent.office`), ``deadline`` being when the worker kills it (a
+:func:`time.time` time: the one clock both share, read first thing here); the result
+as JSON on stdout: ``{"error"}``, or for a PDF ``{"text", "pages", "read", "starts",
+"stopped"}``, for a Word or Excel file ``{"text", "sheets", "starts", "stopped"}``.
+Out of memory (a MemoryError), it exits with :data:`MEMORY_EXIT`.  Only the library
+the file's kind needs is imported, before the memory cap.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 from typing import Any
+
+MEMORY_EXIT = 75  # the exit status when the memory cap was reached (a MemoryError)
 
 
 def _limit(memory: int, secs: float) -> None:
@@ -68,8 +75,7 @@ def _office(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, o
         read_secs=float(args["read_secs"]),
         max_unzipped=int(args["max_unzipped"]),
         max_members=int(args["max_members"]),
-        max_ratio=float(args["max_ratio"]),
-        ratio_min_bytes=int(args["ratio_min_bytes"]),
+        max_part=int(args["max_part"]),
         max_rows=int(args["max_rows"]),
         max_columns=int(args["max_columns"]),
     )
@@ -85,6 +91,15 @@ def _office(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, o
 
 
 def main() -> None:
+    # the worker's deadline, in this process's monotonic clock, before anything else
+    wall, now = time.time(), time.monotonic()
+    try:
+        _main(wall, now)
+    except MemoryError:
+        os._exit(MEMORY_EXIT)
+
+
+def _main(wall: float, now: float) -> None:
     import logging
     import warnings
 
@@ -93,17 +108,18 @@ def main() -> None:
     warnings.simplefilter("ignore")
     args = json.loads(sys.argv[1])
     kind = args.get("kind", "pdf")
-    # the parsers are loaded before the memory cap
+    give_up_at = now + float(args["deadline"]) - wall
+    # only the parser this kind needs, loaded before the memory cap
     if kind == "pdf":
         from agent_core.agent import pdfs  # noqa: F401
     else:
-        import docx  # noqa: F401
-        import openpyxl  # noqa: F401
-
+        if kind == "docx":
+            import docx  # noqa: F401
+        else:
+            import openpyxl  # noqa: F401
         from agent_core.agent import office_read  # noqa: F401
-    _limit(int(args["memory"]), float(args["secs"]))
+    _limit(int(args["memory"]), float(args["read_secs"]))
     data = sys.stdin.buffer.read()
-    give_up_at = time.monotonic() + float(args["secs"])
     out = _pdf(args, data, give_up_at) if kind == "pdf" else _office(args, data, give_up_at)
     sys.stdout.write(json.dumps(out))
 

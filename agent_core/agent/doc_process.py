@@ -2,96 +2,183 @@
 
 A document from a stranger can be built to make any parser work for minutes and take
 gigabytes (a few KB of deflated PDF drawing operators; a zip that unpacks to
-gigabytes; a Word table whose merged cells make python-docx quadratic), and a parser
-running in a thread cannot be stopped; a process can.  So each document is read in
-``python -m agent_core.agent.doc_child``, which :func:`run` starts:
+gigabytes; a workbook of millions of shared strings that openpyxl takes half a minute
+to open), and a parser running in a thread cannot be stopped; a process can.  So each
+document is read in ``python -m agent_core.agent.doc_child``, which :func:`run`
+starts:
 
-* it is killed at the message's deadline, and caps its own memory (``RLIMIT_AS``) and
-  CPU time (``RLIMIT_CPU``, so it ends even if the worker that started it died);
+* it is killed (its whole process group) at :data:`KILL_AFTER_SECS` past the kind's
+  seconds of reading from its start, or at the message's deadline if that comes first,
+  and caps its own memory (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``: its seconds of
+  reading plus 2, so it ends even if the worker that started it died);
+* it gets a minimal environment (:data:`CHILD_ENV`: no API keys or tokens), and the
+  worker reads at most :data:`MAX_OUT_BYTES` of its answer and keeps at most
+  :data:`MAX_ERR_BYTES` of its stderr;
 * the worker's memory and event loop are untouched by what happens in it; starting it
   costs ~0.3 s of CPU per document, which documents, rarer than messages, can afford;
-* one at a time per worker (per event loop: tests run several), PDFs and Office files
-  alike: a document waits for the one before it, within its message's deadline.
+* at most :data:`SLOTS` at a time per worker (per event loop: tests run several), PDFs
+  and Office files alike, and at most one per conversation (``queue``): a document
+  waits for the one before it, within its message's deadline, and one conversation's
+  slow documents leave the other slot to the rest.
 
 Each kind's own limits (pages, rows, seconds of reading, memory) travel in the child's
-JSON argument, read from its module's constants when the reading starts.
+JSON argument, read from its module's constants when the reading starts, with the
+``deadline`` it is killed at as a :func:`time.time` (wall clock) time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
 import time
 import weakref
-from typing import Any
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any, cast
+
+import agent_core
+from agent_core.agent.doc_child import MEMORY_EXIT
 
 log = logging.getLogger(__name__)
 
-MARGIN_SECS = 1.0  # reading stops this long before the message's deadline
+MARGIN_SECS = 1.0  # reading stops this long before the process is killed
+KILL_AFTER_SECS = 1.0  # the process is killed this long after its seconds of reading
+SLOTS = 2  # reading processes at once per worker
+MAX_OUT_BYTES = 8_000_000  # the answer: the text read (an allowance's worth) as JSON
+MAX_ERR_BYTES = 64 * 1024  # the end of the process's stderr kept for the log
+CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 TOO_LATE = "not read in time (slow to read, or the bot was busy reading other documents)"
+FAILED = "could not be read (the reader failed)"
 
-# one document at a time per worker process (a lock per event loop: tests run several)
-_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+# the reading slots of a worker, and each conversation's turn (per event loop: tests
+# run several)
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
     weakref.WeakKeyDictionary()
 )
+_QUEUES: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+# where this agent_core was imported from: the child must import the same code
+_ROOT = str(Path(agent_core.__file__).resolve().parent.parent)
+
+
+def child_env() -> dict[str, str]:
+    """The reading process's environment: :data:`CHILD_ENV` from the worker's, and
+    ``PYTHONPATH`` leading to this very ``agent_core``."""
+    env = {n: os.environ[n] for n in CHILD_ENV if n in os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+    return env
 
 
 async def run(
-    kind: str, data: bytes, args: dict[str, object], give_up_at: float, *, too_big: str
+    kind: str,
+    data: bytes,
+    args: dict[str, object],
+    give_up_at: float,
+    *,
+    too_big: str,
+    queue: Hashable = None,
 ) -> dict[str, Any]:
     """What the reading process of ``kind`` ("pdf", "docx", "xlsx") answered for
     ``data``: its JSON object, or ``{"error": reason}`` when it was not read in time
     (:data:`TOO_LATE`: ``give_up_at``, a :func:`time.monotonic` time, came first,
-    waiting for the document before it included) or the process died (``too_big``:
-    most often its memory cap)."""
+    waiting for the documents before it included, or the process was killed after its
+    ``args["read_secs"]``), it ran out of memory (``too_big``) or it failed
+    (:data:`FAILED`).  Documents of one ``queue`` (a conversation; None: its own) are
+    read one at a time."""
     loop = asyncio.get_running_loop()
-    turn = _TURNS.setdefault(loop, asyncio.Lock())
+    slots = _SLOTS.setdefault(loop, asyncio.Semaphore(SLOTS))
+    queues = _QUEUES.setdefault(loop, weakref.WeakValueDictionary())
+    mine = asyncio.Lock() if queue is None else queues.setdefault(queue, asyncio.Lock())
     try:
         async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
-            await turn.acquire()
+            async with mine, slots:
+                return await _run(kind, data, args, give_up_at, too_big)
     except TimeoutError:
         return {"error": TOO_LATE}
-    try:
-        return await _run(kind, data, args, give_up_at, too_big)
-    finally:
-        turn.release()
 
 
 async def _run(
     kind: str, data: bytes, args: dict[str, object], give_up_at: float, too_big: str
 ) -> dict[str, Any]:
-    secs = give_up_at - time.monotonic()
-    if secs <= MARGIN_SECS:
+    now = time.monotonic()
+    kill_at = min(give_up_at, now + cast(float, args["read_secs"]) + KILL_AFTER_SECS)
+    if kill_at - now <= MARGIN_SECS:
         return {"error": TOO_LATE}
-    argument = json.dumps({**args, "kind": kind, "secs": secs})
+    argument = json.dumps({**args, "kind": kind, "deadline": time.time() + kill_at - now})
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "agent_core.agent.doc_child", argument),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
+        start_new_session=True,  # its own process group, killed whole
     )
     try:
-        async with asyncio.timeout(secs):
-            out, err = await proc.communicate(data)
+        # the message's deadline (asyncio.timeout above) is never later than kill_at
+        async with asyncio.timeout(kill_at - time.monotonic()):
+            out, err = await _talk(proc, data)
     except TimeoutError:
         log.warning("a %s was still being read at its deadline: its process is stopped", kind)
         return {"error": TOO_LATE}
     finally:
         if proc.returncode is None:  # the deadline, or this turn cancelled
-            proc.kill()
+            _kill(proc.pid)
             await asyncio.shield(proc.wait())
     try:
         got = json.loads(out)
     except ValueError:
         got = None
-    if proc.returncode != 0 or not isinstance(got, dict):
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        log.warning(
-            "the %s reading process failed (exit %s): %s", kind, proc.returncode, tail[0][:300]
-        )
+    if proc.returncode == 0 and isinstance(got, dict):
+        return {"error": str(got["error"])[:300]} if "error" in got else got
+    tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+    log.warning("the %s reading process failed (exit %s): %s", kind, proc.returncode, tail[0][:300])
+    if proc.returncode == MEMORY_EXIT:
         return {"error": too_big}
-    if "error" in got:
-        return {"error": str(got["error"])}
-    return got
+    if proc.returncode == -signal.SIGXCPU:  # its CPU time: slow, as at the deadline
+        return {"error": TOO_LATE}
+    return {"error": FAILED}
+
+
+async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+    """(its stdout, the end of its stderr) once the process has ended and its pipes
+    are closed; anything it left running with its pipes open is killed then."""
+    assert proc.stdin and proc.stdout and proc.stderr
+    out = asyncio.ensure_future(_read(proc.stdout, MAX_OUT_BYTES))
+    err = asyncio.ensure_future(_read(proc.stderr, MAX_ERR_BYTES))
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        exited_at = None
+        # wait() also waits for the pipes: the exit is seen in returncode
+        while not (out.done() and err.done()):
+            await asyncio.wait([out, err], timeout=0.1)
+            if proc.returncode is not None:
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > 0.5:
+                    _kill(proc.pid)  # its group: a process it started holds its pipes
+        return out.result(), err.result()
+    finally:
+        out.cancel()
+        err.cancel()
+
+
+async def _read(stream: asyncio.StreamReader, cap: int) -> bytes:
+    """All of ``stream`` when it holds at most ``cap`` bytes; else its last ``cap``
+    bytes, the rest read and dropped (so the process never blocks on a full pipe)."""
+    kept = b""
+    while chunk := await stream.read(65536):
+        kept = (kept + chunk)[-cap - 1 :]
+    return kept
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

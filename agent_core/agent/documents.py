@@ -173,14 +173,14 @@ async def _one(
         if kind is not None:
             job.reading = True
             # the bytes stay held until the reading process has ended (or was killed)
-            read = await office.read_in_child(data, kind, room.tokens, give_up_at)
+            read = await office.read_in_child(data, kind, room.tokens, give_up_at, where)
             if isinstance(read, str):
                 raise NotRead(read)
             return read
         if looks_like_pdf(data, labelled=pdf):
             job.reading = True
             # the bytes stay held until the reading process has ended (or was killed)
-            got = await pdfs.read_in_child(data, room.tokens, give_up_at)
+            got = await pdfs.read_in_child(data, room.tokens, give_up_at, where)
             if not isinstance(got, str):
                 return got
             if pdf or got != pdfs.NOT_PDF:

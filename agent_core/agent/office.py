@@ -4,26 +4,30 @@
 ``MAX_ATTACHMENT_BYTES``, like a PDF) and hands its bytes to :func:`read_in_child`,
 which reads it in a short-lived process of its own
 (:mod:`~agent_core.agent.doc_process`, with :mod:`~agent_core.agent.office_read`
-inside), one document at a time per worker, killed at the message's deadline, its
-memory capped at :data:`CHILD_MEMORY_BYTES`.  Nothing of the file is parsed in the
-worker: only its first bytes are looked at here.
+inside), at most two at a time per worker and one per conversation, killed a second
+after its :data:`READ_SECS` (or at the message's deadline), its memory capped at
+:data:`CHILD_MEMORY_BYTES`.  Nothing of the file is parsed in the worker: only its
+first bytes are looked at here.
 
 These files are zip archives of XML, so a small one can unpack to gigabytes (a zip
-bomb), and python-docx's own table API is quadratic in merged cells (a 36 KB file of
-vertically merged empty rows held a reading thread for hours).  So, in the reading
-process:
+bomb), python-docx's own table API is quadratic in merged cells (a 36 KB file of
+vertically merged empty rows held a reading thread for hours), and openpyxl reads all
+of a workbook's shared strings before its first row (3 million of them: 30 s).  So,
+in the reading process:
 
 * the zip's directory is checked before anything is unpacked: at most
-  :data:`MAX_UNZIPPED_BYTES` in all, :data:`MAX_ZIP_MEMBERS` files, and no file of
-  over :data:`RATIO_MIN_BYTES` compressed more than :data:`MAX_RATIO` to 1 (Python's
-  zipfile never unpacks more than a member declares);
+  :data:`MAX_UNZIPPED_BYTES` in all, :data:`MAX_PART_BYTES` for any one file in it
+  (the document's XML, a sheet, the shared strings...), :data:`MAX_ZIP_MEMBERS`
+  files.  The sizes the directory declares are safe bounds: Python's zipfile never
+  unpacks more than a member declares (a member that holds more fails its CRC check);
 * a Word file's body is walked in the XML itself (paragraphs and tables in order, a
   table row by row), never through python-docx's cell API; an Excel file is read with
   openpyxl in read-only mode, the first :data:`MAX_SHEET_ROWS` rows and
   :data:`MAX_SHEET_COLUMNS` columns of each sheet;
-* the deadline (:data:`READ_SECS` from the start of reading, never past the message's
-  own) is checked at each paragraph and each row, and reading stops once the text
-  read fills the turn's allowance of text, as for PDFs.
+* the deadline (:data:`READ_SECS` from when the file is open, never past the
+  process's kill) is checked at each paragraph and each row, the first row or
+  paragraph always read, and reading stops once the text read fills the turn's
+  allowance of text, as for PDFs.
 
 A file is one by its type or, when the platform gives none or a generic one, its name
 (``.docx``, ``.xlsx``), and must start with a zip's ``PK\\x03\\x04``.  Password-protected
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,8 +55,9 @@ Kind = Literal["docx", "xlsx"]
 READ_SECS = 15.0  # one file's reading, within the message's 30 s with its download
 MAX_UNZIPPED_BYTES = 100_000_000  # all files in the zip, as its directory declares them
 MAX_ZIP_MEMBERS = 10_000  # a large workbook has a few hundred
-MAX_RATIO = 200  # XML compresses 5-50 to 1; a zip bomb ~1000 to 1
-RATIO_MIN_BYTES = 1_000_000  # smaller members may be compressed any amount
+# any one file in the zip: a Word body of ~4,000 pages, a sheet of ~500,000 cells,
+# ~1.3 million shared strings (openpyxl opens those in ~15 s)
+MAX_PART_BYTES = 25_000_000
 MAX_SHEET_ROWS = 2_000  # rows 1-2000 of each sheet (15,000 tokens hold ~1,500 short rows)
 MAX_SHEET_COLUMNS = 50  # columns A-AX of each sheet
 CHILD_MEMORY_BYTES = 512 * 1024 * 1024  # the reading process's address space
@@ -68,6 +74,11 @@ NO_TEXT = "no text in it"
 NO_VALUES = "no values in it"
 TOO_LATE = doc_process.TOO_LATE
 TOO_BIG = "too large or too complex to read (it needed more memory than a document may take)"
+TOO_COMPLEX = (
+    "too large or too complex to read (its XML nests too deeply or is too big in one piece)"
+)
+DAMAGED_XLSX = "damaged (a cell in it could not be read)"
+FAILED = doc_process.FAILED
 
 _MIMES: dict[str, Kind] = {
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
@@ -134,11 +145,12 @@ class OfficeText:
 
 
 async def read_in_child(
-    data: bytes, kind: Kind, tokens: int, give_up_at: float
+    data: bytes, kind: Kind, tokens: int, give_up_at: float, queue: Hashable = None
 ) -> OfficeText | str:
     """The text of the ``kind`` file in ``data`` read in a process of its own, killed at
-    ``give_up_at`` (a :func:`time.monotonic` time), or why it was not read; waiting for
-    the document before it counts."""
+    ``give_up_at`` (a :func:`time.monotonic` time) or a second after :data:`READ_SECS`,
+    or why it was not read; waiting for the documents before it (of its ``queue``, a
+    conversation, or for a free slot) counts."""
     if problem := refusal(data, kind):
         return problem
     args: dict[str, object] = {
@@ -147,12 +159,11 @@ async def read_in_child(
         "memory": CHILD_MEMORY_BYTES,
         "max_unzipped": MAX_UNZIPPED_BYTES,
         "max_members": MAX_ZIP_MEMBERS,
-        "max_ratio": MAX_RATIO,
-        "ratio_min_bytes": RATIO_MIN_BYTES,
+        "max_part": MAX_PART_BYTES,
         "max_rows": MAX_SHEET_ROWS,
         "max_columns": MAX_SHEET_COLUMNS,
     }
-    got = await doc_process.run(kind, data, args, give_up_at, too_big=TOO_BIG)
+    got = await doc_process.run(kind, data, args, give_up_at, too_big=TOO_BIG, queue=queue)
     if "error" in got:
         return str(got["error"])
     try:
@@ -165,4 +176,4 @@ async def read_in_child(
         )
     except (KeyError, TypeError, ValueError):
         log.warning("the %s reading process gave an answer of the wrong shape", kind)
-        return TOO_BIG
+        return FAILED

@@ -41,6 +41,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from pypdf import PasswordType, PdfReader
@@ -197,17 +198,20 @@ def read(
     return PdfText("".join(parts).rstrip("\n"), pages, len(parts), tuple(starts), stopped)
 
 
-async def read_in_child(data: bytes, tokens: int, give_up_at: float) -> PdfText | str:
+async def read_in_child(
+    data: bytes, tokens: int, give_up_at: float, queue: Hashable = None
+) -> PdfText | str:
     """:func:`read` in a process of its own (:func:`~agent_core.agent.doc_process.run`),
-    killed at ``give_up_at`` (a :func:`time.monotonic` time); waiting for the document
-    before it counts."""
+    killed at ``give_up_at`` (a :func:`time.monotonic` time) or a second after
+    :data:`READ_SECS`; waiting for the documents before it (of its ``queue``, a
+    conversation, or for a free slot) counts."""
     args: dict[str, object] = {
         "tokens": tokens,
         "read_secs": READ_SECS,
         "max_pages": MAX_PAGES,
         "memory": CHILD_MEMORY_BYTES,
     }
-    got = await doc_process.run("pdf", data, args, give_up_at, too_big=TOO_BIG)
+    got = await doc_process.run("pdf", data, args, give_up_at, too_big=TOO_BIG, queue=queue)
     if "error" in got:
         return str(got["error"])
     try:
@@ -220,4 +224,4 @@ async def read_in_child(data: bytes, tokens: int, give_up_at: float) -> PdfText 
         )
     except (KeyError, TypeError, ValueError):
         log.warning("the PDF reading process gave an answer of the wrong shape")
-        return TOO_BIG
+        return doc_process.FAILED

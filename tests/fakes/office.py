@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import io
+import random
+import string
 import zipfile
 
 import docx
@@ -112,3 +114,67 @@ def encrypted_office() -> bytes:
         for n in ("Root Entry", "EncryptionInfo", "EncryptedPackage")
     )
     return header + names + bytes(1024)
+
+
+W_NS = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+_SST_TYPE = (
+    b'<Override PartName="/xl/sharedStrings.xml" ContentType="application/'
+    b'vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>'
+)
+
+
+def replaced(base: bytes, repl: dict[str, bytes], add: dict[str, bytes] | None = None) -> bytes:
+    """The zip ``base`` with the files named in ``repl`` replaced, those in ``add``
+    added, deflated."""
+    src = zipfile.ZipFile(io.BytesIO(base))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            z.writestr(info.filename, repl.get(info.filename, src.read(info)))
+        for name, data in (add or {}).items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def raw_docx(body: str) -> bytes:
+    """A Word file whose body is the XML ``body`` (``w:`` elements)."""
+    xml = (
+        f'<?xml version="1.0" encoding="UTF-8"?><w:document {W_NS}><w:body>{body}'
+        "</w:body></w:document>"
+    )
+    return replaced(make_docx(["x"]), {"word/document.xml": xml.encode()})
+
+
+def raw_xlsx(rows: str, dim: str = "A1", sst: bytes | None = None) -> bytes:
+    """An Excel file of one sheet ("S") whose ``sheetData`` is the XML ``rows``, and
+    the shared strings part ``sst`` when one is given."""
+    sheet = (
+        '<?xml version="1.0" encoding="UTF-8"?><worksheet '
+        'xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        f'<dimension ref="{dim}"/><sheetData>{rows}</sheetData></worksheet>'
+    ).encode()
+    base = make_xlsx({"S": [["x"]]})
+    repl = {"xl/worksheets/sheet1.xml": sheet}
+    add = {}
+    if sst is not None:
+        types = zipfile.ZipFile(io.BytesIO(base)).read("[Content_Types].xml")
+        repl["[Content_Types].xml"] = types.replace(b"</Types>", _SST_TYPE + b"</Types>")
+        add["xl/sharedStrings.xml"] = sst
+    return replaced(base, repl, add)
+
+
+def inline(ref: str, text: str) -> str:
+    """A cell holding ``text`` as an inline string."""
+    return f'<c r="{ref}" t="inlineStr"><is><t>{text}</t></is></c>'
+
+
+def shared_strings(count: int, seed: int = 1) -> bytes:
+    """A shared strings part of ``count`` random 3-letter strings: openpyxl reads them
+    all when it opens the workbook (~6 s of CPU a million)."""
+    rnd = random.Random(seed)
+    words = ("".join(rnd.choices(string.ascii_letters, k=3)) for _ in range(count))
+    return (
+        '<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        + "".join(f"<si><t>{w}</t></si>" for w in words)
+        + "</sst>"
+    ).encode()

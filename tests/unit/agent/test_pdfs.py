@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pypdf.errors import DependencyError
 
-from agent_core.agent import documents, pdfs
+import agent_core
+from agent_core.agent import doc_process, documents, pdfs
 from agent_core.agent.documents import MAX_TEXT_TOKENS, Room, is_text, read_texts
 from agent_core.agent.download_budget import DownloadBudget
 from agent_core.agent.pdfs import is_pdf
@@ -18,6 +23,7 @@ from agent_core.events import Attachment
 from tests.fakes.pdf import bomb_pdf, encrypted, make_pdf
 
 LIMIT = 10_000_000  # MAX_ATTACHMENT_BYTES's default
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(agent_core.__file__)))  # this checkout
 NO_TEXT = "no text in it, perhaps a scan (pictures of pages are not read)"
 
 
@@ -228,6 +234,7 @@ async def test_the_page_cap_bounds_the_reading(monkeypatch: pytest.MonkeyPatch) 
 async def test_the_deadline_is_checked_between_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading stops at its deadline (here: at once), the first page always read."""
     monkeypatch.setattr(pdfs, "READ_SECS", 0.0)
+    monkeypatch.setattr(doc_process, "KILL_AFTER_SECS", 20.0)  # a slow box starts it late
     blocks, missing = await read({"p": make_pdf(["one", "two", "three"])}, [pdf("slow.pdf", "p")])
     assert missing == []
     assert blocks == [
@@ -296,3 +303,86 @@ async def test_a_text_file_that_begins_like_a_pdf_is_read_as_text() -> None:
     )
     assert missing == []
     assert blocks == [f"--- notes.md ---\n{note.decode()}\n--- end of notes.md ---"]
+
+
+async def test_one_conversation_s_slow_documents_leave_a_slot_to_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two reading processes at a time per worker, one per conversation: a chat posting
+    two PDFs that each take its whole deadline does not hold both."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 4.0)
+
+    async def chat(where: str, files: dict[str, bytes], atts: list[Attachment]) -> list[str]:
+        _, missing = await read_texts(
+            Files(files), atts, where, Room(MAX_TEXT_TOKENS), DownloadBudget(0), pdf_limit=LIMIT
+        )
+        return missing
+
+    async def later() -> list[str]:
+        await asyncio.sleep(0.3)
+        return await chat("b", {"p": make_pdf(["other chat"])}, [pdf("other.pdf", "p")])
+
+    bomb = bomb_pdf(200_000)
+    hostile, other = await asyncio.wait_for(
+        asyncio.gather(
+            chat("a", {"1": bomb, "2": bomb}, [pdf("one.pdf", "1"), pdf("two.pdf", "2")]),
+            later(),
+        ),
+        timeout=60,
+    )
+    assert hostile == [f"one.pdf: {pdfs.TOO_LATE}", f"two.pdf: {pdfs.TOO_LATE}"]
+    assert other == []
+
+
+def _fake_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """The reading process replaced by ``code`` (its stdin read first)."""
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nsys.stdin.buffer.read()\n" + code)
+    exe = tmp_path / "python"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    exe.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(exe))
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ('print("hello garbage")', doc_process.FAILED),
+        ('sys.stderr.write("E" * 20_000_000); sys.exit(1)', doc_process.FAILED),
+        ("import os; os.kill(os.getpid(), 11)", doc_process.FAILED),  # a crash
+        ('print(\'{"text": 5, "pages": "x"}\')', doc_process.FAILED),
+        ("sys.exit(75)", pdfs.TOO_BIG),  # doc_child's MemoryError
+        # a process it started keeps its stdout open: its group is killed
+        ('import subprocess; subprocess.Popen(["sleep", "60"]); print("{}")', doc_process.FAILED),
+    ],
+)
+async def test_a_reading_process_that_fails_is_named_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, expected: str
+) -> None:
+    _fake_child(tmp_path, monkeypatch, code)
+    got = await asyncio.wait_for(
+        pdfs.read_in_child(make_pdf(["x"]), 1000, time.monotonic() + 20), timeout=60
+    )
+    assert got == expected
+
+
+async def test_the_reading_process_gets_a_deadline_and_no_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It is told when it is killed (a wall-clock time: READ_SECS and a second from
+    its start, before the message's deadline), and sees no keys or tokens."""
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "secret")
+    _fake_child(
+        tmp_path,
+        monkeypatch,
+        "import json, os\n"
+        "args = json.loads(sys.argv[-1])\n"
+        'env = sorted(k for k in os.environ if k not in ("PWD", "SHLVL", "_"))\n'
+        'print(json.dumps({"error": json.dumps([args["deadline"], env])}))\n',
+    )
+    before = time.time()
+    got = await pdfs.read_in_child(make_pdf(["x"]), 1000, time.monotonic() + 25)
+    deadline, env = json.loads(got)
+    assert before + pdfs.READ_SECS < deadline <= time.time() + pdfs.READ_SECS + 1
+    assert set(env) <= {*doc_process.CHILD_ENV, "PYTHONPATH"}
+    assert doc_process.child_env()["PYTHONPATH"].split(os.pathsep)[0] == ROOT
