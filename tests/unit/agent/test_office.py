@@ -425,13 +425,14 @@ def test_hidden_word_text_is_read_marked() -> None:
 async def test_a_workbook_slow_to_open_is_stopped_after_its_seconds_of_reading(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """800,000 shared strings (~5 s for openpyxl to open, under the part cap): its
+    """1.2 million shared strings (~8 s for openpyxl to open, under the part cap): its
     process is killed a second after READ_SECS, not at the message's deadline, so
     another chat's file behind it, with one reading slot, is read in time."""
-    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 5.0)
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 6.0)
     monkeypatch.setattr(office, "READ_SECS", 0.5)
     monkeypatch.setattr(doc_process, "SLOTS", 1)
-    slow = raw_xlsx('<row r="1"><c r="A1" t="s"><v>0</v></c></row>', sst=shared_strings(800_000))
+    sst = shared_strings(1_200_000)  # 23 MB: under MAX_PART_BYTES
+    slow = raw_xlsx('<row r="1"><c r="A1" t="s"><v>0</v></c></row>', sst=sst)
 
     async def chat(name: str, data: bytes, mime: str, delay: float) -> list[str]:
         await asyncio.sleep(delay)
