@@ -2,20 +2,21 @@
 
 :mod:`~agent_core.agent.documents` downloads a PDF (up to ``MAX_ATTACHMENT_BYTES``) and
 hands its bytes to :func:`read_in_child`, which runs :func:`read` in a short-lived
-process of its own (:mod:`~agent_core.agent.doc_process`), one document at a time per
-worker.
+process of its own (:mod:`~agent_core.agent.doc_process`), at most two at a time per
+worker and one per conversation.
 A PDF from a stranger can be built to make any parser work for minutes and take
 gigabytes on a single page (a few KB of deflated drawing operators), and a parser
 running in a thread cannot be stopped; a process can.  So:
 
-* the reading process is killed at the message's deadline (the model is told the PDF
-  was not read in time), and caps its own memory at :data:`CHILD_MEMORY_BYTES`
-  (``RLIMIT_AS``; over it: "too large or too complex to read") and its CPU time
-  (``RLIMIT_CPU``, so it ends even if the worker that started it died);
+* the reading process is killed a second after :data:`READ_SECS` or at the message's
+  deadline, whichever comes first (the model is told the PDF was not read in time),
+  and caps its own memory at :data:`CHILD_MEMORY_BYTES` (``RLIMIT_AS``; over it: "too
+  large or too complex to read") and its CPU time (``RLIMIT_CPU``, so it ends even if
+  the worker that started it died);
 * the worker's memory and event loop are untouched by what happens in it; starting it
   costs ~0.3 s of CPU per PDF, which PDFs, rarer than messages, can afford;
-* one at a time: a PDF waits for the document before it (a PDF, a Word or Excel
-  file), within its message's deadline.
+* a PDF waits for the documents before it (its conversation's, or any while both
+  slots are taken), within its message's deadline.
 
 Inside, the work is bounded too, so that what was read reaches the model in time:
 
