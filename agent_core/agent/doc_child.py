@@ -43,8 +43,11 @@ def _limit(memory: int, secs: float) -> None:
         (resource.RLIMIT_CORE, 0),  # SIGXCPU would dump core
     )
     for what, value in limits:
+        # the CPU's hard limit a second above the soft one: SIGXCPU (told apart as
+        # "slow") rather than SIGKILL (a failure) when the soft one is reached
+        hard = value + 1 if what == resource.RLIMIT_CPU else value
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(what, (value, value))
+            resource.setrlimit(what, (value, hard))
 
 
 def _pdf(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, object]:

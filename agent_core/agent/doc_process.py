@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 import weakref
@@ -51,9 +52,22 @@ KILL_AFTER_SECS = 1.0  # the process is killed this long after its seconds of re
 SLOTS = 2  # reading processes at once per worker
 MAX_OUT_BYTES = 8_000_000  # the answer: the text read (an allowance's worth) as JSON
 MAX_ERR_BYTES = 64 * 1024  # the end of the process's stderr kept for the log
-CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+# PYTHONHOME / LD_LIBRARY_PATH: a relocated Python (Heroku's buildpack) finds its
+# standard library and libpython through them
+CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONHOME", "LD_LIBRARY_PATH")
 TOO_LATE = "not read in time (slow to read, or the bot was busy reading other documents)"
 FAILED = "could not be read (the reader failed)"
+
+
+class _Queue:
+    """One conversation's documents: read one at a time, ``waiting`` for their turn."""
+
+    __slots__ = ("__weakref__", "lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = 0
+
 
 # the reading slots of a worker, and each conversation's turn (per event loop: tests
 # run several)
@@ -61,9 +75,10 @@ _SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] 
     weakref.WeakKeyDictionary()
 )
 _QUEUES: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, asyncio.Lock]
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, _Queue]
 ] = weakref.WeakKeyDictionary()
-# where this agent_core was imported from: the child must import the same code
+# where this agent_core was imported from: the child must import the same code (not
+# needed when that is a site directory, which the child's Python finds by itself)
 _ROOT = str(Path(agent_core.__file__).resolve().parent.parent)
 
 
@@ -71,8 +86,16 @@ def child_env() -> dict[str, str]:
     """The reading process's environment: :data:`CHILD_ENV` from the worker's, and
     ``PYTHONPATH`` leading to this very ``agent_core``."""
     env = {n: os.environ[n] for n in CHILD_ENV if n in os.environ}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+    own = None if _ROOT in _site_dirs() else _ROOT
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (own, os.environ.get("PYTHONPATH")) if p)
     return env
+
+
+def _site_dirs() -> set[str]:
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return {str(Path(d).resolve()) for d in dirs}
 
 
 async def run(
@@ -94,31 +117,49 @@ async def run(
     loop = asyncio.get_running_loop()
     slots = _SLOTS.setdefault(loop, asyncio.Semaphore(SLOTS))
     queues = _QUEUES.setdefault(loop, weakref.WeakValueDictionary())
-    mine = asyncio.Lock() if queue is None else queues.setdefault(queue, asyncio.Lock())
+    mine = _Queue() if queue is None else queues.setdefault(queue, _Queue())
+    mine.waiting += 1
+    waits = True
     try:
         async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
-            async with mine, slots:
-                return await _run(kind, data, args, give_up_at, too_big)
+            async with mine.lock:
+                mine.waiting -= 1
+                waits = False
+                # a fair share of the time left for each document waiting behind it
+                # (one message's documents, usually): a slow one cannot use it all
+                share = (give_up_at - time.monotonic()) / (1 + mine.waiting)
+                async with slots:
+                    return await _run(kind, data, args, give_up_at, too_big, share)
     except TimeoutError:
         return {"error": TOO_LATE}
+    finally:
+        if waits:
+            mine.waiting -= 1
 
 
 async def _run(
-    kind: str, data: bytes, args: dict[str, object], give_up_at: float, too_big: str
+    kind: str, data: bytes, args: dict[str, object], give_up_at: float, too_big: str, share: float
 ) -> dict[str, Any]:
     now = time.monotonic()
-    kill_at = min(give_up_at, now + cast(float, args["read_secs"]) + KILL_AFTER_SECS)
+    secs = min(cast(float, args["read_secs"]) + KILL_AFTER_SECS, share)
+    kill_at = min(give_up_at, now + secs)
     if kill_at - now <= MARGIN_SECS:
         return {"error": TOO_LATE}
     argument = json.dumps({**args, "kind": kind, "deadline": time.time() + kill_at - now})
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "agent_core.agent.doc_child", argument),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=child_env(),
-        start_new_session=True,  # its own process group, killed whole
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            # -P: not the working directory first on its path (a stray agent_core/ there)
+            *(sys.executable, "-P", "-m", "agent_core.agent.doc_child", argument),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=child_env(),
+            cwd="/",
+            start_new_session=True,  # its own process group, killed whole
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("could not start a %s reading process: %s", kind, exc)
+        return {"error": FAILED}
     try:
         # the message's deadline (asyncio.timeout above) is never later than kill_at
         async with asyncio.timeout(kill_at - time.monotonic()):
@@ -163,11 +204,19 @@ async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, b
             if proc.returncode is not None:
                 exited_at = exited_at or time.monotonic()
                 if time.monotonic() - exited_at > 0.5:
-                    _kill(proc.pid)  # its group: a process it started holds its pipes
-        return out.result(), err.result()
+                    # a process it started holds its pipes: its group, killed once (a
+                    # group number freed since could be reused), then the pipes closed
+                    _kill(proc.pid)
+                    await asyncio.wait([out, err], timeout=0.5)
+                    break
+        return _done(out), _done(err)
     finally:
         out.cancel()
         err.cancel()
+
+
+def _done(task: asyncio.Future[bytes]) -> bytes:
+    return task.result() if task.done() and not task.cancelled() else b""
 
 
 async def _read(stream: asyncio.StreamReader, cap: int) -> bytes:

@@ -164,6 +164,8 @@ def read(
 # libxml2's limits on one document (XML_PARSE_HUGE unset): nesting deeper than 256, a
 # text node over 10 MB, entities expanding too much
 _LIMIT_ERRORS = frozenset({"ERR_RESOURCE_LIMIT", "ERR_ENTITY_LOOP", "ERR_ENTITY_AMPLIFICATION"})
+# expat's XML_ERROR_AMPLIFICATION_LIMIT_BREACH (entities expanding too much)
+_EXPAT_AMPLIFICATION = 43
 
 
 def _failure(exc: BaseException | None) -> str:
@@ -177,6 +179,8 @@ def _failure(exc: BaseException | None) -> str:
         if "ERR_NO_MEMORY" in types:
             return TOO_BIG
         if types & _LIMIT_ERRORS:
+            return TOO_COMPLEX
+        if getattr(exc, "code", None) == _EXPAT_AMPLIFICATION:  # openpyxl parses with expat
             return TOO_COMPLEX
         exc = exc.__cause__ or exc.__context__
     return ""
