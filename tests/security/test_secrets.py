@@ -150,10 +150,12 @@ async def test_no_secret_in_logs_messages_errors_or_metrics(
             r = await slack.deliver(c, slack.message("D1", "forged"), secret="not-it")
             answers.append(f"{r.status_code} {r.text}")
             # the LLM refuses the key
-            for _ in range(200):
+            for _ in range(300):
                 if len(llm.requests) >= 3:
                     break
                 await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"{len(llm.requests)} LLM requests; the three turns make 3")
             llm.push(
                 openai_error(401, "invalid_api_key", f"Incorrect API key provided: {LLM_KEY[:8]}…")
             )
@@ -163,12 +165,19 @@ async def test_no_secret_in_logs_messages_errors_or_metrics(
                 json=upd2,
                 headers={"X-Telegram-Bot-Api-Secret-Token": TG_WEBHOOK},
             )
-            for _ in range(200):
+            for _ in range(300):
                 if tg.sent_texts(778):
                     break
                 await asyncio.sleep(0.1)
-            await asyncio.sleep(1.0)
-            answers.append((await c.get("/api/history")).text)
+            # the web chat's answer is in its history (waited for, not slept on)
+            for _ in range(300):
+                history = (await c.get("/api/history")).text
+                if "echo: hello web" in history:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"the web chat turn never answered: {history[-500:]}")
+            answers.append(history)
             answers.append((await c.get("/metrics")).text)
             answers.append((await c.get("/readyz")).text)
             answers.append((await c.get("/healthz")).text)

@@ -242,19 +242,38 @@ class World:
     async def send(self, ev: InboundEvent) -> None:
         await self.ingest.submit(ev)
 
+    async def undelivered(self) -> bool:
+        """Is an entry of the inbox stream not yet read by the workers' group?  (Such
+        an entry is in no mailbox and not pending: only the stream's last id, ahead of
+        the group's last delivered id, shows it.  A group not created yet has read
+        nothing.)"""
+        from agent_core.store import keys
+
+        newest = await self.redis.xrevrange(keys.INBOX_STREAM, count=1)
+        if not newest:
+            return False  # nothing was ever submitted
+        groups = await self.redis.xinfo_groups(keys.INBOX_STREAM)
+        group = keys.INBOX_GROUP.encode()
+        delivered = next((g["last-delivered-id"] for g in groups if g["name"] == group), None)
+        return delivered != newest[0][0]
+
     async def settle(self, thread: ThreadKey, timeout: float = 10.0) -> None:
-        """Wait until the thread's mailbox is empty and its lock released."""
+        """Wait until every submitted event has been read from the inbox stream and
+        handed off, and the thread's mailbox is empty and its lock released."""
         from agent_core.store import keys
 
         deadline = time.monotonic() + timeout
-        await asyncio.sleep(0.05)
         while time.monotonic() < deadline:
+            # Checked before the rest: an entry read after this check is still
+            # pending, or already in its mailbox, when the pipeline below looks.
+            if await self.undelivered():
+                await asyncio.sleep(0.02)
+                continue
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.llen(keys.mailbox(thread))
                 pipe.exists(keys.lock(thread))
-                pipe.xlen(keys.INBOX_STREAM)
                 pipe.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
-                n, locked, _xl, pend = await pipe.execute()
+                n, locked, pend = await pipe.execute()
             if n == 0 and not locked and (not pend or int(pend["pending"]) == 0):
                 await asyncio.sleep(0.05)
                 return
