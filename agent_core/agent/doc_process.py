@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -59,14 +60,18 @@ TOO_LATE = "not read in time (slow to read, or the bot was busy reading other do
 FAILED = "could not be read (the reader failed)"
 
 
-class _Queue:
-    """One conversation's documents: read one at a time, ``waiting`` for their turn."""
+class Share:
+    """The documents of one message, ``left`` to read: each, when its turn comes, may
+    take its share of the message's time left (a slow one cannot leave the next with
+    none)."""
 
-    __slots__ = ("__weakref__", "lock", "waiting")
+    __slots__ = ("left",)
 
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.waiting = 0
+    def __init__(self, documents: int) -> None:
+        self.left = documents
+
+    def secs(self, give_up_at: float) -> float:
+        return (give_up_at - time.monotonic()) / max(1, self.left)
 
 
 # the reading slots of a worker, and each conversation's turn (per event loop: tests
@@ -75,7 +80,7 @@ _SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] 
     weakref.WeakKeyDictionary()
 )
 _QUEUES: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, _Queue]
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
 # where this agent_core was imported from: the child must import the same code (not
 # needed when that is a site directory, which the child's Python finds by itself)
@@ -106,35 +111,27 @@ async def run(
     *,
     too_big: str,
     queue: Hashable = None,
+    share: Share | None = None,
 ) -> dict[str, Any]:
     """What the reading process of ``kind`` ("pdf", "docx", "xlsx") answered for
     ``data``: its JSON object, or ``{"error": reason}`` when it was not read in time
     (:data:`TOO_LATE`: ``give_up_at``, a :func:`time.monotonic` time, came first,
     waiting for the documents before it included, or the process was killed after its
-    ``args["read_secs"]``), it ran out of memory (``too_big``) or it failed
-    (:data:`FAILED`).  Documents of one ``queue`` (a conversation; None: its own) are
-    read one at a time."""
+    ``args["read_secs"]`` or its ``share`` of the time left), it ran out of memory
+    (``too_big``) or it failed (:data:`FAILED`).  Documents of one ``queue`` (a
+    conversation; None: its own) are read one at a time."""
     loop = asyncio.get_running_loop()
     slots = _SLOTS.setdefault(loop, asyncio.Semaphore(SLOTS))
     queues = _QUEUES.setdefault(loop, weakref.WeakValueDictionary())
-    mine = _Queue() if queue is None else queues.setdefault(queue, _Queue())
-    mine.waiting += 1
-    waits = True
+    mine = asyncio.Lock() if queue is None else queues.setdefault(queue, asyncio.Lock())
     try:
         async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
-            async with mine.lock:
-                mine.waiting -= 1
-                waits = False
-                # a fair share of the time left for each document waiting behind it
-                # (one message's documents, usually): a slow one cannot use it all
-                share = (give_up_at - time.monotonic()) / (1 + mine.waiting)
+            async with mine:
+                secs = share.secs(give_up_at) if share is not None else math.inf
                 async with slots:
-                    return await _run(kind, data, args, give_up_at, too_big, share)
+                    return await _run(kind, data, args, give_up_at, too_big, secs)
     except TimeoutError:
         return {"error": TOO_LATE}
-    finally:
-        if waits:
-            mine.waiting -= 1
 
 
 async def _run(

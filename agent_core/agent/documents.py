@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 from agent_core.agent import office, pdfs
+from agent_core.agent.doc_process import Share
 from agent_core.agent.download_budget import DownloadBudget, Hold
 from agent_core.agent.images import BUSY, FETCH_DEADLINE_SECS, AttachmentFetcher
 from agent_core.agent.office import OfficeText, office_kind
@@ -164,31 +165,36 @@ async def _one(
     job: _Job,
     room: Room,
     give_up_at: float,
+    share: Share,
 ) -> str | PdfText | OfficeText:
     """The file's text, or :class:`NotRead` raised with the reason."""
     pdf = is_pdf(a)
     kind = office_kind(a)
-    async with hold:
-        data = await fetcher.fetch_attachment(a, limit)
-        if kind is not None:
-            job.reading = True
-            # the bytes stay held until the reading process has ended (or was killed)
-            read = await office.read_in_child(data, kind, room.tokens, give_up_at, where)
-            if isinstance(read, str):
-                raise NotRead(read)
-            return read
-        if looks_like_pdf(data, labelled=pdf):
-            job.reading = True
-            # the bytes stay held until the reading process has ended (or was killed)
-            got = await pdfs.read_in_child(data, room.tokens, give_up_at, where)
-            if not isinstance(got, str):
-                return got
-            if pdf or got != pdfs.NOT_PDF:
-                raise NotRead(got)
-            # labelled as text and beginning with "%PDF-", yet not a PDF: text after all
-        elif pdf:
-            raise NotRead(pdfs.NOT_PDF)
-        text = decode(data)
+    try:
+        async with hold:
+            data = await fetcher.fetch_attachment(a, limit)
+            if kind is not None:
+                job.reading = True
+                # the bytes stay held until the reading process has ended (or was killed)
+                read = await office.read_in_child(data, kind, room.tokens, give_up_at, where, share)
+                if isinstance(read, str):
+                    raise NotRead(read)
+                return read
+            if looks_like_pdf(data, labelled=pdf):
+                job.reading = True
+                # the bytes stay held until the reading process has ended (or was killed)
+                got = await pdfs.read_in_child(data, room.tokens, give_up_at, where, share)
+                if not isinstance(got, str):
+                    return got
+                if pdf or got != pdfs.NOT_PDF:
+                    raise NotRead(got)
+                # labelled as text and beginning with "%PDF-", yet not a PDF: text after all
+            elif pdf:
+                raise NotRead(pdfs.NOT_PDF)
+            text = decode(data)
+    finally:
+        if pdf or kind is not None:
+            share.left -= 1  # counted in read_texts: the others' shares grow
     if text is None:
         raise NotRead("not UTF-8 text")
     return text
@@ -271,9 +277,10 @@ async def read_texts(
         else:
             todo.append((a, limit))
     holds = [budget.hold(a.size or limit) for a, limit in todo]
+    share = Share(sum(1 for a, _ in todo if is_pdf(a) or office_kind(a)))
     jobs = [_Job() for _ in todo]
     tasks = [
-        asyncio.ensure_future(_one(fetcher, a, where, h, limit, j, room, give_up_at))
+        asyncio.ensure_future(_one(fetcher, a, where, h, limit, j, room, give_up_at, share))
         for (a, limit), h, j in zip(todo, holds, jobs, strict=True)
     ]
     if tasks:

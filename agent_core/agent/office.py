@@ -145,7 +145,12 @@ class OfficeText:
 
 
 async def read_in_child(
-    data: bytes, kind: Kind, tokens: int, give_up_at: float, queue: Hashable = None
+    data: bytes,
+    kind: Kind,
+    tokens: int,
+    give_up_at: float,
+    queue: Hashable = None,
+    share: doc_process.Share | None = None,
 ) -> OfficeText | str:
     """The text of the ``kind`` file in ``data`` read in a process of its own, killed at
     ``give_up_at`` (a :func:`time.monotonic` time) or a second after :data:`READ_SECS`,
@@ -163,7 +168,9 @@ async def read_in_child(
         "max_rows": MAX_SHEET_ROWS,
         "max_columns": MAX_SHEET_COLUMNS,
     }
-    got = await doc_process.run(kind, data, args, give_up_at, too_big=TOO_BIG, queue=queue)
+    got = await doc_process.run(
+        kind, data, args, give_up_at, too_big=TOO_BIG, queue=queue, share=share
+    )
     if "error" in got:
         return str(got["error"])
     try:

@@ -200,7 +200,11 @@ def read(
 
 
 async def read_in_child(
-    data: bytes, tokens: int, give_up_at: float, queue: Hashable = None
+    data: bytes,
+    tokens: int,
+    give_up_at: float,
+    queue: Hashable = None,
+    share: doc_process.Share | None = None,
 ) -> PdfText | str:
     """:func:`read` in a process of its own (:func:`~agent_core.agent.doc_process.run`),
     killed at ``give_up_at`` (a :func:`time.monotonic` time) or a second after
@@ -212,7 +216,9 @@ async def read_in_child(
         "max_pages": MAX_PAGES,
         "memory": CHILD_MEMORY_BYTES,
     }
-    got = await doc_process.run("pdf", data, args, give_up_at, too_big=TOO_BIG, queue=queue)
+    got = await doc_process.run(
+        "pdf", data, args, give_up_at, too_big=TOO_BIG, queue=queue, share=share
+    )
     if "error" in got:
         return str(got["error"])
     try:

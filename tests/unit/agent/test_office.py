@@ -301,14 +301,24 @@ async def test_a_file_that_needs_too_much_memory_is_refused_in_its_own_process(
 async def test_office_files_wait_behind_a_slow_pdf_within_their_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One reading process at a time for PDFs and Office files together."""
+    """One reading process at a time per conversation, PDFs and Office files together:
+    the next message's Word file waits behind the slow PDF."""
     monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 2.0)
-    blocks, missing = await read(
-        {"b": bomb_pdf(200_000), "d": make_docx(["queued"])},
-        [Attachment("document", "slow.pdf", "application/pdf", 0, "b"), doc("queued.docx", "d")],
+
+    async def next_message() -> tuple[list[str], list[str]]:
+        await asyncio.sleep(0.1)
+        return await read({"d": make_docx(["queued"])}, [doc("queued.docx", "d")])
+
+    (_, slow), (blocks, missing) = await asyncio.gather(
+        read(
+            {"b": bomb_pdf(200_000)},
+            [Attachment("document", "slow.pdf", "application/pdf", 0, "b")],
+        ),
+        next_message(),
     )
+    assert slow == [f"slow.pdf: {office.TOO_LATE}"]
     assert blocks == []
-    assert missing == [f"slow.pdf: {office.TOO_LATE}", f"queued.docx: {office.TOO_LATE}"]
+    assert missing == [f"queued.docx: {office.TOO_LATE}"]
 
 
 LIMITS = office_read.Limits(15.0, 10**8, 10_000, 25_000_000, 2_000, 50)

@@ -282,18 +282,24 @@ async def test_a_pdf_that_needs_too_much_memory_is_refused_in_its_own_process(
     assert blocks == [] and missing == [f"huge.pdf: {pdfs.TOO_BIG}"]
 
 
-async def test_pdfs_wait_for_each_other_within_their_deadline(
+async def test_a_conversation_s_pdfs_wait_for_each_other_within_their_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One reading process at a time: a PDF behind a slow one is not read in time, and
-    says so, rather than a second process being started."""
+    """One reading process at a time per conversation: a PDF of the next message behind
+    a slow one is not read in time, and says so, rather than a second process being
+    started for the same chat."""
     monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 2.0)
-    blocks, missing = await read(
-        {"b": bomb_pdf(200_000), "p": make_pdf(["queued"])},
-        [pdf("slow.pdf", "b"), pdf("queued.pdf", "p")],
+
+    async def next_message() -> tuple[list[str], list[str]]:
+        await asyncio.sleep(0.1)
+        return await read({"p": make_pdf(["queued"])}, [pdf("queued.pdf", "p")])
+
+    (_, slow), (blocks, missing) = await asyncio.gather(
+        read({"b": bomb_pdf(200_000)}, [pdf("slow.pdf", "b")]), next_message()
     )
+    assert slow == [f"slow.pdf: {pdfs.TOO_LATE}"]
     assert blocks == []
-    assert missing == [f"slow.pdf: {pdfs.TOO_LATE}", f"queued.pdf: {pdfs.TOO_LATE}"]
+    assert missing == [f"queued.pdf: {pdfs.TOO_LATE}"]
 
 
 async def test_a_text_file_that_begins_like_a_pdf_is_read_as_text() -> None:
@@ -332,6 +338,27 @@ async def test_one_conversation_s_slow_documents_leave_a_slot_to_others(
     )
     assert hostile == [f"one.pdf: {pdfs.TOO_LATE}", f"two.pdf: {pdfs.TOO_LATE}"]
     assert other == []
+
+
+async def test_a_messages_documents_share_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One message with two PDFs that would each take the whole deadline and a small
+    one: each gets a share of the time left, so the small one is still read."""
+    monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 7.5)
+    bomb = bomb_pdf(200_000)
+    files = Files({"1": bomb, "2": bomb, "3": make_pdf(["the small one"])})
+    blocks, missing = await asyncio.wait_for(
+        read_texts(
+            files,
+            [pdf("one.pdf", "1"), pdf("two.pdf", "2"), pdf("small.pdf", "3")],
+            "a",
+            Room(MAX_TEXT_TOKENS),
+            DownloadBudget(0),
+            pdf_limit=LIMIT,
+        ),
+        timeout=60,
+    )
+    assert missing == [f"one.pdf: {pdfs.TOO_LATE}", f"two.pdf: {pdfs.TOO_LATE}"]
+    assert len(blocks) == 1 and "the small one" in blocks[0]
 
 
 def _fake_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
@@ -386,3 +413,17 @@ async def test_the_reading_process_gets_a_deadline_and_no_secrets(
     assert before + pdfs.READ_SECS < deadline <= time.time() + pdfs.READ_SECS + 1
     assert set(env) <= {*doc_process.CHILD_ENV, "PYTHONPATH"}
     assert doc_process.child_env()["PYTHONPATH"].split(os.pathsep)[0] == ROOT
+
+
+def test_a_relocated_python_still_starts_the_reading_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Heroku's Python finds libpython and its standard library through these two; the
+    reading process keeps them (and nothing secret)."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/app/.heroku/python/lib")
+    monkeypatch.setenv("PYTHONHOME", "/app/.heroku/python")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-secret")
+    env = doc_process.child_env()
+    assert env["LD_LIBRARY_PATH"] == "/app/.heroku/python/lib"
+    assert env["PYTHONHOME"] == "/app/.heroku/python"
+    assert "SLACK_BOT_TOKEN" not in env
