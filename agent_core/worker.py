@@ -131,6 +131,10 @@ class Worker:
                 t.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await self._drain()
+            # what this worker emptied leaves the index now (a thread left in it costs
+            # the next sweeper a look at an empty mailbox, nothing more)
+            with contextlib.suppress(RedisError, OSError):
+                await self.delivery.flush_index()
 
     async def _drain(self) -> None:
         if not self.running:
@@ -404,8 +408,6 @@ class Worker:
                     sent_fields=result.sent_fields,
                     with_calls=result.completion_calls,
                     next_seq=_next_after(state.mailbox[: result.consumed]),
-                    # the usual end: the turn took everything it saw (one round trip less)
-                    deactivate=result.consumed >= len(state.mailbox),
                 )
                 self.turns_done += 1
                 elapsed = time.perf_counter() - started
@@ -426,8 +428,8 @@ class Worker:
                     continue
                 if left == 0:
                     released = True
-                    if result.consumed < len(state.mailbox):
-                        await self.delivery.deactivate(thread)
+                    # out of the active index in the next round trip sent anyway
+                    self.delivery.leave_index_later(thread)
                     return
         except asyncio.CancelledError:
             log.info("[%s] turn cancelled (shutdown); its message stays queued", thread)
@@ -473,6 +475,9 @@ class Worker:
     async def sweep_once(self) -> int:
         """Reclaim orphaned stream entries and run orphaned threads; return how many."""
         n = 0
+        # threads this worker emptied that no other round trip has taken out of the
+        # index yet (an idle worker): first, so the scan below does not pick them up
+        await self.delivery.flush_index()
         entries = await self.delivery.reclaim(
             self.name, min_idle_ms=int(self.settings.reclaim_idle_secs * 1000)
         )
@@ -485,6 +490,8 @@ class Worker:
         for thread in await self.delivery.active_threads():
             if thread in self.running or len(self.running) >= self.settings.worker_concurrency:
                 continue
+            if self.delivery.leaving_index(thread):
+                continue  # emptied by this worker since the flush above
             if await self.delivery.try_lock(thread, self.owner):
                 self._spawn(thread)
                 n += 1

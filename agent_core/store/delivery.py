@@ -19,7 +19,6 @@ docs/architecture.md ("Delivery"):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -83,6 +82,9 @@ class Delivery:
         self._save = redis.register_script(scripts.SAVE_SESSION)
         self._claim = redis.register_script(scripts.CLAIM_PART)
         self._holds = redis.register_script(scripts.HOLDS)
+        # threads whose completion emptied the mailbox: they leave the active index in
+        # the next round trip this process sends anyway (``leave_index_later``)
+        self._emptied: dict[ThreadKey, None] = {}
 
     # -- stream ------------------------------------------------------------
     async def ensure_group(self) -> None:
@@ -185,7 +187,19 @@ class Delivery:
                 ("ZADD", keys.ACTIVE_THREADS, "NX", now, str(t))
                 for t in dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None)
             ]
-            results = await run_pipelined(self.redis, calls, then=index)
+            # threads handed off now are not leaving the index after all
+            for t in dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None):
+                self._emptied.pop(t, None)
+            leaving, removals = self._take_emptied()
+            try:
+                results, after = await run_pipelined_then(
+                    self.redis, calls, then=[*index, *removals]
+                )
+            except BaseException:
+                self._emptied.update(dict.fromkeys(leaving))
+                raise
+            await self._left_index(leaving, after[len(index) :])
+            raise_first(after[: len(index)])
             fresh: set[ThreadKey] = set()
             for (_eid, ev), res in zip(valid, results, strict=True):
                 assert ev is not None
@@ -304,17 +318,10 @@ class Delivery:
         sent_fields: list[str],
         with_calls: Sequence[Call] = (),
         next_seq: int = 0,
-        deactivate: bool = False,
     ) -> int:
         """Complete the turn; ``with_calls`` (idempotent per-thread scripts such as
-        the undo checkpoint) ride in the same round trip.
-
-        ``deactivate``: also do ``deactivate``'s work in that round trip, for a
-        caller that expects the mailbox to end empty (the turn took every event
-        it saw).  The thread leaves the active index first and goes back into it
-        if the mailbox is not empty after all (an arrival, or a completion that
-        did not happen: ``-1`` / ``-2``): one more round trip then.  With
-        ``left == 0`` the caller has nothing more to do."""
+        the undo checkpoint) ride in the same round trip, and so do the index
+        removals waiting for one (``leave_index_later``)."""
         done: Call = (
             self._complete,
             [
@@ -335,26 +342,67 @@ class Delivery:
                 *sent_fields,
             ],
         )
-        if not deactivate:
-            return int((await run_pipelined(self.redis, [done, *with_calls]))[0])
-        # ZREM before LLEN, as in ``deactivate``; the separate commands keep every
-        # script on one thread's keys (the index is another slot)
+        self._emptied.pop(thread, None)  # it is completing again: its own result decides
+        leaving, removals = self._take_emptied()
         try:
-            res, (_, waiting) = await run_pipelined_then(
-                self.redis,
-                [done, *with_calls],
-                then=[("ZREM", keys.ACTIVE_THREADS, str(thread)), ("LLEN", keys.mailbox(thread))],
-            )
+            res, after = await run_pipelined_then(self.redis, [done, *with_calls], removals)
         except BaseException:
-            # the ZREM may have run while the completion did not: back into the
-            # index, so the sweeper still finds what waits (best effort: Redis may
-            # be what failed)
-            with contextlib.suppress(Exception):
-                await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
+            self._emptied.update(dict.fromkeys(leaving))  # try again with the next one
             raise
-        if waiting:
-            await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
+        await self._left_index(leaving, after)
         return int(res[0])
+
+    # -- leaving the active index --------------------------------------------
+    def leave_index_later(self, thread: ThreadKey) -> None:
+        """``thread``'s completion emptied its mailbox (``complete`` returned 0): it
+        leaves the active index inside the next ``complete`` or hand-off round trip
+        this process sends (or ``flush_index``), rather than in one of its own.  Until
+        then it stays indexed, which costs nothing: the sweeper finds its mailbox
+        empty.  Only after a completion that returned 0 (the lock is gone with it):
+        a thread with events waiting is never taken out of the index."""
+        self._emptied[thread] = None
+
+    def leaving_index(self, thread: ThreadKey) -> bool:
+        """Is ``thread`` waiting to leave the index (emptied by this process)?"""
+        return thread in self._emptied
+
+    async def flush_index(self) -> None:
+        """The waiting index removals, in a round trip of their own (the sweeper's
+        tick: a process with nothing else to send)."""
+        leaving, removals = self._take_emptied()
+        if not leaving:
+            return
+        try:
+            replies = await roundtrip(self.redis, removals)
+        except BaseException:
+            self._emptied.update(dict.fromkeys(leaving))
+            raise
+        await self._left_index(leaving, replies)
+
+    def _take_emptied(self) -> tuple[list[ThreadKey], list[Command]]:
+        leaving = list(self._emptied)
+        self._emptied.clear()
+        # ZREM before LLEN, as in ``deactivate``
+        removals: list[Command] = [
+            c
+            for t in leaving
+            for c in (("ZREM", keys.ACTIVE_THREADS, str(t)), ("LLEN", keys.mailbox(t)))
+        ]
+        return leaving, removals
+
+    async def _left_index(self, leaving: list[ThreadKey], replies: Sequence[Any]) -> None:
+        """After the removals of ``leaving`` (their replies): back into the index
+        whichever mailbox refilled meanwhile (a hand-off between the completion and
+        the ZREM); a removal the server refused is tried again later."""
+        back: dict[str, int] = {}
+        for i, t in enumerate(leaving):
+            zrem, llen = replies[2 * i], replies[2 * i + 1]
+            if isinstance(zrem, Exception) or isinstance(llen, Exception):
+                self._emptied[t] = None
+            elif llen:
+                back[str(t)] = _ms()
+        if back:
+            await self.redis.zadd(keys.ACTIVE_THREADS, back, nx=True)
 
     async def save_session(self, thread: ThreadKey, data: bytes, version: int) -> int:
         return int(

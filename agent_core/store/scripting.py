@@ -34,7 +34,9 @@ async def run_pipelined(
     only those calls are sent again, so a script that did run never runs twice.
     Any other error is raised.
     """
-    return (await run_pipelined_then(redis, calls, then))[0]
+    results, after = await run_pipelined_then(redis, calls, then)
+    raise_first(after)
+    return results
 
 
 async def run_pipelined_then(
@@ -42,7 +44,8 @@ async def run_pipelined_then(
 ) -> tuple[list[Any], list[Any]]:
     """``run_pipelined``, also returning the replies of ``then``: those of its
     last sending, which follows every script's run (after a NOSCRIPT, the
-    reloaded scripts' second sending)."""
+    reloaded scripts' second sending).  A refusal among the scripts is raised;
+    one among ``then`` is returned in its place, for the caller to judge."""
 
     def evalsha(c: Call) -> Command:
         script, keys, args = c
@@ -52,14 +55,13 @@ async def run_pipelined_then(
     results, after = replies[: len(calls)], replies[len(calls) :]
     missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
     if missing:
-        raise_first(after)
         for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
             await redis.script_load(script.script)
         again = await roundtrip(redis, [*(evalsha(calls[i]) for i in missing), *then])
         for i, r in zip(missing, again[: len(missing)], strict=True):
             results[i] = r
         after = again[len(missing) :]
-    raise_first([*results, *after])
+    raise_first(results)
     return results, after
 
 

@@ -231,59 +231,111 @@ async def test_a_hand_off_to_a_lock_already_ours_starts_the_thread(
     assert await d.handoff_and_begin([(b"1-2", msg(t, 2))], "w2") == []
 
 
-async def test_a_completion_that_empties_the_mailbox_leaves_the_index_in_its_round_trip(
+async def test_an_emptied_thread_leaves_the_index_in_the_next_round_trip(
     redis_clients: RedisClients,
 ) -> None:
-    """``complete(deactivate=True)``: out of the active index when nothing waits;
-    still in it when something does (an arrival during the turn, a lost lock)."""
+    """A thread whose completion emptied its mailbox leaves the active index inside the
+    next completion or hand-off this process sends (no round trip of its own); one whose
+    mailbox refilled meanwhile goes back in; one handed off again never leaves."""
     r = redis_clients.redis
     d = Delivery(r, redis_clients.blocking)
-    t = ThreadKey("web", "local", "a")
+    other_process = Delivery(r, redis_clients.blocking)
+    t, u = ThreadKey("web", "local", "a"), ThreadKey("web", "local", "b")
 
-    async def indexed() -> bool:
-        return await r.zscore(keys.ACTIVE_THREADS, str(t)) is not None
+    async def indexed(thread: ThreadKey) -> bool:
+        return await r.zscore(keys.ACTIVE_THREADS, str(thread)) is not None
 
-    async def finish(owner: str = "w1") -> int:
+    async def finish(thread: ThreadKey) -> int:
         return await d.complete(
-            t, owner, consumed=1, session_json=None, version=0, sent_fields=[], deactivate=True
+            thread, "w1", consumed=1, session_json=None, version=0, sent_fields=[]
         )
 
     await d.handoff([(b"1-1", msg(t, 1))], "w1")
-    assert await indexed()
-    assert await finish() == 0
-    assert not await indexed()
-    assert not await r.exists(keys.lock(t))
+    assert await finish(t) == 0
+    d.leave_index_later(t)
+    assert await indexed(t)  # until the next round trip
+    await d.handoff([(b"1-2", msg(u, 2))], "w1")  # it rides in this one
+    assert not await indexed(t) and await indexed(u)
+    assert await finish(u) == 0
+    d.leave_index_later(u)
 
-    # a message arrived while the turn ran: left > 0, and the thread stays indexed
-    await d.handoff([(b"1-2", msg(t, 2))], "w1")
-    await d.handoff([(b"1-3", msg(t, 3))], "w2")
-    assert await finish() == 1
-    assert await indexed()
+    # u's mailbox refills (another process's hand-off) before the removal goes out
+    await other_process.handoff([(b"1-3", msg(u, 3))], "w2")
+    await d.flush_index()
+    assert await indexed(u)
+    assert await r.llen(keys.mailbox(u)) == 1
 
-    # the lock went to another worker: nothing completes, the event waits indexed
-    await r.set(keys.lock(t), "w2")
-    assert await finish() == -1
-    assert await indexed()
-    assert await r.llen(keys.mailbox(t)) == 1
+    # handed off again by this process: it stays indexed
+    await d.handoff([(b"1-4", msg(t, 4))], "w1")
+    assert await finish(t) == 0
+    d.leave_index_later(t)
+    await d.handoff([(b"1-5", msg(t, 5))], "w1")
+    assert not d.leaving_index(t)
+    await d.flush_index()
+    assert await indexed(t)
 
 
-async def test_a_completion_that_fails_puts_its_thread_back_in_the_index(
+async def test_a_removal_whose_round_trip_fails_is_sent_again(
     redis_clients: RedisClients,
 ) -> None:
-    """The index removal rides behind the completion script: when the script is
-    refused (here: the session key is not a hash), the thread goes back in, so
-    the sweeper still finds the event that waits."""
+    """The removal rides in another thread's completion; when that round trip fails
+    (here the completion script is refused: its session key is not a hash), the
+    removal is sent again with the next one (it may have run: ZREM + LLEN again is
+    harmless, and puts back a thread whose mailbox refilled)."""
     r = redis_clients.redis
     d = Delivery(r, redis_clients.blocking)
-    t = ThreadKey("web", "local", "a")
-    await d.handoff([(b"1-1", msg(t, 1))], "w1")
-    await r.set(keys.session(t), "not a hash")
+    t, u = ThreadKey("web", "local", "a"), ThreadKey("web", "local", "b")
+    await d.handoff([(b"1-1", msg(t, 1)), (b"1-2", msg(u, 2))], "w1")
+    assert await d.complete(t, "w1", consumed=1, session_json=None, version=0, sent_fields=[]) == 0
+    d.leave_index_later(t)
+    await r.set(keys.session(u), "not a hash")
     with pytest.raises(Exception, match="WRONGTYPE"):
-        await d.complete(
-            t, "w1", consumed=1, session_json=b"{}", version=0, sent_fields=[], deactivate=True
-        )
-    assert await r.zscore(keys.ACTIVE_THREADS, str(t)) is not None
-    assert await r.llen(keys.mailbox(t)) == 1
+        await d.complete(u, "w1", consumed=1, session_json=b"{}", version=0, sent_fields=[])
+    assert d.leaving_index(t)
+    await d.flush_index()
+    assert await r.zscore(keys.ACTIVE_THREADS, str(t)) is None
+    assert await r.zscore(keys.ACTIVE_THREADS, str(u)) is not None  # its event waits
+
+
+async def test_an_arrival_during_a_turn_is_answered_when_an_index_write_fails(
+    redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message that arrives while the first turn runs (not taken into it) keeps its
+    thread in the active index: the completion leaves events, so nothing takes the
+    thread out, and a failing index write (a connection reset) cannot strand it."""
+    r = redis_clients.redis
+    outbox = RecordingOutbox()
+    w = make_worker(redis_clients, SlowEcho(0.0), outbox, "w1")
+    t = ThreadKey("web", "local", "arrival")
+    real_complete = w.delivery.complete
+    real_zadd = r.zadd
+    failed: list[bool] = []
+
+    async def zadd(*args: Any, **kw: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise RedisConnectionError("connection reset")
+        return await real_zadd(*args, **kw)
+
+    async def complete(thread: ThreadKey, owner: str, **kw: Any) -> int:
+        if not failed:
+            # e2 arrives after the turn's last look at the mailbox (another worker's hand-off)
+            await Delivery(r, redis_clients.blocking).handoff(
+                [(b"9-2", msg(t, 2, "second"))], "other"
+            )
+            monkeypatch.setattr(r, "zadd", zadd)
+        return await real_complete(thread, owner, **kw)
+
+    monkeypatch.setattr(w.delivery, "complete", complete)
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    try:
+        await Ingest(r).submit(msg(t, 1, "first"))
+        await wait_for(lambda: "echo: second" in outbox.final_texts(str(t)), 10)
+    finally:
+        stop.set()
+        await task
+    assert outbox.final_texts(str(t)) == ["echo: first", "echo: second"]
 
 
 async def test_one_turn_at_a_time_per_thread_in_arrival_order(redis_clients: RedisClients) -> None:
