@@ -12,8 +12,8 @@ The worker runs every turn through :meth:`TurnRecovery.run_turn`:
   stalled past its lock).  The first time, the message is run again silently (a
   SIGKILL loses nothing — the delivery invariant — and parts already shown are
   edited, never repeated), alongside everything else, and a retry record
-  ``#r:0`` is left; if that rerun is interrupted too, it runs once more alone in
-  its worker (``#r:1``); if that one is interrupted as well, the message is
+  ``#r:c`` is left; if that rerun is interrupted too, it runs once more alone in
+  its worker (``#r:0``); if that one is interrupted as well, the message is
   dropped, the thread's state reset and the user told the previous turn was
   interrupted: a message that kills its worker (out of memory, a crash in native
   code, whatever it is) must not take every worker down in turn, and a crash no
@@ -81,7 +81,9 @@ class TurnRecovery:
 
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:
         head = state.mailbox[0]
-        shared, alone = f"{head.event_id}#r:0", f"{head.event_id}#r:1"
+        # '#r:c': rerun once alongside others; '#r:0': rerun once alone (the name
+        # earlier versions give a rerun, which they too give up after)
+        shared, alone = f"{head.event_id}#r:c", f"{head.event_id}#r:0"
         # retry records already there go with the message when it completes
         notes = [f for f in (shared, alone) if f in state.sent or f in state.pending]
         record: str | None = None  # the retry record this rerun leaves
@@ -109,15 +111,17 @@ class TurnRecovery:
             elif limited:
                 # Its rerun alongside others was interrupted too.  The worker that died
                 # ran many turns, at most one of which killed it; so this rerun runs
-                # alone in this worker, and only a death then counts against it.  The
-                # wait comes before the retry record, so a rerun still waiting when
-                # this worker dies does not count as tried.  The wait is bounded: a
-                # rerun that hangs must not hold every other one (and the worker's
-                # concurrency) for its whole turn timeout.
+                # alone among this worker's reruns, and only a death then counts
+                # against it.  The wait comes before the retry record, so a rerun still
+                # waiting when this worker dies does not count as tried.  The wait is
+                # bounded: a rerun that hangs must not hold every other one (and the
+                # worker's concurrency) for its whole turn timeout; one that ran
+                # without its turn leaves no record (it was not alone).
                 try:
                     async with asyncio.timeout(QUARANTINE_WAIT_SECS):
                         await self._quarantine.acquire()
                     quarantined = True
+                    record = alone
                 except TimeoutError:
                     log.warning(
                         "[%s] rerun of event %s waited %g s for the one before it; running",
@@ -125,7 +129,6 @@ class TurnRecovery:
                         head.event_id,
                         QUARANTINE_WAIT_SECS,
                     )
-                record = alone
         try:
             if record is not None:
                 # rerun silently (recorded parts are edited, never sent twice) and

@@ -63,7 +63,7 @@ def session(t: ThreadKey) -> str:
 
 def sent(t: ThreadKey) -> str:
     """HASH '<event_id>:<part>' -> MessageRef JSON of replies already sent ('pending:<ms>'
-    while one is on its way); also '<event_id>#r:0' / '#r:1' (rerun once / once more
+    while one is on its way); also '<event_id>#r:c' / '#r:0' (rerun once alongside others / once
     alone), '<event_id>#<tag>:<n>' (notices) and '<event_id>#s:0', who began the
     event's turn (a MessageRef JSON whose message id is 'started:<owner>': see
     scripts._mark_start)."""

@@ -25,9 +25,11 @@ CLIENT_REORDER = "the load generator's retries reached Parley after later messag
 def _check(fig: dict[str, Any]) -> None:
     assert fig["kills"] >= 2, fig
     assert fig["lost"] == 0, fig
-    # a message whose rerun's worker was killed too is given up, and its chat told
-    # (docs/reliability.md): the price of never letting one message kill every worker
-    assert fig["given_up_with_notice"] <= fig["kills"] // 2, fig
+    # a message whose rerun alone was killed too (its third execution) is given up, and
+    # its chat told (docs/reliability.md): the price of never letting one message kill
+    # every worker.  Each killed worker holds at most one rerun alone, and the first two
+    # kills find none, so at most kills - 2 messages are given up.
+    assert fig["given_up_with_notice"] <= max(0, fig["kills"] - 2), fig
     assert fig["duplicated"] == 0, fig
     assert fig["left_pending"] == 0, fig
     assert fig["out_of_order_chats"] == 0, fig["out_of_order"]
