@@ -324,27 +324,27 @@ async def test_office_files_wait_behind_a_slow_pdf_within_their_deadline(
 LIMITS = office_read.Limits(15.0, 10**8, 10_000, 25_000_000, 2_000, 50)
 
 
+def _sheet_text(rows: str, dimension: str) -> str:
+    got = office_read.read("xlsx", raw_xlsx(rows, dimension), 15_000, time.monotonic() + 30, LIMITS)
+    assert isinstance(got, office.OfficeText)
+    return got.text
+
+
 def test_values_past_the_column_cap_are_noted_wherever_they_are() -> None:
     """Rows are read up to the cap's next column (AY), yet a value in BA is noted too,
     and a sheet whose only values are past the caps is not called empty."""
     row = f'<row r="1">{inline("A1", "name")}{inline("BA1", "TOTAL 999")}</row>'
-    got = office_read.read("xlsx", raw_xlsx(row, "A1:BA1"), 15_000, time.monotonic() + 30, LIMITS)
-    assert isinstance(got, office.OfficeText)
-    assert got.text == (
+    assert _sheet_text(row, "A1:BA1") == (
         "--- sheet S ---\n1: name\n"
         "[columns after AX not read: at most 50 columns of a sheet are read]"
     )
-    far = raw_xlsx(f'<row r="1">{inline("BA1", "far")}</row>', "A1:BA1")
-    got = office_read.read("xlsx", far, 15_000, time.monotonic() + 30, LIMITS)
-    assert isinstance(got, office.OfficeText)
-    assert got.text == (
+    far = f'<row r="1">{inline("BA1", "far")}</row>'
+    assert _sheet_text(far, "A1:BA1") == (
         "--- sheet S ---\n[no values in rows 1-2000, columns A-AX]\n"
         "[columns after AX not read: at most 50 columns of a sheet are read]"
     )
-    low = raw_xlsx(f'<row r="2001">{inline("A2001", "low")}</row>', "A1:A2001")
-    got = office_read.read("xlsx", low, 15_000, time.monotonic() + 30, LIMITS)
-    assert isinstance(got, office.OfficeText)
-    assert got.text == (
+    low = f'<row r="2001">{inline("A2001", "low")}</row>'
+    assert _sheet_text(low, "A1:A2001") == (
         "--- sheet S ---\n[no values in rows 1-2000, columns A-AX]\n"
         "[rows after 2000 not read: at most 2000 rows of a sheet are read]"
     )
