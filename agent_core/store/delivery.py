@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -33,6 +33,8 @@ from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.store import keys, scripts
 from agent_core.store.scripting import Call, run_pipelined, run_pipelined_then, run_script
 from agent_core.store.wire import Command, call, pairs, raise_first, roundtrip
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -183,23 +185,21 @@ class Delivery:
                 )
             # The threads go into the active index (crash recovery) right after
             # their mailboxes, in the same round trip; the XACK comes later.
+            threads = list(dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None))
             index: list[Command] = [
-                ("ZADD", keys.ACTIVE_THREADS, "NX", now, str(t))
-                for t in dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None)
+                ("ZADD", keys.ACTIVE_THREADS, "NX", now, str(t)) for t in threads
             ]
-            # threads handed off now are not leaving the index after all
-            for t in dict.fromkeys(ev.thread for _eid, ev in valid if ev is not None):
+            for t in threads:  # handed off now: not leaving the index after all
                 self._emptied.pop(t, None)
-            leaving, removals = self._take_emptied()
-            try:
+
+            async def send(removals: list[Command]) -> tuple[tuple[Any, Any], list[Any]]:
                 results, after = await run_pipelined_then(
                     self.redis, calls, then=[*index, *removals]
                 )
-            except BaseException:
-                self._emptied.update(dict.fromkeys(leaving))
-                raise
-            await self._left_index(leaving, after[len(index) :])
-            raise_first(after[: len(index)])
+                return (results, after[: len(index)]), after[len(index) :]
+
+            results, indexed = await self._with_removals(send)
+            raise_first(indexed)
             fresh: set[ThreadKey] = set()
             for (_eid, ev), res in zip(valid, results, strict=True):
                 assert ev is not None
@@ -343,13 +343,11 @@ class Delivery:
             ],
         )
         self._emptied.pop(thread, None)  # it is completing again: its own result decides
-        leaving, removals = self._take_emptied()
-        try:
-            res, after = await run_pipelined_then(self.redis, [done, *with_calls], removals)
-        except BaseException:
-            self._emptied.update(dict.fromkeys(leaving))  # try again with the next one
-            raise
-        await self._left_index(leaving, after)
+
+        async def send(removals: list[Command]) -> tuple[list[Any], list[Any]]:
+            return await run_pipelined_then(self.redis, [done, *with_calls], removals)
+
+        res = await self._with_removals(send)
         return int(res[0])
 
     # -- leaving the active index --------------------------------------------
@@ -369,17 +367,21 @@ class Delivery:
     async def flush_index(self) -> None:
         """The waiting index removals, in a round trip of their own (the sweeper's
         tick: a process with nothing else to send)."""
-        leaving, removals = self._take_emptied()
-        if not leaving:
+        if not self._emptied:
             return
-        try:
-            replies = await roundtrip(self.redis, removals)
-        except BaseException:
-            self._emptied.update(dict.fromkeys(leaving))
-            raise
-        await self._left_index(leaving, replies)
 
-    def _take_emptied(self) -> tuple[list[ThreadKey], list[Command]]:
+        async def send(removals: list[Command]) -> tuple[None, list[Any]]:
+            return None, await roundtrip(self.redis, removals)
+
+        await self._with_removals(send)
+
+    async def _with_removals(
+        self, send: Callable[[list[Command]], Awaitable[tuple[_T, Sequence[Any]]]]
+    ) -> _T:
+        """``send(removals)``: a round trip carrying the waiting index removals after
+        its own commands, answering (its own result, the removals' replies).  When it
+        fails they wait for the next one (they may have run: ZREM + LLEN again is
+        harmless, and puts back a thread whose mailbox refilled)."""
         leaving = list(self._emptied)
         self._emptied.clear()
         # ZREM before LLEN, as in ``deactivate``
@@ -388,7 +390,13 @@ class Delivery:
             for t in leaving
             for c in (("ZREM", keys.ACTIVE_THREADS, str(t)), ("LLEN", keys.mailbox(t)))
         ]
-        return leaving, removals
+        try:
+            out, replies = await send(removals)
+        except BaseException:
+            self._emptied.update(dict.fromkeys(leaving))
+            raise
+        await self._left_index(leaving, replies)
+        return out
 
     async def _left_index(self, leaving: list[ThreadKey], replies: Sequence[Any]) -> None:
         """After the removals of ``leaving`` (their replies): back into the index

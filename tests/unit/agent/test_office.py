@@ -48,10 +48,15 @@ def doc(name: str, ref: str, mime: str = DOCX) -> Attachment:
 
 
 async def read(
-    files: dict[str, bytes], atts: list[Attachment], room: Room | None = None, **kw: Any
+    files: dict[str, bytes] | Files, atts: list[Attachment], room: Room | None = None, **kw: Any
 ) -> tuple[list[str], list[str]]:
     return await read_texts(
-        Files(files), atts, "t", room or Room(MAX_TEXT_TOKENS), DownloadBudget(0), pdf_limit=LIMIT
+        files if isinstance(files, Files) else Files(files),
+        atts,
+        "t",
+        room or Room(MAX_TEXT_TOKENS),
+        DownloadBudget(0),
+        pdf_limit=LIMIT,
     )
 
 
@@ -89,14 +94,7 @@ async def test_a_word_file_is_read_in_order_with_its_table() -> None:
         heading="Budget",
     )
     files = Files({"d": data})
-    blocks, missing = await read_texts(
-        files,
-        [doc("budget.docx", "d")],
-        "t",
-        Room(MAX_TEXT_TOKENS),
-        DownloadBudget(0),
-        pdf_limit=LIMIT,
-    )
+    blocks, missing = await read(files, [doc("budget.docx", "d")])
     assert missing == []
     assert blocks == [
         "--- budget.docx (Word document) ---\n"

@@ -51,10 +51,10 @@ def txt(name: str, ref: str) -> Attachment:
 
 
 async def read(
-    files: dict[str, bytes], atts: list[Attachment], room: Room | None = None, **kw: Any
+    files: dict[str, bytes] | Files, atts: list[Attachment], room: Room | None = None, **kw: Any
 ) -> tuple[list[str], list[str]]:
     return await read_texts(
-        Files(files),
+        files if isinstance(files, Files) else Files(files),
         atts,
         "t",
         room or Room(MAX_TEXT_TOKENS),
@@ -86,14 +86,7 @@ def test_what_counts_as_a_pdf(name: str, mime: str, expected: bool) -> None:
 async def test_a_multi_page_pdf_is_read_with_page_markers() -> None:
     data = make_pdf(["Quarterly revenue grew", "Costs (fixed) fell", None])
     files = Files({"r": data})
-    blocks, missing = await read_texts(
-        files,
-        [pdf("report.pdf", "r")],
-        "t",
-        Room(MAX_TEXT_TOKENS),
-        DownloadBudget(0),
-        pdf_limit=LIMIT,
-    )
+    blocks, missing = await read(files, [pdf("report.pdf", "r")])
     assert missing == []
     assert blocks == [
         "--- report.pdf (PDF, 3 pages) ---\n"
@@ -320,7 +313,12 @@ async def test_one_conversation_s_slow_documents_leave_a_slot_to_others(
 
     async def chat(where: str, files: dict[str, bytes], atts: list[Attachment]) -> list[str]:
         _, missing = await read_texts(
-            Files(files), atts, where, Room(MAX_TEXT_TOKENS), DownloadBudget(0), pdf_limit=LIMIT
+            files if isinstance(files, Files) else Files(files),
+            atts,
+            where,
+            Room(MAX_TEXT_TOKENS),
+            DownloadBudget(0),
+            pdf_limit=LIMIT,
         )
         return missing
 
@@ -345,15 +343,10 @@ async def test_a_messages_documents_share_its_time(monkeypatch: pytest.MonkeyPat
     one: each gets a share of the time left, so the small one is still read."""
     monkeypatch.setattr(documents, "FETCH_DEADLINE_SECS", 7.5)
     bomb = bomb_pdf(200_000)
-    files = Files({"1": bomb, "2": bomb, "3": make_pdf(["the small one"])})
     blocks, missing = await asyncio.wait_for(
-        read_texts(
-            files,
+        read(
+            {"1": bomb, "2": bomb, "3": make_pdf(["the small one"])},
             [pdf("one.pdf", "1"), pdf("two.pdf", "2"), pdf("small.pdf", "3")],
-            "a",
-            Room(MAX_TEXT_TOKENS),
-            DownloadBudget(0),
-            pdf_limit=LIMIT,
         ),
         timeout=60,
     )
