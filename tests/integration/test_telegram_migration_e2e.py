@@ -161,7 +161,8 @@ async def test_an_approval_asked_in_the_group_is_decided_in_the_supergroup(
     p = prompt()
     approve = p.reply_markup["inline_keyboard"][0][0]["callback_data"]
     m = await fake.migrate(GROUP)
-    await wait_for_redis(lambda: redis.exists(keys.moved(thread(GROUP))))
+    # the move's second step writes the session there (its first only fences the group)
+    await wait_for_redis(lambda: redis.exists(keys.moved_in(thread(m.new))))
     s = await session(redis, m.new)
     assert s is not None and s.state == ThreadState.AWAITING_APPROVAL
 

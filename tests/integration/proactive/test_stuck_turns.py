@@ -78,6 +78,12 @@ def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
     return env
 
 
+async def _recorded(w: Any, part: str) -> bool:
+    """Is ``part`` recorded as sent (not only claimed)?"""
+    raw = await w.redis.hget(keys.sent(T), part)
+    return raw is not None and not raw.startswith(b"pending:")
+
+
 async def test_interrupted_turn_is_rerun_twice_then_dropped(pworld: Any) -> None:
     w = pworld(FnModel(echo()))
     # a turn on e-int1 sent a part, then its worker died (its records are still there)
@@ -143,10 +149,13 @@ async def test_worker_sigkilled_mid_turn_is_recovered_by_another(
     w = pworld(FnModel(echo()), lock_ttl_secs=1.0)
     try:
         await w.send(user_event(T, "do the long thing", eid="e-kill"))
+        # killed once the first words are shown and recorded: a part still only
+        # claimed (on the wire) is waited for by the rerun, then never sent again
+        # (the test after this one)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not await w.redis.hexists(keys.sent(T), "e-kill:0"):
+        while time.monotonic() < deadline and not await _recorded(w, "e-kill:0"):
             await asyncio.sleep(0.05)
-        assert await w.redis.hexists(keys.sent(T), "e-kill:0"), "the worker never started"
+        assert await _recorded(w, "e-kill:0"), "the worker never showed its first words"
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
         await w.start()  # another worker
