@@ -1,4 +1,5 @@
-"""The process a PDF, Word or Excel file is read in (``python -m agent_core.agent.doc_child``).
+"""The process a PDF, Word, Excel or PowerPoint file is read in
+(``python -m agent_core.agent.doc_child``).
 
 A document from a stranger can be built to make a parser work for minutes and take
 gigabytes, and no parser can be stopped from the outside while it runs in a thread.
@@ -10,11 +11,12 @@ even if the worker that started it died).
 
 Protocol: the file's bytes on stdin; one JSON argument ``{"kind", "tokens",
 "deadline", "read_secs", "memory", ...}`` with the kind's own limits (a PDF:
-``"max_pages"``; a Word or Excel file: the zip and sheet caps of
+``"max_pages"``; a Word, Excel or PowerPoint file: the zip and sheet caps of
 :mod:`~agent_core.agent.office`), ``deadline`` being when the worker kills it (a
 :func:`time.time` time: the one clock both share, read first thing here); the result
 as JSON on stdout: ``{"error"}``, or for a PDF ``{"text", "pages", "read", "starts",
-"stopped"}``, for a Word or Excel file ``{"text", "sheets", "starts", "stopped"}``.
+"stopped"}``, for a Word, Excel or PowerPoint file ``{"text", "sheets", "starts",
+"stopped"}`` (``sheets``: a presentation's slides).
 Out of memory (a MemoryError), it exits with :data:`MEMORY_EXIT`.  Only the library
 the file's kind needs is imported, before the memory cap.
 """
@@ -118,6 +120,10 @@ def _main(wall: float, now: float) -> None:
     else:
         if kind == "docx":
             import docx  # noqa: F401
+        elif kind == "pptx":
+            import pptx  # noqa: F401
+
+            from agent_core.agent import slides_read  # noqa: F401
         else:
             import openpyxl  # noqa: F401
         from agent_core.agent import office_read  # noqa: F401

@@ -1,4 +1,5 @@
-"""The short-lived process a PDF, Word or Excel file is read in, from the worker's side.
+"""The short-lived process a PDF, Word, Excel or PowerPoint file is read in, from the
+worker's side.
 
 A document from a stranger can be built to make any parser work for minutes and take
 gigabytes (a few KB of deflated PDF drawing operators; a zip that unpacks to
@@ -113,7 +114,7 @@ async def run(
     queue: Hashable = None,
     share: Share | None = None,
 ) -> dict[str, Any]:
-    """What the reading process of ``kind`` ("pdf", "docx", "xlsx") answered for
+    """What the reading process of ``kind`` ("pdf", "docx", "xlsx", "pptx") answered for
     ``data``: its JSON object, or ``{"error": reason}`` when it was not read in time
     (:data:`TOO_LATE`: ``give_up_at``, a :func:`time.monotonic` time, came first,
     waiting for the documents before it included, or the process was killed after its

@@ -17,11 +17,11 @@ A file counts as text by its type (``text/*``, JSON, XML, YAML, JavaScript...) o
 when the platform gives none or a generic one, by its extension; it must decode
 as UTF-8 and hold no NUL byte.  A PDF is one by its type (``application/pdf``) or
 extension likewise, and must then hold ``%PDF-`` near its start; a file labelled as
-text whose bytes start with ``%PDF-`` is read as the PDF it is.  A Word (.docx) or
-Excel (.xlsx) file likewise (:mod:`~agent_core.agent.office`), up to
-``MAX_ATTACHMENT_BYTES`` as a PDF, read in the same kind of process.  Legacy .doc and
-.xls files, PowerPoint files and other binary formats are not read: they stay
-described by name, type and size.
+text whose bytes start with ``%PDF-`` is read as the PDF it is.  A Word (.docx),
+Excel (.xlsx) or PowerPoint (.pptx) file likewise (:mod:`~agent_core.agent.office`),
+up to ``MAX_ATTACHMENT_BYTES`` as a PDF, read in the same kind of process.  Legacy
+.doc, .xls and .ppt files and other binary formats are not read: they stay described
+by name, type and size.
 """
 
 from __future__ import annotations

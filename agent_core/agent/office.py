@@ -1,10 +1,11 @@
-"""The text of Word (.docx) and Excel (.xlsx) files a person posts, for the model.
+"""The text of Word (.docx), Excel (.xlsx) and PowerPoint (.pptx) files a person
+posts, for the model.
 
 :mod:`~agent_core.agent.documents` downloads such a file (up to
 ``MAX_ATTACHMENT_BYTES``, like a PDF) and hands its bytes to :func:`read_in_child`,
 which reads it in a short-lived process of its own
 (:mod:`~agent_core.agent.doc_process`, with :mod:`~agent_core.agent.office_read`
-inside), at most two at a time per worker and one per conversation, killed a second
+and :mod:`~agent_core.agent.slides_read` inside), at most two at a time per worker and one per conversation, killed a second
 after its :data:`READ_SECS` (or at the message's deadline), its memory capped at
 :data:`CHILD_MEMORY_BYTES`.  Nothing of the file is parsed in the worker: only its
 first bytes are looked at here.
@@ -23,18 +24,19 @@ in the reading process:
 * a Word file's body is walked in the XML itself (paragraphs and tables in order, a
   table row by row), never through python-docx's cell API; an Excel file is read with
   openpyxl in read-only mode, the first :data:`MAX_SHEET_ROWS` rows and
-  :data:`MAX_SHEET_COLUMNS` columns of each sheet;
+  :data:`MAX_SHEET_COLUMNS` columns of each sheet; a presentation's slides are taken in
+  the order it shows them (python-pptx) and each slide's shapes walked in its XML;
 * the deadline (:data:`READ_SECS` from when the file is open, never past the
   process's kill) is checked at each paragraph and each row, the first row or
   paragraph always read, and reading stops once the text read fills the turn's
   allowance of text, as for PDFs.
 
 A file is one by its type or, when the platform gives none or a generic one, its name
-(``.docx``, ``.xlsx``), and must start with a zip's ``PK\\x03\\x04``.  Password-protected
-Office files are not zips but OLE (CFB) containers holding an ``EncryptedPackage``;
-other CFB files are the old binary formats (.doc, .xls), not read.  Legacy .doc/.xls
-files and PowerPoint files are not counted as Office files here at all: they stay
-described by name, type and size.
+(``.docx``, ``.xlsx``, ``.pptx``), and must start with a zip's ``PK\\x03\\x04``.
+Password-protected Office files are not zips but OLE (CFB) containers holding an
+``EncryptedPackage``; other CFB files are the old binary formats (.doc, .xls, .ppt),
+not read.  Files named or typed as the old formats are not counted as Office files
+here at all: they stay described by name, type and size.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from agent_core.events import Attachment
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["docx", "xlsx"]
+Kind = Literal["docx", "xlsx", "pptx"]
 
 READ_SECS = 15.0  # one file's reading, within the message's 30 s with its download
 MAX_UNZIPPED_BYTES = 100_000_000  # all files in the zip, as its directory declares them
@@ -68,8 +70,12 @@ CFB_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # OLE: old formats, encrypt
 PASSWORD = "password-protected"
 NOT_DOCX = "not a Word document (.docx)"
 NOT_XLSX = "not an Excel workbook (.xlsx)"
+NOT_PPTX = "not a PowerPoint presentation (.pptx)"
+NOT_KIND: dict[Kind, str] = {"docx": NOT_DOCX, "xlsx": NOT_XLSX, "pptx": NOT_PPTX}
 OLD_DOC = "in the old Word format (.doc), which is not read"
 OLD_XLS = "in the old Excel format (.xls), which is not read"
+OLD_PPT = "in the old PowerPoint format (.ppt), which is not read"
+OLD_KIND: dict[Kind, str] = {"docx": OLD_DOC, "xlsx": OLD_XLS, "pptx": OLD_PPT}
 NO_TEXT = "no text in it"
 NO_VALUES = "no values in it"
 TOO_LATE = doc_process.TOO_LATE
@@ -83,13 +89,14 @@ FAILED = doc_process.FAILED
 _MIMES: dict[str, Kind] = {
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
 }
-_EXTENSIONS: dict[str, Kind] = {".docx": "docx", ".xlsx": "xlsx"}
+_EXTENSIONS: dict[str, Kind] = {".docx": "docx", ".xlsx": "xlsx", ".pptx": "pptx"}
 
 
 def office_kind(a: Attachment) -> Kind | None:
-    """ "docx" or "xlsx" by the file's type or, when the platform gives none or a
-    generic one, its name; None for anything else (.doc, .xls, .pptx included)."""
+    """ "docx", "xlsx" or "pptx" by the file's type or, when the platform gives none
+    or a generic one, its name; None for anything else (.doc, .xls, .ppt included)."""
     mime = a.mime.split(";", 1)[0].strip().lower()
     if mime in _MIMES:
         return _MIMES[mime]
@@ -100,38 +107,44 @@ def office_kind(a: Attachment) -> Kind | None:
 
 def refusal(data: bytes, kind: Kind) -> str:
     """Why ``data``, labelled ``kind``, is not even handed to the reading process (""
-    when it looks like a zip, as .docx and .xlsx files are)."""
+    when it looks like a zip, as .docx, .xlsx and .pptx files are)."""
     if data.startswith(ZIP_SIGNATURE):
         return ""
     if data.startswith(CFB_SIGNATURE):
-        # an encrypted .docx/.xlsx keeps its zip in a stream named so (UTF-16 names)
+        # an encrypted .docx/.xlsx/.pptx keeps its zip in a stream named so (UTF-16)
         if "EncryptedPackage".encode("utf-16-le") in data:
             return PASSWORD
-        return OLD_DOC if kind == "docx" else OLD_XLS
-    return NOT_DOCX if kind == "docx" else NOT_XLSX
+        return OLD_KIND[kind]
+    return NOT_KIND[kind]
 
 
 @dataclass(frozen=True, slots=True)
 class OfficeText:
-    """What was read of a Word or Excel file."""
+    """What was read of a Word, Excel or PowerPoint file."""
 
     text: str
     kind: Kind
-    sheets: int = 0  # in the workbook (a Word file: 0)
-    starts: tuple[tuple[int, str], ...] = ()  # where each sheet's marker is, its name
+    sheets: int = 0  # in the workbook, or the presentation's slides (a Word file: 0)
+    # where each sheet's (slide's) marker is, its name (a slide's: its title or "")
+    starts: tuple[tuple[int, str], ...] = ()
     stopped: str = ""  # why the rest was left unread: "", "allowance", "time"
 
     @property
     def title(self) -> str:
         if self.kind == "docx":
             return "Word document"
-        return f"Excel workbook, {self.sheets} sheet{'s' if self.sheets != 1 else ''}"
+        plural = "s" if self.sheets != 1 else ""
+        if self.kind == "pptx":
+            return f"PowerPoint presentation, {self.sheets} slide{plural}"
+        return f"Excel workbook, {self.sheets} sheet{plural}"
 
     def _where(self, offset: int) -> str:
         if self.kind == "docx" or not self.starts:
             return ""
         n = max(1, sum(1 for s, _ in self.starts if s <= offset))
-        return f", in sheet {n} of {self.sheets} ({self.starts[n - 1][1]})"
+        name = self.starts[n - 1][1]
+        unit = "slide" if self.kind == "pptx" else "sheet"
+        return f", in {unit} {n} of {self.sheets}" + (f" ({name})" if name else "")
 
     def note(self, kept: int) -> str:
         """The line telling the model what it was not given, when ``kept`` characters of

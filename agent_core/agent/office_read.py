@@ -1,8 +1,10 @@
-"""Reading a Word (.docx) or Excel (.xlsx) file, inside the reading process.
+"""Reading a Word (.docx) or Excel (.xlsx) file, inside the reading process; the
+shared part of reading a PowerPoint file too (:mod:`~agent_core.agent.slides_read`).
 
 Run only in ``python -m agent_core.agent.doc_child`` (see
-:mod:`~agent_core.agent.office` for why and for the limits): python-docx, openpyxl
-and lxml are imported here, never in the worker.  Every function is blocking.
+:mod:`~agent_core.agent.office` for why and for the limits): python-docx, openpyxl,
+python-pptx and lxml are imported here, never in the worker.  Every function is
+blocking.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from agent_core.agent.office import (
     DAMAGED_XLSX,
     NO_TEXT,
     NO_VALUES,
-    NOT_DOCX,
-    NOT_XLSX,
+    NOT_KIND,
     TOO_BIG,
     TOO_COMPLEX,
     TOO_LATE,
@@ -74,7 +75,7 @@ def zip_refusal(data: bytes, kind: Kind, limits: Limits) -> str:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             members = z.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
-        return NOT_DOCX if kind == "docx" else NOT_XLSX
+        return NOT_KIND[kind]
     if len(members) > limits.max_members:
         return f"holds more than {limits.max_members} files inside (perhaps a zip bomb)"
     if sum(m.file_size for m in members) > limits.max_unzipped:
@@ -97,7 +98,7 @@ class _Out:
     parts: list[str] = field(default_factory=list)
     size: int = 0
     used: float = 0.0
-    lines: int = 0  # paragraphs and rows read
+    lines: int = 0  # paragraphs and rows (a slide's lines) read
     stopped: str = ""
 
     def start(self, read_secs: float, give_up_at: float) -> None:
@@ -149,15 +150,19 @@ def read(
     try:
         if kind == "docx":
             got = _docx(data, out, limits, give_up_at)
+        elif kind == "pptx":
+            from agent_core.agent.slides_read import pptx_text
+
+            got = pptx_text(data, out, limits, give_up_at)
         else:
             got = _xlsx(data, out, limits, give_up_at)
     except Exception as exc:  # the libraries raise KeyError, ValueError, their own...
         log.info("%s not readable: %s: %s", kind, type(exc).__name__, exc)
-        return _failure(exc) or (NOT_DOCX if kind == "docx" else NOT_XLSX)
+        return _failure(exc) or NOT_KIND[kind]
     if isinstance(got, str):
         return got
     if not got.text.strip():
-        return TOO_LATE if out.stopped == "time" else NO_TEXT if kind == "docx" else NO_VALUES
+        return TOO_LATE if out.stopped == "time" else NO_VALUES if kind == "xlsx" else NO_TEXT
     return got
 
 

@@ -18,7 +18,7 @@ NEEDED: dict[str, str] = {
     "channels:history": "thread replies in public channels are not received",
     "groups:history": "thread replies in private channels are not received",
     "reactions:write": "no 'working' reaction while a turn runs",
-    "files:read": "photos, text files, PDFs and Word or Excel files people post are not read",
+    "files:read": "photos, text files, PDFs and Word, Excel or PowerPoint files people post are not read",
     "users:read": "the model does not see who said what in a channel",
 }
 

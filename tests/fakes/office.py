@@ -1,4 +1,5 @@
-"""Small real Word and Excel files for tests, built with python-docx and openpyxl."""
+"""Small real Word, Excel and PowerPoint files for tests, built with python-docx,
+openpyxl and python-pptx."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import zipfile
 
 import docx
 import openpyxl
+import pptx
 from docx.oxml.ns import qn
 from docx.oxml.parser import OxmlElement
+from pptx.util import Inches
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 
 
 def make_docx(items: list[str | list[list[str]]], *, heading: str = "") -> bytes:
@@ -94,6 +98,58 @@ def make_xlsx(sheets: dict[str, list[list[object]]]) -> bytes:
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()
+
+
+def make_pptx(slides: list[dict[str, object]], *, order: list[int] | None = None) -> bytes:
+    """A PowerPoint file: per slide (a dict) an optional ``title``, ``body`` lines (a
+    bulleted placeholder), ``table`` rows, ``group`` lines (text boxes in a group),
+    ``picture`` (its alternative text), ``notes`` and ``hidden``.  ``order``: the
+    slides' show order as indexes into ``slides`` (the files keep their own order)."""
+    deck = pptx.Presentation()
+    for spec in slides:
+        layout = deck.slide_layouts[1 if "body" in spec else 5 if "title" in spec else 6]
+        slide = deck.slides.add_slide(layout)
+        if "title" in spec:
+            slide.shapes.title.text = str(spec["title"])
+        if "body" in spec:
+            slide.placeholders[1].text = "\n".join(spec["body"])  # type: ignore[arg-type]
+        if "table" in spec:
+            rows: list[list[str]] = spec["table"]  # type: ignore[assignment]
+            frame = slide.shapes.add_table(
+                len(rows), len(rows[0]), Inches(1), Inches(2), Inches(6), Inches(2)
+            )
+            for r, row in enumerate(rows):
+                for c, text in enumerate(row):
+                    frame.table.cell(r, c).text = text
+        if "group" in spec:
+            group = slide.shapes.add_group_shape()
+            for i, text in enumerate(spec["group"]):  # type: ignore[arg-type]
+                box = group.shapes.add_textbox(Inches(1), Inches(4 + i), Inches(3), Inches(1))
+                box.text_frame.text = text
+        if "picture" in spec:
+            pic = slide.shapes.add_picture(io.BytesIO(_PNG), Inches(7), Inches(1))
+            pic._element.nvPicPr.cNvPr.set("descr", str(spec["picture"]))
+        if "notes" in spec:
+            slide.notes_slide.notes_text_frame.text = str(spec["notes"])
+        if spec.get("hidden"):
+            slide.element.set("show", "0")
+    if order is not None:
+        ids = deck.slides._sldIdLst
+        items = list(ids)
+        for item in items:
+            ids.remove(item)
+        for i in order:
+            ids.append(items[i])
+    out = io.BytesIO()
+    deck.save(out)
+    return out.getvalue()
+
+
+# a 1 x 1 white PNG
+_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de"
+    "0000000c4944415408d763f8ffff3f0005fe02fea7d6a4e90000000049454e44ae426082"
+)
 
 
 def with_member(data: bytes, name: str, content: bytes) -> bytes:

@@ -37,7 +37,7 @@ async def test_a_missing_scope_is_named_once_at_start(
     try:
         assert [m.split(":")[0] for m in ch.missing_scopes] == ["files", "users"]
         assert (
-            "files:read: photos, text files, PDFs and Word or Excel files people post are not read"
+            "files:read: photos, text files, PDFs and Word, Excel or PowerPoint files people post are not read"
             in caplog.text
         )
         assert BOT_TOKEN not in caplog.text

@@ -25,6 +25,7 @@ from agent_core.agent.pdfs import is_pdf
 from agent_core.events import Attachment
 from tests.fakes.office import (
     DOCX,
+    PPTX,
     W_NS,
     XLSX,
     encrypted_office,
@@ -73,15 +74,14 @@ async def read(
         ("old.doc", "application/msword", None),  # legacy formats: described only
         ("old.xls", "application/vnd.ms-excel", None),
         ("old.xls", "", None),
-        ("deck.pptx", "", None),
-        (
-            "deck.pptx",
-            "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-            None,
-        ),
+        ("deck.pptx", "", "pptx"),
+        ("deck", PPTX, "pptx"),
+        ("deck.pptx", "text/plain", None),
+        ("old.ppt", "application/vnd.ms-powerpoint", None),
+        ("old.ppt", "", None),
     ],
 )
-def test_what_counts_as_a_word_or_excel_file(name: str, mime: str, expected: str | None) -> None:
+def test_what_counts_as_an_office_file(name: str, mime: str, expected: str | None) -> None:
     a = Attachment("document", name, mime, 10, "r")
     assert office_kind(a) == expected
     if expected:
