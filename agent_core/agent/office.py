@@ -125,7 +125,8 @@ class OfficeText:
     text: str
     kind: Kind
     sheets: int = 0  # in the workbook, or the presentation's slides (a Word file: 0)
-    # where each sheet's (slide's) marker is, its name (a slide's: its title or "")
+    # where each sheet's (slide's) marker is, and how a note names it there:
+    # "sheet 2 of 3 (Data)", "slide 12 of 40 (Results)"
     starts: tuple[tuple[int, str], ...] = ()
     stopped: str = ""  # why the rest was left unread: "", "allowance", "time"
 
@@ -139,12 +140,10 @@ class OfficeText:
         return f"Excel workbook, {self.sheets} sheet{plural}"
 
     def _where(self, offset: int) -> str:
-        if self.kind == "docx" or not self.starts:
+        if not self.starts:
             return ""
         n = max(1, sum(1 for s, _ in self.starts if s <= offset))
-        name = self.starts[n - 1][1]
-        unit = "slide" if self.kind == "pptx" else "sheet"
-        return f", in {unit} {n} of {self.sheets}" + (f" ({name})" if name else "")
+        return f", in {self.starts[n - 1][1]}"
 
     def note(self, kept: int) -> str:
         """The line telling the model what it was not given, when ``kept`` characters of

@@ -98,7 +98,7 @@ class _Out:
     parts: list[str] = field(default_factory=list)
     size: int = 0
     used: float = 0.0
-    lines: int = 0  # paragraphs and rows (a slide's lines) read
+    lines: int = 0  # paragraphs and rows (a slide's lines, empty slides) read
     stopped: str = ""
 
     def start(self, read_secs: float, give_up_at: float) -> None:
@@ -114,6 +114,10 @@ class _Out:
         elif self.lines and time.monotonic() >= self.stop_at:
             self.stopped = "time"
         return bool(self.stopped)
+
+    def passed(self) -> None:
+        """A part with no line of its own (an empty slide) counts for the deadline."""
+        self.lines += 1
 
     def line(self, line: str) -> None:
         """A paragraph or a row."""
@@ -180,6 +184,8 @@ def _failure(exc: BaseException | None) -> str:
     while exc is not None:
         if isinstance(exc, MemoryError):
             return TOO_BIG
+        if isinstance(exc, RecursionError):  # parts related to parts... thousands deep
+            return TOO_COMPLEX
         types = {getattr(e, "type_name", "") for e in getattr(exc, "error_log", None) or ()}
         if "ERR_NO_MEMORY" in types:
             return TOO_BIG
@@ -335,10 +341,10 @@ def _xlsx(data: bytes, out: _Out, limits: Limits, give_up_at: float) -> OfficeTe
     anything = damaged = False
     try:
         sheets = book.worksheets
-        for sheet in sheets:
+        for number, sheet in enumerate(sheets, 1):
             if out.done():
                 break
-            starts.append((out.size, sheet.title))
+            starts.append((out.size, f"sheet {number} of {len(sheets)} ({sheet.title})"))
             hidden = "" if sheet.sheet_state == "visible" else " (hidden)"
             out.add(f"--- sheet {sheet.title}{hidden} ---")
             seen = _Sheet()

@@ -9,57 +9,143 @@ zip); each slide's shapes are then walked in its XML, in the order they are stor
 (PowerPoint's reading order for a screen reader): text boxes and placeholders
 paragraph by paragraph, grouped shapes opened, tables row by row, a picture by its
 alternative text.  The slide's speaker notes follow it.  A hidden slide is read,
-marked hidden.  Charts and SmartArt keep their text in parts of their own, which
-are not read.  Every function is blocking.
+marked hidden.  Left out: charts and SmartArt (their text is in parts of their own),
+the footer, date and slide-number placeholders (the same on every slide).
+
+The walk is lazy and has no recursion of its own: the deadline and the allowance are
+checked before every line, so one huge slide cannot hold the process past them and
+lose what was read before it.  A slide without a line gets no marker (a deck of
+pictures does not use the allowance up with ``--- slide N ---`` lines), but counts
+for the deadline.  A slide python-pptx cannot give (a damaged part, a relationship to
+something that is not a slide) is named damaged and the next one read.  Every
+function is blocking.
 """
 
 from __future__ import annotations
 
 import io
+import logging
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
 from agent_core.agent.office import OfficeText
-from agent_core.agent.office_read import Limits, _Out
+from agent_core.agent.office_read import Limits, _failure, _Out
+
+log = logging.getLogger(__name__)
 
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 _P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+_R_ID = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id"
+_NOTES_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/notesSlide"
 _TITLES = frozenset({"title", "ctrTitle"})
+# the same on every slide (PowerPoint's "Apply to All"): not worth the allowance
+_SKIPPED = frozenset({"ftr", "dt", "sldNum", "hdr"})
 MAX_TITLE_CHARS = 60  # a slide's title, where a cut note names the slide
+DAMAGED_PPTX = "damaged (it could not be opened as a presentation)"
 
 
-def pptx_text(data: bytes, out: _Out, limits: Limits, give_up_at: float) -> OfficeText:
-    """The slides' text into ``out`` (a ``--- slide N ---`` line before each), within
-    the deadline and the allowance, checked before every line."""
+def pptx_text(data: bytes, out: _Out, limits: Limits, give_up_at: float) -> OfficeText | str:
+    """The slides' text into ``out``, a ``--- slide N ---`` line before each slide that
+    has any, within the deadline and the allowance, checked before every line."""
     import pptx
 
-    deck = pptx.Presentation(io.BytesIO(data))
+    try:
+        deck = pptx.Presentation(io.BytesIO(data))
+        root = deck.element  # python-pptx's own parse of ppt/presentation.xml
+        if root.tag != _P + "presentation":
+            raise ValueError(f"the presentation part is a {root.tag}")
+        # the show order, read here: python-pptx's deck.slides gives up on the whole
+        # deck when one entry names a missing part
+        listed = root.find(_P + "sldIdLst")
+        ids = [] if listed is None else [el.get(_R_ID) for el in listed.iterchildren(_P + "sldId")]
+    except Exception as exc:  # python-pptx parses every part it can reach when opening
+        if _failure(exc) or not _names_a_presentation(data):
+            raise
+        log.info("pptx not opened: %s: %s", type(exc).__name__, exc)
+        return DAMAGED_PPTX
     out.start(limits.read_secs, give_up_at)
-    slides = list(deck.slides)
+    total = len(ids)
     starts: list[tuple[int, str]] = []
-    anything = False
-    for number, slide in enumerate(slides, 1):
+    seen: set[int] = set()  # slide parts already read (a list naming one twice)
+    for number, rid in enumerate(ids, 1):
         if out.done():
             break
-        lines = list(_slide_lines(slide.element))
+        try:
+            slide = deck.part.related_part(rid).slide  # type: ignore[attr-defined]
+        except Exception as exc:  # the list names a part that is missing, or no slide
+            _damaged(exc, number, total, out, starts, marked=False)
+            continue
+        if id(slide.part) not in seen:
+            seen.add(id(slide.part))
+            _slide(slide, number, total, out, starts)
+    if not starts:
+        return OfficeText("", "pptx", total, stopped=out.stopped)
+    return OfficeText(out.text(), "pptx", total, tuple(starts), out.stopped)
+
+
+def _names_a_presentation(data: bytes) -> bool:
+    """Does the zip hold a presentation's main part (so a failure to open it means a
+    damaged presentation, not another kind of file)?"""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return "ppt/presentation.xml" in z.namelist()
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
+        return False
+
+
+def _slide(slide: Any, number: int, total: int, out: _Out, starts: list[tuple[int, str]]) -> None:
+    """One slide's lines, then its notes' lines, into ``out``; its marker (and its
+    entry in ``starts``) before the first of them, named by its title once known.  A
+    slide that fails part way keeps what was read of it, then is named damaged."""
+    label = f"slide {number} of {total}"
+    marked = titled = False
+    try:
         hidden = " (hidden)" if slide.element.get("show") in ("0", "false") else ""
-        title = next((line[2:] for line in lines if line.startswith("# ")), "")
-        starts.append((out.size, _short(title)))
-        out.add(f"--- slide {number}{hidden} ---")
-        notes = _notes(slide) if slide.has_notes_slide else []
-        anything = anything or bool(lines or notes)
-        for line in lines:
+        lines = _shape_lines(slide.element.find(f"{_P}cSld/{_P}spTree"))
+        notes = ((False, f"Notes: {line}") for line in _notes_lines(slide))
+        for is_title, line in _chain(lines, notes):
             if out.done():
-                break
+                return
+            if not marked:
+                starts.append((out.size, label))
+                out.add(f"--- slide {number}{hidden} ---")
+                marked = True
+            if is_title and not titled:
+                starts[-1] = (starts[-1][0], f"{label} ({_short(line[2:])})")
+                titled = True
             out.line(line)
-        for line in notes:
-            if out.done():
-                break
-            out.line(f"Notes: {line}")
-    if not anything:
-        return OfficeText("", "pptx", len(slides), stopped=out.stopped)
-    return OfficeText(out.text(), "pptx", len(slides), tuple(starts), out.stopped)
+    except Exception as exc:
+        _damaged(exc, number, total, out, starts, marked=marked)
+        return
+    if not marked:
+        out.passed()
+
+
+def _damaged(
+    exc: Exception,
+    number: int,
+    total: int,
+    out: _Out,
+    starts: list[tuple[int, str]],
+    *,
+    marked: bool,
+) -> None:
+    """Slide ``number`` could not be read (further): say so, unless the reason is a
+    limit of the whole reading (memory, libxml2's), which ends it."""
+    if _failure(exc):
+        raise exc
+    log.info("slide %d not readable: %s: %s", number, type(exc).__name__, exc)
+    if not marked:
+        starts.append((out.size, f"slide {number} of {total}"))
+        out.add(f"--- slide {number} ---")
+    out.line("[this slide could not be read: it is damaged]")
+
+
+def _chain(*its: Iterator[tuple[bool, str]]) -> Iterator[tuple[bool, str]]:
+    for it in its:
+        yield from it
 
 
 def _short(title: str) -> str:
@@ -67,59 +153,78 @@ def _short(title: str) -> str:
     return title if len(title) <= MAX_TITLE_CHARS else title[: MAX_TITLE_CHARS - 1] + "…"
 
 
-def _slide_lines(slide: Any) -> Iterator[str]:
-    tree = slide.find(f"{_P}cSld/{_P}spTree")
-    if tree is not None:
-        yield from _shapes(tree)
-
-
-def _shapes(parent: Any) -> Iterator[str]:
-    """The lines of the shapes in ``parent`` (the slide's tree, a group), in order."""
-    for el in parent.iterchildren():
+def _shape_lines(tree: Any) -> Iterator[tuple[bool, str]]:
+    """(is the title, line) for the shapes under ``tree`` (a slide's shape tree), in
+    order; groups and alternative content opened with a stack, not recursion."""
+    if tree is None:
+        return
+    stack = [tree.iterchildren()]
+    while stack:
+        el = next(stack[-1], None)
+        if el is None:
+            stack.pop()
+            continue
         tag = el.tag
         if tag == _P + "sp":
             yield from _text_shape(el)
         elif tag == _P + "grpSp":
-            yield from _shapes(el)
+            stack.append(el.iterchildren())
         elif tag == _P + "graphicFrame":
             for tbl in el.iterfind(f"{_A}graphic/{_A}graphicData/{_A}tbl"):
-                yield from _table(tbl)
+                yield from ((False, row) for row in _table(tbl))
         elif tag == _P + "pic":
             alt = el.find(f"{_P}nvPicPr/{_P}cNvPr")
             descr = " ".join((alt.get("descr") or "").split()) if alt is not None else ""
             if descr:
-                yield f"[picture: {descr}]"
+                yield False, f"[picture: {descr}]"
         elif tag == _MC + "AlternateContent":
-            # newer content with a fallback for older readers: the first choice only
-            choice = el.find(_MC + "Choice")
-            if choice is not None:
-                yield from _shapes(choice)
+            # newer content with a fallback for older readers: the choice, unless it
+            # holds nothing this reads (an equation, say) and the fallback does
+            choice, fallback = el.find(_MC + "Choice"), el.find(_MC + "Fallback")
+            pick = choice if _readable(choice) or not _readable(fallback) else fallback
+            if pick is not None:
+                stack.append(pick.iterchildren())
 
 
-def _text_shape(sp: Any) -> Iterator[str]:
+def _readable(el: Any) -> bool:
+    if el is None:
+        return False
+    if any((t.text or "").strip() for t in el.iter(_A + "t")):
+        return True
+    return any(c.get("descr") for c in el.iter(_P + "cNvPr"))
+
+
+def _text_shape(sp: Any) -> Iterator[tuple[bool, str]]:
     body = sp.find(_P + "txBody")
     if body is None:
         return
-    paras = [t for t in (_para_text(p) for p in body.iterchildren(_A + "p")) if t]
     ph = sp.find(f"{_P}nvSpPr/{_P}nvPr/{_P}ph")
-    if ph is not None and ph.get("type") in _TITLES:
-        if paras:
-            yield "# " + " ".join(" ".join(p.split()) for p in paras)
+    kind = ph.get("type") if ph is not None else None
+    if kind in _SKIPPED:
         return
-    yield from paras
+    if kind in _TITLES:
+        title = " ".join(" ".join(t.split()) for t in _paragraphs(body))
+        if title:
+            yield True, "# " + title
+        return
+    for text in _paragraphs(body):
+        yield False, text
 
 
-def _para_text(p: Any) -> str:
-    """A paragraph's runs, fields (a date, a slide number) and line breaks."""
-    parts: list[str] = []
-    for child in p.iterchildren():
-        if child.tag in (_A + "r", _A + "fld"):
-            t = child.find(_A + "t")
-            if t is not None and t.text:
-                parts.append(t.text)
-        elif child.tag == _A + "br":
-            parts.append("\n")
-    return "".join(parts).strip()
+def _paragraphs(body: Any) -> Iterator[str]:
+    """A text body's non-empty paragraphs: runs, fields (a date) and line breaks."""
+    for p in body.iterchildren(_A + "p"):
+        parts: list[str] = []
+        for child in p.iterchildren():
+            if child.tag in (_A + "r", _A + "fld"):
+                t = child.find(_A + "t")
+                if t is not None and t.text:
+                    parts.append(t.text)
+            elif child.tag == _A + "br":
+                parts.append("\n")
+        text = "".join(parts).strip()
+        if text:
+            yield text
 
 
 def _table(tbl: Any) -> Iterator[str]:
@@ -128,20 +233,31 @@ def _table(tbl: Any) -> Iterator[str]:
         cells = []
         for tc in tr.iterchildren(_A + "tc"):
             body = tc.find(_A + "txBody")
-            paras = body.iterchildren(_A + "p") if body is not None else ()
-            text = " ".join(" ".join(_para_text(p).split()) for p in paras)
-            cells.append(text.strip().replace("|", "\\|"))
+            paras = _paragraphs(body) if body is not None else iter(())
+            cells.append(" ".join(" ".join(p.split()) for p in paras).replace("|", "\\|"))
         while cells and not cells[-1]:
             cells.pop()
         if cells:
             yield "| " + " | ".join(cells) + " |"
 
 
-def _notes(slide: Any) -> list[str]:
-    """The speaker notes' paragraphs (their body placeholder only: not the slide
-    image, number or header on the notes page)."""
-    ph = slide.notes_slide.notes_placeholder
-    body = ph.element.find(_P + "txBody") if ph is not None else None
-    if body is None:
-        return []
-    return [t for t in (_para_text(p) for p in body.iterchildren(_A + "p")) if t]
+def _notes_lines(slide: Any) -> Iterator[str]:
+    """The speaker notes' paragraphs: the body placeholder of the notes page the slide
+    relates to (not its slide image, number or header), read from its XML."""
+    part = next(
+        (
+            rel.target_part
+            for rel in slide.part.rels.values()
+            if rel.reltype == _NOTES_REL and not rel.is_external
+        ),
+        None,
+    )
+    # a relationship to a part of another kind: no notes
+    tree = getattr(getattr(part, "notes_slide", None), "element", None)
+    if tree is None:
+        return
+    for sp in tree.iterfind(f"{_P}cSld/{_P}spTree/{_P}sp"):
+        ph = sp.find(f"{_P}nvSpPr/{_P}nvPr/{_P}ph")
+        body = sp.find(_P + "txBody")
+        if ph is not None and ph.get("type") == "body" and body is not None:
+            yield from _paragraphs(body)

@@ -98,7 +98,11 @@ def test_piped_chat_answers_each_line_and_history_survives_a_restart(tmp_path: P
 def test_bad_configuration_is_one_clear_line_and_exit_2(
     env: dict[str, str], expected: str, tmp_path: Path
 ) -> None:
-    env = {"PARLEY_DATA_DIR": str(tmp_path / "d"), **env}
+    # a free port: the port check comes first, and 8000 may be taken on this machine
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {"PARLEY_DATA_DIR": str(tmp_path / "d"), "PORT": port, "HOST": "127.0.0.1", **env}
     r = parley(["run"], env, timeout=30)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr

@@ -6,9 +6,15 @@ office_read.read in this process with limits of their own."""
 
 from __future__ import annotations
 
+import io
 import time
+import zipfile
+from collections.abc import Iterator
+from typing import Any
 
-from agent_core.agent import office, office_read
+import pytest
+
+from agent_core.agent import office, office_read, slides_read
 from agent_core.agent.documents import Room
 from agent_core.agent.office import OfficeText
 from tests.fakes.office import PPTX, encrypted_office, make_docx, make_pptx, replaced
@@ -26,8 +32,32 @@ DECK = [
 ]
 
 
+LIMITS = office_read.Limits(15.0, 10**8, 10_000, 25_000_000, 2_000, 50)
+P_NS = 'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"'
+A_NS = 'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"'
+MC_NS = 'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006"'
+
+
 def deck(**kw: object) -> bytes:
     return make_pptx(DECK, **kw)  # type: ignore[arg-type]
+
+
+def text_shape(text: str, ph: str = "") -> str:
+    """A ``p:sp`` holding ``text`` (a placeholder of type ``ph`` if given)."""
+    nv = f'<p:ph type="{ph}"/>' if ph else ""
+    run = f"<a:r><a:t>{text}</a:t></a:r>" if text else ""
+    return (
+        f'<p:sp {P_NS} {A_NS}><p:nvSpPr><p:cNvPr id="90" name="x"/><p:cNvSpPr/>'
+        f"<p:nvPr>{nv}</p:nvPr></p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/>"
+        f"<a:p>{run}</a:p></p:txBody></p:sp>"
+    )
+
+
+def with_shapes(data: bytes, slide: int, xml: str) -> bytes:
+    """``data`` with ``xml`` (shapes) at the end of slide ``slide``'s shape tree."""
+    name = f"ppt/slides/slide{slide}.xml"
+    old = zipfile.ZipFile(io.BytesIO(data)).read(name)
+    return replaced(data, {name: old.replace(b"</p:spTree>", xml.encode() + b"</p:spTree>")})
 
 
 async def test_a_presentation_is_read_slide_by_slide_in_the_order_it_is_shown() -> None:
@@ -96,6 +126,7 @@ async def test_presentations_that_cannot_be_read_say_why() -> None:
             "word": make_docx(["a Word file, called a pptx"]),
             "text": b"just text",
             "broken": no_presentation,
+            "zip": replaced(make_docx(["x"]), {}, {"ppt/presentation.xml": b"<p/>"}),
             "blank": make_pptx([{}, {"title": ""}]),
         },
         [
@@ -104,6 +135,7 @@ async def test_presentations_that_cannot_be_read_say_why() -> None:
             doc("word.pptx", "word", PPTX),
             doc("text.pptx", "text", PPTX),
             doc("broken.pptx", "broken", PPTX),
+            doc("zip.pptx", "zip", PPTX),
             doc("blank.pptx", "blank", PPTX),
         ],
     )
@@ -113,6 +145,97 @@ async def test_presentations_that_cannot_be_read_say_why() -> None:
         "old.pptx: in the old PowerPoint format (.ppt), which is not read",
         "word.pptx: not a PowerPoint presentation (.pptx)",
         "text.pptx: not a PowerPoint presentation (.pptx)",
-        "broken.pptx: not a PowerPoint presentation (.pptx)",
+        f"broken.pptx: {slides_read.DAMAGED_PPTX}",
+        f"zip.pptx: {slides_read.DAMAGED_PPTX}",
         f"blank.pptx: {office.NO_TEXT}",
     ]
+
+
+def test_a_huge_slide_is_read_only_as_far_as_the_allowance_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The allowance (and the deadline) are checked before each line as the slide is
+    walked, not after the whole slide was: a slide of 20,000 paragraphs read into 300
+    tokens looks at a few hundred of them."""
+    seen = 0
+    walk = slides_read._paragraphs
+
+    def counted(body: Any) -> Iterator[str]:
+        nonlocal seen
+        for text in walk(body):
+            seen += 1
+            yield text
+
+    monkeypatch.setattr(slides_read, "_paragraphs", counted)
+    data = make_pptx(
+        [{"title": "One", "body": ["alpha"]}, {"body": [f"line {i}" for i in range(20_000)]}]
+    )
+    got = office_read.read("pptx", data, 300, time.monotonic() + 30, LIMITS)
+    assert isinstance(got, OfficeText) and got.stopped == "allowance"
+    assert got.text.startswith("--- slide 1 ---\n# One\nalpha\n--- slide 2 ---\nline 0\n")
+    assert seen < 500
+
+
+def test_empty_slides_leave_the_allowance_to_the_text() -> None:
+    """130 slides with nothing to read (pictures without alternative text), then one
+    with text, into 600 tokens: the text is read, numbered as shown."""
+    slides: list[dict[str, object]] = [{} for _ in range(130)] + [
+        {"title": "At last", "body": ["found"]}
+    ]
+    got = office_read.read("pptx", make_pptx(slides), 600, time.monotonic() + 30, LIMITS)
+    assert isinstance(got, OfficeText)
+    assert got.text == "--- slide 131 ---\n# At last\nfound"
+    assert got.title == "PowerPoint presentation, 131 slides"
+
+
+def test_footers_are_left_out_and_a_fallback_is_read_when_the_choice_says_nothing() -> None:
+    """Footer, date and slide-number placeholders repeat on every slide: not read.  A
+    text box whose newer form (an equation) holds no text is read from its fallback;
+    a "# " in body text is not taken for the slide's title."""
+    extra = (
+        text_shape("ACME Confidential", "ftr")
+        + text_shape("11/24/2026", "dt")
+        + text_shape("2", "sldNum")
+        + f'<mc:AlternateContent {MC_NS}><mc:Choice Requires="a14">{text_shape("")}'
+        + f"</mc:Choice><mc:Fallback>{text_shape('E=mc2 (picture)')}</mc:Fallback>"
+        + "</mc:AlternateContent>"
+    )
+    data = make_pptx([{"group": ["# 1 priority: hiring"]}, {"title": "Plan"}])
+    data = with_shapes(with_shapes(data, 1, extra), 2, text_shape("Energy"))
+    got = office_read.read("pptx", data, 10_000, time.monotonic() + 30, LIMITS)
+    assert isinstance(got, OfficeText)
+    assert got.text == (
+        "--- slide 1 ---\n# 1 priority: hiring\nE=mc2 (picture)\n--- slide 2 ---\n# Plan\nEnergy"
+    )
+    assert got.starts == (
+        (0, "slide 1 of 2"),
+        (got.text.index("--- slide 2"), "slide 2 of 2 (Plan)"),
+    )
+
+
+def test_a_damaged_slide_is_named_and_the_others_read() -> None:
+    """The slide list names a part that is not there: that slide is named damaged,
+    the ones before and after it are read."""
+    data = make_pptx([{"title": "First"}, {"title": "Last"}])
+    z = zipfile.ZipFile(io.BytesIO(data))
+    pres = z.read("ppt/presentation.xml")
+    first_id = pres.index(b"<p:sldId ")
+    pres = pres[:first_id] + pres[first_id:].replace(
+        b"</p:sldIdLst>", b'<p:sldId id="999" r:id="rId999"/></p:sldIdLst>', 1
+    )
+    order = pres.split(b"<p:sldIdLst>")[1].split(b"</p:sldIdLst>")[0]
+    ids = order.split(b"/>")[:-1]
+    pres = pres.replace(order, ids[0] + b"/>" + ids[2] + b"/>" + ids[1] + b"/>")
+    got = office_read.read(
+        "pptx",
+        replaced(data, {"ppt/presentation.xml": pres}),
+        10_000,
+        time.monotonic() + 30,
+        LIMITS,
+    )
+    assert isinstance(got, OfficeText)
+    assert got.text == (
+        "--- slide 1 ---\n# First\n"
+        "--- slide 2 ---\n[this slide could not be read: it is damaged]\n"
+        "--- slide 3 ---\n# Last"
+    )
