@@ -314,6 +314,10 @@ class CoreSettings(ParleySettings):
     max_attachment_bytes: int = Field(default=10_000_000, ge=0)
     # attachment bytes one process holds at once, all turns together; 0 = no limit
     attachment_memory_bytes: int = Field(default=100_000_000, ge=0)
+    # the processes PDFs, Word, Excel and PowerPoint files are read in: at once per
+    # worker, and the memory (address space) each may take
+    document_readers: int = Field(default=2, ge=1, le=16)
+    document_memory_mb: int = Field(default=512, ge=128, le=16384)
 
     @field_validator("dm_policy")
     @classmethod

@@ -29,6 +29,7 @@ from agent_core.agent.approvals import ApprovalStore, PendingApproval
 from agent_core.agent.budget import BudgetGuard, Meter
 from agent_core.agent.commands import CommandRegistry, builtin_commands
 from agent_core.agent.context import Compactor
+from agent_core.agent.doc_process import Readers
 from agent_core.agent.download_budget import DownloadBudget
 from agent_core.agent.hooks import Hooks
 from agent_core.agent.interrupt import InterruptWatch
@@ -142,6 +143,8 @@ class Agent:
         )
         # photos, text files and PDFs downloaded by this process's turns, held at once
         self.downloads = DownloadBudget(settings.attachment_memory_bytes)
+        # the processes documents are read in: how many at once, the memory of each
+        self.readers = Readers(settings.document_readers, settings.document_memory_mb << 20)
         self.compactor = Compactor(self.cheap_llm, self.archive_messages)
         self.mover = ConversationMover(self.redis, delivery, settings)
         self.profiles = Profiles(

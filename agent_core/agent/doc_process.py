@@ -41,6 +41,7 @@ import sys
 import time
 import weakref
 from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 
 MARGIN_SECS = 1.0  # reading stops this long before the process is killed
 KILL_AFTER_SECS = 1.0  # the process is killed this long after its seconds of reading
-SLOTS = 2  # reading processes at once per worker
+SLOTS = 2  # reading processes at once per worker (DOCUMENT_READERS)
 MAX_OUT_BYTES = 8_000_000  # the answer: the text read (an allowance's worth) as JSON
 MAX_ERR_BYTES = 64 * 1024  # the end of the process's stderr kept for the log
 # PYTHONHOME / LD_LIBRARY_PATH: a relocated Python (Heroku's buildpack) finds its
@@ -59,6 +60,17 @@ MAX_ERR_BYTES = 64 * 1024  # the end of the process's stderr kept for the log
 CHILD_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONHOME", "LD_LIBRARY_PATH")
 TOO_LATE = "not read in time (slow to read, or the bot was busy reading other documents)"
 FAILED = "could not be read (the reader failed)"
+
+
+@dataclass(frozen=True, slots=True)
+class Readers:
+    """How many reading processes a worker runs at once, and the memory each may take
+    (``DOCUMENT_READERS``, ``DOCUMENT_MEMORY_MB``): together they bound what reading
+    documents adds to a worker's memory, which a small host (a 512 MB dyno) needs
+    lower than the defaults."""
+
+    slots: int = SLOTS
+    memory_bytes: int = 512 * 1024 * 1024
 
 
 class Share:
@@ -77,7 +89,7 @@ class Share:
 
 # the reading slots of a worker, and each conversation's turn (per event loop: tests
 # run several)
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, asyncio.Semaphore]] = (
     weakref.WeakKeyDictionary()
 )
 _QUEUES: weakref.WeakKeyDictionary[
@@ -113,6 +125,7 @@ async def run(
     too_big: str,
     queue: Hashable = None,
     share: Share | None = None,
+    slots: int | None = None,
 ) -> dict[str, Any]:
     """What the reading process of ``kind`` ("pdf", "docx", "xlsx", "pptx") answered for
     ``data``: its JSON object, or ``{"error": reason}`` when it was not read in time
@@ -120,16 +133,21 @@ async def run(
     waiting for the documents before it included, or the process was killed after its
     ``args["read_secs"]`` or its ``share`` of the time left), it ran out of memory
     (``too_big``) or it failed (:data:`FAILED`).  Documents of one ``queue`` (a
-    conversation; None: its own) are read one at a time."""
+    conversation; None: its own) are read one at a time; at most ``slots`` (default
+    :data:`SLOTS`) of the worker's at once."""
     loop = asyncio.get_running_loop()
-    slots = _SLOTS.setdefault(loop, asyncio.Semaphore(SLOTS))
+    n = SLOTS if slots is None else slots
+    held = _SLOTS.get(loop)
+    if held is None or held[0] != n:  # one setting per process; tests change it
+        held = _SLOTS[loop] = (n, asyncio.Semaphore(n))
+    gate = held[1]
     queues = _QUEUES.setdefault(loop, weakref.WeakValueDictionary())
     mine = asyncio.Lock() if queue is None else queues.setdefault(queue, asyncio.Lock())
     try:
         async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
             async with mine:
                 secs = share.secs(give_up_at) if share is not None else math.inf
-                async with slots:
+                async with gate:
                     return await _run(kind, data, args, give_up_at, too_big, secs)
     except TimeoutError:
         return {"error": TOO_LATE}

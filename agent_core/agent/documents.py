@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from agent_core.agent import office, pdfs
-from agent_core.agent.doc_process import Share
+from agent_core.agent.doc_process import Readers, Share
 from agent_core.agent.download_budget import DownloadBudget, Hold
 from agent_core.agent.images import BUSY, FETCH_DEADLINE_SECS, AttachmentFetcher
 from agent_core.agent.office import OfficeText, office_kind
@@ -166,6 +166,7 @@ async def _one(
     room: Room,
     give_up_at: float,
     share: Share,
+    readers: Readers | None,
 ) -> str | PdfText | OfficeText:
     """The file's text, or :class:`NotRead` raised with the reason."""
     pdf = is_pdf(a)
@@ -176,14 +177,16 @@ async def _one(
             if kind is not None:
                 job.reading = True
                 # the bytes stay held until the reading process has ended (or was killed)
-                read = await office.read_in_child(data, kind, room.tokens, give_up_at, where, share)
+                read = await office.read_in_child(
+                    data, kind, room.tokens, give_up_at, where, share, readers
+                )
                 if isinstance(read, str):
                     raise NotRead(read)
                 return read
             if looks_like_pdf(data, labelled=pdf):
                 job.reading = True
                 # the bytes stay held until the reading process has ended (or was killed)
-                got = await pdfs.read_in_child(data, room.tokens, give_up_at, where, share)
+                got = await pdfs.read_in_child(data, room.tokens, give_up_at, where, share, readers)
                 if not isinstance(got, str):
                     return got
                 if pdf or got != pdfs.NOT_PDF:
@@ -258,6 +261,7 @@ async def read_texts(
     budget: DownloadBudget,
     *,
     pdf_limit: int,
+    readers: Readers | None = None,
 ) -> tuple[list[str], list[str]]:
     """(a block per file read, a line per file that could not be read), in order.
 
@@ -265,7 +269,8 @@ async def read_texts(
     files up to ``pdf_limit`` (``MAX_ATTACHMENT_BYTES``).  Each file holds its size (its
     cap when the platform gave none) of ``budget`` from before its download until it is
     decoded, or for a PDF or Office file until its reading process has ended (it is
-    killed at the deadline)."""
+    killed at the deadline).  ``readers``: how many reading processes at once and the
+    memory of each (the settings'; None: the modules' defaults)."""
     give_up_at = time.monotonic() + FETCH_DEADLINE_SECS
     blocks: list[str] = []
     missing: list[str] = []
@@ -280,7 +285,9 @@ async def read_texts(
     share = Share(sum(1 for a, _ in todo if is_pdf(a) or office_kind(a)))
     jobs = [_Job() for _ in todo]
     tasks = [
-        asyncio.ensure_future(_one(fetcher, a, where, h, limit, j, room, give_up_at, share))
+        asyncio.ensure_future(
+            _one(fetcher, a, where, h, limit, j, room, give_up_at, share, readers)
+        )
         for (a, limit), h, j in zip(todo, holds, jobs, strict=True)
     ]
     if tasks:

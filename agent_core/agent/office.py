@@ -163,6 +163,7 @@ async def read_in_child(
     give_up_at: float,
     queue: Hashable = None,
     share: doc_process.Share | None = None,
+    readers: doc_process.Readers | None = None,
 ) -> OfficeText | str:
     """The text of the ``kind`` file in ``data`` read in a process of its own, killed at
     ``give_up_at`` (a :func:`time.monotonic` time) or a second after :data:`READ_SECS`,
@@ -173,7 +174,7 @@ async def read_in_child(
     args: dict[str, object] = {
         "tokens": tokens,
         "read_secs": READ_SECS,
-        "memory": CHILD_MEMORY_BYTES,
+        "memory": CHILD_MEMORY_BYTES if readers is None else readers.memory_bytes,
         "max_unzipped": MAX_UNZIPPED_BYTES,
         "max_members": MAX_ZIP_MEMBERS,
         "max_part": MAX_PART_BYTES,
@@ -181,7 +182,14 @@ async def read_in_child(
         "max_columns": MAX_SHEET_COLUMNS,
     }
     got = await doc_process.run(
-        kind, data, args, give_up_at, too_big=TOO_BIG, queue=queue, share=share
+        kind,
+        data,
+        args,
+        give_up_at,
+        too_big=TOO_BIG,
+        queue=queue,
+        share=share,
+        slots=None if readers is None else readers.slots,
     )
     if "error" in got:
         return str(got["error"])

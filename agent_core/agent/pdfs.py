@@ -205,6 +205,7 @@ async def read_in_child(
     give_up_at: float,
     queue: Hashable = None,
     share: doc_process.Share | None = None,
+    readers: doc_process.Readers | None = None,
 ) -> PdfText | str:
     """:func:`read` in a process of its own (:func:`~agent_core.agent.doc_process.run`),
     killed at ``give_up_at`` (a :func:`time.monotonic` time) or a second after
@@ -214,10 +215,17 @@ async def read_in_child(
         "tokens": tokens,
         "read_secs": READ_SECS,
         "max_pages": MAX_PAGES,
-        "memory": CHILD_MEMORY_BYTES,
+        "memory": CHILD_MEMORY_BYTES if readers is None else readers.memory_bytes,
     }
     got = await doc_process.run(
-        "pdf", data, args, give_up_at, too_big=TOO_BIG, queue=queue, share=share
+        "pdf",
+        data,
+        args,
+        give_up_at,
+        too_big=TOO_BIG,
+        queue=queue,
+        share=share,
+        slots=None if readers is None else readers.slots,
     )
     if "error" in got:
         return str(got["error"])

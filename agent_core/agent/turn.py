@@ -291,6 +291,7 @@ class Turn:
             self._text_room,
             self.agent.downloads,
             pdf_limit=self.s.max_attachment_bytes,
+            readers=self.agent.readers,
         )
 
     async def _images(self, event: InboundEvent) -> tuple[tuple[ImagePart, ...], list[str]]:

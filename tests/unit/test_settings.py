@@ -80,6 +80,25 @@ def test_backend_aliases_and_auto_choice(monkeypatch: pytest.MonkeyPatch) -> Non
     )
 
 
+def test_document_readers_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = load(CoreSettings)
+    assert (s.document_readers, s.document_memory_mb) == (2, 512)
+    monkeypatch.setenv("DOCUMENT_READERS", "1")
+    monkeypatch.setenv("DOCUMENT_MEMORY_MB", "256")
+    s = load(CoreSettings)
+    assert (s.document_readers, s.document_memory_mb) == (1, 256)
+    for name, bad in (
+        ("DOCUMENT_READERS", "0"),
+        ("DOCUMENT_MEMORY_MB", "64"),
+        ("DOCUMENT_READERS", "a"),
+    ):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ConfigError) as exc:
+            load(CoreSettings)
+        assert [p.split(":")[0] for p in exc.value.problems] == [name]
+        monkeypatch.setenv(name, "1" if name == "DOCUMENT_READERS" else "256")
+
+
 def test_attachment_memory_budget_is_read_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

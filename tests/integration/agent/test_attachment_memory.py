@@ -65,3 +65,36 @@ async def test_two_conversations_photos_take_turns_within_the_budget(world: Any)
         await w.settle(t)
         assert w.texts(t) == ["saw 1 image(s)"]
     assert agent.downloads.held == 0 and agent.downloads.queued == 0
+
+
+async def test_the_document_readers_settings_reach_the_reading_process(
+    world: Any, monkeypatch: Any
+) -> None:
+    """DOCUMENT_READERS and DOCUMENT_MEMORY_MB go from the settings to every reading
+    process a turn starts (a small host sets them lower than the defaults)."""
+    from agent_core.agent import doc_process
+    from tests.fakes.office import DOCX, PPTX, make_docx, make_pptx
+
+    seen: list[tuple[str, object, object]] = []
+
+    async def run(kind: str, data: bytes, args: dict[str, object], *a: Any, **kw: Any) -> Any:
+        seen.append((kind, args["memory"], kw.get("slots")))
+        return {"error": "not read here"}
+
+    monkeypatch.setattr(doc_process, "run", run)
+    files = {"d": make_docx(["hello"]), "p": make_pptx([{"title": "Hi"}])}
+
+    async def fetch_attachment(attachment: Attachment, max_bytes: int) -> bytes:
+        return files[attachment.ref]
+
+    w = world(FnModel(lambda req: Completion("ok")), document_readers=1, document_memory_mb=256)
+    w.outbox.fetch_attachment = fetch_attachment
+    await w.start()
+    t = ThreadKey("telegram", "bot1", "docs")
+    atts = (
+        Attachment("document", "a.docx", DOCX, 0, "d"),
+        Attachment("document", "b.pptx", PPTX, 0, "p"),
+    )
+    await w.send(dataclasses.replace(user_event(t, "read these"), attachments=atts))
+    await w.settle(t)
+    assert sorted(seen) == [("docx", 256 << 20, 1), ("pptx", 256 << 20, 1)]

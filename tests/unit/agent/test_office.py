@@ -296,6 +296,59 @@ async def test_a_file_that_needs_too_much_memory_is_refused_in_its_own_process(
     assert blocks == [] and missing == [f"huge.docx: {office.TOO_BIG}"]
 
 
+async def test_the_readers_setting_caps_each_process_and_how_many_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Readers`` (DOCUMENT_MEMORY_MB, DOCUMENT_READERS) in place of the defaults: the
+    Word file above needs more than 120 MB and is refused; two conversations' files are
+    read one at a time with one reader, side by side with two."""
+    small = doc_process.Readers(slots=2, memory_bytes=120 * 1024 * 1024)
+    blocks, missing = await read_texts(
+        Files({"b": long_docx(500_000)}),
+        [doc("huge.docx", "b")],
+        "t",
+        Room(MAX_TEXT_TOKENS),
+        DownloadBudget(0),
+        pdf_limit=LIMIT,
+        readers=small,
+    )
+    assert blocks == [] and missing == [f"huge.docx: {office.TOO_BIG}"]
+
+    running = peak = 0
+    real = doc_process._run
+
+    async def counted(*args: Any) -> Any:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.sleep(0.3)  # long enough for the other to start, if it may
+            return await real(*args)
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(doc_process, "_run", counted)
+
+    async def chat(name: str, readers: doc_process.Readers) -> list[str]:
+        got, _ = await read_texts(
+            Files({"r": make_docx([name])}),
+            [doc(f"{name}.docx", "r")],
+            name,  # a conversation each
+            Room(MAX_TEXT_TOKENS),
+            DownloadBudget(0),
+            pdf_limit=LIMIT,
+            readers=readers,
+        )
+        return got
+
+    for slots in (1, 2):
+        peak = 0
+        readers = doc_process.Readers(slots=slots, memory_bytes=512 * 1024 * 1024)
+        got = await asyncio.gather(chat(f"a{slots}", readers), chat(f"b{slots}", readers))
+        assert all(len(g) == 1 for g in got)
+        assert peak == slots
+
+
 async def test_office_files_wait_behind_a_slow_pdf_within_their_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
