@@ -175,7 +175,8 @@ def _install_signals(stop: asyncio.Event) -> None:
         else:
             os._exit(130)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP: the terminal closed (an SSH session dropped): stop as cleanly
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
 

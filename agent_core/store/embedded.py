@@ -9,6 +9,12 @@ The process that started the server stops it (SIGTERM, AOF flushed) on exit;
 a process that joined it keeps watching the socket and starts the server again
 (same data dir, same AOF) when it goes away, so closing the first of two
 processes costs the other about a second of "Redis unavailable", never its data.
+
+The server starts with SIGINT and SIGHUP blocked: Ctrl-C in a terminal (or the
+terminal closing) signals the whole foreground process group, and Parley must
+finish the turns in hand before the server goes, so only Parley's own stop ends
+it.  A Parley killed outright (SIGKILL) leaves it running; the next start finds
+it answering and uses it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -30,6 +37,8 @@ log = logging.getLogger(__name__)
 
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 WATCH_SECS = 1.0  # how often a process checks that the shared server still answers
+# what a terminal sends its whole foreground process group (Ctrl-C; closing it)
+_TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
 
 
 def socket_path_for(data_dir: Path) -> Path:
@@ -69,7 +78,11 @@ class EmbeddedValkey:
         return f"unix://{self.socket_path}"
 
     def describe(self) -> str:
-        how = "started here" if self.started_here else "shared with another parley process"
+        how = (
+            "started here"
+            if self.started_here
+            else "already running: another parley process's, or left by one that was killed"
+        )
         return f"embedded Valkey at {self.data_dir} ({how})"
 
     def _check_dir(self) -> None:
@@ -109,6 +122,8 @@ class EmbeddedValkey:
                     save="3600 1 300 100",
                     logfile="valkey.log",
                 )
+                # the server inherits this thread's signal mask: Ctrl-C is Parley's
+                held = signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINAL_SIGNALS)
                 try:
                     server.start(timeout=15.0)
                 except Exception as exc:
@@ -119,10 +134,12 @@ class EmbeddedValkey:
                             f"{self.data_dir / 'valkey.log'} or set REDIS_URL"
                         ]
                     ) from None
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
                 self._server = server
                 self.started_here = True
                 log.info(
-                    "embedded Valkey started at %s (pid data in %s)",
+                    "embedded Valkey started at %s (its data and log in %s)",
                     self.socket_path,
                     self.data_dir,
                 )

@@ -1,4 +1,6 @@
-"""SIGTERM: stop taking work, finish the turn in hand, exit 0 well inside Heroku's 30 s."""
+"""SIGTERM: stop taking work, finish the turn in hand, exit 0 well inside Heroku's 30 s.
+Ctrl-C in a terminal (SIGINT to the whole process group) does the same, the embedded
+Valkey staying up until Parley has finished with it."""
 
 from __future__ import annotations
 
@@ -12,69 +14,65 @@ from typing import Any
 
 import httpx
 
-from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.embedded import EmbeddedValkey, _answers_ping
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_sigterm_mid_turn_finishes_the_turn_and_exits(
-    valkey: EmbeddedValkey, redis: Any
-) -> None:
-    async with FakeLLMServer(latency=2.0) as llm:
-        port = free_port()
-        env = {
-            k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
-        }
-        env.update(
-            PARLEY_ENV_FILE="/nonexistent/.env",
-            REDIS_URL=valkey.url,
-            PORT=str(port),
-            HOST="127.0.0.1",
-            LLM_BACKEND="openai_compatible",
-            LLM_BASE_URL=llm.openai_url,
-            LLM_MODEL="fake",
-            WEB_CHAT_ENABLED="true",
-        )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bots.cli",
-            "run",
-            env=env,
-            cwd=ROOT,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-                for _ in range(100):
-                    try:
-                        if (await client.get("/readyz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await asyncio.sleep(0.1)
-                await client.get("/")
-                r = await client.post("/api/messages", json={"text": "finish me"})
-                assert r.status_code == 202
-                for _ in range(100):  # wait until the LLM call is in flight
-                    if llm.requests:
-                        break
-                    await asyncio.sleep(0.05)
-                assert llm.requests, "the turn never reached the LLM"
-                t0 = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
-                code = await asyncio.wait_for(proc.wait(), 25)
-                elapsed = time.monotonic() - t0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-        assert code == 0, (await proc.stderr.read()).decode() if proc.stderr else ""
-        assert elapsed < 25
-    # the in-flight turn finished and its answer is in the transcript
+def _env(llm: FakeLLMServer, port: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    env.pop("REDIS_URL", None)
+    env.update(
+        PARLEY_ENV_FILE="/nonexistent/.env",
+        PORT=str(port),
+        HOST="127.0.0.1",
+        LLM_BACKEND="openai_compatible",
+        LLM_BASE_URL=llm.openai_url,
+        LLM_MODEL="fake",
+        WEB_CHAT_ENABLED="true",
+        **extra,
+    )
+    return env
+
+
+async def _mid_turn(
+    llm: FakeLLMServer, port: int, env: dict[str, str], *, own_group: bool = False
+) -> asyncio.subprocess.Process:
+    """``parley run`` with a turn waiting on the LLM."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bots.cli",
+        "run",
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=own_group,  # a terminal's foreground process group
+    )
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+        for _ in range(150):
+            try:
+                if (await client.get("/readyz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+        await client.get("/")
+        r = await client.post("/api/messages", json={"text": "finish me"})
+        assert r.status_code == 202
+        for _ in range(100):  # wait until the LLM call is in flight
+            if llm.requests:
+                break
+            await asyncio.sleep(0.05)
+        assert llm.requests, "the turn never reached the LLM"
+    return proc
+
+
+async def _answered(redis: Any) -> None:
+    """The in-flight turn finished, its answer in the transcript, nothing queued."""
     keys = [k async for k in redis.scan_iter("parley:{web:*}:out")]
     assert len(keys) == 1
     entries = await redis.xrange(keys[0])
@@ -82,3 +80,58 @@ async def test_sigterm_mid_turn_finishes_the_turn_and_exits(
     assert any(b"echo: finish me" in t for t in texts)
     # nothing left queued: an emptied mailbox list no longer exists
     assert [k async for k in redis.scan_iter("parley:{web:*}:mailbox")] == []
+
+
+async def test_sigterm_mid_turn_finishes_the_turn_and_exits(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    async with FakeLLMServer(latency=2.0) as llm:
+        port = free_port()
+        proc = await _mid_turn(llm, port, _env(llm, port, REDIS_URL=valkey.url))
+        try:
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(proc.wait(), 25)
+            elapsed = time.monotonic() - t0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert code == 0, (await proc.stderr.read()).decode() if proc.stderr else ""
+        assert elapsed < 25
+    await _answered(redis)
+
+
+async def test_ctrl_c_in_a_terminal_finishes_the_turn_before_the_embedded_valkey_stops(
+    tmp_path: Path,
+) -> None:
+    """No REDIS_URL: the embedded Valkey is Parley's child, in the terminal's process
+    group, so Ctrl-C reaches it too.  It must outlive the drain (before: it died at
+    once, the turn could not complete and waited for the next start)."""
+    data = tmp_path / "data"
+    async with FakeLLMServer(latency=2.0) as llm:
+        port = free_port()
+        env = _env(llm, port, PARLEY_DATA_DIR=str(data))
+        proc = await _mid_turn(llm, port, env, own_group=True)
+        try:
+            os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+            code = await asyncio.wait_for(proc.wait(), 25)
+        finally:
+            if proc.returncode is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        err = (await proc.stderr.read()).decode() if proc.stderr else ""
+        assert code == 0, err
+        assert "went away" not in err and "Redis unavailable" not in err, err
+    # Parley stopped the server it started (the socket is gone), after the turn
+    assert not _answers_ping(EmbeddedValkey(data).socket_path)
+    again = EmbeddedValkey(data)
+    await again.start()
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(again.url)
+    try:
+        await _answered(redis)
+    finally:
+        await redis.aclose()
+        await again.stop()
