@@ -17,10 +17,11 @@ starts:
   :data:`MAX_ERR_BYTES` of its stderr;
 * the worker's memory and event loop are untouched by what happens in it; starting it
   costs ~0.3 s of CPU per document, which documents, rarer than messages, can afford;
-* at most :data:`SLOTS` at a time per worker (per event loop: tests run several), PDFs
-  and Office files alike, and at most one per conversation (``queue``): a document
-  waits for the one before it, within its message's deadline, and one conversation's
-  slow documents leave the other slot to the rest.
+* at most :class:`Readers` ``.slots`` (``DOCUMENT_READERS``, default :data:`SLOTS`)
+  at a time per worker (per event loop: tests run several), PDFs and Office files
+  alike, and at most one per conversation (``queue``): a document waits for the one
+  before it, within its message's deadline, and one conversation's slow documents
+  leave the other slots to the rest (with one slot, they hold it up to its 16 s).
 
 Each kind's own limits (pages, rows, seconds of reading, memory) travel in the child's
 JSON argument, read from its module's constants when the reading starts, with the
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Hashable
+from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -69,8 +70,34 @@ class Readers:
     documents adds to a worker's memory, which a small host (a 512 MB dyno) needs
     lower than the defaults."""
 
-    slots: int = SLOTS
-    memory_bytes: int = 512 * 1024 * 1024
+    slots: int
+    memory_bytes: int
+
+
+class _Limiter:
+    """At most ``capacity`` holders; the capacity is whatever the last caller asked for
+    (one setting per process in production; tests change it), and a change applies to
+    everyone, those already waiting included."""
+
+    def __init__(self) -> None:
+        self.capacity = SLOTS
+        self.held = 0
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, capacity: int) -> AsyncIterator[None]:
+        async with self._changed:
+            if capacity != self.capacity:
+                self.capacity = capacity
+                self._changed.notify_all()
+            await self._changed.wait_for(lambda: self.held < self.capacity)
+            self.held += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self.held -= 1
+                self._changed.notify_all()
 
 
 class Share:
@@ -89,9 +116,7 @@ class Share:
 
 # the reading slots of a worker, and each conversation's turn (per event loop: tests
 # run several)
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary()
-)
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Limiter] = weakref.WeakKeyDictionary()
 _QUEUES: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Hashable, asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
@@ -136,18 +161,14 @@ async def run(
     conversation; None: its own) are read one at a time; at most ``slots`` (default
     :data:`SLOTS`) of the worker's at once."""
     loop = asyncio.get_running_loop()
-    n = SLOTS if slots is None else slots
-    held = _SLOTS.get(loop)
-    if held is None or held[0] != n:  # one setting per process; tests change it
-        held = _SLOTS[loop] = (n, asyncio.Semaphore(n))
-    gate = held[1]
+    gate = _SLOTS.setdefault(loop, _Limiter())
     queues = _QUEUES.setdefault(loop, weakref.WeakValueDictionary())
     mine = asyncio.Lock() if queue is None else queues.setdefault(queue, asyncio.Lock())
     try:
         async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
             async with mine:
                 secs = share.secs(give_up_at) if share is not None else math.inf
-                async with gate:
+                async with gate.slot(SLOTS if slots is None else slots):
                     return await _run(kind, data, args, give_up_at, too_big, secs)
     except TimeoutError:
         return {"error": TOO_LATE}

@@ -105,9 +105,12 @@ def _slide(slide: Any, number: int, total: int, out: _Out, starts: list[tuple[in
         hidden = " (hidden)" if slide.element.get("show") in ("0", "false") else ""
         lines = _shape_lines(slide.element.find(f"{_P}cSld/{_P}spTree"))
         notes = ((False, f"Notes: {line}") for line in _notes_lines(slide))
-        for is_title, line in _chain(lines, notes):
+        for item in _chain(lines, notes):
             if out.done():
                 return
+            if item is None:  # an element without a line: only the clock looked at
+                continue
+            is_title, line = item
             if not marked:
                 starts.append((out.size, label))
                 out.add(f"--- slide {number}{hidden} ---")
@@ -143,7 +146,7 @@ def _damaged(
     out.line("[this slide could not be read: it is damaged]")
 
 
-def _chain(*its: Iterator[tuple[bool, str]]) -> Iterator[tuple[bool, str]]:
+def _chain(*its: Iterator[tuple[bool, str] | None]) -> Iterator[tuple[bool, str] | None]:
     for it in its:
         yield from it
 
@@ -153,45 +156,71 @@ def _short(title: str) -> str:
     return title if len(title) <= MAX_TITLE_CHARS else title[: MAX_TITLE_CHARS - 1] + "…"
 
 
-def _shape_lines(tree: Any) -> Iterator[tuple[bool, str]]:
+class _Frame:
+    """A level of the walk: the elements left to look at; for an alternative
+    content's choice, its fallback (read if the choice gave no line and held no
+    chart or diagram), the lines given when it began and whether it held one."""
+
+    __slots__ = ("children", "fallback", "given", "graphic")
+
+    def __init__(self, children: Iterator[Any], fallback: Any = None, given: int = 0) -> None:
+        self.children = children
+        self.fallback = fallback
+        self.given = given
+        self.graphic = False
+
+
+def _shape_lines(tree: Any) -> Iterator[tuple[bool, str] | None]:
     """(is the title, line) for the shapes under ``tree`` (a slide's shape tree), in
-    order; groups and alternative content opened with a stack, not recursion."""
+    order, and None after each element that gave none (so the reader can look at the
+    clock); groups and alternative content are opened with a stack, not recursion.
+
+    Alternative content (``mc:AlternateContent``) is read from its choice; from its
+    fallback only when the choice gave no line and held no chart or diagram (a
+    newer chart's fallback is a notice that the chart cannot be shown, an
+    equation's a picture of it, perhaps with its text)."""
     if tree is None:
         return
-    stack = [tree.iterchildren()]
+    stack = [_Frame(tree.iterchildren())]
+    given = 0
     while stack:
-        el = next(stack[-1], None)
+        top = stack[-1]
+        el = next(top.children, None)
         if el is None:
             stack.pop()
+            if top.fallback is not None and given == top.given and not top.graphic:
+                stack.append(_Frame(top.fallback.iterchildren()))
+            elif top.graphic and stack:
+                stack[-1].graphic = True
             continue
+        before = given
         tag = el.tag
         if tag == _P + "sp":
-            yield from _text_shape(el)
+            for line in _text_shape(el):
+                given += 1
+                yield line
         elif tag == _P + "grpSp":
-            stack.append(el.iterchildren())
+            stack.append(_Frame(el.iterchildren(), given=given))
         elif tag == _P + "graphicFrame":
+            top.graphic = True
             for tbl in el.iterfind(f"{_A}graphic/{_A}graphicData/{_A}tbl"):
-                yield from ((False, row) for row in _table(tbl))
+                for row in _table(tbl):
+                    given += 1
+                    yield False, row
         elif tag == _P + "pic":
             alt = el.find(f"{_P}nvPicPr/{_P}cNvPr")
             descr = " ".join((alt.get("descr") or "").split()) if alt is not None else ""
             if descr:
+                given += 1
                 yield False, f"[picture: {descr}]"
         elif tag == _MC + "AlternateContent":
-            # newer content with a fallback for older readers: the choice, unless it
-            # holds nothing this reads (an equation, say) and the fallback does
             choice, fallback = el.find(_MC + "Choice"), el.find(_MC + "Fallback")
-            pick = choice if _readable(choice) or not _readable(fallback) else fallback
-            if pick is not None:
-                stack.append(pick.iterchildren())
-
-
-def _readable(el: Any) -> bool:
-    if el is None:
-        return False
-    if any((t.text or "").strip() for t in el.iter(_A + "t")):
-        return True
-    return any(c.get("descr") for c in el.iter(_P + "cNvPr"))
+            if choice is not None:
+                stack.append(_Frame(choice.iterchildren(), fallback, given))
+            elif fallback is not None:
+                stack.append(_Frame(fallback.iterchildren()))
+        if given == before:
+            yield None
 
 
 def _text_shape(sp: Any) -> Iterator[tuple[bool, str]]:

@@ -6,6 +6,7 @@ office_read.read in this process with limits of their own."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 import zipfile
@@ -239,3 +240,55 @@ def test_a_damaged_slide_is_named_and_the_others_read() -> None:
         "--- slide 2 ---\n[this slide could not be read: it is damaged]\n"
         "--- slide 3 ---\n# Last"
     )
+
+
+def test_a_newer_chart_s_fallback_notice_is_not_read() -> None:
+    """PowerPoint stores a newer chart (a treemap, a waterfall) as a choice holding the
+    chart's frame and a fallback shape telling older versions it cannot be shown:
+    the chart is left out, and so is that notice."""
+    chart = (
+        f'<p:graphicFrame {P_NS} {A_NS}><p:nvGraphicFramePr><p:cNvPr id="91" name="c"/>'
+        "<p:cNvGraphicFramePr/><p:nvPr/></p:nvGraphicFramePr><p:xfrm/><a:graphic>"
+        '<a:graphicData uri="http://schemas.microsoft.com/office/drawing/2014/chartex"/>'
+        "</a:graphic></p:graphicFrame>"
+    )
+    notice = text_shape("This chart isn't available in your version of PowerPoint.")
+    extra = (
+        f'<mc:AlternateContent {MC_NS}><mc:Choice Requires="cx1">{chart}</mc:Choice>'
+        f"<mc:Fallback>{notice}</mc:Fallback></mc:AlternateContent>"
+    )
+    data = with_shapes(make_pptx([{"title": "Sales by region"}]), 1, extra)
+    got = office_read.read("pptx", data, 10_000, time.monotonic() + 30, LIMITS)
+    assert isinstance(got, OfficeText)
+    assert got.text == "--- slide 1 ---\n# Sales by region"
+
+
+def test_the_walk_gives_the_clock_a_look_at_every_element() -> None:
+    """Shapes without text give no line but a tick, at which the reader checks its
+    deadline: a slide of text-less shapes cannot hold the reading past it."""
+    from lxml import etree
+
+    tree = etree.fromstring(
+        f"<p:spTree {P_NS}>{text_shape('')}{text_shape('')}{text_shape('x')}</p:spTree>"
+    )
+    assert list(slides_read._shape_lines(tree)) == [None, None, (False, "x")]
+
+
+async def test_the_reading_slots_bound_everyone_when_the_count_changes() -> None:
+    """Callers asking for 1 and 2 slots on one loop: never more than 2 at once (a
+    count that changes applies to those already waiting too)."""
+    from agent_core.agent import doc_process
+
+    limiter = doc_process._Limiter()
+    running = peak = 0
+
+    async def hold(capacity: int) -> None:
+        nonlocal running, peak
+        async with limiter.slot(capacity):
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.02)
+            running -= 1
+
+    await asyncio.gather(*(hold(1 if i % 2 else 2) for i in range(8)))
+    assert 1 <= peak <= 2 and limiter.held == 0
