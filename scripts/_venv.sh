@@ -15,3 +15,14 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
+
+# The hash of pyproject.toml the venv was last installed from (.venv/.parley-installed).
+_pyproject_hash() {
+  python -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())'
+}
+installed_for_this_pyproject() {
+  [ -x .venv/bin/parley ] && [ "$(cat .venv/.parley-installed 2>/dev/null)" = "$(_pyproject_hash)" ]
+}
+mark_installed() {
+  _pyproject_hash > .venv/.parley-installed
+}
