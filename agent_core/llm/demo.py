@@ -55,7 +55,9 @@ def _tool_result_pending(messages: tuple[ChatMessage, ...]) -> ChatMessage | Non
 
 
 def _has_spoken(messages: tuple[ChatMessage, ...]) -> bool:
-    return any(m.role == "assistant" for m in messages)
+    """Has an answer with text been given in this conversation (a step that only
+    called a tool is not one: the person saw nothing from the model)?"""
+    return any(m.role == "assistant" and m.content.strip() for m in messages)
 
 
 def _estimate(messages: tuple[ChatMessage, ...], text: str) -> TokenUsage:
@@ -92,6 +94,14 @@ class DemoProvider:
         return [MODEL]
 
     def _answer(self, request: CompletionRequest) -> tuple[str, tuple[ToolCall, ...]]:
+        """What to say (the label first in a conversation's first answer), or which
+        tool to call."""
+        text, calls = self._reply(request)
+        if text and not _has_spoken(request.messages):
+            text = LABEL + text
+        return text, calls
+
+    def _reply(self, request: CompletionRequest) -> tuple[str, tuple[ToolCall, ...]]:
         msgs = request.messages
         tool_names = {t.name for t in request.tools}
         pending = _tool_result_pending(msgs)
@@ -136,8 +146,6 @@ class DemoProvider:
                 "I'm the offline demo model, so I can't really think. Try *what time is it?*, "
                 "*demo an approval*, *markdown* or *long*."
             )
-        if not _has_spoken(msgs):
-            body = LABEL + body
         return body, ()
 
     async def complete(self, request: CompletionRequest) -> Completion:
