@@ -67,8 +67,16 @@ def limits_for(settings: TelegramSettings) -> Limits:
     )
 
 
+IDENTIFY_RETRY_SECS = 30.0  # getMe again this often while Telegram could not be reached
+
+
+class TelegramUnreachable(ConfigError):
+    """getMe could not reach the Bot API (a network error, Telegram's 5xx)."""
+
+
 async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
-    """Bot.initialize() (getMe); one clear ConfigError line when the token is bad."""
+    """Bot.initialize() (getMe); one clear ConfigError line when the token is bad,
+    :class:`TelegramUnreachable` when the Bot API cannot be reached."""
     for attempt in range(attempts):
         try:
             await bot.initialize()
@@ -82,8 +90,14 @@ async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
             ) from None
         except NetworkError as exc:
             if attempt == attempts - 1:
-                raise ConfigError(
-                    [f"TELEGRAM_API_BASE_URL: Telegram Bot API unreachable ({type(exc).__name__})"]
+                where = bot.base_url.replace(bot.token, "<token>")
+                why = f"{type(exc).__name__}: {exc.message}".replace(bot.token, "<token>")
+                raise TelegramUnreachable(
+                    [
+                        f"TELEGRAM_BOT_TOKEN: could not reach the Telegram Bot API at {where} "
+                        f"({why}); check this machine's network "
+                        "(or TELEGRAM_API_BASE_URL, for a Bot API server of your own)"
+                    ]
                 ) from None
             await asyncio.sleep(1.0 + attempt)
         except TelegramError as exc:
@@ -108,6 +122,8 @@ class TelegramChannel(Channel):
             edited_messages=settings.telegram_edited_messages,
         )
         self.poller: Poller | None = None
+        self._identify: asyncio.Task[None] | None = None
+        self.identify_retry_secs = IDENTIFY_RETRY_SECS
 
     @property
     def context(self) -> ParseContext:
@@ -121,7 +137,22 @@ class TelegramChannel(Channel):
                     "(1-256 characters of A-Z, a-z, 0-9, _ and -)"
                 ]
             )
-        await check_bot(self.bot)
+        try:
+            await check_bot(self.bot)
+        except TelegramUnreachable as exc:
+            # Not a setting's fault, and Slack and Discord in this process must not go
+            # down with it: start, and learn the bot's name once Telegram answers (no
+            # update can arrive before it does).  A revoked token still stops here.
+            log.warning(
+                "telegram: %s; starting anyway, asking again every %g s",
+                exc.problems[0].split(": ", 1)[1],
+                self.identify_retry_secs,
+            )
+            self._identify = asyncio.create_task(self._identify_later(), name="telegram-getme")
+            return
+        self._identified()
+
+    def _identified(self) -> None:
         self._ctx = ParseContext(
             bot_id=str(self.bot.id),
             username=self.bot.username or "",
@@ -129,6 +160,24 @@ class TelegramChannel(Channel):
             edited_messages=self.settings.telegram_edited_messages,
         )
         log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
+
+    async def _identify_later(self) -> None:
+        """getMe until it answers (the bot's @name, for mentions in groups)."""
+        while True:
+            await asyncio.sleep(self.identify_retry_secs)
+            try:
+                await self.bot.initialize()
+            except InvalidToken:
+                log.error(
+                    "telegram: TELEGRAM_BOT_TOKEN rejected by Telegram (revoked or mistyped); "
+                    "get a new one from @BotFather (/token)"
+                )
+                return
+            except TelegramError as exc:
+                log.info("telegram: Bot API still unreachable (%s)", type(exc).__name__)
+                continue
+            self._identified()
+            return
 
     async def publish_commands(self, commands: Sequence[tuple[str, str, str]]) -> None:
         """The bot's "/" menu lists Parley's commands (all chats, every language).
@@ -149,6 +198,10 @@ class TelegramChannel(Channel):
             log.warning("telegram: could not set the command menu: %s", exc)
 
     async def shutdown(self) -> None:
+        if self._identify is not None:
+            self._identify.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._identify
         if self._outbox is not None:
             await self._outbox.close()
         with contextlib.suppress(TelegramError):

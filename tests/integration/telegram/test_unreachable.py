@@ -1,0 +1,66 @@
+"""Telegram's Bot API unreachable at start (a network outage, Telegram's 502s): the
+process starts anyway, Slack and Discord with it, and learns the bot's name when
+Telegram answers; a token Telegram rejects still stops it with one clear line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from redis.asyncio import Redis
+
+from agent_core.errors import ConfigError
+from agent_core.store.pacing import Pacer
+from channels.base import ChannelDeps
+from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramUnreachable, check_bot, make_bot
+from tests.fakes.telegram import BOT_USERNAME, TOKEN, FakeTelegram
+from tests.integration.telegram.conftest import FAST, make_settings
+
+
+async def test_a_start_while_telegram_is_unreachable_goes_on_and_learns_the_name_later(
+    fake: FakeTelegram, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.fail_next("getMe", 502, "Bad Gateway", gateway=True, count=4)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    ch.identify_retry_secs = 0.05
+    with caplog.at_level(logging.INFO):
+        await ch.initialize()  # three tries fail: no exception
+        try:
+            assert ch.context.username == ""
+            assert "starting anyway" in caplog.text
+            async with asyncio.timeout(10):  # one more failure, then getMe answers
+                while ch.context.username != BOT_USERNAME:
+                    await asyncio.sleep(0.02)
+            assert ch.context.bot_id == TOKEN.split(":")[0]
+        finally:
+            await ch.shutdown()
+    assert TOKEN not in caplog.text
+
+
+async def test_the_error_names_where_it_tried_never_the_token(fake: FakeTelegram) -> None:
+    fake.fail_next("getMe", 502, "Bad Gateway", gateway=True)
+    bot = make_bot(make_settings(fake))
+    try:
+        with pytest.raises(TelegramUnreachable) as exc:
+            await check_bot(bot, attempts=1)
+    finally:
+        await bot.shutdown()
+    [line] = exc.value.problems
+    assert line.startswith(
+        f"TELEGRAM_BOT_TOKEN: could not reach the Telegram Bot API at {fake.base_url}"
+    )
+    assert TOKEN not in line and "check this machine's network" in line
+
+
+async def test_a_rejected_token_still_stops_the_start(fake: FakeTelegram, redis: Redis) -> None:
+    fake.fail_next("getMe", 401, "Unauthorized")
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    with pytest.raises(ConfigError) as exc:
+        await ch.initialize()
+    assert not isinstance(exc.value, TelegramUnreachable)
+    assert exc.value.problems[0].startswith("TELEGRAM_BOT_TOKEN: rejected by Telegram")
+    await ch.shutdown()
