@@ -15,7 +15,7 @@ from agent_core.store.embedded import EmbeddedValkey
 from channels.discord.parse import attachment_kind
 from channels.discord.sender import DiscordOutbox
 from tests.fakes.discord import CHANNEL_ID, DM_CHANNEL_ID, FakeDiscord
-from tests.fakes.office import DOCX, XLSX, make_docx, make_xlsx
+from tests.fakes.office import DOCX, PPTX, XLSX, make_docx, make_pptx, make_xlsx
 from tests.fakes.pdf import encrypted, make_pdf
 from tests.integration.approvals_e2e.approvals_harness import (
     process,
@@ -102,15 +102,15 @@ async def test_photos_in_a_dm_reach_the_model_end_to_end(
 async def test_text_files_pdfs_and_office_files_are_read_to_any_model(
     valkey: EmbeddedValkey, redis: Redis, fake_discord: FakeDiscord
 ) -> None:
-    """A posted .py file, a PDF, a Word and an Excel file join the message as text (the
-    PDF with its page markers, the workbook with its sheet markers); a PDF with a
-    password and a broken workbook are named with the reason; a PowerPoint file stays
-    a description."""
+    """A posted .py file, a PDF, a Word, an Excel and a PowerPoint file join the
+    message as text (the PDF with its page markers, the workbook with its sheet
+    markers, the deck with its slides); a PDF with a password and a broken workbook
+    are named with the reason; a legacy .ppt stays a description."""
     settings = discord_settings(valkey, fake_discord)
     model = VisionDemo()
     code = "def add(a, b):\n    return a - b\n"
     spec = make_pdf(["Section 1: add returns the sum", "Section 2: no rounding"])
-    pptx = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+    deck = make_pptx([{"title": "Plan", "body": ["fix add"], "notes": "say why"}])
     memo = make_docx(["add must not subtract", [["case", "want"], ["1+1", "2"]]])
     cases = make_xlsx({"Cases": [["a", "b", "sum"], [1, 1, 2]]})
     files = [
@@ -122,7 +122,10 @@ async def test_text_files_pdfs_and_office_files_are_read_to_any_model(
         fake_discord.add_file(DM_CHANNEL_ID, "memo.docx", memo, DOCX),
         fake_discord.add_file(DM_CHANNEL_ID, "cases.xlsx", cases, XLSX),
         fake_discord.add_file(DM_CHANNEL_ID, "sheet.xlsx", b"PK\x03\x04 ...", XLSX),
-        fake_discord.add_file(DM_CHANNEL_ID, "deck.pptx", b"PK\x03\x04 ...", pptx),
+        fake_discord.add_file(DM_CHANNEL_ID, "deck.pptx", deck, PPTX),
+        fake_discord.add_file(
+            DM_CHANNEL_ID, "old.ppt", b"\xd0\xcf\x11\xe0 ...", "application/vnd.ms-powerpoint"
+        ),
     ]
     async with process(settings, "gateway"), process(settings, "worker", llm=model):
         await fake_discord.wait_ready()
@@ -149,5 +152,10 @@ async def test_text_files_pdfs_and_office_files_are_read_to_any_model(
     assert (
         "[not read: locked.pdf: password-protected; sheet.xlsx: not an Excel workbook (.xlsx)]"
     ) in msg.content
-    assert "deck.pptx" in msg.content and "PK" not in msg.content  # described, not read
+    assert (
+        "--- deck.pptx (PowerPoint presentation, 1 slide) ---\n"
+        "--- slide 1 ---\n# Plan\nfix add\nNotes: say why\n"
+        "--- end of deck.pptx ---"
+    ) in msg.content
+    assert "old.ppt" in msg.content and "\xd0" not in msg.content  # described, not read
     assert "%PDF" not in msg.content and msg.images == ()
