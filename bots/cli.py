@@ -35,7 +35,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False, emoji=False)
+# soft_wrap: a line longer than the console (80 columns when stderr is a file, as on
+# Heroku) stays one line in the log
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 log = logging.getLogger("parley")
 
 
@@ -142,14 +144,16 @@ def _shown_host(host: str) -> str:
 def print_summary(rt: Runtime, host: str, port: int) -> None:
     sm = rt.summary
     err.print(f"[bold]Parley {__version__}[/] — process role: [bold]{rt.role}[/]")
-    err.print(f"  redis:   {escape(sm.redis)}")
+    err.print(f"  redis:    {escape(sm.redis)}")
     if sm.llm:
-        err.print(f"  llm:     {escape(sm.llm)}")
+        err.print(f"  llm:      {escape(sm.llm)}")
     for name, on, why in sm.channels:
         mark = "[green]on[/]" if on else "[dim]off[/]"
-        err.print(f"  {name + ':':9}{mark} ({escape(why)})")
+        err.print(f"  {name + ':':10}{mark} ({escape(why)})")
     if rt.runs_web:
-        err.print(f"  web:     http://{_shown_host(host)}:{port}/")
+        chat = any(name == "web" and on for name, on, _ in sm.channels)
+        what = "open it in a browser" if chat else "webhooks and /healthz; no web chat here"
+        err.print(f"  http:     http://{_shown_host(host)}:{port}/ ({what})")
     for name in rt.settings.plaintext_secrets:
         err.print(
             f"  [yellow]warning:[/] {name} is read from the plaintext .env file; "

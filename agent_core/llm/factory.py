@@ -145,7 +145,7 @@ def describe(settings: LLMSettings) -> str:
     try:
         cfg = backend_config(settings, backend)
     except ConfigError as exc:
-        return f"{backend} (misconfigured: {'; '.join(exc.problems)}, from {why})"
+        return f"{backend} (misconfigured: {'; '.join(exc.problems)}; {why})"
     where = f" at {redact_url(cfg.base_url)}" if cfg.base_url else ""  # user:key@ hidden
     extras = []
     if settings.llm_fallback_model:
@@ -157,4 +157,4 @@ def describe(settings: LLMSettings) -> str:
     if settings.response_cache_enabled:
         extras.append("response cache on")
     tail = "; " + ", ".join(extras) if extras else ""
-    return f"{backend} ({cfg.model}{where}, from {why}){tail}"
+    return f"{backend} ({cfg.model}{where}; {why}){tail}"

@@ -124,7 +124,7 @@ class LLMSettings(ParleySettings):
         OLLAMA_BASE_URL or OLLAMA_MODEL -> ollama; else the offline demo.
         """
         if self.llm_backend:
-            return self.llm_backend, "LLM_BACKEND"
+            return self.llm_backend, "LLM_BACKEND is set"
         chosen: list[tuple[str, str]] = []
         if self.openai_api_key is not None:
             chosen.append(("openai", "OPENAI_API_KEY"))

@@ -131,10 +131,10 @@ def test_describe_never_shows_a_key() -> None:
         llm_api_key=KEY,
     )
     line = describe(s)
-    assert line == "openai_compatible (gpt-4o-mini at https://host/v1, from LLM_BACKEND)"
+    assert line == "openai_compatible (gpt-4o-mini at https://host/v1; LLM_BACKEND is set)"
     assert describe(make_settings()).startswith("demo (")
     assert describe(make_settings(openai_api_key=KEY)) == (
-        "openai (gpt-4o at https://api.openai.com/v1, from OPENAI_API_KEY is set)"
+        "openai (gpt-4o at https://api.openai.com/v1; OPENAI_API_KEY is set)"
     )
     bad = describe(make_settings(llm_backend="openai"))
     assert "OPENAI_API_KEY: required" in bad
