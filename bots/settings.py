@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import ipaddress
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,12 @@ log = logging.getLogger(__name__)
 
 # Platform channel packages, in start-up summary order.
 PLATFORMS = ("telegram", "slack", "discord")
+
+# Names with these prefixes are Parley's: one that is no setting is most likely a typo.
+# (Not LLM vendors' or Heroku's: their SDKs and platform read names of their own.)
+_OWN_PREFIXES = ("PARLEY_", "TELEGRAM_", "SLACK_", "DISCORD_", "LLM_")
+# read outside the settings classes
+_OTHER_NAMES = frozenset({"PARLEY_ENV_FILE", "PARLEY_LONG"})
 
 # Header names whose values are secrets (LLM_EXTRA_HEADERS), for log redaction.
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "password")
@@ -129,8 +137,49 @@ def _check_env_file() -> None:
         log.warning("%s line %d cannot be parsed; it is ignored (expected NAME=value)", path, line)
 
 
+def known_names(classes: Iterable[type[ParleySettings]]) -> set[str]:
+    """Every variable the settings classes read, ``<NAME>_FILE`` forms included."""
+    names = set(_OTHER_NAMES)
+    for cls in classes:
+        for name, f in cls.model_fields.items():
+            env = (f.alias or name).upper()
+            names.update((env, env + "_FILE"))
+    return names
+
+
+def unknown_names(given: Iterable[str], known: set[str]) -> list[str]:
+    """A line for each name in ``given`` that looks like a Parley setting (its prefix
+    is one of Parley's) but is none, with the closest real one."""
+    out = []
+    for name in sorted(set(given)):
+        upper = name.upper()
+        if not upper.startswith(_OWN_PREFIXES) or upper in known:
+            continue
+        close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        out.append(f"{name} is not a Parley setting; it is ignored{hint}")
+    return out
+
+
+def _env_file_names() -> list[str]:
+    from dotenv import dotenv_values
+
+    try:
+        return [k for k in dotenv_values(ENV_FILE) if k]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _check_unknown_names() -> None:
+    classes: list[type[ParleySettings]] = [CoreSettings, LLMSettings, WebSettings]
+    classes += [mod.SETTINGS for n in PLATFORMS if (mod := _channel_module(n)) is not None]
+    for line in unknown_names([*os.environ, *_env_file_names()], known_names(classes)):
+        log.warning("%s", line)
+
+
 def load_settings() -> Settings:
     _check_env_file()
+    _check_unknown_names()
     problems: list[str] = []
     loaded: dict[str, Any] = {}
     for key, cls in (("core", CoreSettings), ("llm", LLMSettings), ("web", WebSettings)):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,32 @@ def test_attachment_memory_budget_is_read_from_the_environment(
         with pytest.raises(ConfigError) as exc:
             load(CoreSettings)
         assert [p.split(":")[0] for p in exc.value.problems] == ["ATTACHMENT_MEMORY_BYTES"]
+
+
+def test_a_mistyped_setting_is_named_with_the_closest_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """TELEGRAM_TOKEN (for TELEGRAM_BOT_TOKEN), in the environment or in .env: one
+    warning at start naming the real setting; names of other tools (OPENAI_ORG_ID,
+    Heroku's WEB_CONCURRENCY) and real settings' _FILE forms say nothing."""
+    from bots.settings import load_settings
+
+    env = tmp_path / ".env"
+    env.write_text("LLM_MODLE=gpt-4o\n")
+    import bots.settings as bs
+
+    monkeypatch.setattr(bs, "ENV_FILE", str(env))
+    monkeypatch.setenv("TELEGRAM_TOKEN", "123:abc")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org")
+    monkeypatch.setenv("WEB_CONCURRENCY", "2")
+    monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", str(tmp_path / "missing"))
+    monkeypatch.setenv("PARLEY_SOMETHING_ELSE", "1")
+    # the missing _FILE is a problem of its own
+    with caplog.at_level(logging.WARNING, logger="bots.settings"), contextlib.suppress(ConfigError):
+        load_settings()
+    lines = [r.getMessage() for r in caplog.records if r.name == "bots.settings"]
+    assert lines == [
+        "LLM_MODLE is not a Parley setting; it is ignored (did you mean LLM_MODEL?)",
+        "PARLEY_SOMETHING_ELSE is not a Parley setting; it is ignored",
+        "TELEGRAM_TOKEN is not a Parley setting; it is ignored (did you mean TELEGRAM_BOT_TOKEN?)",
+    ]
