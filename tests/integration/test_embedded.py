@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent_core.store.client import make_clients
-from agent_core.store.embedded import EmbeddedValkey, socket_path_for
+from agent_core.store.embedded import EmbeddedValkey, _answers_ping, socket_path_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_second_process_on_the_same_dir_joins_the_running_server(tmp_path: Path) -> None:
@@ -15,15 +17,17 @@ async def test_second_process_on_the_same_dir_joins_the_running_server(tmp_path:
     await second.start()
     try:
         assert first.started_here and not second.started_here
-        assert "shared" in second.describe()
+        assert "already running" in second.describe()
         a, b = make_clients(first.url), make_clients(second.url)
         await a.redis.set("k", "v")
         assert await b.redis.get("k") == b"v"
         await a.close()
         await b.close()
     finally:
-        await second.stop()  # does not stop a server it did not start
+        await second.stop()  # not the last one: the server goes on
+        assert _answers_ping(first.socket_path)
         await first.stop()
+    assert not _answers_ping(first.socket_path)
 
 
 async def test_data_survives_a_restart(tmp_path: Path) -> None:
@@ -53,13 +57,12 @@ def test_long_data_dirs_get_a_short_socket_path(tmp_path: Path) -> None:
     assert socket_path_for(deep) == path  # stable: a second process finds the same socket
 
 
-async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
+async def test_the_starter_leaves_the_server_to_the_other_and_the_last_one_stops_it(
     tmp_path: Path,
 ) -> None:
     """Two `parley run` on one data dir: closing the first (which started the
-    server) must not leave the second without Redis."""
-    import asyncio
-
+    server) leaves the second its Redis, without a gap; closing the second, the last
+    one, stops the server (AOF flushed) although it did not start it."""
     first = EmbeddedValkey(tmp_path / "data")
     await first.start()
     second = EmbeddedValkey(tmp_path / "data", watch=True)
@@ -68,9 +71,73 @@ async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
     c = make_clients(second.url)
     try:
         await c.redis.rpush("history", "kept")
+        await first.stop()
+        assert await c.redis.lrange("history", 0, -1) == [b"kept"]  # the same server
+        assert not second.started_here
+    finally:
         await c.close()
-        await first.stop()  # the starter exits: SIGTERM, AOF flushed
-        for _ in range(50):
+        await second.stop()
+    assert not _answers_ping(socket_path_for((tmp_path / "data").resolve()))
+    again = EmbeddedValkey(tmp_path / "data")
+    await again.start()
+    try:
+        assert again.started_here
+        c = make_clients(again.url)
+        assert await c.redis.lrange("history", 0, -1) == [b"kept"]
+        await c.close()
+    finally:
+        await again.stop()
+
+
+async def test_a_server_left_by_a_killed_parley_is_stopped_by_the_next_one(
+    tmp_path: Path,
+) -> None:
+    """A Parley killed outright (SIGKILL) cannot stop its server: the next one uses
+    it, says so, and stops it when it stops itself."""
+    import asyncio
+    import sys
+    import textwrap
+
+    data = tmp_path / "data"
+    script = textwrap.dedent(
+        f"""
+        import asyncio, os
+        from agent_core.store.embedded import EmbeddedValkey
+        v = EmbeddedValkey(__import__("pathlib").Path({str(data)!r}))
+        asyncio.run(v.start())
+        os.kill(os.getpid(), 9)  # no stop: as if killed
+        """
+    )
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=ROOT)
+    await asyncio.wait_for(proc.wait(), 60)
+    path = socket_path_for(data.resolve())
+    assert _answers_ping(path)  # left running
+    later = EmbeddedValkey(data)
+    await later.start()
+    assert not later.started_here and "left by one that was killed" in later.describe()
+    await later.stop()
+    assert not _answers_ping(path)
+
+
+async def test_a_joined_process_starts_the_server_again_if_it_dies(tmp_path: Path) -> None:
+    """The server killed under a joined process (not stopped by Parley): the
+    process's watch starts it again on the same data."""
+    import asyncio
+    import os
+    import signal
+
+    first = EmbeddedValkey(tmp_path / "data")
+    await first.start()
+    second = EmbeddedValkey(tmp_path / "data", watch=True)
+    await second.start()
+    c = make_clients(second.url)
+    try:
+        await c.redis.rpush("history", "kept")
+        await c.redis.execute_command("BGREWRITEAOF")
+        await asyncio.sleep(0.5)
+        await c.close()
+        os.kill(first._server._process.pid, signal.SIGKILL)
+        for _ in range(100):
             await asyncio.sleep(0.1)
             if second.started_here:
                 break
@@ -80,4 +147,5 @@ async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
     finally:
         await c.close()
         await second.stop()
-    assert not socket_path_for((tmp_path / "data").resolve()).exists()
+        await first.stop()
+    assert not _answers_ping(socket_path_for((tmp_path / "data").resolve()))
