@@ -53,7 +53,7 @@ KEEP_EMPTY = frozenset({"ACCESS_EXEMPT_CHANNELS", "SLACK_WORKING_REACTION"})
 MAX_TTL_SECS = 10 * 365 * 86_400  # ten years
 
 
-def _is_secret(field: FieldInfo) -> bool:
+def is_secret(field: FieldInfo) -> bool:
     ann = field.annotation
     return ann is SecretStr or (
         hasattr(ann, "__args__") and SecretStr in getattr(ann, "__args__", ())
@@ -69,7 +69,7 @@ class SecretFileSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, field in self.settings_cls.model_fields.items():
-            if not _is_secret(field):
+            if not is_secret(field):
                 continue
             env_name = (field.alias or name).upper()
             if os.environ.get(env_name):
@@ -133,7 +133,7 @@ class WarningDotEnvSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         data = self.inner()
         for name, field in self.settings_cls.model_fields.items():
-            if name in data and _is_secret(field):
+            if name in data and is_secret(field):
                 PLAINTEXT_SECRETS.add((field.alias or name).upper())
         return data
 

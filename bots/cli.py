@@ -174,13 +174,18 @@ def _install_signals(stop: asyncio.Event) -> None:
     def on_signal() -> None:
         hits["n"] += 1
         if hits["n"] == 1:
-            err.print("[dim]stopping: finishing turns in hand (Ctrl-C again to force)…[/]")
             stop.set()
+            with contextlib.suppress(OSError):  # a terminal that hung up: EIO
+                err.print("[dim]stopping: finishing turns in hand (Ctrl-C again to force)…[/]")
         else:
             os._exit(130)
 
-    # SIGHUP: the terminal closed (an SSH session dropped): stop as cleanly
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signals = [signal.SIGTERM, signal.SIGINT]
+    # SIGHUP: the terminal closed (an SSH session dropped): stop as cleanly; unless
+    # it is ignored (nohup), which it must stay
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    for sig in signals:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
 

@@ -16,7 +16,14 @@ from pydantic import SecretStr
 
 from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
-from agent_core.settings import ENV_FILE, PLAINTEXT_SECRETS, CoreSettings, ParleySettings, load
+from agent_core.settings import (
+    ENV_FILE,
+    PLAINTEXT_SECRETS,
+    CoreSettings,
+    ParleySettings,
+    is_secret,
+    load,
+)
 from agent_core.store.client import url_secrets
 from channels.web.channel import WebSettings
 
@@ -28,8 +35,8 @@ PLATFORMS = ("telegram", "slack", "discord")
 # Names with these prefixes are Parley's: one that is no setting is most likely a typo.
 # (Not LLM vendors' or Heroku's: their SDKs and platform read names of their own.)
 _OWN_PREFIXES = ("PARLEY_", "TELEGRAM_", "SLACK_", "DISCORD_", "LLM_")
-# read outside the settings classes
-_OTHER_NAMES = frozenset({"PARLEY_ENV_FILE", "PARLEY_LONG"})
+# read outside the settings classes (the last two by the tests)
+_OTHER_NAMES = frozenset({"PARLEY_ENV_FILE", "PARLEY_LONG", "PARLEY_CHROMIUM"})
 
 # Header names whose values are secrets (LLM_EXTRA_HEADERS), for log redaction.
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "password")
@@ -137,13 +144,14 @@ def _check_env_file() -> None:
         log.warning("%s line %d cannot be parsed; it is ignored (expected NAME=value)", path, line)
 
 
-def known_names(classes: Iterable[type[ParleySettings]]) -> set[str]:
-    """Every variable the settings classes read, ``<NAME>_FILE`` forms included."""
-    names = set(_OTHER_NAMES)
+def known_names(classes: Iterable[type[ParleySettings]], passed: str = "") -> set[str]:
+    """Every variable the settings classes read (a secret's ``<NAME>_FILE`` too), and
+    those named in ``passed`` (``SHELL_TOOL_ENV``: handed to the shell tool)."""
+    names = set(_OTHER_NAMES) | {n.strip().upper() for n in passed.split(",") if n.strip()}
     for cls in classes:
         for name, f in cls.model_fields.items():
             env = (f.alias or name).upper()
-            names.update((env, env + "_FILE"))
+            names.update((env, env + "_FILE") if is_secret(f) else (env,))
     return names
 
 
@@ -173,7 +181,8 @@ def _env_file_names() -> list[str]:
 def _check_unknown_names() -> None:
     classes: list[type[ParleySettings]] = [CoreSettings, LLMSettings, WebSettings]
     classes += [mod.SETTINGS for n in PLATFORMS if (mod := _channel_module(n)) is not None]
-    for line in unknown_names([*os.environ, *_env_file_names()], known_names(classes)):
+    passed = os.environ.get("SHELL_TOOL_ENV", "")
+    for line in unknown_names([*os.environ, *_env_file_names()], known_names(classes, passed)):
         log.warning("%s", line)
 
 

@@ -16,13 +16,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 
-# The hash of pyproject.toml the venv was last installed from (.venv/.parley-installed).
-_pyproject_hash() {
-  python -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())'
+# What the venv was last installed from (.venv/.parley-installed): pyproject.toml and
+# the Python it runs (a venv rebuilt for a new Python keeps the stamp, not the packages).
+_install_stamp() {
+  python -c 'import hashlib, sys; print(hashlib.sha256(open("pyproject.toml", "rb").read() + sys.version.encode() + sys.executable.encode()).hexdigest())'
 }
 installed_for_this_pyproject() {
-  [ -x .venv/bin/parley ] && [ "$(cat .venv/.parley-installed 2>/dev/null)" = "$(_pyproject_hash)" ]
+  [ -x .venv/bin/parley ] && [ "$(cat .venv/.parley-installed 2>/dev/null)" = "$(_install_stamp)" ] \
+    && (cd / && python -c 'import bots.cli' 2>/dev/null)  # as installed: not moved, nothing removed
 }
 mark_installed() {
-  _pyproject_hash > .venv/.parley-installed
+  _install_stamp > .venv/.parley-installed
 }

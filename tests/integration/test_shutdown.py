@@ -135,3 +135,52 @@ async def test_ctrl_c_in_a_terminal_finishes_the_turn_before_the_embedded_valkey
     finally:
         await redis.aclose()
         await again.stop()
+
+
+async def _ready(port: int) -> bool:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+        for _ in range(150):
+            try:
+                if (await client.get("/readyz")).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    return False
+
+
+async def test_a_closed_terminal_stops_parley_cleanly_unless_it_runs_under_nohup(
+    valkey: EmbeddedValkey,
+) -> None:
+    """SIGHUP (the terminal closed, an SSH session dropped) stops `parley run` like
+    SIGTERM; started with SIGHUP ignored (`nohup`), it keeps running."""
+    async with FakeLLMServer() as llm:
+        for nohup in (False, True):
+            port = free_port()
+
+            def ignore_hup() -> None:
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bots.cli",
+                "run",
+                env=_env(llm, port, REDIS_URL=valkey.url),
+                cwd=ROOT,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                preexec_fn=ignore_hup if nohup else None,
+            )
+            try:
+                assert await _ready(port)
+                proc.send_signal(signal.SIGHUP)
+                if nohup:
+                    await asyncio.sleep(1.5)
+                    assert proc.returncode is None and await _ready(port)
+                    proc.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(proc.wait(), 25) == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()

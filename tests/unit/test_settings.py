@@ -134,11 +134,15 @@ def test_a_mistyped_setting_is_named_with_the_closest_one(
     monkeypatch.setenv("WEB_CONCURRENCY", "2")
     monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", str(tmp_path / "missing"))
     monkeypatch.setenv("PARLEY_SOMETHING_ELSE", "1")
+    monkeypatch.setenv("LLM_MODEL_FILE", "/run/secrets/model")  # not a secret: no _FILE
+    monkeypatch.setenv("SHELL_TOOL_ENV", "SLACK_WEBHOOK_URL")
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.example")  # for the shell tool
     # the missing _FILE is a problem of its own
     with caplog.at_level(logging.WARNING, logger="bots.settings"), contextlib.suppress(ConfigError):
         load_settings()
     lines = [r.getMessage() for r in caplog.records if r.name == "bots.settings"]
     assert lines == [
+        "LLM_MODEL_FILE is not a Parley setting; it is ignored (did you mean LLM_MODEL?)",
         "LLM_MODLE is not a Parley setting; it is ignored (did you mean LLM_MODEL?)",
         "PARLEY_SOMETHING_ELSE is not a Parley setting; it is ignored",
         "TELEGRAM_TOKEN is not a Parley setting; it is ignored (did you mean TELEGRAM_BOT_TOKEN?)",

@@ -25,9 +25,10 @@ async def test_a_start_while_telegram_is_unreachable_goes_on_and_learns_the_name
     fake.fail_next("getMe", 502, "Bad Gateway", gateway=True, count=4)
     deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
     ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
-    ch.identify_retry_secs = 0.05
+    ch.identify_retry_secs = (0.05,)
     with caplog.at_level(logging.INFO):
         await ch.initialize()  # three tries fail: no exception
+        await ch.publish_commands([("help", "Show help", "")])  # waits for getMe
         try:
             assert ch.context.username == ""
             assert "starting anyway" in caplog.text
@@ -35,6 +36,9 @@ async def test_a_start_while_telegram_is_unreachable_goes_on_and_learns_the_name
                 while ch.context.username != BOT_USERNAME:
                     await asyncio.sleep(0.02)
             assert ch.context.bot_id == TOKEN.split(":")[0]
+            async with asyncio.timeout(10):  # then the command menu asked for meanwhile
+                while not any(c.method == "setMyCommands" for c in fake.calls):
+                    await asyncio.sleep(0.02)
         finally:
             await ch.shutdown()
     assert TOKEN not in caplog.text
