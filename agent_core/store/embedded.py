@@ -20,7 +20,7 @@ The server starts with SIGINT and SIGHUP blocked: Ctrl-C in a terminal (or the
 terminal closing) signals the whole foreground process group, and Parley must
 finish the turns in hand before the server goes, so only Parley's own stop ends
 it.  A Parley killed outright (SIGKILL) leaves it running; the next start finds
-it answering and uses it.
+it answering, uses it, and stops it if it is the last user (above).
 """
 
 from __future__ import annotations
