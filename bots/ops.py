@@ -146,7 +146,9 @@ async def _telegram_webhook(settings: Settings) -> Check:
     try:
         info = await admin.webhook_info(tg)
     except ConfigError as exc:
-        return Check("telegram webhook", False, exc.problems[0])
+        # the problem line says what is wrong and, after "; ", what to do
+        detail, _, fix = exc.problems[0].partition("; ")
+        return Check("telegram webhook", False, detail, fix or "check the TELEGRAM_* settings")
     registered = ""
     for line in info.splitlines():
         if line.startswith("webhook url:"):

@@ -52,7 +52,7 @@ class Lease:
                     self._task = asyncio.create_task(self._keep(), name=f"lease {self.name}")
                     return True
                 if not told:
-                    log.warning(
+                    log.info(  # the usual state of every process but one: not a problem
                         "lease %s is held by %s; waiting (another process runs this)",
                         self.name,
                         await self.holder(),

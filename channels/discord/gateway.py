@@ -114,6 +114,9 @@ class GatewayClient(discord.AutoShardedClient):
         message_content: bool,
         command_names: Callable[[], frozenset[str] | None] = lambda: None,
     ) -> None:
+        # Parley never joins voice: discord.py's warnings that voice libraries are
+        # missing would only puzzle whoever reads the log
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         shard_ids, shard_count = parse_shards(settings.discord_shards)
         options: dict[str, Any] = {"shard_count": shard_count}
         if shard_ids is not None:
