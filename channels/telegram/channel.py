@@ -129,6 +129,7 @@ class TelegramChannel(Channel):
         self._identify: asyncio.Task[None] | None = None
         self.identify_retry_secs = IDENTIFY_RETRY_SECS
         self._menu: Sequence[tuple[str, str, str]] | None = None  # to publish once identified
+        self.unreachable = ""  # the problem while getMe has not answered ("" once it has)
 
     @property
     def context(self) -> ParseContext:
@@ -145,6 +146,7 @@ class TelegramChannel(Channel):
         try:
             await check_bot(self.bot)
         except TelegramUnreachable as exc:
+            self.unreachable = exc.problems[0]
             # Not a setting's fault, and Slack and Discord in this process must not go
             # down with it: start, and learn the bot's @name once Telegram answers
             # (until then a group message naming the bot by @name is not taken for a
@@ -159,6 +161,7 @@ class TelegramChannel(Channel):
         self._identified()
 
     def _identified(self) -> None:
+        self.unreachable = ""
         self._ctx = ParseContext(
             bot_id=str(self.bot.id),
             username=self.bot.username or "",
@@ -186,7 +189,10 @@ class TelegramChannel(Channel):
                 continue
             self._identified()
             if self._menu is not None:
-                await self.publish_commands(self._menu)
+                try:
+                    await self.publish_commands(self._menu)
+                except Exception:  # the commands still work typed; shutdown must not see it
+                    log.warning("telegram: could not set the command menu", exc_info=True)
             return
 
     async def publish_commands(self, commands: Sequence[tuple[str, str, str]]) -> None:

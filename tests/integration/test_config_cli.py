@@ -193,6 +193,9 @@ def test_doctor_with_unreachable_telegram_prints_no_asyncio_errors(tmp_path: Pat
     )
     assert r.returncode == 1
     assert "Unclosed client session" not in r.stdout + r.stderr
+    # the telegram row itself fails (the channel starts anyway, doctor must not say OK)
+    assert "token accepted" not in r.stdout
+    assert "could not reach the Telegram Bot API" in r.stdout + r.stderr
 
 
 def test_doctor_refuses_credentials_in_the_llm_url_without_echoing_them(tmp_path: Path) -> None:

@@ -169,3 +169,51 @@ async def test_a_joined_process_starts_the_server_again_if_it_dies(tmp_path: Pat
         await second.stop()
         await first.stop()
     assert not _answers_ping(socket_path_for((tmp_path / "data").resolve()))
+
+
+def _servers(data: Path) -> list[int]:
+    """valkey-server processes working in ``data``."""
+    import os
+
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if "valkey" in Path(f"/proc/{pid}/comm").read_text() and (
+                os.readlink(f"/proc/{pid}/cwd") == str(data.resolve())
+            ):
+                out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+async def test_a_starter_whose_server_died_leaves_the_replacement_alone(tmp_path: Path) -> None:
+    """The server dies; the joined process's watch starts another; the first
+    process, stopping, must not stop or unlink that one (which would leave the joined
+    process starting a second server on the same data)."""
+    import asyncio
+    import os
+    import signal
+
+    data = tmp_path / "data"
+    first = EmbeddedValkey(data)
+    await first.start()
+    second = EmbeddedValkey(data, watch=True)
+    await second.start()
+    try:
+        c = make_clients(second.url)
+        await c.redis.set("k", "v")
+        await c.close()
+        os.kill(first._server._process.pid, signal.SIGKILL)
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if second.started_here:
+                break
+        assert second.started_here
+        await first.stop()
+        await asyncio.sleep(1.5)  # a watch round
+        assert _answers_ping(second.socket_path)
+        assert len(_servers(data)) == 1
+    finally:
+        await second.stop()
+    assert _servers(data) == []

@@ -125,7 +125,7 @@ def test_a_mistyped_setting_is_named_with_the_closest_one(
     from bots.settings import load_settings
 
     env = tmp_path / ".env"
-    env.write_text("LLM_MODLE=gpt-4o\n")
+    env.write_text("LLM_MODLE=gpt-4o\nSHELL_TOOL_ENV=SLACK_WEBHOOK_URL\n")
     import bots.settings as bs
 
     monkeypatch.setattr(bs, "ENV_FILE", str(env))
@@ -135,7 +135,6 @@ def test_a_mistyped_setting_is_named_with_the_closest_one(
     monkeypatch.setenv("SLACK_BOT_TOKEN_FILE", str(tmp_path / "missing"))
     monkeypatch.setenv("PARLEY_SOMETHING_ELSE", "1")
     monkeypatch.setenv("LLM_MODEL_FILE", "/run/secrets/model")  # not a secret: no _FILE
-    monkeypatch.setenv("SHELL_TOOL_ENV", "SLACK_WEBHOOK_URL")
     monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.example")  # for the shell tool
     # the missing _FILE is a problem of its own
     with caplog.at_level(logging.WARNING, logger="bots.settings"), contextlib.suppress(ConfigError):

@@ -39,6 +39,9 @@ async def test_a_start_while_telegram_is_unreachable_goes_on_and_learns_the_name
             async with asyncio.timeout(10):  # then the command menu asked for meanwhile
                 while not any(c.method == "setMyCommands" for c in fake.calls):
                     await asyncio.sleep(0.02)
+            # not before: it waited for getMe to answer
+            methods = [(c.method, c.status) for c in fake.calls]
+            assert methods.index(("getMe", 200)) < methods.index(("getMyCommands", 200))
         finally:
             await ch.shutdown()
     assert TOKEN not in caplog.text
