@@ -150,7 +150,7 @@ async def run(
     too_big: str,
     queue: Hashable = None,
     share: Share | None = None,
-    slots: int | None = None,
+    readers: Readers | None = None,
 ) -> dict[str, Any]:
     """What the reading process of ``kind`` ("pdf", "docx", "xlsx", "pptx") answered for
     ``data``: its JSON object, or ``{"error": reason}`` when it was not read in time
@@ -158,8 +158,12 @@ async def run(
     waiting for the documents before it included, or the process was killed after its
     ``args["read_secs"]`` or its ``share`` of the time left), it ran out of memory
     (``too_big``) or it failed (:data:`FAILED`).  Documents of one ``queue`` (a
-    conversation; None: its own) are read one at a time; at most ``slots`` (default
-    :data:`SLOTS`) of the worker's at once."""
+    conversation; None: its own) are read one at a time; at most ``readers.slots``
+    (default :data:`SLOTS`) of the worker's at once, each within ``readers.memory_bytes``
+    (default: ``args["memory"]``, the kind's own)."""
+    if readers is not None:
+        args = {**args, "memory": readers.memory_bytes}
+    slots = SLOTS if readers is None else readers.slots
     loop = asyncio.get_running_loop()
     gate = _SLOTS.setdefault(loop, _Limiter())
     queues = _QUEUES.setdefault(loop, weakref.WeakValueDictionary())
@@ -168,7 +172,7 @@ async def run(
         async with asyncio.timeout(max(0.0, give_up_at - time.monotonic())):
             async with mine:
                 secs = share.secs(give_up_at) if share is not None else math.inf
-                async with gate.slot(SLOTS if slots is None else slots):
+                async with gate.slot(slots):
                     return await _run(kind, data, args, give_up_at, too_big, secs)
     except TimeoutError:
         return {"error": TOO_LATE}

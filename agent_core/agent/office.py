@@ -174,7 +174,7 @@ async def read_in_child(
     args: dict[str, object] = {
         "tokens": tokens,
         "read_secs": READ_SECS,
-        "memory": CHILD_MEMORY_BYTES if readers is None else readers.memory_bytes,
+        "memory": CHILD_MEMORY_BYTES,
         "max_unzipped": MAX_UNZIPPED_BYTES,
         "max_members": MAX_ZIP_MEMBERS,
         "max_part": MAX_PART_BYTES,
@@ -182,14 +182,7 @@ async def read_in_child(
         "max_columns": MAX_SHEET_COLUMNS,
     }
     got = await doc_process.run(
-        kind,
-        data,
-        args,
-        give_up_at,
-        too_big=TOO_BIG,
-        queue=queue,
-        share=share,
-        slots=None if readers is None else readers.slots,
+        kind, data, args, give_up_at, too_big=TOO_BIG, queue=queue, share=share, readers=readers
     )
     if "error" in got:
         return str(got["error"])

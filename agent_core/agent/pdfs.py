@@ -215,17 +215,10 @@ async def read_in_child(
         "tokens": tokens,
         "read_secs": READ_SECS,
         "max_pages": MAX_PAGES,
-        "memory": CHILD_MEMORY_BYTES if readers is None else readers.memory_bytes,
+        "memory": CHILD_MEMORY_BYTES,
     }
     got = await doc_process.run(
-        "pdf",
-        data,
-        args,
-        give_up_at,
-        too_big=TOO_BIG,
-        queue=queue,
-        share=share,
-        slots=None if readers is None else readers.slots,
+        "pdf", data, args, give_up_at, too_big=TOO_BIG, queue=queue, share=share, readers=readers
     )
     if "error" in got:
         return str(got["error"])

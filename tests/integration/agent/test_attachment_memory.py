@@ -78,7 +78,8 @@ async def test_the_document_readers_settings_reach_the_reading_process(
     seen: list[tuple[str, object, object]] = []
 
     async def run(kind: str, data: bytes, args: dict[str, object], *a: Any, **kw: Any) -> Any:
-        seen.append((kind, args["memory"], kw.get("slots")))
+        readers = kw["readers"]
+        seen.append((kind, readers.memory_bytes, readers.slots))
         return {"error": "not read here"}
 
     monkeypatch.setattr(doc_process, "run", run)
