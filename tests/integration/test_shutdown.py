@@ -37,6 +37,18 @@ def _env(llm: FakeLLMServer, port: int, **extra: str) -> dict[str, str]:
     return env
 
 
+async def _ready(port: int) -> bool:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+        for _ in range(150):
+            try:
+                if (await client.get("/readyz")).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    return False
+
+
 async def _mid_turn(
     llm: FakeLLMServer, port: int, env: dict[str, str], *, own_group: bool = False
 ) -> asyncio.subprocess.Process:
@@ -52,14 +64,8 @@ async def _mid_turn(
         stderr=asyncio.subprocess.PIPE,
         start_new_session=own_group,  # a terminal's foreground process group
     )
+    assert await _ready(port), "parley never became ready"
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-        for _ in range(150):
-            try:
-                if (await client.get("/readyz")).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
         await client.get("/")
         r = await client.post("/api/messages", json={"text": "finish me"})
         assert r.status_code == 202
@@ -135,18 +141,6 @@ async def test_ctrl_c_in_a_terminal_finishes_the_turn_before_the_embedded_valkey
     finally:
         await redis.aclose()
         await again.stop()
-
-
-async def _ready(port: int) -> bool:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-        for _ in range(150):
-            try:
-                if (await client.get("/readyz")).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    return False
 
 
 async def test_a_closed_terminal_stops_parley_cleanly_unless_it_runs_under_nohup(
