@@ -181,9 +181,10 @@ def _env_file_values() -> dict[str, str]:
 def _check_unknown_names() -> None:
     classes: list[type[ParleySettings]] = [CoreSettings, LLMSettings, WebSettings]
     classes += [mod.SETTINGS for n in PLATFORMS if (mod := _channel_module(n)) is not None]
+    from_file = _env_file_values()
     # SHELL_TOOL_ENV, from the environment or .env: names handed to the shell tool
-    passed = os.environ.get("SHELL_TOOL_ENV") or _env_file_values().get("SHELL_TOOL_ENV") or ""
-    names = [*os.environ, *_env_file_values()]
+    passed = os.environ.get("SHELL_TOOL_ENV") or from_file.get("SHELL_TOOL_ENV") or ""
+    names = [*os.environ, *from_file]
     for line in unknown_names(names, known_names(classes, passed)):
         log.warning("%s", line)
 

@@ -5,9 +5,10 @@ posts, for the model.
 ``MAX_ATTACHMENT_BYTES``, like a PDF) and hands its bytes to :func:`read_in_child`,
 which reads it in a short-lived process of its own
 (:mod:`~agent_core.agent.doc_process`, with :mod:`~agent_core.agent.office_read`
-and :mod:`~agent_core.agent.slides_read` inside), at most two at a time per worker and one per conversation, killed a second
-after its :data:`READ_SECS` (or at the message's deadline), its memory capped at
-:data:`CHILD_MEMORY_BYTES`.  Nothing of the file is parsed in the worker: only its
+and :mod:`~agent_core.agent.slides_read` inside), at most ``DOCUMENT_READERS`` at a
+time per worker and one per conversation, killed a second after its
+:data:`READ_SECS` (or at the message's deadline), its memory capped at
+``DOCUMENT_MEMORY_MB`` (:data:`CHILD_MEMORY_BYTES` when none is given).  Nothing of the file is parsed in the worker: only its
 first bytes are looked at here.
 
 These files are zip archives of XML, so a small one can unpack to gigabytes (a zip
