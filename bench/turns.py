@@ -86,6 +86,7 @@ def _pooled(rounds: list[tuple[dict[str, Any], list[float]]]) -> dict[str, Any]:
         cpu_ms_per_turn=round(statistics.median(cpu), 3) if cpu else None,
         cpu_ms_per_turn_rounds=cpu,
         latency_added=lat_summary([x for _, lat in rounds for x in lat]),
+        p99_ms_rounds=[f["latency_added"].get("p99_ms") for f in figs],
         errors=sum(f["errors"] for f in figs),
         rounds=len(figs),
     )
@@ -246,6 +247,12 @@ async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Ta
                 tgt,
                 met,
             )
+        fr99, pr99 = floor[phase].get("p99_ms_rounds"), p[phase].get("p99_ms_rounds")
+        if fr99 and pr99:
+            table.add_row(
+                "  p99 of each round", " ".join(fmt_ms(x) for x in fr99),
+                " ".join(fmt_ms(x) for x in pr99), "", "", "",
+            )  # fmt: skip
     table.add_row(
         "errors (fixed / saturation)", f"{floor[fx]['errors']} / {floor[sat]['errors']}",
         f"{p[fx]['errors']} / {p[sat]['errors']}", "", "0", "",

@@ -16,7 +16,6 @@ behind prompts and answers (an approval prompt is never starved by edits).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
@@ -45,11 +44,10 @@ class Pacer:
         With ``max_wait`` a slot further away than that is not booked on the
         pace that refused (returns None).
         """
-        now = int(time.time() * 1000)
         mw = -1 if max_wait is None else int(max_wait * 1000)
         res = await run_pipelined(
             self._redis,
-            [(self._pace, [key], [now, int(interval * 1000), mw]) for key, interval in paces],
+            [(self._pace, [key], [int(interval * 1000), mw]) for key, interval in paces],
         )
         waits = [int(r) for r in res]
         if any(w < 0 for w in waits):
@@ -62,5 +60,4 @@ class Pacer:
             await asyncio.sleep(delay)
 
     async def pause(self, key: str, seconds: float) -> None:
-        now = int(time.time() * 1000)
-        await self._pause(keys=[key], args=[now, int(seconds * 1000)])
+        await self._pause(keys=[key], args=[int(seconds * 1000)])

@@ -197,32 +197,47 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return tonumber(ARGV[2]) + 1
 """
 
-# KEYS: pace key ; ARGV: now_ms, interval_ms, max_wait_ms (-1 = unbounded)
+# The pace scripts read the time from the server (TIME), not from the caller:
+# every process on every machine then books on one clock, and the wait they
+# return counts from the moment the slot was booked, not from when the caller
+# built its request (a caller that stalled for a while before its round trip
+# would otherwise sleep that stall a second time).
+_SERVER_MS = """
+local _t = redis.call('TIME')
+local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
+"""
+
+# KEYS: pace key ; ARGV: interval_ms, max_wait_ms (-1 = unbounded)
 # Reserves the next free send slot on a shared pace (one key per chat, one
 # global...).  Returns the ms to wait before sending, or -1 if that would be
 # longer than max_wait (nothing reserved: a droppable streaming edit).
-PACE = """
-local now = tonumber(ARGV[1])
-local interval = tonumber(ARGV[2])
+PACE = (
+    _SERVER_MS
+    + """
+local interval = tonumber(ARGV[1])
 local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
 local slot = math.max(now, nxt)
 local wait = slot - now
-local maxw = tonumber(ARGV[3])
+local maxw = tonumber(ARGV[2])
 if maxw >= 0 and wait > maxw then return -1 end
 redis.call('SET', KEYS[1], slot + interval, 'PX', wait + interval + 1000)
 return wait
 """
+)
 
-# KEYS: pace key ; ARGV: now_ms, pause_ms.  Nothing may be sent on this pace
-# before now + pause (a platform 429 retry_after).
-PACE_PAUSE = """
-local until_ms = tonumber(ARGV[1]) + tonumber(ARGV[2])
+# KEYS: pace key ; ARGV: pause_ms.  Nothing may be sent on this pace before
+# now + pause (a platform 429 retry_after).
+PACE_PAUSE = (
+    _SERVER_MS
+    + """
+local until_ms = now + tonumber(ARGV[1])
 local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
 if until_ms > nxt then
-  redis.call('SET', KEYS[1], until_ms, 'PX', tonumber(ARGV[2]) + 1000)
+  redis.call('SET', KEYS[1], until_ms, 'PX', tonumber(ARGV[1]) + 1000)
 end
 return 1
 """
+)
 
 
 # --- agent core (issue 4) ---
