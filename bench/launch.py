@@ -8,6 +8,8 @@ Environment knobs (all optional):
   on a redis-py asyncio connection: one per command, one per pipeline, plus
   the SCRIPT EXISTS redis-py sends before a pipeline holding scripts) and
   write the counters as JSON to ``<BENCH_RTT_FILE>.<pid>`` twice a second.
+* ``BENCH_STAGES_FILE``: note when each turn passes the stages of its path
+  (``bench/stages.py``) in ``<BENCH_STAGES_FILE>.<pid>``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ def main() -> None:
 
     if os.environ.get("BENCH_RTT_FILE"):
         _patch_rtt(os.environ["BENCH_RTT_FILE"])
+    if os.environ.get("BENCH_STAGES_FILE"):
+        from bench.stages import install
+
+        install(os.environ["BENCH_STAGES_FILE"])
     from bots.cli import main as cli_main
 
     cli_main(sys.argv[1:])

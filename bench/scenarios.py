@@ -36,9 +36,10 @@ from bench.harness import (
 from bench.options import Options, fmt_ms
 from bench.turns import scenario_turns
 
-__all__ = ["SCENARIOS", "Options", "run"]
+__all__ = ["DIAGNOSTICS", "SCENARIOS", "Options", "run"]
 
 SCENARIOS = ("floor", "turns", "inflight", "redis", "sessions", "stream")
+DIAGNOSTICS = ("stages",)  # not part of `all`: no target, a look inside
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -586,6 +587,10 @@ async def _run_one(name: str, o: Options) -> tuple[dict, Table, list[str]]:
         return await scenario_sessions(o)
     if name == "stream":
         return await scenario_stream(o)
+    if name == "stages":
+        from bench.stages import scenario_stages
+
+        return await scenario_stages(o)
     raise ValueError(name)
 
 

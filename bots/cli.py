@@ -295,7 +295,9 @@ def release() -> None:
 def bench(
     scenario: Annotated[
         str,
-        typer.Argument(help="floor | turns | inflight | redis | sessions | stream | all | chaos"),
+        typer.Argument(
+            help="floor | turns | inflight | redis | sessions | stream | all | chaos | stages"
+        ),
     ],
     quick: Annotated[bool, typer.Option(help="a tiny configuration that runs in seconds")] = False,
     rate: Annotated[float, typer.Option(help="turns/s of the fixed-rate phase")] = 100.0,
@@ -326,15 +328,16 @@ def bench(
         _fail([f"bench: needs a source checkout (no bench/ under {root})"])
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from bench.scenarios import SCENARIOS, Options
+    from bench.scenarios import DIAGNOSTICS, SCENARIOS, Options
     from bench.scenarios import run as run_scenario
 
     if scenario == "chaos":
         _bench_chaos(quick, Path(out) if out else root / "bench" / "results")
         return
     names = list(SCENARIOS[1:]) if scenario == "all" else [scenario]
-    if any(n not in SCENARIOS for n in names):
-        _fail([f"unknown scenario {scenario!r}; use one of: {', '.join(SCENARIOS)}, all"])
+    if any(n not in SCENARIOS + DIAGNOSTICS for n in names):
+        known = ", ".join((*SCENARIOS, "all", "chaos", *DIAGNOSTICS))
+        _fail([f"unknown scenario {scenario!r}; use one of: {known}"])
     try:
         opts = Options(
             quick=quick,

@@ -1,0 +1,237 @@
+"""The `stages` scenario: where a plain Telegram turn's time goes, stage by stage.
+
+Parley alone (web + worker) at ``--rate`` turns/s for ``--duration`` s.  Inside the
+Parley processes (``bench.launch`` with ``BENCH_STAGES_FILE``) a few methods on the
+turn's path are wrapped to note CLOCK_MONOTONIC times per chat; the harness adds
+the webhook POST (start) and the fake Bot API receiving ``sendMessage`` (end).  The
+table gives each step's p50 / p99 over all turns and its mean over the slowest 1 %:
+which steps the tail is made of.  A diagnostic, not a target: the wrappers cost a
+little CPU, so its latencies run slightly above `turns`'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import json
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from bench.harness import Box, Phases, box, machine_info, open_loop
+from bench.options import Options, fmt_ms
+
+# (stage, what happened there), in the order a turn passes them
+STAGES = (
+    ("web_in", "web: update parsed, ingest starts"),
+    ("web_out", "web: ingest script answered"),
+    ("read", "worker: XREADGROUP returned the entry"),
+    ("handed", "worker: hand-off script answered"),
+    ("turn", "worker: the turn starts"),
+    ("llm_in", "worker: LLM request starts"),
+    ("llm_out", "worker: LLM stream done"),
+    ("pace_in", "worker: pacing reservation starts"),
+    ("pace_out", "worker: pacing reservation answered"),
+    ("claim_in", "worker: part claim starts"),
+    ("claim_out", "worker: part claim answered"),
+)
+
+# --- inside the Parley processes ------------------------------------------------------
+_CHAT: contextvars.ContextVar[str] = contextvars.ContextVar("bench_chat", default="")
+_MARKS: list[tuple[str, str, float]] = []
+
+
+def _mark(stage: str, chat: str) -> None:
+    _MARKS.append((stage, chat, time.monotonic()))
+
+
+def _wrap(cls: Any, name: str, before: Any = None, after: Any = None) -> None:
+    original = getattr(cls, name)  # AttributeError: a renamed method, fix STAGES' hooks
+
+    async def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if before is not None:
+            before(self, args, kwargs)
+        result = await original(self, *args, **kwargs)
+        if after is not None:
+            after(self, args, kwargs, result)
+        return result
+
+    setattr(cls, name, wrapped)
+
+
+def install(path: str) -> None:
+    """Wrap the turn path's methods; append marks to ``<path>.<pid>`` (JSON lines)."""
+    from agent_core.agent.reply import ReplyWriter
+    from agent_core.agent.turn import Turn
+    from agent_core.ingest import Ingest
+    from agent_core.store.delivery import Delivery
+    from agent_core.store.pacing import Pacer
+
+    def conv(event: Any) -> str:
+        return str(event.thread.conversation)
+
+    _wrap(
+        Ingest,
+        "submit",
+        lambda s, a, k: _mark("web_in", conv(a[0])),
+        lambda s, a, k, r: _mark("web_out", conv(a[0])),
+    )
+
+    def after_read(s: Any, a: Any, k: Any, entries: Any) -> None:
+        for _eid, event in entries:
+            if event is not None:
+                _mark("read", conv(event))
+
+    def after_hand_off(s: Any, a: Any, k: Any, began: Any) -> None:
+        for thread, _state in began:
+            _mark("handed", str(thread.conversation))
+
+    _wrap(Delivery, "read", None, after_read)
+    _wrap(Delivery, "handoff_and_begin", None, after_hand_off)
+    run = Turn.run
+
+    async def turn_run(self: Any, head: Any) -> Any:
+        _CHAT.set(str(self.thread.conversation))
+        _mark("turn", _CHAT.get())
+        return await run(self, head)
+
+    Turn.run = turn_run  # type: ignore[method-assign]
+    for cls, name, stage in (
+        (Turn, "_stream", "llm"),
+        (Pacer, "reserve", "pace"),
+        (ReplyWriter, "_claim", "claim"),
+    ):
+        _wrap(
+            cls,
+            name,
+            lambda s, a, k, st=stage: _mark(f"{st}_in", _CHAT.get()),
+            lambda s, a, k, r, st=stage: _mark(f"{st}_out", _CHAT.get()),
+        )
+    out = f"{path}.{os.getpid()}"
+
+    def flush() -> None:  # small appends: a big dump would hold the GIL for ms
+        done = 0
+        while True:
+            time.sleep(0.1)
+            n = len(_MARKS)
+            if n > done:
+                with open(out, "a") as fh:
+                    fh.write("".join(json.dumps(m) + "\n" for m in _MARKS[done:n]))
+                done = n
+
+    threading.Thread(target=flush, daemon=True, name="bench-stages").start()
+
+
+# --- in the harness -------------------------------------------------------------------
+def _read_marks(path: Path) -> dict[str, dict[str, float]]:
+    by_chat: dict[str, dict[str, float]] = {}
+    for f in path.parent.glob(path.name + ".*"):
+        for line in f.read_text().splitlines():
+            try:
+                stage, chat, at = json.loads(line)
+            except ValueError:
+                continue  # a line cut by the process stopping mid-write
+            by_chat.setdefault(chat, {}).setdefault(stage, at)  # first time only
+    return by_chat
+
+
+def breakdown(
+    starts: dict[int, float], ends: dict[int, float], marks: dict[str, dict[str, float]]
+) -> dict[str, Any]:
+    """Per-step figures over turns that passed every stage; slowest 1 % separately."""
+    names = ["post"] + [s for s, _ in STAGES] + ["sent"]
+    turns: list[tuple[float, list[float]]] = []
+    for chat, end in ends.items():
+        m = marks.get(str(chat), {})
+        if chat not in starts or any(s not in m for s, _ in STAGES):
+            continue
+        times = [starts[chat], *(m[s] for s, _ in STAGES), end]
+        steps = [(b - a) * 1000 for a, b in itertools.pairwise(times)]
+        turns.append(((end - starts[chat]) * 1000, steps))
+    turns.sort(key=lambda t: t[0])
+    if not turns:
+        return {"turns": 0, "steps": []}
+    n = len(turns)
+    slow = turns[int(0.99 * n) :] or turns[-1:]
+    steps = []
+    for i in range(len(names) - 1):
+        col = sorted(t[1][i] for t in turns)
+        steps.append(
+            {
+                "step": f"{names[i]} -> {names[i + 1]}",
+                "p50_ms": round(col[n // 2], 2),
+                "p99_ms": round(col[min(n - 1, int(0.99 * n))], 2),
+                "slowest_1pct_mean_ms": round(statistics.mean(t[1][i] for t in slow), 2),
+            }
+        )
+    total = [t[0] for t in turns]
+    return {
+        "turns": n,
+        "total_p50_ms": round(total[n // 2], 2),
+        "total_p99_ms": round(total[min(n - 1, int(0.99 * n))], 2),
+        "slowest_1pct_mean_ms": round(statistics.mean(t[0] for t in slow), 2),
+        "steps": steps,
+    }
+
+
+async def _run(b: Box, o: Options, ph: Phases) -> dict[str, Any]:
+    starts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    expect, got = b.tracker.expect, b.tracker.got
+
+    def timed_expect(chat: int) -> Any:
+        starts[chat] = time.monotonic()
+        return expect(chat)
+
+    def timed_got(chat: int, at: float) -> None:
+        if chat in b.tracker.pending:
+            ends[chat] = at
+        got(chat, at)
+
+    b.tracker.expect, b.tracker.got = timed_expect, timed_got  # type: ignore[method-assign]
+    path = b.tmp / "stages"
+    await b.start_parley(BENCH_STAGES_FILE=str(path), WORKER_CONCURRENCY="512")
+    warm = 1.0 if o.quick else 3.0
+    await open_loop(b, min(o.rate, 50.0), warm, ph.phase("warm-up", warm, b))
+    await b.drain(10)
+    starts.clear()
+    ends.clear()
+    await open_loop(b, o.rate, o.duration, ph.phase(f"{o.rate:.0f} turns/s", o.duration, b))
+    await b.drain(15)
+    await asyncio.sleep(0.3)  # the processes' last flush (every 0.1 s)
+    return breakdown(starts, ends, _read_marks(path))
+
+
+async def scenario_stages(o: Options) -> tuple[dict, Table, list[str]]:
+    data: dict[str, Any] = {"options": vars(o).copy()}
+    async with box(0.0) as b:
+        data["machine"] = machine_info(b.valkey_version)
+        with Phases() as ph:
+            data["stages"] = await _run(b, o, ph)
+    s = data["stages"]
+    table = Table(title=f"parley bench stages ({s['turns']} turns at {o.rate:.0f}/s)")
+    for col in ("step", "p50 ms", "p99 ms", "slowest 1 % mean ms"):
+        table.add_column(col)
+    for step in s["steps"]:
+        table.add_row(
+            step["step"], fmt_ms(step["p50_ms"]), fmt_ms(step["p99_ms"]),
+            fmt_ms(step["slowest_1pct_mean_ms"]),
+        )  # fmt: skip
+    if s["turns"]:
+        table.add_row(
+            "whole turn", fmt_ms(s["total_p50_ms"]), fmt_ms(s["total_p99_ms"]),
+            fmt_ms(s["slowest_1pct_mean_ms"]),
+        )  # fmt: skip
+    notes = [
+        "post = the harness POSTs the webhook; sent = the fake Bot API receives sendMessage.",
+        *(f"{name}: {what}" for name, what in STAGES),
+        "Parley alone (web + worker), fake LLM at 0 ms, pacing off; the wrappers cost a "
+        "little CPU, so the whole turn runs slightly slower than in `turns`.",
+    ]
+    return data, table, notes
