@@ -9,9 +9,12 @@ platform's limit, paces it under its platform's rate limits and returns a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from redis.commands.core import AsyncScript
 
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
 
@@ -56,22 +59,57 @@ class Outbox(Protocol):
 # whether a message reached the platform is the request itself, not the
 # pacing wait before it.  The hook may raise (lock lost, part already sent):
 # the channel must let that exception propagate and send nothing.
+#
+# The claim is one script call (``WireClaim``).  A channel that books its
+# pacing slot in Redis right before the request passes ``wire_claim()`` to
+# ``Pacer.reserve(..., claim=)``, which sends the claim in the booking's round
+# trip and keeps it only if no wait is due (agent_core/store/pacing.py); the
+# ``on_wire()`` that follows is then a no-op.  One round trip fewer per message.
 
-_ON_WIRE: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
-    "parley_on_wire", default=None
-)
+
+@dataclass(frozen=True)
+class WireClaim:
+    """The hook's claim as a script call, and what to make of its reply."""
+
+    call: tuple[AsyncScript, Sequence[str], Sequence[str | int]]  # script, keys, args
+    marker: str  # what the claim writes when it succeeds (to take it back exactly)
+    sent_key: str  # where it writes it (field ``field``)
+    field: str
+    settle: Callable[[Any], None]  # the script's reply -> None, or raises as the hook does
+
+
+@dataclass
+class _Hook:
+    callback: Callable[[], Awaitable[None]]
+    claim: WireClaim | None
+
+
+_ON_WIRE: ContextVar[_Hook | None] = ContextVar("parley_on_wire", default=None)
 
 
 async def on_wire() -> None:
     """Called by a channel right before the request that creates a message."""
-    callback = _ON_WIRE.get()
-    if callback is not None:
+    hook = _ON_WIRE.get()
+    if hook is not None:
         _ON_WIRE.set(None)
-        await callback()
+        await hook.callback()
 
 
-def set_on_wire(callback: Callable[[], Awaitable[None]] | None) -> object:
-    return _ON_WIRE.set(callback)
+def wire_claim() -> WireClaim | None:
+    """The claim ``on_wire()`` would make now, for a pacer to send early (or None)."""
+    hook = _ON_WIRE.get()
+    return hook.claim if hook is not None else None
+
+
+def wire_claimed() -> None:
+    """The pending claim was made (and settled) elsewhere: ``on_wire()`` does nothing."""
+    _ON_WIRE.set(None)
+
+
+def set_on_wire(
+    callback: Callable[[], Awaitable[None]] | None, claim: WireClaim | None = None
+) -> object:
+    return _ON_WIRE.set(None if callback is None else _Hook(callback, claim))
 
 
 def reset_on_wire(token: object) -> None:

@@ -29,11 +29,13 @@ from agent_core.errors import ChannelError, LockLost, SendUnconfirmed
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import (
     Outbox,
+    WireClaim,
     reset_current_part,
     reset_on_wire,
     set_current_part,
     set_on_wire,
 )
+from agent_core.store import keys
 from agent_core.store.delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,10 @@ class ReplyWriter:
             return await self._converge(field, known, message)
         token = None
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
-            token = set_on_wire(lambda: self._claim(field, resend_pending=idempotent))
+            token = set_on_wire(
+                lambda: self._claim(field, resend_pending=idempotent),
+                self._wire_claim(field, resend_pending=idempotent),
+            )
         part_token = set_current_part(field)
         try:
             ref = await self.outbox.send(self.thread, message, reply_to=self.reply_to)
@@ -174,6 +179,23 @@ class ReplyWriter:
         (again) rather than waited for.
         """
         code, known = await self.delivery.claim_part(self.thread, self.guard.owner, field)
+        self._settle(code, known, resend_pending)
+
+    def _wire_claim(self, field: str, *, resend_pending: bool) -> WireClaim:
+        """The same claim as a script call, for a channel's pacer to send early."""
+        call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field)
+        return WireClaim(
+            call=call,
+            marker=marker,
+            sent_key=keys.sent(self.thread),
+            field=field,
+            settle=lambda raw: self._settle(
+                *self.delivery.claim_result(raw), resend_pending=resend_pending
+            ),
+        )
+
+    def _settle(self, code: int, known: MessageRef | None, resend_pending: bool) -> None:
+        """What a claim's answer means: go on (claimed), or raise."""
         if code == -1:
             self.guard.lost = True
             self.guard.check()

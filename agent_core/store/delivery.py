@@ -258,12 +258,19 @@ class Delivery:
     ) -> tuple[int, MessageRef | None]:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
         (1, ref) already sent, (2, None) being sent by another execution."""
-        res = await run_script(
-            self.redis,
-            self._claim,
-            [keys.lock(thread), keys.sent(thread)],
-            [owner, field_name, int(time.time() * 1000)],
-        )
+        script_call, _marker = self.claim_call(thread, owner, field_name)
+        return self.claim_result(await run_script(self.redis, *script_call))
+
+    def claim_call(self, thread: ThreadKey, owner: str, field_name: str) -> tuple[Call, str]:
+        """``claim_part``'s script call (to send in another round trip), and the
+        value it writes in the sent records when it claims."""
+        now = int(time.time() * 1000)
+        sent = keys.sent(thread)
+        return (self._claim, [keys.lock(thread), sent], [owner, field_name, now]), f"pending:{now}"
+
+    @staticmethod
+    def claim_result(res: Any) -> tuple[int, MessageRef | None]:
+        """``claim_part``'s answer from the claim script's raw reply."""
         code = int(res[0])
         if code != 1:
             return code, None

@@ -11,17 +11,31 @@ process waits exactly what the platform asked.
 
 Streaming edits pass ``max_wait`` so they are skipped rather than queued
 behind prompts and answers (an approval prompt is never starved by edits).
+
+A request that creates a message passes the agent's wire claim
+(``agent_core.outbox.wire_claim()``): it rides in the booking's round trip and
+is kept only when no wait is due (the claim must come after any pacing wait, so
+that a crash leaves a part unsure only during the request itself); otherwise it
+is taken back in a second round trip and ``on_wire()`` claims again after the
+wait.  Every script stays on its own keys (a pace key, the thread's keys), so
+the pipeline runs on a Redis Cluster too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from agent_core.outbox import WireClaim, wire_claimed
 from agent_core.store import scripts
-from agent_core.store.scripting import run_pipelined
+from agent_core.store.scripting import Call, run_pipelined, run_script
+
+log = logging.getLogger(__name__)
 
 PREFIX = "parley:pace:"
 
@@ -35,24 +49,52 @@ class Pacer:
         self._redis = redis
         self._pace = redis.register_script(scripts.PACE)
         self._pause = redis.register_script(scripts.PACE_PAUSE)
+        self._unclaim = redis.register_script(scripts.UNCLAIM_PART)
 
     async def reserve(
-        self, paces: Sequence[tuple[str, float]], *, max_wait: float | None = None
+        self,
+        paces: Sequence[tuple[str, float]],
+        *,
+        max_wait: float | None = None,
+        claim: WireClaim | None = None,
     ) -> float | None:
         """Book a slot on every (key, interval_s); return seconds to wait.
 
         With ``max_wait`` a slot further away than that is not booked on the
-        pace that refused (returns None).
+        pace that refused (returns None).  With ``claim`` (the agent's wire
+        claim) the claim is made in the same round trip when the wait is 0 (then
+        ``on_wire()`` does nothing); a refused claim raises here, as the hook
+        would.  A claim made while a wait is due is taken back.
         """
         mw = -1 if max_wait is None else int(max_wait * 1000)
-        res = await run_pipelined(
-            self._redis,
-            [(self._pace, [key], [int(interval * 1000), mw]) for key, interval in paces],
-        )
-        waits = [int(r) for r in res]
-        if any(w < 0 for w in waits):
+        calls: list[Call] = [
+            (self._pace, [key], [int(interval * 1000), mw]) for key, interval in paces
+        ]
+        if claim is not None:
+            calls.append(claim.call)
+        res = await run_pipelined(self._redis, calls)
+        waits = [int(r) for r in res[: len(paces)]]
+        refused = any(w < 0 for w in waits)
+        if claim is not None:
+            await self._keep_or_take_back(claim, res[-1], refused or max(waits, default=0) > 0)
+        if refused:
             return None
         return max(waits, default=0) / 1000
+
+    async def _keep_or_take_back(self, claim: WireClaim, reply: Any, waiting: bool) -> None:
+        if not waiting or int(reply[0]) != 0:  # claimed with no wait due, or not claimed
+            wire_claimed()
+            claim.settle(reply)  # may raise: lock lost, part sent by another execution
+            return
+        try:
+            await run_script(
+                self._redis, self._unclaim, [claim.sent_key], [claim.field, claim.marker]
+            )
+        except RedisError:
+            # Still ours: keep it over the wait rather than have on_wire() find
+            # this claim and take it for another execution's.
+            wire_claimed()
+            log.warning("could not take back an early part claim; keeping it over the wait")
 
     async def wait(self, paces: Sequence[tuple[str, float]]) -> None:
         delay = await self.reserve(paces)

@@ -410,6 +410,16 @@ redis.call('HSET', KEYS[2], ARGV[2], 'pending:' .. ARGV[3])
 return {0}
 """
 
+# KEYS: sent hash ; ARGV: field, marker.  Takes back a CLAIM_PART claim that is
+# still exactly the one written (its 'pending:<ms>' marker): 1 taken back, 0 not.
+UNCLAIM_PART = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
 # KEYS: lock ; ARGV: owner.  1 if the lock is ours.
 HOLDS = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end

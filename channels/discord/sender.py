@@ -23,7 +23,7 @@ from discord.http import Route
 
 from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import current_part, on_wire
+from agent_core.outbox import current_part, on_wire, wire_claim
 from agent_core.store.pacing import Pacer, pace_key
 from channels.download import fetch_capped, origin
 from channels.never_sent import never_sent
@@ -151,12 +151,18 @@ class DiscordOutbox:
         )
         await self._pacer.pause(key, retry_after)
 
-    async def _pace(self, channel_id: str, *, droppable: bool = False) -> bool:
+    async def _pace(
+        self, channel_id: str, *, droppable: bool = False, creates: bool = False
+    ) -> bool:
+        """Wait for a slot; ``creates``: a new message, whose part claim the agent
+        makes in the booking's round trip when no wait is due."""
         paces = [
             (channel_pace(channel_id), self._settings.discord_channel_pace_secs),
             (GLOBAL_PACE, self._settings.discord_global_pace_secs),
         ]
-        delay = await self._pacer.reserve(paces, max_wait=0.25 if droppable else None)
+        delay = await self._pacer.reserve(
+            paces, max_wait=0.25 if droppable else None, claim=wire_claim() if creates else None
+        )
         if delay is None:
             return False
         if delay > 0:
@@ -236,8 +242,8 @@ class DiscordOutbox:
                         "fail_if_not_exists": False,
                     },
                 }
-            await self._pace(dest)
-            await on_wire()  # the agent claims a new message here
+            await self._pace(dest, creates=True)
+            await on_wire()  # the agent claims a new message here (unless claimed above)
             ids.append(await self._create(dest, k, payload))
         return MessageRef(
             "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])

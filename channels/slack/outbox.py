@@ -42,7 +42,7 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
-from agent_core.outbox import on_wire
+from agent_core.outbox import on_wire, wire_claim
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
@@ -110,13 +110,15 @@ class SlackOutbox:
         if self.pace_secs > 0:
             paces = [(channel_pace(channel), self.pace_secs)]
             max_wait = _DROPPABLE_MAX_WAIT if droppable else None
-            delay = await self.pacer.reserve(paces, max_wait=max_wait)
+            # a new message: the agent's part claim rides in the booking's round trip
+            claim = wire_claim() if method == "chat.postMessage" else None
+            delay = await self.pacer.reserve(paces, max_wait=max_wait, claim=claim)
             if delay is None:
                 return None
             if delay > 0:
                 await asyncio.sleep(delay)
         if method == "chat.postMessage":
-            await on_wire()  # the agent claims a new message here
+            await on_wire()  # the agent claims a new message here (unless claimed above)
         token = current_channel.set(channel)
         try:
             body = {"channel": channel, **{k: v for k, v in kwargs.items() if v is not None}}

@@ -54,7 +54,7 @@ from agent_core.errors import (
     SendUnconfirmed,
 )
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import on_wire
+from agent_core.outbox import on_wire, wire_claim
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 from channels.telegram import refs
@@ -167,11 +167,16 @@ class TelegramOutbox:
         return paces
 
     async def _reserve(self, chat_id: int, droppable: bool) -> None:
+        claim = wire_claim()  # the agent's part claim rides along (a new message)
         try:
             delay = await self._pacer.reserve(
-                self._paces(chat_id), max_wait=self.limits.edit_max_wait if droppable else None
+                self._paces(chat_id),
+                max_wait=self.limits.edit_max_wait if droppable else None,
+                claim=claim,
             )
         except RedisError:
+            if claim is not None:
+                raise  # the claim may or may not have been made: not sent blind
             log.warning("telegram pacing unavailable (Redis); sending unpaced")
             return
         if delay is None:
@@ -209,7 +214,7 @@ class TelegramOutbox:
         started = time.monotonic()
         while True:
             await self._reserve(chat_id, droppable)
-            await on_wire()  # the agent claims a new message here (no-op for edits)
+            await on_wire()  # the agent claims a new message (no-op: edits, claimed above)
             try:
                 return await fn()
             except RetryAfter as exc:

@@ -6,8 +6,15 @@ import asyncio
 import time
 from typing import Any
 
+import orjson
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from agent_core.events import MessageRef, ThreadKey
+from agent_core.outbox import WireClaim, on_wire, reset_on_wire, set_on_wire, wire_claim
+from agent_core.store import keys, pacing
+from agent_core.store.client import RedisClients
+from agent_core.store.delivery import Delivery
 from agent_core.store.pacing import Pacer, pace_key
 
 
@@ -60,3 +67,128 @@ async def test_a_slot_booked_long_ago_costs_no_wait(redis: Any) -> None:
     assert await pacer.reserve([(key, 0.1)]) == 0
     await asyncio.sleep(0.15)
     assert await pacer.reserve([(key, 0.1)]) == 0
+
+
+# --- the agent's part claim in the booking's round trip ------------------------------
+
+
+class _Claims:
+    """A thread whose lock ``owner`` holds, its claim calls, and the hook's calls."""
+
+    def __init__(self, clients: RedisClients, owner: str = "w1") -> None:
+        self.delivery = Delivery(clients.redis, clients.blocking)
+        self.thread = ThreadKey("telegram", "bot", "42")
+        self.owner = owner
+        self.hook_calls = 0
+        self.settled: list[tuple[int, MessageRef | None]] = []
+
+    async def hold_lock(self, redis: Any) -> None:
+        await redis.set(keys.lock(self.thread), self.owner)
+
+    def claim(self, field: str) -> WireClaim:
+        call, marker = self.delivery.claim_call(self.thread, self.owner, field)
+
+        def settle(raw: Any) -> None:
+            code, ref = self.delivery.claim_result(raw)
+            self.settled.append((code, ref))
+            if code != 0:
+                raise RuntimeError(f"claim refused: {code}")
+
+        return WireClaim(call, marker, keys.sent(self.thread), field, settle)
+
+    def hook(self, field: str) -> object:
+        async def callback() -> None:
+            self.hook_calls += 1
+            await self.delivery.claim_part(self.thread, self.owner, field)
+
+        return set_on_wire(callback, self.claim(field))
+
+    async def record(self, redis: Any, field: str) -> bytes | None:
+        got: bytes | None = await redis.hget(keys.sent(self.thread), field)
+        return got
+
+
+async def test_with_no_wait_due_the_claim_is_made_in_the_booking_round_trip(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    token = c.hook("e1:0")
+    try:
+        assert await Pacer(redis).reserve([(pace_key("t", "c", "9"), 1.0)], claim=wire_claim()) == 0
+        assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
+        assert c.settled == [(0, None)]
+        await on_wire()  # already claimed: the hook does nothing
+        assert c.hook_calls == 0
+    finally:
+        reset_on_wire(token)
+
+
+async def test_with_a_wait_due_the_claim_is_taken_back_and_made_after_the_wait(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    """A part is claimed only once its pacing wait is over: a crash during the
+    wait must leave it unclaimed (sent by the rerun), not 'maybe sent'."""
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    pacer = Pacer(redis)
+    key = pace_key("t", "c", "10")
+    assert await pacer.reserve([(key, 1.0)]) == 0  # the chat's slot is taken
+    token = c.hook("e1:0")
+    try:
+        wait = await pacer.reserve([(key, 1.0)], claim=wire_claim())
+        assert wait == pytest.approx(1.0, abs=0.05)
+        assert await c.record(redis, "e1:0") is None  # taken back
+        await on_wire()  # after the wait: the hook claims
+        assert c.hook_calls == 1
+        assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
+    finally:
+        reset_on_wire(token)
+
+
+async def test_a_refused_claim_raises_at_once_even_with_a_wait_due(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    sent = orjson.dumps(MessageRef("telegram", "42", "7").to_dict())
+    await redis.hset(keys.sent(c.thread), "e1:0", sent)  # sent before
+    pacer = Pacer(redis)
+    key = pace_key("t", "c", "11")
+    await pacer.reserve([(key, 5.0)])
+    token = c.hook("e1:0")
+    try:
+        with pytest.raises(RuntimeError, match="refused: 1"):
+            await pacer.reserve([(key, 5.0)], claim=wire_claim())
+        assert await c.record(redis, "e1:0") == sent  # untouched
+        assert c.settled == [(1, MessageRef("telegram", "42", "7"))]
+        await redis.set(keys.lock(c.thread), "someone-else")
+        with pytest.raises(RuntimeError, match="refused: -1"):
+            await pacer.reserve([(key, 5.0)], claim=c.claim("e1:1"))
+    finally:
+        reset_on_wire(token)
+
+
+async def test_a_claim_that_cannot_be_taken_back_is_kept_over_the_wait(
+    redis: Any, redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking the early claim back failed: it stays ours, and the hook does not
+    run again (it would find this claim and take it for another execution's)."""
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    pacer = Pacer(redis)
+    key = pace_key("t", "c", "12")
+    await pacer.reserve([(key, 1.0)])
+
+    async def down(*a: Any, **k: Any) -> None:
+        raise RedisConnectionError("gone")
+
+    monkeypatch.setattr(pacing, "run_script", down)
+    token = c.hook("e1:0")
+    try:
+        assert await pacer.reserve([(key, 1.0)], claim=wire_claim()) == pytest.approx(1, abs=0.05)
+        assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
+        await on_wire()
+        assert c.hook_calls == 0
+    finally:
+        reset_on_wire(token)
