@@ -36,10 +36,8 @@ STAGES = (
     ("turn", "worker: the turn starts"),
     ("llm_in", "worker: LLM request starts"),
     ("llm_out", "worker: LLM stream done"),
-    ("pace_in", "worker: pacing reservation starts"),
+    ("pace_in", "worker: pacing reservation (with the part claim) starts"),
     ("pace_out", "worker: pacing reservation answered"),
-    ("claim_in", "worker: part claim starts"),
-    ("claim_out", "worker: part claim answered"),
 )
 
 # --- inside the Parley processes ------------------------------------------------------
@@ -67,7 +65,6 @@ def _wrap(cls: Any, name: str, before: Any = None, after: Any = None) -> None:
 
 def install(path: str) -> None:
     """Wrap the turn path's methods; append marks to ``<path>.<pid>`` (JSON lines)."""
-    from agent_core.agent.reply import ReplyWriter
     from agent_core.agent.turn import Turn
     from agent_core.ingest import Ingest
     from agent_core.store.delivery import Delivery
@@ -105,7 +102,6 @@ def install(path: str) -> None:
     for cls, name, stage in (
         (Turn, "_stream", "llm"),
         (Pacer, "reserve", "pace"),
-        (ReplyWriter, "_claim", "claim"),
     ):
         _wrap(
             cls,

@@ -66,7 +66,7 @@ def test_stages_breakdown_splits_each_turn_and_skips_incomplete_ones() -> None:
             extra = 0.05 if chat == 99 and i >= names.index("llm_out") else 0.0
             marks[str(chat)][name] = t + (i + 1) / 1000 + extra
         ends[chat] = t + (len(names) + 1) / 1000 + (0.05 if chat == 99 else 0.0)
-    marks["7"].pop("claim_in")  # a turn that missed a stage is left out
+    marks["7"].pop("pace_in")  # a turn that missed a stage is left out
     out = breakdown(starts, ends, marks)
     assert out["turns"] == 99
     steps = {s["step"]: s for s in out["steps"]}
