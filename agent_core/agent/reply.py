@@ -103,9 +103,10 @@ class ReplyWriter:
             return await self._converge(field, known, message)
         token = None
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
+            early = self._wire_claim(field, resend_pending=idempotent)
             token = set_on_wire(
-                lambda: self._claim(field, resend_pending=idempotent),
-                self._wire_claim(field, resend_pending=idempotent),
+                lambda: self._claim(field, resend_pending=idempotent, mine=early.marker),
+                early,
             )
         part_token = set_current_part(field)
         try:
@@ -171,14 +172,18 @@ class ReplyWriter:
         ids = getattr(self.outbox, "message_ids", None)
         return tuple(ids(ref)) if callable(ids) else (ref.message_id, ref.extra)
 
-    async def _claim(self, field: str, *, resend_pending: bool = False) -> None:
+    async def _claim(self, field: str, *, resend_pending: bool = False, mine: str = "") -> None:
         """Fenced claim of ``field`` right before it goes on the wire.
 
         ``resend_pending``: the channel shows a part once however often it is
         sent, so a part an earlier execution claimed but never recorded is sent
-        (again) rather than waited for.
+        (again) rather than waited for.  ``mine``: the marker of the early claim
+        a pacer made for this send (``_wire_claim``), in case it could not be
+        taken back before the wait.
         """
-        code, known = await self.delivery.claim_part(self.thread, self.guard.owner, field)
+        code, known = await self.delivery.claim_part(
+            self.thread, self.guard.owner, field, mine=mine
+        )
         self._settle(code, known, resend_pending)
 
     def _wire_claim(self, field: str, *, resend_pending: bool) -> WireClaim:

@@ -254,19 +254,23 @@ class Delivery:
         return [InboundEvent.from_json(r) for r in raw]
 
     async def claim_part(
-        self, thread: ThreadKey, owner: str, field_name: str
+        self, thread: ThreadKey, owner: str, field_name: str, *, mine: str = ""
     ) -> tuple[int, MessageRef | None]:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
-        (1, ref) already sent, (2, None) being sent by another execution."""
-        script_call, _marker = self.claim_call(thread, owner, field_name)
+        (1, ref) already sent, (2, None) being sent by another execution.
+        ``mine``: the marker of this execution's own earlier claim of the part
+        (``claim_call``), which counts as claimed if it is still there."""
+        script_call, _marker = self.claim_call(thread, owner, field_name, mine=mine)
         return self.claim_result(await run_script(self.redis, *script_call))
 
-    def claim_call(self, thread: ThreadKey, owner: str, field_name: str) -> tuple[Call, str]:
+    def claim_call(
+        self, thread: ThreadKey, owner: str, field_name: str, *, mine: str = ""
+    ) -> tuple[Call, str]:
         """``claim_part``'s script call (to send in another round trip), and the
         value it writes in the sent records when it claims."""
         now = int(time.time() * 1000)
-        sent = keys.sent(thread)
-        return (self._claim, [keys.lock(thread), sent], [owner, field_name, now]), f"pending:{now}"
+        args: list[Any] = [owner, field_name, now, *([mine] if mine else [])]
+        return (self._claim, [keys.lock(thread), keys.sent(thread)], args), f"pending:{now}"
 
     @staticmethod
     def claim_result(res: Any) -> tuple[int, MessageRef | None]:

@@ -17,7 +17,7 @@ A request that creates a message passes the agent's wire claim
 is kept only when no wait is due (the claim must come after any pacing wait, so
 that a crash leaves a part unsure only during the request itself); otherwise it
 is taken back in a second round trip and ``on_wire()`` claims again after the
-wait.  Every script stays on its own keys (a pace key, the thread's keys), so
+wait (accepting the early claim, should taking it back have failed).  Every script stays on its own keys (a pace key, the thread's keys), so
 the pipeline runs on a Redis Cluster too.
 """
 
@@ -72,7 +72,12 @@ class Pacer:
         ]
         if claim is not None:
             calls.append(claim.call)
-        res = await run_pipelined(self._redis, calls)
+        try:
+            res = await run_pipelined(self._redis, calls)
+        except RedisError:
+            if claim is not None:  # the claim may have been made: take it back if so
+                await self._take_back(claim)
+            raise
         waits = [int(r) for r in res[: len(paces)]]
         refused = any(w < 0 for w in waits)
         if claim is not None:
@@ -86,15 +91,18 @@ class Pacer:
             wire_claimed()
             claim.settle(reply)  # may raise: lock lost, part sent by another execution
             return
+        await self._take_back(claim)
+
+    async def _take_back(self, claim: WireClaim) -> None:
+        """Remove the early claim (if it is there and still exactly ours).  If that
+        fails, on_wire() after the wait claims again and, finding this claim, keeps
+        it (its marker is passed along), checking the lock as any claim does."""
         try:
             await run_script(
                 self._redis, self._unclaim, [claim.sent_key], [claim.field, claim.marker]
             )
-        except RedisError:
-            # Still ours: keep it over the wait rather than have on_wire() find
-            # this claim and take it for another execution's.
-            wire_claimed()
-            log.warning("could not take back an early part claim; keeping it over the wait")
+        except RedisError as exc:
+            log.warning("could not take back an early part claim (%s)", type(exc).__name__)
 
     async def wait(self, paces: Sequence[tuple[str, float]]) -> None:
         delay = await self.reserve(paces)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio.connection as rconn
 
 from agent_core.llm.base import LLMProvider
 from agent_core.llm.settings import LLMSettings
@@ -86,3 +88,20 @@ async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         finally:
             stop.set()
             await task
+
+
+@pytest.fixture
+def packets(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """Every packet redis-py sends from now on (one per command, one per pipeline:
+    one per round trip), by the first command's name."""
+    counts: collections.Counter[str] = collections.Counter()
+    original = rconn.AbstractConnection.send_packed_command
+
+    async def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        first = bytes(command[0] if isinstance(command, list | tuple) else command)
+        parts = first[:48].split(b"\r\n")
+        counts[parts[2].decode(errors="replace") if len(parts) > 2 else "?"] += 1
+        await original(self, command, check_health)
+
+    monkeypatch.setattr(rconn.AbstractConnection, "send_packed_command", counting)
+    return counts

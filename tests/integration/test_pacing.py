@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from agent_core.events import MessageRef, ThreadKey
 from agent_core.outbox import WireClaim, on_wire, reset_on_wire, set_on_wire, wire_claim
@@ -97,11 +98,18 @@ class _Claims:
         return WireClaim(call, marker, keys.sent(self.thread), field, settle)
 
     def hook(self, field: str) -> object:
+        """The wire hook as ReplyWriter sets it: the early claim, and a callback
+        that claims again after a wait (accepting the early claim's marker)."""
+        early = self.claim(field)
+
         async def callback() -> None:
             self.hook_calls += 1
-            await self.delivery.claim_part(self.thread, self.owner, field)
+            code, ref = await self.delivery.claim_part(
+                self.thread, self.owner, field, mine=early.marker
+            )
+            self.settled.append((code, ref))
 
-        return set_on_wire(callback, self.claim(field))
+        return set_on_wire(callback, early)
 
     async def record(self, redis: Any, field: str) -> bytes | None:
         got: bytes | None = await redis.hget(keys.sent(self.thread), field)
@@ -169,26 +177,53 @@ async def test_a_refused_claim_raises_at_once_even_with_a_wait_due(
         reset_on_wire(token)
 
 
-async def test_a_claim_that_cannot_be_taken_back_is_kept_over_the_wait(
-    redis: Any, redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("ran", [False, True], ids=["never-ran", "reply-lost"])
+async def test_a_claim_whose_take_back_failed_is_made_again_after_the_wait(
+    redis: Any, redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch, ran: bool
 ) -> None:
-    """Taking the early claim back failed: it stays ours, and the hook does not
-    run again (it would find this claim and take it for another execution's)."""
+    """Taking the early claim back failed (before the script ran, or with its reply
+    lost after): after the wait the hook claims again, checking the lock, and
+    finds either nothing or its own early claim, which it keeps."""
     c = _Claims(redis_clients)
     await c.hold_lock(redis)
     pacer = Pacer(redis)
     key = pace_key("t", "c", "12")
     await pacer.reserve([(key, 1.0)])
+    real = pacing.run_script
 
-    async def down(*a: Any, **k: Any) -> None:
+    async def failing(*a: Any, **k: Any) -> None:
+        if ran:
+            await real(*a, **k)
         raise RedisConnectionError("gone")
 
-    monkeypatch.setattr(pacing, "run_script", down)
+    monkeypatch.setattr(pacing, "run_script", failing)
     token = c.hook("e1:0")
     try:
         assert await pacer.reserve([(key, 1.0)], claim=wire_claim()) == pytest.approx(1, abs=0.05)
-        assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
+        early = await c.record(redis, "e1:0")
+        assert (early is None) if ran else (early or b"").startswith(b"pending:")
         await on_wire()
-        assert c.hook_calls == 0
+        assert c.hook_calls == 1
+        assert c.settled == [(0, None)]  # claimed: the part goes out, once
+        assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
+    finally:
+        reset_on_wire(token)
+
+
+async def test_a_pace_that_fails_takes_the_claim_made_with_it_back(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    """The booking's round trip failed (a refused pace script) after the claim in it
+    was made: the claim is taken back, so a rerun sends the part instead of
+    taking it for 'maybe sent'."""
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    key = pace_key("t", "c", "13")
+    await redis.hset(key, "not", "a pace")  # the PACE script fails on it (WRONGTYPE)
+    token = c.hook("e1:0")
+    try:
+        with pytest.raises(ResponseError):
+            await Pacer(redis).reserve([(key, 1.0)], claim=wire_claim())
+        assert await c.record(redis, "e1:0") is None
     finally:
         reset_on_wire(token)

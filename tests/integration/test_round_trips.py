@@ -13,27 +13,9 @@ import collections
 import time
 from typing import Any
 
-import pytest
-import redis.asyncio.connection as rconn
-
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.demo import DemoProvider
 from tests.fakes.outbox import RecordingOutbox
-
-
-@pytest.fixture
-def packets(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
-    counts: collections.Counter[str] = collections.Counter()
-    original = rconn.AbstractConnection.send_packed_command
-
-    async def counting(self: Any, command: Any, check_health: bool = True) -> None:
-        first = bytes(command[0] if isinstance(command, list | tuple) else command)
-        parts = first[:48].split(b"\r\n")
-        counts[parts[2].decode(errors="replace") if len(parts) > 2 else "?"] += 1
-        await original(self, command, check_health)
-
-    monkeypatch.setattr(rconn.AbstractConnection, "send_packed_command", counting)
-    return counts
 
 
 async def test_plain_turn_costs_at_most_eight_round_trips(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ import pytest
 from discord_harness import Gateway, wait_client_ready
 from redis.asyncio import Redis
 
+from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.errors import SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import (
     Button,
@@ -20,6 +22,9 @@ from agent_core.events import (
     ThreadKey,
 )
 from agent_core.outbox import reset_current_part, set_current_part
+from agent_core.store import keys
+from agent_core.store.client import RedisClients
+from agent_core.store.delivery import Delivery
 from agent_core.store.pacing import Pacer
 from channels.discord.render import LIMIT
 from channels.discord.sender import DiscordOutbox, channel_pace
@@ -335,3 +340,21 @@ async def test_a_part_added_by_an_edit_is_created_once_if_the_edit_repeats(
     again = await outbox.edit(ref, OutboundMessage(long, final=True))
     assert again.extra == grown.extra
     assert len(fake_discord.messages[DM_CHANNEL_ID]) == 2
+
+
+async def test_a_new_message_claims_its_part_in_the_pacing_round_trip(
+    outbox: DiscordOutbox, redis_clients: RedisClients, packets: collections.Counter[str]
+) -> None:
+    """The agent's part claim rides in the booking of the pace slots: one round
+    trip before the message is created, the record after it a second."""
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    for thread in (THREAD, DM):
+        await redis_clients.redis.set(keys.lock(thread), "w1")
+    warm = ReplyWriter(outbox, delivery, DM, "e0", {}, LockGuard(owner="w1"))
+    await warm.say(OutboundMessage("warm"))  # loads the scripts into this fresh server
+    packets.clear()
+    await ReplyWriter(outbox, delivery, THREAD, "e1", {}, LockGuard(owner="w1")).say(
+        OutboundMessage("hello")
+    )
+    assert packets == {"EVALSHA": 1, "HSET": 1}
+    assert await delivery.sent_ref(THREAD, "e1:0") is not None

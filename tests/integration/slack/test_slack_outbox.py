@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable
 import pytest
 from redis.asyncio import Redis
 
+from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.errors import ConfigError, SendRateLimited, SendUnconfirmed
 from agent_core.events import (
     Action,
@@ -22,6 +24,9 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
+from agent_core.store import keys
+from agent_core.store.client import RedisClients
+from agent_core.store.delivery import Delivery
 from agent_core.store.pacing import Pacer
 from channels.slack.channel import SlackChannel
 from channels.slack.client import channel_pace
@@ -293,3 +298,30 @@ async def test_post_whose_answer_is_lost_after_slack_stored_it_is_not_repeated(
         assert len(posts) == 1, posts
     finally:
         await slack.shutdown()
+
+
+async def test_a_new_message_claims_its_part_in_the_pacing_round_trip(
+    fake_slack: FakeSlack,
+    channel_factory: Callable[..., SlackChannel],
+    redis_clients: RedisClients,
+    packets: collections.Counter[str],
+) -> None:
+    """With channel pacing on, the agent's part claim rides in the booking of the
+    channel's slot: one round trip before chat.postMessage, the record a second."""
+    ch = channel_factory(slack_channel_pace_secs=0.2)
+    await ch.initialize()
+    try:
+        delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+        first, second = _thread(fake_slack), ThreadKey("slack", TEAM, "D1", "")
+        for thread in (first, second):
+            await redis_clients.redis.set(keys.lock(thread), "w1")
+        warm = ReplyWriter(ch.outbox(), delivery, first, "e0", {}, LockGuard(owner="w1"))
+        await warm.say(OutboundMessage("warm"))  # loads the scripts into this fresh server
+        packets.clear()
+        await ReplyWriter(ch.outbox(), delivery, second, "e1", {}, LockGuard(owner="w1")).say(
+            OutboundMessage("hello")
+        )
+        assert packets == {"EVALSHA": 1, "HSET": 1}
+        assert await delivery.sent_ref(second, "e1:0") is not None
+    finally:
+        await ch.shutdown()

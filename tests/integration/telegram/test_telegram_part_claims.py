@@ -1,0 +1,82 @@
+"""A reply part's claim rides in the Telegram sender's pacing round trip: through the
+agent's ReplyWriter, the real python-telegram-bot and the fake Bot API."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pytest
+
+from agent_core.agent.reply import LockGuard, ReplyWriter
+from agent_core.errors import LockLost
+from agent_core.events import OutboundMessage, ThreadKey
+from agent_core.store import keys
+from agent_core.store.client import RedisClients
+from agent_core.store.delivery import Delivery
+from channels.telegram import TelegramChannel
+from tests.fakes.telegram import FakeTelegram
+
+DM = ThreadKey("telegram", "123456", "42")
+OWNER = "worker-1:token"
+
+
+def writer(channel: TelegramChannel, delivery: Delivery, event: str = "e1") -> ReplyWriter:
+    return ReplyWriter(channel.outbox(), delivery, DM, event, {}, LockGuard(owner=OWNER))
+
+
+async def test_a_message_costs_one_round_trip_before_it_is_sent(
+    fake: FakeTelegram,
+    channel: TelegramChannel,
+    redis_clients: RedisClients,
+    packets: collections.Counter[str],
+) -> None:
+    """No pacing wait due: the booking and the claim are one round trip, the
+    record after the send a second (three before the claim rode along)."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    other = ThreadKey("telegram", "123456", "43")
+    for thread in (DM, other):
+        await redis.set(keys.lock(thread), OWNER)
+    # a first message elsewhere loads the scripts into this fresh server
+    await ReplyWriter(channel.outbox(), delivery, other, "e0", {}, LockGuard(owner=OWNER)).say(
+        OutboundMessage("warm")
+    )
+    packets.clear()
+    await writer(channel, delivery).say(OutboundMessage("hello"))
+    assert packets == {"EVALSHA": 1, "HSET": 1}
+    assert [c.params["text"] for c in fake.calls_of("sendMessage")] == ["warm", "hello"]
+    assert await delivery.sent_ref(DM, "e1:0") is not None  # recorded
+
+
+async def test_a_message_that_waits_for_its_slot_is_claimed_after_the_wait(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """The chat's slot is taken: the early claim is taken back, the part claimed
+    again after the wait and sent once (no stall on its own claim)."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), OWNER)
+    await writer(channel, delivery, "e0").say(OutboundMessage("first"))  # takes the slot
+    started = time.monotonic()
+    await writer(channel, delivery).say(OutboundMessage("second"))
+    took = time.monotonic() - started
+    assert 0.1 < took < 5, took  # waited for the chat's 0.2 s slot, not 15 s
+    assert [c.params["text"] for c in fake.calls_of("sendMessage")] == ["first", "second"]
+    assert await delivery.sent_ref(DM, "e1:0") is not None
+
+
+async def test_a_stale_execution_sends_nothing(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """The thread's lock belongs to another worker: the claim in the booking
+    refuses, the writer learns its lock is lost, and nothing reaches Telegram."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), "worker-2:token")
+    w = writer(channel, delivery)
+    with pytest.raises(LockLost):
+        await w.say(OutboundMessage("late"))
+    assert w.guard.lost
+    assert fake.calls_of("sendMessage") == []
+    assert await delivery.sent_ref(DM, "e1:0") is None
