@@ -69,19 +69,20 @@ class Outbox(Protocol):
 
 @dataclass(frozen=True)
 class WireClaim:
-    """The hook's claim as a script call, and what to make of its reply."""
+    """The hook's claim as a script call, what to make of its reply, and how to
+    take it back (a claim made too early, or for a request that must wait to be
+    repeated)."""
 
     call: tuple[AsyncScript, Sequence[str], Sequence[str | int]]  # script, keys, args
-    marker: str  # what the claim writes when it succeeds (to take it back exactly)
-    sent_key: str  # where it writes it (field ``field``)
-    field: str
     settle: Callable[[Any], None]  # the script's reply -> None, or raises as the hook does
+    release: Callable[[], Awaitable[object]]  # take the claim back if it is still this one
 
 
 @dataclass
 class _Hook:
     callback: Callable[[], Awaitable[None]]
     claim: WireClaim | None
+    done: bool = False  # claimed (by on_wire or by a pacer)
 
 
 _ON_WIRE: ContextVar[_Hook | None] = ContextVar("parley_on_wire", default=None)
@@ -90,25 +91,44 @@ _ON_WIRE: ContextVar[_Hook | None] = ContextVar("parley_on_wire", default=None)
 async def on_wire() -> None:
     """Called by a channel right before the request that creates a message."""
     hook = _ON_WIRE.get()
-    if hook is not None:
-        _ON_WIRE.set(None)
+    if hook is not None and not hook.done:
+        hook.done = True
         await hook.callback()
 
 
 def wire_claim() -> WireClaim | None:
     """The claim ``on_wire()`` would make now, for a pacer to send early (or None)."""
     hook = _ON_WIRE.get()
-    return hook.claim if hook is not None else None
+    return hook.claim if hook is not None and not hook.done else None
 
 
 def wire_claimed() -> None:
     """The pending claim was made (and settled) elsewhere: ``on_wire()`` does nothing."""
-    _ON_WIRE.set(None)
+    hook = _ON_WIRE.get()
+    if hook is not None:
+        hook.done = True
+
+
+async def wire_retry() -> None:
+    """The request after the claim did not create the message (the platform said
+    to retry later, or nothing left this machine) and will be repeated after a
+    wait: take the claim back, so that a crash during the wait leaves the part
+    unclaimed (sent by the rerun), and claim again before the next attempt.
+    Nothing to do for a request that claimed nothing (an edit).  Raises
+    RedisError if the claim could not be taken back."""
+    hook = _ON_WIRE.get()
+    if hook is None or not hook.done:
+        return
+    if hook.claim is not None:
+        await hook.claim.release()
+    hook.done = False
 
 
 def set_on_wire(
     callback: Callable[[], Awaitable[None]] | None, claim: WireClaim | None = None
 ) -> object:
+    """Arm the hook for one message-creating request (``claim``: the same claim as a
+    script call, for a pacer to send early; needed for ``wire_retry``)."""
     return _ON_WIRE.set(None if callback is None else _Hook(callback, claim))
 
 

@@ -35,7 +35,6 @@ from agent_core.outbox import (
     set_current_part,
     set_on_wire,
 )
-from agent_core.store import keys
 from agent_core.store.delivery import Delivery
 
 log = logging.getLogger(__name__)
@@ -103,10 +102,10 @@ class ReplyWriter:
             return await self._converge(field, known, message)
         token = None
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
-            early = self._wire_claim(field, resend_pending=idempotent)
+            at = int(time.time() * 1000)  # one marker for every claim of this send
             token = set_on_wire(
-                lambda: self._claim(field, resend_pending=idempotent, mine=early.marker),
-                early,
+                lambda: self._claim(field, resend_pending=idempotent, at_ms=at),
+                self._wire_claim(field, resend_pending=idempotent, at_ms=at),
             )
         part_token = set_current_part(field)
         try:
@@ -172,31 +171,31 @@ class ReplyWriter:
         ids = getattr(self.outbox, "message_ids", None)
         return tuple(ids(ref)) if callable(ids) else (ref.message_id, ref.extra)
 
-    async def _claim(self, field: str, *, resend_pending: bool = False, mine: str = "") -> None:
+    async def _claim(
+        self, field: str, *, resend_pending: bool = False, at_ms: int | None = None
+    ) -> None:
         """Fenced claim of ``field`` right before it goes on the wire.
 
         ``resend_pending``: the channel shows a part once however often it is
         sent, so a part an earlier execution claimed but never recorded is sent
-        (again) rather than waited for.  ``mine``: the marker of the early claim
-        a pacer made for this send (``_wire_claim``), in case it could not be
-        taken back before the wait.
+        (again) rather than waited for.  ``at_ms``: the time in this send's claim
+        marker, the same for every claim of one send (an early one a pacer made
+        and could not take back is then this send's own, not another's).
         """
         code, known = await self.delivery.claim_part(
-            self.thread, self.guard.owner, field, mine=mine
+            self.thread, self.guard.owner, field, at_ms=at_ms
         )
         self._settle(code, known, resend_pending)
 
-    def _wire_claim(self, field: str, *, resend_pending: bool) -> WireClaim:
+    def _wire_claim(self, field: str, *, resend_pending: bool, at_ms: int) -> WireClaim:
         """The same claim as a script call, for a channel's pacer to send early."""
-        call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field)
+        call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field, at_ms=at_ms)
         return WireClaim(
             call=call,
-            marker=marker,
-            sent_key=keys.sent(self.thread),
-            field=field,
             settle=lambda raw: self._settle(
                 *self.delivery.claim_result(raw), resend_pending=resend_pending
             ),
+            release=lambda: self.delivery.unclaim_part(self.thread, field, marker),
         )
 
     def _settle(self, code: int, known: MessageRef | None, resend_pending: bool) -> None:

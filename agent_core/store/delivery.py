@@ -83,6 +83,7 @@ class Delivery:
         self._begin = redis.register_script(scripts.BEGIN)
         self._save = redis.register_script(scripts.SAVE_SESSION)
         self._claim = redis.register_script(scripts.CLAIM_PART)
+        self._unclaim = redis.register_script(scripts.UNCLAIM_PART)
         self._holds = redis.register_script(scripts.HOLDS)
         # threads whose completion emptied the mailbox: they leave the active index in
         # the next round trip this process sends anyway (``leave_index_later``)
@@ -254,23 +255,30 @@ class Delivery:
         return [InboundEvent.from_json(r) for r in raw]
 
     async def claim_part(
-        self, thread: ThreadKey, owner: str, field_name: str, *, mine: str = ""
+        self, thread: ThreadKey, owner: str, field_name: str, *, at_ms: int | None = None
     ) -> tuple[int, MessageRef | None]:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
         (1, ref) already sent, (2, None) being sent by another execution.
-        ``mine``: the marker of this execution's own earlier claim of the part
-        (``claim_call``), which counts as claimed if it is still there."""
-        script_call, _marker = self.claim_call(thread, owner, field_name, mine=mine)
+        ``at_ms``: the time in the claim's marker (``claim_call``); the same send
+        claiming again passes the same, and finds its own claim claimed."""
+        script_call, _marker = self.claim_call(thread, owner, field_name, at_ms=at_ms)
         return self.claim_result(await run_script(self.redis, *script_call))
 
     def claim_call(
-        self, thread: ThreadKey, owner: str, field_name: str, *, mine: str = ""
+        self, thread: ThreadKey, owner: str, field_name: str, *, at_ms: int | None = None
     ) -> tuple[Call, str]:
         """``claim_part``'s script call (to send in another round trip), and the
-        value it writes in the sent records when it claims."""
-        now = int(time.time() * 1000)
-        args: list[Any] = [owner, field_name, now, *([mine] if mine else [])]
+        marker it writes in the sent records when it claims."""
+        now = int(time.time() * 1000) if at_ms is None else at_ms
+        args: list[Any] = [owner, field_name, now]
         return (self._claim, [keys.lock(thread), keys.sent(thread)], args), f"pending:{now}"
+
+    async def unclaim_part(self, thread: ThreadKey, field_name: str, marker: str) -> bool:
+        """Take back a claim that is still exactly ``marker`` (the send did not
+        happen, or not yet); False if something else is recorded there."""
+        return bool(
+            await run_script(self.redis, self._unclaim, [keys.sent(thread)], [field_name, marker])
+        )
 
     @staticmethod
     def claim_result(res: Any) -> tuple[int, MessageRef | None]:

@@ -17,7 +17,7 @@ A request that creates a message passes the agent's wire claim
 is kept only when no wait is due (the claim must come after any pacing wait, so
 that a crash leaves a part unsure only during the request itself); otherwise it
 is taken back in a second round trip and ``on_wire()`` claims again after the
-wait (accepting the early claim, should taking it back have failed).  Every script stays on its own keys (a pace key, the thread's keys), so
+wait (finding the early claim its own, should taking it back have failed).  Every script stays on its own keys (a pace key, the thread's keys), so
 the pipeline runs on a Redis Cluster too.
 """
 
@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 
 from agent_core.outbox import WireClaim, wire_claimed
 from agent_core.store import scripts
-from agent_core.store.scripting import Call, run_pipelined, run_script
+from agent_core.store.scripting import Call, run_pipelined
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,6 @@ class Pacer:
         self._redis = redis
         self._pace = redis.register_script(scripts.PACE)
         self._pause = redis.register_script(scripts.PACE_PAUSE)
-        self._unclaim = redis.register_script(scripts.UNCLAIM_PART)
 
     async def reserve(
         self,
@@ -95,12 +94,10 @@ class Pacer:
 
     async def _take_back(self, claim: WireClaim) -> None:
         """Remove the early claim (if it is there and still exactly ours).  If that
-        fails, on_wire() after the wait claims again and, finding this claim, keeps
-        it (its marker is passed along), checking the lock as any claim does."""
+        fails, on_wire() after the wait claims again and, finding this send's own
+        marker, keeps it, checking the lock as any claim does."""
         try:
-            await run_script(
-                self._redis, self._unclaim, [claim.sent_key], [claim.field, claim.marker]
-            )
+            await claim.release()
         except RedisError as exc:
             log.warning("could not take back an early part claim (%s)", type(exc).__name__)
 

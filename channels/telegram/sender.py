@@ -54,7 +54,7 @@ from agent_core.errors import (
     SendUnconfirmed,
 )
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import on_wire, wire_claim
+from agent_core.outbox import on_wire, wire_claim, wire_retry
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 from channels.telegram import refs
@@ -225,6 +225,7 @@ class TelegramOutbox:
                 waited += secs
                 if waited > self.limits.max_retry_wait:
                     raise SendRateLimited(secs, "Telegram flood control") from exc
+                await self._unclaim_for_retry()  # not created: claimed again after the wait
                 # Loop: the paused pace makes the next reserve wait exactly `secs`.
                 if not paused:
                     await asyncio.sleep(secs)
@@ -273,15 +274,26 @@ class TelegramOutbox:
                     if droppable or time.monotonic() - started > self.limits.max_retry_wait:
                         raise SendFailed(f"Telegram call failed: {exc.message}") from exc
                     log.warning("telegram call could not start (%s); retrying", exc.message)
+                    await self._unclaim_for_retry()
                     await asyncio.sleep(0.5)
                     continue
                 if server_errors >= 2:
                     raise SendFailed(f"Telegram call failed: {exc.message}") from exc
                 server_errors += 1
                 log.warning("telegram call failed (%s); retrying", exc.message)
+                await self._unclaim_for_retry()  # refused, or the API was not reached
                 await asyncio.sleep(0.5 if server_errors == 1 else 1.5)
             except TelegramError as exc:
                 raise SendFailed(f"Telegram call failed: {exc.message}") from exc
+
+    async def _unclaim_for_retry(self) -> None:
+        """A message that was not created waits to be tried again: its part claim
+        is taken back meanwhile (a crash in the wait then leaves it to the rerun
+        instead of 'maybe sent'), and made again before the next try."""
+        try:
+            await wire_retry()
+        except RedisError:
+            log.warning("telegram: could not take back a part claim; keeping it over the wait")
 
     # -- primitives ----------------------------------------------------------
 

@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 
 from agent_core.events import MessageRef, ThreadKey
 from agent_core.outbox import WireClaim, on_wire, reset_on_wire, set_on_wire, wire_claim
-from agent_core.store import keys, pacing
+from agent_core.store import keys
 from agent_core.store.client import RedisClients
 from agent_core.store.delivery import Delivery
 from agent_core.store.pacing import Pacer, pace_key
@@ -82,12 +82,13 @@ class _Claims:
         self.owner = owner
         self.hook_calls = 0
         self.settled: list[tuple[int, MessageRef | None]] = []
+        self.release_fails = ""  # "before" / "after": the take-back's round trip fails
 
     async def hold_lock(self, redis: Any) -> None:
         await redis.set(keys.lock(self.thread), self.owner)
 
-    def claim(self, field: str) -> WireClaim:
-        call, marker = self.delivery.claim_call(self.thread, self.owner, field)
+    def claim(self, field: str, at_ms: int | None = None) -> WireClaim:
+        call, marker = self.delivery.claim_call(self.thread, self.owner, field, at_ms=at_ms)
 
         def settle(raw: Any) -> None:
             code, ref = self.delivery.claim_result(raw)
@@ -95,21 +96,26 @@ class _Claims:
             if code != 0:
                 raise RuntimeError(f"claim refused: {code}")
 
-        return WireClaim(call, marker, keys.sent(self.thread), field, settle)
+        async def release() -> None:
+            if self.release_fails == "before":
+                raise RedisConnectionError("gone")
+            await self.delivery.unclaim_part(self.thread, field, marker)
+            if self.release_fails == "after":
+                raise RedisConnectionError("reply lost")
+
+        return WireClaim(call, settle, release)
 
     def hook(self, field: str) -> object:
         """The wire hook as ReplyWriter sets it: the early claim, and a callback
-        that claims again after a wait (accepting the early claim's marker)."""
-        early = self.claim(field)
+        that claims again after a wait, with the same marker."""
+        at = int(time.time() * 1000)
 
         async def callback() -> None:
             self.hook_calls += 1
-            code, ref = await self.delivery.claim_part(
-                self.thread, self.owner, field, mine=early.marker
-            )
+            code, ref = await self.delivery.claim_part(self.thread, self.owner, field, at_ms=at)
             self.settled.append((code, ref))
 
-        return set_on_wire(callback, early)
+        return set_on_wire(callback, self.claim(field, at))
 
     async def record(self, redis: Any, field: str) -> bytes | None:
         got: bytes | None = await redis.hget(keys.sent(self.thread), field)
@@ -177,37 +183,45 @@ async def test_a_refused_claim_raises_at_once_even_with_a_wait_due(
         reset_on_wire(token)
 
 
-@pytest.mark.parametrize("ran", [False, True], ids=["never-ran", "reply-lost"])
+@pytest.mark.parametrize("fails", ["before", "after"])
 async def test_a_claim_whose_take_back_failed_is_made_again_after_the_wait(
-    redis: Any, redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch, ran: bool
+    redis: Any, redis_clients: RedisClients, fails: str
 ) -> None:
     """Taking the early claim back failed (before the script ran, or with its reply
     lost after): after the wait the hook claims again, checking the lock, and
-    finds either nothing or its own early claim, which it keeps."""
+    finds either nothing or this send's own claim, which it keeps."""
     c = _Claims(redis_clients)
     await c.hold_lock(redis)
     pacer = Pacer(redis)
     key = pace_key("t", "c", "12")
     await pacer.reserve([(key, 1.0)])
-    real = pacing.run_script
-
-    async def failing(*a: Any, **k: Any) -> None:
-        if ran:
-            await real(*a, **k)
-        raise RedisConnectionError("gone")
-
-    monkeypatch.setattr(pacing, "run_script", failing)
+    c.release_fails = fails
     token = c.hook("e1:0")
     try:
         assert await pacer.reserve([(key, 1.0)], claim=wire_claim()) == pytest.approx(1, abs=0.05)
         early = await c.record(redis, "e1:0")
-        assert (early is None) if ran else (early or b"").startswith(b"pending:")
+        assert (early is None) if fails == "after" else (early or b"").startswith(b"pending:")
         await on_wire()
         assert c.hook_calls == 1
         assert c.settled == [(0, None)]  # claimed: the part goes out, once
         assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
     finally:
         reset_on_wire(token)
+
+
+async def test_another_executions_claim_is_not_taken_for_this_ones(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    """Only the very marker of this send counts as its own: a claim an earlier
+    execution left (another time) is reported as being sent elsewhere."""
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", at_ms=1000) == (0, None)
+    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", at_ms=1000) == (0, None)
+    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", at_ms=2000) == (2, None)
+    assert not await c.delivery.unclaim_part(c.thread, "e1:0", "pending:2000")
+    assert await c.delivery.unclaim_part(c.thread, "e1:0", "pending:1000")
+    assert await c.record(redis, "e1:0") is None
 
 
 async def test_a_pace_that_fails_takes_the_claim_made_with_it_back(

@@ -3,6 +3,7 @@ agent's ReplyWriter, the real python-telegram-bot and the fake Bot API."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import time
 
@@ -80,3 +81,24 @@ async def test_a_stale_execution_sends_nothing(
     assert w.guard.lost
     assert fake.calls_of("sendMessage") == []
     assert await delivery.sent_ref(DM, "e1:0") is None
+
+
+async def test_a_message_waiting_out_flood_control_is_unclaimed_meanwhile(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """Telegram answered 429: the message was not created.  While the sender waits
+    ``retry_after`` its part is not claimed (a crash then leaves it to the rerun,
+    not 'maybe sent'); the next attempt claims it again and sends it once."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), OWNER)
+    fake.fail_next("sendMessage", 429, retry_after=1)
+    task = asyncio.create_task(writer(channel, delivery).say(OutboundMessage("hello")))
+    deadline = time.monotonic() + 5
+    while not any(c.method == "sendMessage" for c in fake.calls) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # inside the 1 s wait
+    assert await redis.hget(keys.sent(DM), "e1:0") is None
+    await task
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [429, 200]
+    assert await delivery.sent_ref(DM, "e1:0") is not None
