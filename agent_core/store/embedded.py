@@ -67,6 +67,19 @@ def _answers_ping(path: Path) -> bool:
         return False
 
 
+def _listening(path: Path) -> bool:
+    """A server accepts connections on the socket: there, even if too busy to answer
+    a PING within a second (loading a large data file, a long command).  A server
+    that exited leaves no listener: connecting is refused, or the file is gone."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            s.connect(str(path))
+            return True
+    except OSError:
+        return False
+
+
 def _try_exclusive(f: Any) -> bool:
     """Is this the last process using the server?  (Unlocked first: upgrading a
     shared lock in place is not atomic everywhere, and a process starting now
@@ -154,7 +167,8 @@ class EmbeddedValkey:
         with open(lock_path, "w") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
-                if _answers_ping(self.socket_path):
+                if _answers_ping(self.socket_path) or _listening(self.socket_path):
+                    # (a server busy loading its data accepts but does not answer yet)
                     log.info("embedded Valkey already running at %s", self.socket_path)
                     if self._server is not None and not self._server.is_running():
                         # ours died and another process's watch started the one that
@@ -218,8 +232,8 @@ class EmbeddedValkey:
         """Start the server again if the process that ran it exited."""
         while True:
             await asyncio.sleep(every)
-            if await asyncio.to_thread(_answers_ping, self.socket_path):
-                continue
+            if await asyncio.to_thread(_listening, self.socket_path):
+                continue  # answering, or busy: either way not gone
             log.warning("embedded Valkey at %s went away; starting it again", self.socket_path)
             try:
                 await asyncio.to_thread(self._start_sync)

@@ -199,3 +199,50 @@ async def test_a_starter_whose_server_died_leaves_the_replacement_alone(tmp_path
     finally:
         await second.stop()
     assert _servers(data) == []
+
+
+async def test_the_watch_takes_a_busy_server_for_a_running_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server too busy to answer PING within a second (loading a large data
+    file) still accepts connections: the watch leaves it alone instead of logging
+    every second that it went away and trying to start a second one.  Once nothing
+    listens any more, it starts one."""
+    import asyncio
+    import contextlib
+    import socket
+    import threading
+
+    (tmp_path / "data").mkdir()
+    valkey = EmbeddedValkey(tmp_path / "data")
+    starts: list[int] = []
+    valkey._start_sync = lambda: starts.append(1)  # type: ignore[method-assign]
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # accepts, never answers
+    silent.bind(str(valkey.socket_path))
+    silent.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed below
+            while True:
+                held.append(silent.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    watch = asyncio.create_task(valkey._watch_server(every=0.05))
+    try:
+        await asyncio.sleep(1.6)  # more than one PING's 1 s timeout
+        assert starts == []
+        assert "went away" not in caplog.text
+        silent.close()
+        valkey.socket_path.unlink()
+        for _ in range(100):
+            if starts:
+                break
+            await asyncio.sleep(0.05)
+        assert starts
+    finally:
+        watch.cancel()
+        silent.close()
+        for conn in held:
+            conn.close()
+        valkey.socket_path.unlink(missing_ok=True)
