@@ -83,6 +83,7 @@ class _Hook:
     callback: Callable[[], Awaitable[None]]
     claim: WireClaim | None
     done: bool = False  # claimed (by on_wire or by a pacer)
+    created: bool = False  # a platform message of this part exists (wire_created)
 
 
 _ON_WIRE: ContextVar[_Hook | None] = ContextVar("parley_on_wire", default=None)
@@ -109,19 +110,32 @@ def wire_claimed() -> None:
         hook.done = True
 
 
+def wire_created() -> None:
+    """A platform message of the part being sent now exists (a part the platform
+    splits into several messages: the first of them went out).  From here on the
+    claim is kept whatever happens to the rest: the part is partly on screen."""
+    hook = _ON_WIRE.get()
+    if hook is not None:
+        hook.created = True
+
+
 async def wire_retry() -> None:
     """The request after the claim did not create the message (the platform said
     to retry later, or nothing left this machine) and will be repeated after a
     wait: take the claim back, so that a crash during the wait leaves the part
     unclaimed (sent by the rerun), and claim again before the next attempt.
-    Nothing to do for a request that claimed nothing (an edit).  Raises
-    RedisError if the claim could not be taken back."""
+    Nothing to do for a request that claimed nothing (an edit), or once a message
+    of the part was created (``wire_created``).  Raises RedisError if the claim
+    could not be taken back (the next attempt claims again all the same: the
+    claim script finds this send's own marker, or nothing)."""
     hook = _ON_WIRE.get()
-    if hook is None or not hook.done:
+    if hook is None or not hook.done or hook.created:
         return
-    if hook.claim is not None:
-        await hook.claim.release()
-    hook.done = False
+    try:
+        if hook.claim is not None:
+            await hook.claim.release()
+    finally:
+        hook.done = False
 
 
 def set_on_wire(

@@ -35,7 +35,7 @@ from agent_core.outbox import (
     set_current_part,
     set_on_wire,
 )
-from agent_core.store.delivery import Delivery
+from agent_core.store.delivery import Delivery, claim_stamp
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +102,10 @@ class ReplyWriter:
             return await self._converge(field, known, message)
         token = None
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
-            at = int(time.time() * 1000)  # one marker for every claim of this send
+            stamp = claim_stamp()  # one marker for every claim of this send
             token = set_on_wire(
-                lambda: self._claim(field, resend_pending=idempotent, at_ms=at),
-                self._wire_claim(field, resend_pending=idempotent, at_ms=at),
+                lambda: self._claim(field, resend_pending=idempotent, stamp=stamp),
+                self._wire_claim(field, resend_pending=idempotent, stamp=stamp),
             )
         part_token = set_current_part(field)
         try:
@@ -172,24 +172,24 @@ class ReplyWriter:
         return tuple(ids(ref)) if callable(ids) else (ref.message_id, ref.extra)
 
     async def _claim(
-        self, field: str, *, resend_pending: bool = False, at_ms: int | None = None
+        self, field: str, *, resend_pending: bool = False, stamp: str | None = None
     ) -> None:
         """Fenced claim of ``field`` right before it goes on the wire.
 
         ``resend_pending``: the channel shows a part once however often it is
         sent, so a part an earlier execution claimed but never recorded is sent
-        (again) rather than waited for.  ``at_ms``: the time in this send's claim
-        marker, the same for every claim of one send (an early one a pacer made
-        and could not take back is then this send's own, not another's).
+        (again) rather than waited for.  ``stamp``: this send's claim marker, the
+        same for every claim of one send (an early one a pacer made and could not
+        take back is then this send's own, not another's).
         """
         code, known = await self.delivery.claim_part(
-            self.thread, self.guard.owner, field, at_ms=at_ms
+            self.thread, self.guard.owner, field, stamp=stamp
         )
         self._settle(code, known, resend_pending)
 
-    def _wire_claim(self, field: str, *, resend_pending: bool, at_ms: int) -> WireClaim:
+    def _wire_claim(self, field: str, *, resend_pending: bool, stamp: str) -> WireClaim:
         """The same claim as a script call, for a channel's pacer to send early."""
-        call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field, at_ms=at_ms)
+        call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
         return WireClaim(
             call=call,
             settle=lambda raw: self._settle(

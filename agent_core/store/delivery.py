@@ -20,6 +20,7 @@ docs/architecture.md ("Delivery"):
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ class TurnState:
 
 def _ms() -> int:
     return int(time.time() * 1000)
+
+
+def claim_stamp() -> str:
+    """What one send's part claims carry: the time, and a random suffix so that no
+    other send's claim can ever carry the same."""
+    return f"{int(time.time() * 1000)}-{secrets.token_hex(4)}"
 
 
 class Delivery:
@@ -255,23 +262,24 @@ class Delivery:
         return [InboundEvent.from_json(r) for r in raw]
 
     async def claim_part(
-        self, thread: ThreadKey, owner: str, field_name: str, *, at_ms: int | None = None
+        self, thread: ThreadKey, owner: str, field_name: str, *, stamp: str | None = None
     ) -> tuple[int, MessageRef | None]:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
         (1, ref) already sent, (2, None) being sent by another execution.
-        ``at_ms``: the time in the claim's marker (``claim_call``); the same send
+        ``stamp``: what the claim's marker carries (``claim_call``); the same send
         claiming again passes the same, and finds its own claim claimed."""
-        script_call, _marker = self.claim_call(thread, owner, field_name, at_ms=at_ms)
+        script_call, _marker = self.claim_call(thread, owner, field_name, stamp=stamp)
         return self.claim_result(await run_script(self.redis, *script_call))
 
     def claim_call(
-        self, thread: ThreadKey, owner: str, field_name: str, *, at_ms: int | None = None
+        self, thread: ThreadKey, owner: str, field_name: str, *, stamp: str | None = None
     ) -> tuple[Call, str]:
         """``claim_part``'s script call (to send in another round trip), and the
-        marker it writes in the sent records when it claims."""
-        now = int(time.time() * 1000) if at_ms is None else at_ms
-        args: list[Any] = [owner, field_name, now]
-        return (self._claim, [keys.lock(thread), keys.sent(thread)], args), f"pending:{now}"
+        marker it writes in the sent records when it claims ('pending:<stamp>';
+        by default the time and a random suffix: one send's own)."""
+        stamp = stamp or claim_stamp()
+        args: list[Any] = [owner, field_name, stamp]
+        return (self._claim, [keys.lock(thread), keys.sent(thread)], args), f"pending:{stamp}"
 
     async def unclaim_part(self, thread: ThreadKey, field_name: str, marker: str) -> bool:
         """Take back a claim that is still exactly ``marker`` (the send did not

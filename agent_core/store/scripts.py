@@ -396,16 +396,15 @@ redis.call('SADD', KEYS[4], ARGV[2])
 return 1
 """
 
-# KEYS: lock, sent ; ARGV: owner, field, now_ms
+# KEYS: lock, sent ; ARGV: owner, field, stamp
 # Fenced claim of a reply part before it is sent: only the lock holder may
 # claim, and a part claimed (or sent) before is reported instead of claimed
 # again.  Returns {-1} if the lock is not ours, {0} if newly claimed, {1, value}
-# if the part exists (value: MessageRef JSON, or 'pending:<ms>' while another
+# if the part exists (value: MessageRef JSON, or 'pending:<stamp>' while another
 # execution of this turn is sending it).  Finding exactly the marker this call
 # writes is {0} too: the same send claiming again (its earlier claim was made
-# with a pacing booking and could not be taken back, or its request must be
-# repeated); another execution's marker has another time (the lock changed
-# hands in between).
+# with a pacing booking and could not be taken back, or its request is being
+# repeated); every send has a stamp of its own (time and a random suffix).
 CLAIM_PART = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local v = redis.call('HGET', KEYS[2], ARGV[2])

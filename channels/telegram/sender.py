@@ -54,7 +54,7 @@ from agent_core.errors import (
     SendUnconfirmed,
 )
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import on_wire, wire_claim, wire_retry
+from agent_core.outbox import on_wire, wire_claim, wire_created, wire_retry
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 from channels.telegram import refs
@@ -293,7 +293,7 @@ class TelegramOutbox:
         try:
             await wire_retry()
         except RedisError:
-            log.warning("telegram: could not take back a part claim; keeping it over the wait")
+            log.warning("telegram: could not take back a part claim (claimed again after the wait)")
 
     # -- primitives ----------------------------------------------------------
 
@@ -424,6 +424,7 @@ class TelegramOutbox:
             except (_NotModified, _NotFound) as exc:
                 raise SendFailed(str(exc)) from exc
             sent.append((mid, shown.digest(m)))
+            wire_created()  # partly on screen: a retry of the rest keeps the claim
         return MessageRef(
             CHANNEL, str(chat_id), str(sent[0][0]), ref_thread, refs.encode_parts(sent)
         )

@@ -12,10 +12,18 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from agent_core.events import MessageRef, ThreadKey
-from agent_core.outbox import WireClaim, on_wire, reset_on_wire, set_on_wire, wire_claim
+from agent_core.outbox import (
+    WireClaim,
+    on_wire,
+    reset_on_wire,
+    set_on_wire,
+    wire_claim,
+    wire_created,
+    wire_retry,
+)
 from agent_core.store import keys
 from agent_core.store.client import RedisClients
-from agent_core.store.delivery import Delivery
+from agent_core.store.delivery import Delivery, claim_stamp
 from agent_core.store.pacing import Pacer, pace_key
 
 
@@ -87,8 +95,8 @@ class _Claims:
     async def hold_lock(self, redis: Any) -> None:
         await redis.set(keys.lock(self.thread), self.owner)
 
-    def claim(self, field: str, at_ms: int | None = None) -> WireClaim:
-        call, marker = self.delivery.claim_call(self.thread, self.owner, field, at_ms=at_ms)
+    def claim(self, field: str, stamp: str | None = None) -> WireClaim:
+        call, marker = self.delivery.claim_call(self.thread, self.owner, field, stamp=stamp)
 
         def settle(raw: Any) -> None:
             code, ref = self.delivery.claim_result(raw)
@@ -108,14 +116,14 @@ class _Claims:
     def hook(self, field: str) -> object:
         """The wire hook as ReplyWriter sets it: the early claim, and a callback
         that claims again after a wait, with the same marker."""
-        at = int(time.time() * 1000)
+        stamp = claim_stamp()
 
         async def callback() -> None:
             self.hook_calls += 1
-            code, ref = await self.delivery.claim_part(self.thread, self.owner, field, at_ms=at)
+            code, ref = await self.delivery.claim_part(self.thread, self.owner, field, stamp=stamp)
             self.settled.append((code, ref))
 
-        return set_on_wire(callback, self.claim(field, at))
+        return set_on_wire(callback, self.claim(field, stamp))
 
     async def record(self, redis: Any, field: str) -> bytes | None:
         got: bytes | None = await redis.hget(keys.sent(self.thread), field)
@@ -216,11 +224,13 @@ async def test_another_executions_claim_is_not_taken_for_this_ones(
     execution left (another time) is reported as being sent elsewhere."""
     c = _Claims(redis_clients)
     await c.hold_lock(redis)
-    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", at_ms=1000) == (0, None)
-    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", at_ms=1000) == (0, None)
-    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", at_ms=2000) == (2, None)
-    assert not await c.delivery.unclaim_part(c.thread, "e1:0", "pending:2000")
-    assert await c.delivery.unclaim_part(c.thread, "e1:0", "pending:1000")
+    mine, theirs = claim_stamp(), claim_stamp()
+    assert mine != theirs
+    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", stamp=mine) == (0, None)
+    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", stamp=mine) == (0, None)
+    assert await c.delivery.claim_part(c.thread, c.owner, "e1:0", stamp=theirs) == (2, None)
+    assert not await c.delivery.unclaim_part(c.thread, "e1:0", f"pending:{theirs}")
+    assert await c.delivery.unclaim_part(c.thread, "e1:0", f"pending:{mine}")
     assert await c.record(redis, "e1:0") is None
 
 
@@ -239,5 +249,44 @@ async def test_a_pace_that_fails_takes_the_claim_made_with_it_back(
         with pytest.raises(ResponseError):
             await Pacer(redis).reserve([(key, 1.0)], claim=wire_claim())
         assert await c.record(redis, "e1:0") is None
+    finally:
+        reset_on_wire(token)
+
+
+async def test_a_retry_whose_take_back_failed_still_claims_again_before_it_goes(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    """wire_retry: the take-back's reply was lost (it ran) and the lock moved on
+    during the wait: the next attempt claims again, and that claim finds the lock
+    lost instead of the request going out unclaimed."""
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    token = c.hook("e1:0")
+    try:
+        await on_wire()  # claimed; the request then got a 429
+        c.release_fails = "after"
+        with pytest.raises(RedisConnectionError):
+            await wire_retry()
+        assert await c.record(redis, "e1:0") is None
+        assert wire_claim() is not None  # armed again
+        await redis.set(keys.lock(c.thread), "someone-else")
+        await on_wire()
+        assert c.settled == [(0, None), (-1, None)]
+    finally:
+        reset_on_wire(token)
+
+
+async def test_a_part_partly_on_screen_keeps_its_claim_through_a_retry(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    token = c.hook("e1:0")
+    try:
+        await on_wire()
+        wire_created()  # the first of the part's messages went out
+        await wire_retry()  # the second got a 429
+        assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
+        assert wire_claim() is None
     finally:
         reset_on_wire(token)

@@ -102,3 +102,34 @@ async def test_a_message_waiting_out_flood_control_is_unclaimed_meanwhile(
     await task
     assert [c.status for c in fake.calls if c.method == "sendMessage"] == [429, 200]
     assert await delivery.sent_ref(DM, "e1:0") is not None
+
+
+async def test_a_long_part_keeps_its_claim_when_a_later_message_waits(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """A part Telegram splits into several messages: once the first is on screen,
+    a 429 on the next does not give the claim back (a rerun would otherwise send
+    the whole answer again, the first message twice)."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), OWNER)
+    text = "\n\n".join(f"Paragraph {i}. " + "lorem ipsum " * 60 for i in range(10))
+
+    async def after_the_first() -> None:
+        while not fake.calls_of("sendMessage"):
+            await asyncio.sleep(0.005)
+        fake.fail_next("sendMessage", 429, retry_after=1)  # the chat's next slot is 0.2 s away
+
+    arm = asyncio.create_task(after_the_first())
+    task = asyncio.create_task(writer(channel, delivery).say(OutboundMessage(text)))
+    await arm
+    deadline = time.monotonic() + 5
+    while (
+        not any(c.status == 429 for c in fake.calls if c.method == "sendMessage")
+        and time.monotonic() < deadline
+    ):
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # inside the 1 s wait
+    assert (await redis.hget(keys.sent(DM), "e1:0") or b"").startswith(b"pending:")
+    await task
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 429, 200]
