@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -113,9 +115,17 @@ class _Claims:
 
         return WireClaim(call, settle, release)
 
-    def hook(self, field: str) -> object:
-        """The wire hook as ReplyWriter sets it: the early claim, and a callback
-        that claims again after a wait, with the same marker."""
+    @contextlib.contextmanager
+    def hooked(self, field: str) -> Iterator[None]:
+        """The wire hook armed as ReplyWriter arms it (the early claim, and a
+        callback that claims again after a wait, with the same marker)."""
+        token = self._hook(field)
+        try:
+            yield
+        finally:
+            reset_on_wire(token)
+
+    def _hook(self, field: str) -> object:
         stamp = claim_stamp()
 
         async def callback() -> None:
@@ -135,15 +145,12 @@ async def test_with_no_wait_due_the_claim_is_made_in_the_booking_round_trip(
 ) -> None:
     c = _Claims(redis_clients)
     await c.hold_lock(redis)
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         assert await Pacer(redis).reserve([(pace_key("t", "c", "9"), 1.0)], claim=wire_claim()) == 0
         assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
         assert c.settled == [(0, None)]
         await on_wire()  # already claimed: the hook does nothing
         assert c.hook_calls == 0
-    finally:
-        reset_on_wire(token)
 
 
 async def test_with_a_wait_due_the_claim_is_taken_back_and_made_after_the_wait(
@@ -156,16 +163,13 @@ async def test_with_a_wait_due_the_claim_is_taken_back_and_made_after_the_wait(
     pacer = Pacer(redis)
     key = pace_key("t", "c", "10")
     assert await pacer.reserve([(key, 1.0)]) == 0  # the chat's slot is taken
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         wait = await pacer.reserve([(key, 1.0)], claim=wire_claim())
         assert wait == pytest.approx(1.0, abs=0.05)
         assert await c.record(redis, "e1:0") is None  # taken back
         await on_wire()  # after the wait: the hook claims
         assert c.hook_calls == 1
         assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
-    finally:
-        reset_on_wire(token)
 
 
 async def test_a_refused_claim_raises_at_once_even_with_a_wait_due(
@@ -178,8 +182,7 @@ async def test_a_refused_claim_raises_at_once_even_with_a_wait_due(
     pacer = Pacer(redis)
     key = pace_key("t", "c", "11")
     await pacer.reserve([(key, 5.0)])
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         with pytest.raises(RuntimeError, match="refused: 1"):
             await pacer.reserve([(key, 5.0)], claim=wire_claim())
         assert await c.record(redis, "e1:0") == sent  # untouched
@@ -187,8 +190,6 @@ async def test_a_refused_claim_raises_at_once_even_with_a_wait_due(
         await redis.set(keys.lock(c.thread), "someone-else")
         with pytest.raises(RuntimeError, match="refused: -1"):
             await pacer.reserve([(key, 5.0)], claim=c.claim("e1:1"))
-    finally:
-        reset_on_wire(token)
 
 
 @pytest.mark.parametrize("fails", ["before", "after"])
@@ -204,8 +205,7 @@ async def test_a_claim_whose_take_back_failed_is_made_again_after_the_wait(
     key = pace_key("t", "c", "12")
     await pacer.reserve([(key, 1.0)])
     c.release_fails = fails
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         assert await pacer.reserve([(key, 1.0)], claim=wire_claim()) == pytest.approx(1, abs=0.05)
         early = await c.record(redis, "e1:0")
         assert (early is None) if fails == "after" else (early or b"").startswith(b"pending:")
@@ -213,8 +213,6 @@ async def test_a_claim_whose_take_back_failed_is_made_again_after_the_wait(
         assert c.hook_calls == 1
         assert c.settled == [(0, None)]  # claimed: the part goes out, once
         assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
-    finally:
-        reset_on_wire(token)
 
 
 async def test_another_executions_claim_is_not_taken_for_this_ones(
@@ -244,13 +242,10 @@ async def test_a_pace_that_fails_takes_the_claim_made_with_it_back(
     await c.hold_lock(redis)
     key = pace_key("t", "c", "13")
     await redis.hset(key, "not", "a pace")  # the PACE script fails on it (WRONGTYPE)
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         with pytest.raises(ResponseError):
             await Pacer(redis).reserve([(key, 1.0)], claim=wire_claim())
         assert await c.record(redis, "e1:0") is None
-    finally:
-        reset_on_wire(token)
 
 
 async def test_a_retry_whose_take_back_failed_still_claims_again_before_it_goes(
@@ -261,8 +256,7 @@ async def test_a_retry_whose_take_back_failed_still_claims_again_before_it_goes(
     lost instead of the request going out unclaimed."""
     c = _Claims(redis_clients)
     await c.hold_lock(redis)
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         await on_wire()  # claimed; the request then got a 429
         c.release_fails = "after"
         with pytest.raises(RedisConnectionError):
@@ -272,8 +266,6 @@ async def test_a_retry_whose_take_back_failed_still_claims_again_before_it_goes(
         await redis.set(keys.lock(c.thread), "someone-else")
         await on_wire()
         assert c.settled == [(0, None), (-1, None)]
-    finally:
-        reset_on_wire(token)
 
 
 async def test_a_part_partly_on_screen_keeps_its_claim_through_a_retry(
@@ -281,12 +273,9 @@ async def test_a_part_partly_on_screen_keeps_its_claim_through_a_retry(
 ) -> None:
     c = _Claims(redis_clients)
     await c.hold_lock(redis)
-    token = c.hook("e1:0")
-    try:
+    with c.hooked("e1:0"):
         await on_wire()
         wire_created()  # the first of the part's messages went out
         await wire_retry()  # the second got a 429
         assert (await c.record(redis, "e1:0") or b"").startswith(b"pending:")
         assert wire_claim() is None
-    finally:
-        reset_on_wire(token)
