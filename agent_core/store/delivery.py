@@ -65,7 +65,7 @@ def _ms() -> int:
 def claim_stamp() -> str:
     """What one send's part claims carry: the time, and a random suffix so that no
     other send's claim can ever carry the same."""
-    return f"{int(time.time() * 1000)}-{secrets.token_hex(4)}"
+    return f"{_ms()}-{secrets.token_hex(4)}"
 
 
 class Delivery:

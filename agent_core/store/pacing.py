@@ -17,8 +17,9 @@ A request that creates a message passes the agent's wire claim
 is kept only when no wait is due (the claim must come after any pacing wait, so
 that a crash leaves a part unsure only during the request itself); otherwise it
 is taken back in a second round trip and ``on_wire()`` claims again after the
-wait (finding the early claim its own, should taking it back have failed).  Every script stays on its own keys (a pace key, the thread's keys), so
-the pipeline runs on a Redis Cluster too.
+wait (finding the early claim its own, should taking it back have failed).
+Every script stays on its own keys (a pace key, the thread's keys), so the
+pipeline runs on a Redis Cluster too.
 """
 
 from __future__ import annotations
