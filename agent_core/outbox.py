@@ -128,6 +128,18 @@ async def wire_retry() -> None:
     of the part was created (``wire_created``).  Raises RedisError if the claim
     could not be taken back (the next attempt claims again all the same: the
     claim script finds this send's own marker, or nothing)."""
+    await _take_back()
+
+
+async def wire_refused() -> None:
+    """The send failed for good and created no message of the part (the channel
+    raised a ChannelError other than SendUnconfirmed): take the claim back, so a
+    rerun of the turn sends the part instead of taking it for maybe sent.  The
+    same no-ops and RedisError as ``wire_retry``."""
+    await _take_back()
+
+
+async def _take_back() -> None:
     hook = _ON_WIRE.get()
     if hook is None or not hook.done or hook.created:
         return

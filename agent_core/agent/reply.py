@@ -34,6 +34,7 @@ from agent_core.outbox import (
     reset_on_wire,
     set_current_part,
     set_on_wire,
+    wire_refused,
 )
 from agent_core.store.delivery import Delivery, claim_stamp
 
@@ -120,6 +121,15 @@ class ReplyWriter:
             ref = self._unknown()
         except _PartExists as exc:
             return await self._existing(field, exc, message)
+        except ChannelError:
+            # Refused (or never sent) and nothing of it showing: give the claim
+            # back, so a rerun after a crash sends the part rather than waiting
+            # for it and taking it for maybe sent.
+            try:
+                await wire_refused()
+            except RedisError as exc:
+                log.warning("[%s] could not unclaim part %s: %s", self.thread, field, exc)
+            raise
         finally:
             reset_current_part(part_token)
             if token is not None:

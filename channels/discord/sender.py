@@ -23,7 +23,7 @@ from discord.http import Route
 
 from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import current_part, on_wire, wire_claim
+from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer, pace_key
 from channels.download import fetch_capped, origin
 from channels.never_sent import never_sent
@@ -245,6 +245,7 @@ class DiscordOutbox:
             await self._pace(dest, creates=True)
             await on_wire()  # the agent claims a new message here (unless claimed above)
             ids.append(await self._create(dest, k, payload))
+            wire_created()  # partly on screen: a failure of the rest keeps the claim
         return MessageRef(
             "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])
         )

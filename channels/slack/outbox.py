@@ -42,7 +42,7 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
-from agent_core.outbox import on_wire, wire_claim
+from agent_core.outbox import on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
@@ -197,6 +197,7 @@ class SlackOutbox:
                 # /parley used where the bot is not a member: answer privately
                 for post in render(message):
                     await self._respond(extra, post, replace=False)
+                    wire_created()  # partly shown: a failure of the rest keeps the claim
                 return MessageRef(CHANNEL, channel, "", thread=thread.thread, extra=extra)
             raise
         root = thread.thread or sent[0]
@@ -225,6 +226,7 @@ class SlackOutbox:
                 resp = await self._call("chat.postMessage", channel, **args, **post.kwargs())
                 assert resp is not None
                 sent.append(str(resp["ts"]))
+                wire_created()  # the head is showing: the claim stays whatever follows
                 continue
             try:
                 sent.append(await self._tail("chat.postMessage", channel, post, args))

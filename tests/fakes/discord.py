@@ -119,6 +119,7 @@ class Script:
     headers: dict[str, str]
     times: int
     after: bool = False  # do the call, then answer the error anyway
+    skip: int = 0  # matching calls served normally before this script applies
 
 
 @dataclass
@@ -447,9 +448,11 @@ class FakeDiscord:
         times: int = 1,
         headers: dict[str, str] | None = None,
         after: bool = False,
+        skip: int = 0,
     ) -> None:
         """The next ``times`` calls matching (method, path regex) answer ``status``
-        (``after``: once the call has been carried out)."""
+        (``after``: once the call has been carried out; ``skip``: after that many
+        matching calls have been served normally)."""
         self.scripts.append(
             Script(
                 method.upper(),
@@ -459,6 +462,7 @@ class FakeDiscord:
                 headers or {},
                 times,
                 after,
+                skip,
             )
         )
 
@@ -795,6 +799,9 @@ class FakeDiscord:
     async def _route(self, request: web.Request, method: str, path: str, body: Any) -> web.Response:
         for script in self.scripts:
             if script.times > 0 and script.method == method and script.pattern.search(path):
+                if script.skip > 0:
+                    script.skip -= 1
+                    break
                 script.times -= 1
                 if script.after:
                     await self._serve(request, method, path, body)

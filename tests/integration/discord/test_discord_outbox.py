@@ -358,3 +358,37 @@ async def test_a_new_message_claims_its_part_in_the_pacing_round_trip(
     )
     assert packets == {"EVALSHA": 1, "HSET": 1}
     assert await delivery.sent_ref(THREAD, "e1:0") is not None
+
+
+async def test_a_refused_message_gives_its_claim_back(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis_clients: RedisClients
+) -> None:
+    """Discord refused the message (403 Missing Access): nothing is on screen, so
+    the part's claim is taken back and a rerun would send it, not skip it."""
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    await redis_clients.redis.set(keys.lock(THREAD), "w1")
+    fake_discord.fail("POST", r"/messages$", 403, {"message": "Missing Access", "code": 50001})
+    with pytest.raises(SendFailed):
+        await ReplyWriter(outbox, delivery, THREAD, "e1", {}, LockGuard(owner="w1")).say(
+            OutboundMessage("hello")
+        )
+    assert await redis_clients.redis.hget(keys.sent(THREAD), "e1:0") is None
+
+
+async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis_clients: RedisClients
+) -> None:
+    """The first message of a long part is showing when Discord refuses the next:
+    the part stays claimed, so a rerun never posts the first message again."""
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    await redis_clients.redis.set(keys.lock(THREAD), "w1")
+    route = rf"/channels/{CHANNEL_ID}/messages$"
+    fake_discord.fail("POST", route, 403, {"message": "Missing Access", "code": 50001}, skip=1)
+    with pytest.raises(SendFailed):
+        await ReplyWriter(outbox, delivery, THREAD, "e1", {}, LockGuard(owner="w1")).say(
+            OutboundMessage("word " * 1000)
+        )
+    assert [c.status for c in fake_discord.calls_to("POST", route)] == [200, 403]
+    assert (await redis_clients.redis.hget(keys.sent(THREAD), "e1:0") or b"").startswith(
+        b"pending:"
+    )

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
-from agent_core.errors import ConfigError, SendRateLimited, SendUnconfirmed
+from agent_core.errors import ConfigError, SendFailed, SendRateLimited, SendUnconfirmed
 from agent_core.events import (
     Action,
     Button,
@@ -323,5 +323,29 @@ async def test_a_new_message_claims_its_part_in_the_pacing_round_trip(
         )
         assert packets == {"EVALSHA": 1, "HSET": 1}
         assert await delivery.sent_ref(second, "e1:0") is not None
+    finally:
+        await ch.shutdown()
+
+
+async def test_a_refused_message_gives_its_claim_back(
+    fake_slack: FakeSlack,
+    channel_factory: Callable[..., SlackChannel],
+    redis_clients: RedisClients,
+) -> None:
+    """Slack refused the post (ok=false, is_archived): nothing is on screen, so the
+    claim made in the booking's round trip is taken back (a rerun sends the part)."""
+    ch = channel_factory(slack_channel_pace_secs=0.2)
+    await ch.initialize()
+    try:
+        delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+        thread = ThreadKey("slack", TEAM, "D1", "")
+        await redis_clients.redis.set(keys.lock(thread), "w1")
+        fake_slack.fail("chat.postMessage", "is_archived")
+        with pytest.raises(SendFailed):
+            await ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1")).say(
+                OutboundMessage("hello")
+            )
+        assert fake_slack.calls_to("chat.postMessage", ok=False)
+        assert await redis_clients.redis.hget(keys.sent(thread), "e1:0") is None
     finally:
         await ch.shutdown()

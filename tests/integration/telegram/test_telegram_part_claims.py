@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
-from agent_core.errors import LockLost
+from agent_core.errors import LockLost, SendFailed
 from agent_core.events import OutboundMessage, ThreadKey
 from agent_core.store import keys
 from agent_core.store.client import RedisClients
@@ -133,3 +133,47 @@ async def test_a_long_part_keeps_its_claim_when_a_later_message_waits(
     assert (await redis.hget(keys.sent(DM), "e1:0") or b"").startswith(b"pending:")
     await task
     assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 429, 200]
+
+
+async def test_a_refused_message_gives_its_claim_back(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """Telegram refused the message for good (403: the user blocked the bot): it
+    is not on screen, so its claim is taken back.  A rerun after a crash then
+    tries the part again instead of waiting 15 s for it and skipping it."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), OWNER)
+    fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    with pytest.raises(SendFailed):
+        await writer(channel, delivery).say(OutboundMessage("hello"))
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [403]
+    assert await redis.hget(keys.sent(DM), "e1:0") is None
+    # the rerun's writer sends it (no wait for a claim nobody holds)
+    started = time.monotonic()
+    await writer(channel, delivery).say(OutboundMessage("hello"))
+    assert time.monotonic() - started < 5
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [403, 200]
+
+
+async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """The first message of a long part is on screen when Telegram refuses the
+    next: the part stays claimed (a rerun must not send the first message twice)."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), OWNER)
+    text = "\n\n".join(f"Paragraph {i}. " + "lorem ipsum " * 60 for i in range(10))
+
+    async def after_the_first() -> None:
+        while not fake.calls_of("sendMessage"):
+            await asyncio.sleep(0.005)
+        fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+
+    arm = asyncio.create_task(after_the_first())
+    with pytest.raises(SendFailed):
+        await writer(channel, delivery).say(OutboundMessage(text))
+    await arm
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 403]
+    assert (await redis.hget(keys.sent(DM), "e1:0") or b"").startswith(b"pending:")
