@@ -26,6 +26,24 @@ def writer(channel: TelegramChannel, delivery: Delivery, event: str = "e1") -> R
     return ReplyWriter(channel.outbox(), delivery, DM, event, {}, LockGuard(owner=OWNER))
 
 
+# a part Telegram splits into several messages
+LONG = "\n\n".join(f"Paragraph {i}. " + "lorem ipsum " * 60 for i in range(10))
+
+
+def fail_after_the_first(
+    fake: FakeTelegram, code: int, *args: str, **kw: int
+) -> asyncio.Task[None]:
+    """Once the first sendMessage is in, the next one fails like this (the chat's
+    next slot is 0.2 s away, time enough to arm it)."""
+
+    async def arm() -> None:
+        while not fake.calls_of("sendMessage"):
+            await asyncio.sleep(0.005)
+        fake.fail_next("sendMessage", code, *args, **kw)
+
+    return asyncio.create_task(arm())
+
+
 async def test_a_message_costs_one_round_trip_before_it_is_sent(
     fake: FakeTelegram,
     channel: TelegramChannel,
@@ -113,15 +131,8 @@ async def test_a_long_part_keeps_its_claim_when_a_later_message_waits(
     redis = redis_clients.redis
     delivery = Delivery(redis, redis_clients.blocking)
     await redis.set(keys.lock(DM), OWNER)
-    text = "\n\n".join(f"Paragraph {i}. " + "lorem ipsum " * 60 for i in range(10))
-
-    async def after_the_first() -> None:
-        while not fake.calls_of("sendMessage"):
-            await asyncio.sleep(0.005)
-        fake.fail_next("sendMessage", 429, retry_after=1)  # the chat's next slot is 0.2 s away
-
-    arm = asyncio.create_task(after_the_first())
-    task = asyncio.create_task(writer(channel, delivery).say(OutboundMessage(text)))
+    arm = fail_after_the_first(fake, 429, retry_after=1)
+    task = asyncio.create_task(writer(channel, delivery).say(OutboundMessage(LONG)))
     await arm
     deadline = time.monotonic() + 5
     while (
@@ -164,16 +175,9 @@ async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
     redis = redis_clients.redis
     delivery = Delivery(redis, redis_clients.blocking)
     await redis.set(keys.lock(DM), OWNER)
-    text = "\n\n".join(f"Paragraph {i}. " + "lorem ipsum " * 60 for i in range(10))
-
-    async def after_the_first() -> None:
-        while not fake.calls_of("sendMessage"):
-            await asyncio.sleep(0.005)
-        fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
-
-    arm = asyncio.create_task(after_the_first())
+    arm = fail_after_the_first(fake, 403, "Forbidden: bot was blocked by the user")
     with pytest.raises(SendFailed):
-        await writer(channel, delivery).say(OutboundMessage(text))
+        await writer(channel, delivery).say(OutboundMessage(LONG))
     await arm
     assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 403]
     assert (await redis.hget(keys.sent(DM), "e1:0") or b"").startswith(b"pending:")
