@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -37,6 +39,7 @@ from agent_core.outbox import (
     wire_refused,
 )
 from agent_core.store.delivery import Delivery, claim_stamp
+from agent_core.store.scripting import run_script
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,8 @@ class _PartExists(Exception):
 
 
 class ReplyWriter:
+    part_wait_secs = 15.0  # how long a part another execution claimed is waited for
+
     def __init__(
         self,
         outbox: Outbox,
@@ -71,7 +76,7 @@ class ReplyWriter:
         sent: dict[str, MessageRef],
         guard: LockGuard,
         reply_to: MessageRef | None = None,
-        pending: set[str] | frozenset[str] = frozenset(),
+        pending: Mapping[str, int] | None = None,
     ) -> None:
         self.outbox = outbox
         self.delivery = delivery
@@ -82,7 +87,8 @@ class ReplyWriter:
         self.reply_to = reply_to
         self.parts = 0
         self.fields: list[str] = []  # sent-record fields this turn wrote or reused
-        self.pending: set[str] = set(pending)  # parts claimed by an earlier execution
+        # parts claimed by an earlier execution, never recorded -> when (ms since the epoch)
+        self.pending: dict[str, int] = dict(pending or {})
 
     async def say(self, message: OutboundMessage) -> MessageRef:
         """Send a new part (or converge the recorded one on a rerun)."""
@@ -91,22 +97,27 @@ class ReplyWriter:
         self.fields.append(field)
         self.guard.check()
         known = self.sent.get(field)
-        idempotent = bool(getattr(self.outbox, "idempotent_parts", False))
-        if known is None and field in self.pending and not idempotent:
+        if known is None and field in self.pending and not self._may_resend(self.pending[field]):
             known = await self._wait_for_part(field)
-        if known is None and self.guard.owner and not getattr(self.outbox, "wire_hook", False):
+        if known is not None:
+            return await self._converge(field, known, message)
+        return await self._send_new(field, message)
+
+    async def _send_new(
+        self, field: str, message: OutboundMessage, *, again: bool = True
+    ) -> MessageRef:
+        """Claim ``field`` and send it (``again``: if another execution's claim is
+        in the way and then given back, claim once more and send)."""
+        if self.guard.owner and not getattr(self.outbox, "wire_hook", False):
             try:
                 await self._claim(field)  # a channel without the hook: claim before sending
             except _PartExists as exc:
-                return await self._existing(field, exc, message)
-        if known is not None:
-            return await self._converge(field, known, message)
+                return await self._existing(field, exc, message, again=again)
         token = None
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
             stamp = claim_stamp()  # one marker for every claim of this send
             token = set_on_wire(
-                lambda: self._claim(field, resend_pending=idempotent, stamp=stamp),
-                self._wire_claim(field, resend_pending=idempotent, stamp=stamp),
+                lambda: self._claim(field, stamp=stamp), self._wire_claim(field, stamp=stamp)
             )
         part_token = set_current_part(field)
         try:
@@ -120,7 +131,7 @@ class ReplyWriter:
             )
             ref = self._unknown()
         except _PartExists as exc:
-            return await self._existing(field, exc, message)
+            return await self._existing(field, exc, message, again=again)
         except ChannelError:
             # Refused (or never sent) and nothing of it showing: give the claim
             # back, so a rerun after a crash sends the part rather than waiting
@@ -142,12 +153,18 @@ class ReplyWriter:
         """A part that may be showing under an id we do not know (never edited)."""
         return MessageRef(self.thread.channel, self.thread.conversation, "")
 
-    async def _existing(self, field: str, exc: _PartExists, message: OutboundMessage) -> MessageRef:
+    async def _existing(
+        self, field: str, exc: _PartExists, message: OutboundMessage, *, again: bool
+    ) -> MessageRef:
         """The claim found ``field`` taken by another execution of this turn."""
         ref = exc.ref if exc.ref is not None else await self._wait_for_part(field)
-        if ref is None:
-            return self._unknown()
-        return await self._converge(field, ref, message)
+        if ref is not None:
+            return await self._converge(field, ref, message)
+        if again:
+            # The other execution gave its claim back (refused, or waiting to repeat
+            # its request; it claims again before it does): claim it here and send.
+            return await self._send_new(field, message, again=False)
+        return self._unknown()
 
     async def _converge(
         self, field: str, known: MessageRef, message: OutboundMessage
@@ -181,42 +198,49 @@ class ReplyWriter:
         ids = getattr(self.outbox, "message_ids", None)
         return tuple(ids(ref)) if callable(ids) else (ref.message_id, ref.extra)
 
-    async def _claim(
-        self, field: str, *, resend_pending: bool = False, stamp: str | None = None
-    ) -> None:
+    def _may_resend(self, claimed_ms: int) -> bool:
+        """Whether a part another execution claimed (at ``claimed_ms``) and never
+        recorded may be sent (again) rather than waited for: the channel shows a
+        part once however often it is sent (``idempotent_parts``: the local
+        channels), or its platform folds a repeat of the same part into the first
+        within ``idempotent_for_secs`` of it (Discord's message nonce)."""
+        if getattr(self.outbox, "idempotent_parts", False):
+            return True
+        window = float(getattr(self.outbox, "idempotent_for_secs", None) or 0.0)
+        if window <= 0 or claimed_ms <= 0:
+            return False
+        return time.time() * 1000 - claimed_ms < window * 1000
+
+    async def _claim(self, field: str, *, stamp: str | None = None) -> None:
         """Fenced claim of ``field`` right before it goes on the wire.
 
-        ``resend_pending``: the channel shows a part once however often it is
-        sent, so a part an earlier execution claimed but never recorded is sent
-        (again) rather than waited for.  ``stamp``: this send's claim marker, the
-        same for every claim of one send (an early one a pacer made and could not
-        take back is then this send's own, not another's).
+        ``stamp``: this send's claim marker, the same for every claim of one send
+        (an early one a pacer made and could not take back is then this send's
+        own, not another's).  A part another execution is sending (or died
+        sending) is sent all the same where :meth:`_may_resend` allows.
         """
-        code, known = await self.delivery.claim_part(
-            self.thread, self.guard.owner, field, stamp=stamp
-        )
-        self._settle(code, known, resend_pending)
+        call, _marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
+        self._settle(await run_script(self.delivery.redis, *call))
 
-    def _wire_claim(self, field: str, *, resend_pending: bool, stamp: str) -> WireClaim:
+    def _wire_claim(self, field: str, *, stamp: str) -> WireClaim:
         """The same claim as a script call, for a channel's pacer to send early."""
         call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
         return WireClaim(
             call=call,
-            settle=lambda raw: self._settle(
-                *self.delivery.claim_result(raw), resend_pending=resend_pending
-            ),
+            settle=self._settle,
             release=lambda: self.delivery.unclaim_part(self.thread, field, marker),
         )
 
-    def _settle(self, code: int, known: MessageRef | None, resend_pending: bool) -> None:
-        """What a claim's answer means: go on (claimed), or raise."""
+    def _settle(self, raw: Any) -> None:
+        """What a claim script's reply means: go on (claimed), or raise."""
+        code, known = self.delivery.claim_result(raw)
         if code == -1:
             self.guard.lost = True
             self.guard.check()
-        if code == 1 or (code == 2 and not resend_pending):
+        if code == 1 or (code == 2 and not self._may_resend(self.delivery.claimed_at(raw))):
             raise _PartExists(known)
 
-    async def _wait_for_part(self, field: str, timeout: float = 15.0) -> MessageRef | None:
+    async def _wait_for_part(self, field: str) -> MessageRef | None:
         """Another execution of this turn claimed ``field``: wait for its ref.
 
         If none appears (that execution died during the platform request), the
@@ -225,7 +249,7 @@ class ReplyWriter:
         with no message id (later edits of it are skipped).  None: the claim is
         gone, the part may be sent.
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self.part_wait_secs
         while time.monotonic() < deadline:
             got = await self.delivery.sent_ref(self.thread, field)
             if isinstance(got, MessageRef):

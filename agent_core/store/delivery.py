@@ -46,7 +46,8 @@ class TurnState:
     session_version: int
     session_data: bytes | None
     sent: dict[str, MessageRef] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)  # parts claimed, never recorded
+    # parts claimed, never recorded -> when they were claimed (ms since the epoch, 0: unknown)
+    pending: dict[str, int] = field(default_factory=dict)
     # start records ('<event id>#s:0' -> the owner that began a turn on that event,
     # '' for one that names none), as they were before this begin recorded its own
     starts: dict[str, str] = field(default_factory=dict)
@@ -60,6 +61,15 @@ class TurnState:
 
 def _ms() -> int:
     return int(time.time() * 1000)
+
+
+def claim_time(marker: bytes) -> int:
+    """The time in a 'pending:<ms>[-<suffix>]' claim marker (ms since the epoch;
+    0 for anything else)."""
+    if not marker.startswith(b"pending:"):
+        return 0
+    head = marker[8:].split(b"-", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def claim_stamp() -> str:
@@ -289,6 +299,14 @@ class Delivery:
         )
 
     @staticmethod
+    def claimed_at(res: Any) -> int:
+        """When the claim a claim script's reply reports as another's (code 2) was
+        made (ms since the epoch, the claiming worker's clock); 0 otherwise."""
+        if int(res[0]) != 1 or not isinstance(res[1], bytes):
+            return 0
+        return claim_time(res[1])
+
+    @staticmethod
     def claim_result(res: Any) -> tuple[int, MessageRef | None]:
         """``claim_part``'s answer from the claim script's raw reply."""
         code = int(res[0])
@@ -322,8 +340,10 @@ class Delivery:
             for f, ref in state.sent.items()
             if f.rpartition(":")[0] in ids
         ]
-        fields += [
-            (f, f"pending:{now}".encode()) for f in state.pending if f.rpartition(":")[0] in ids
+        fields += [  # a part claimed there keeps its claim's time (0: the move's)
+            (f, f"pending:{at or now}".encode())
+            for f, at in state.pending.items()
+            if f.rpartition(":")[0] in ids
         ]
         if fields:
             replies = await roundtrip(
@@ -541,12 +561,12 @@ def _state(
 ) -> TurnState:
     mailbox = [InboundEvent.from_json(r) for r in raw_box]
     sent: dict[str, MessageRef] = {}
-    pending: set[str] = set()
+    pending: dict[str, int] = {}
     starts: dict[str, str] = {}
     for k, v in raw_sent.items():
         name = k.decode()
         if v.startswith(b"pending:"):
-            pending.add(name)
+            pending[name] = claim_time(v)
             continue
         ref = MessageRef.from_dict(orjson.loads(v))
         if name.endswith(START_SUFFIX):

@@ -72,6 +72,12 @@ class DiscordOutbox:
     """Implements :class:`agent_core.outbox.Outbox` for Discord."""
 
     wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
+    # A part whose sender died after claiming it is sent again by the rerun if the
+    # claim is younger than this: the same part gets the same nonces
+    # (message_nonce), and Discord returns the message it already created for a
+    # nonce "in the past few minutes" instead of posting it twice.  A minute keeps
+    # well inside that, and covers a rerun after a lock expiry (LOCK_TTL_SECS, 30 s).
+    idempotent_for_secs = 60.0
 
     def __init__(self, settings: DiscordSettings, pacer: Pacer) -> None:
         self.stream_interval: float | None = settings.discord_stream_interval
@@ -178,6 +184,11 @@ class DiscordOutbox:
             return await http.request(route, **kwargs)
         except discord.RateLimited as exc:
             raise SendRateLimited(exc.retry_after) from exc
+        except discord.DiscordServerError as exc:
+            # discord.py retried a 5xx a few times: an earlier attempt may have been
+            # carried out (a gateway 502 after Discord made the message), so a
+            # create is unconfirmed, not refused (_create asks once more).
+            raise SendUnconfirmed(f"Discord answered {exc.status}") from exc
         except discord.HTTPException as exc:
             raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

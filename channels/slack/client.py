@@ -92,7 +92,13 @@ class SafeConnectionErrorRetryHandler(AsyncConnectionErrorRetryHandler):
     (tests/integration/slack/test_slack_outbox.py).  Here a call that creates a
     message is repeated only when it never left (no connection could be made);
     otherwise the sender reports it unconfirmed (agent_core.errors.SendUnconfirmed).
+    ``always_creates``: every call of this client creates (a response_url's
+    webhook client), whatever its URL.
     """
+
+    def __init__(self, *, always_creates: bool = False) -> None:
+        super().__init__()
+        self.always_creates = always_creates
 
     async def _can_retry_async(
         self,
@@ -104,7 +110,7 @@ class SafeConnectionErrorRetryHandler(AsyncConnectionErrorRetryHandler):
     ) -> bool:
         if never_sent(error):
             return True  # never reached Slack
-        if request.url.rstrip("/").endswith(_CREATING):
+        if self.always_creates or request.url.rstrip("/").endswith(_CREATING):
             return False
         return await super()._can_retry_async(
             state=state, request=request, response=response, error=error

@@ -46,7 +46,7 @@ from agent_core.outbox import on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
-from .client import channel_pace, current_channel
+from .client import SafeConnectionErrorRetryHandler, channel_pace, current_channel
 from .files import SlackFiles, file_origins
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 
 _FORMAT_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "msg_too_long"})
 _NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
+# Errors after which, Slack's docs say, "some aspect of the operation" may have
+# succeeded: a post answered so may be showing.
+_MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
 _TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
@@ -135,6 +138,10 @@ class SlackOutbox:
                 raise SendRateLimited(retry_after, f"Slack {method}") from exc
             if error in _FORMAT_ERRORS:
                 raise FormattingRejected(f"Slack {method}: {error}") from exc
+            status = exc.response.status_code if exc.response is not None else 0
+            if method == "chat.postMessage" and (error in _MAYBE_DONE or status >= 500):
+                # Slack failed on its side, perhaps after posting: not a refusal.
+                raise SendUnconfirmed(f"Slack {method}: {error or status}") from exc
             raise SendFailed(f"Slack {method}: {error or 'failed'}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             if droppable:
@@ -149,7 +156,11 @@ class SlackOutbox:
     async def _respond(self, ref_extra: str, post: SlackPost, *, replace: bool) -> None:
         """Answer through a slash command / ephemeral message's response_url."""
         url = ref_extra.removeprefix(RESPONSE_URL_PREFIX)
-        hook = AsyncWebhookClient(url, session=self.session)
+        hook = AsyncWebhookClient(
+            url,
+            session=self.session,
+            retry_handlers=[SafeConnectionErrorRetryHandler(always_creates=True)],
+        )
         try:
             resp = await hook.send_dict(
                 {
@@ -160,9 +171,14 @@ class SlackOutbox:
                 }
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise SendFailed(f"Slack response_url: {type(exc).__name__}") from exc
+            if never_sent(exc):
+                raise SendFailed(f"Slack response_url: {type(exc).__name__}") from exc
+            # It left and no answer came back: Slack may have shown it.
+            raise SendUnconfirmed(f"Slack response_url: {type(exc).__name__}") from exc
         if resp.status_code == 429:
             raise SendRateLimited(1.0, "Slack response_url")
+        if resp.status_code >= 500:  # Slack's side failed, perhaps after posting
+            raise SendUnconfirmed(f"Slack response_url: HTTP {resp.status_code}")
         if resp.status_code >= 300:
             raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
 

@@ -801,7 +801,7 @@ class FakeDiscord:
             if script.times > 0 and script.method == method and script.pattern.search(path):
                 if script.skip > 0:
                     script.skip -= 1
-                    break
+                    continue
                 script.times -= 1
                 if script.after:
                     await self._serve(request, method, path, body)

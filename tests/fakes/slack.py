@@ -165,7 +165,8 @@ class FakeSlack:
         self.app_token = app_token
         self.signing_secret = signing_secret
         self.stall: dict[str, float] = {}  # method -> seconds to wait before answering (once)
-        self.drop: set[str] = set()  # methods whose connection drops after doing it (once)
+        # methods (or "response_url") whose connection drops after doing it (once)
+        self.drop: set[str] = set()
         self.team = team
         self.bot_user = bot_user
         self.channel_interval = channel_interval  # 429 when a channel is posted to faster
@@ -497,6 +498,10 @@ class FakeSlack:
         body = orjson.loads(await request.read() or b"{}")
         body["_rid"] = request.match_info["rid"]
         self.responses.append(body)
+        if "response_url" in self.drop:  # shown, but the connection drops before the answer
+            self.drop.discard("response_url")
+            if request.transport is not None:
+                request.transport.close()
         return web.Response(text="ok")
 
     async def _file(self, request: web.Request) -> web.Response:

@@ -198,7 +198,7 @@ async def test_a_turn_start_is_recorded_with_its_owner_and_goes_with_the_event(
     assert await d.try_lock(t, "w3")
     state = await d.begin(t, "w3")
     assert state.starts == {"e1#s:0": "w2"}
-    assert state.sent == {} and state.pending == set()  # a start is not a reply part
+    assert state.sent == {} and state.pending == {}  # a start is not a reply part
     # w2, late, cannot take w3's record away
     await d.release(t, "w2")
     assert await records() == {"e1#s:0": "started:w3"}

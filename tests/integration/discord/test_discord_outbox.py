@@ -392,3 +392,30 @@ async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
     assert (await redis_clients.redis.hget(keys.sent(THREAD), "e1:0") or b"").startswith(
         b"pending:"
     )
+
+
+async def test_a_create_that_kept_getting_server_errors_is_asked_once_more(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt made the message and answered 502; discord.py's own retries
+    all got 500s and it gave up.  Not a refusal (the message exists): the create is
+    unconfirmed and asked once more with the same nonce, which returns the message."""
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(asyncio, "sleep", lambda d, *a: real_sleep(min(d, 0.01), *a))
+    route = rf"/channels/{CHANNEL_ID}/messages$"
+    fake_discord.fail("POST", route, 502, after=True)
+    fake_discord.fail("POST", route, 500, times=4)
+    token = set_current_part("e1:0")
+    try:
+        ref = await outbox.send(THREAD, OutboundMessage("only once"))
+    finally:
+        reset_current_part(token)
+    assert [c.status for c in fake_discord.calls_to("POST", route)] == [
+        502,
+        500,
+        500,
+        500,
+        500,
+        200,
+    ]
+    assert [m["id"] for m in fake_discord.messages[CHANNEL_ID].values()] == [ref.message_id]

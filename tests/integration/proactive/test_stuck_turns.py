@@ -190,9 +190,10 @@ async def test_a_rerun_with_a_part_on_the_wire_leaves_later_messages_their_own_t
     wait = ReplyWriter._wait_for_part
     waits: list[str] = []
 
-    async def short_wait(self: Any, field: str, timeout: float = 15.0) -> Any:
+    async def short_wait(self: Any, field: str) -> Any:
         waits.append(field)
-        return await wait(self, field, 0.3)
+        self.part_wait_secs = 0.3
+        return await wait(self, field)
 
     monkeypatch.setattr(ReplyWriter, "_wait_for_part", short_wait)
 

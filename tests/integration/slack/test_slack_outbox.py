@@ -349,3 +349,51 @@ async def test_a_refused_message_gives_its_claim_back(
         assert await redis_clients.redis.hget(keys.sent(thread), "e1:0") is None
     finally:
         await ch.shutdown()
+
+
+@pytest.mark.parametrize("error", ["internal_error", "fatal_error"])
+async def test_a_post_slack_failed_on_its_side_counts_as_maybe_sent(
+    fake_slack: FakeSlack,
+    channel_factory: Callable[..., SlackChannel],
+    redis_clients: RedisClients,
+    error: str,
+) -> None:
+    """Slack's docs: after internal_error / fatal_error "some aspect of the operation"
+    may have succeeded.  Not a refusal: the part is recorded as sent with an unknown
+    ts (never repeated), its claim not given back for a rerun to post it twice."""
+    ch = channel_factory(slack_channel_pace_secs=0.2)
+    await ch.initialize()
+    try:
+        delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+        thread = ThreadKey("slack", TEAM, "D1", "")
+        await redis_clients.redis.set(keys.lock(thread), "w1")
+        fake_slack.fail("chat.postMessage", error)
+        ref = await ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1")).say(
+            OutboundMessage("hello")
+        )
+        assert ref.message_id == ""
+        assert await delivery.sent_ref(thread, "e1:0") == ref  # recorded, not unclaimed
+        assert len(fake_slack.calls_to("chat.postMessage", ok=None)) == 1
+    finally:
+        await ch.shutdown()
+
+
+async def test_a_private_answer_whose_reply_was_lost_is_not_posted_again(
+    fake_slack: FakeSlack, slack: SlackChannel, redis_clients: RedisClients
+) -> None:
+    """/parley where the bot is not a member: the answer goes through the command's
+    response_url.  Slack showed it and the connection dropped before its answer: it
+    is not repeated (by slack_sdk's retry or by a rerun: the claim stays)."""
+    fake_slack.not_member.add("C9")
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    thread = ThreadKey("slack", TEAM, "C9", "")
+    await redis_clients.redis.set(keys.lock(thread), "w1")
+    reply_to = MessageRef("slack", "C9", "", extra="ru:" + fake_slack.response_url())
+    fake_slack.drop.add("response_url")
+    writer = ReplyWriter(
+        slack.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1"), reply_to=reply_to
+    )
+    ref = await writer.say(OutboundMessage("The answer is 4"))
+    assert ref.message_id == ""
+    assert [r["text"] for r in fake_slack.responses] == ["The answer is 4"]
+    assert await delivery.sent_ref(thread, "e1:0") == ref

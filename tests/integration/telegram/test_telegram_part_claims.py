@@ -181,3 +181,23 @@ async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
     await arm
     assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 403]
     assert (await redis.hget(keys.sent(DM), "e1:0") or b"").startswith(b"pending:")
+
+
+async def test_a_part_whose_other_claim_is_given_back_is_sent_here(
+    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+) -> None:
+    """Another execution of the turn claimed the part, then gave the claim back (its
+    send was refused, or it waits out a 429 and will claim again): this execution,
+    which found the claim and waited, claims it now and sends it, instead of taking
+    it for maybe sent and leaving the answer out."""
+    redis = redis_clients.redis
+    delivery = Delivery(redis, redis_clients.blocking)
+    await redis.set(keys.lock(DM), OWNER)
+    await redis.hset(keys.sent(DM), "e1:0", f"pending:{int(time.time() * 1000)}-other000")
+    task = asyncio.create_task(writer(channel, delivery).say(OutboundMessage("hello")))
+    await asyncio.sleep(0.5)
+    assert fake.calls_of("sendMessage") == []  # waiting for the other execution
+    await redis.hdel(keys.sent(DM), "e1:0")  # which gives its claim back
+    ref = await asyncio.wait_for(task, 5)
+    assert [c.params["text"] for c in fake.calls_of("sendMessage")] == ["hello"]
+    assert await delivery.sent_ref(DM, "e1:0") == ref
