@@ -89,6 +89,7 @@ class ReplyWriter:
         self.fields: list[str] = []  # sent-record fields this turn wrote or reused
         # parts claimed by an earlier execution, never recorded -> when (ms since the epoch)
         self.pending: dict[str, int] = dict(pending or {})
+        self.taken_over: set[str] = set()  # pending parts found missing: sent over the claim
 
     async def say(self, message: OutboundMessage) -> MessageRef:
         """Send a new part (or converge the recorded one on a rerun)."""
@@ -98,10 +99,33 @@ class ReplyWriter:
         self.guard.check()
         known = self.sent.get(field)
         if known is None and field in self.pending and not self._may_resend(self.pending[field]):
-            known = await self._wait_for_part(field)
+            known = await self._find_or_wait(field)
         if known is not None:
             return await self._converge(field, known, message)
         return await self._send_new(field, message)
+
+    async def _find_or_wait(self, field: str) -> MessageRef | None:
+        """A part an earlier execution claimed and never recorded (it died, or
+        stalled, around the platform request).  A channel that can look its
+        messages up (``Outbox.find_part``) says whether the part is showing: its
+        ref (recorded now; the rerun edits it), or None (it never arrived: sent
+        now, over the dead claim).  Otherwise, or if the look-up fails, the part
+        is waited for and then taken for maybe sent (:meth:`_wait_for_part`)."""
+        find = getattr(self.outbox, "find_part", None)
+        if find is not None:
+            try:
+                found: MessageRef | None = await find(self.thread, field, self.pending[field])
+            except ChannelError as exc:
+                log.warning("[%s] could not look part %s up: %s", self.thread, field, exc)
+            else:
+                if found is None:
+                    log.info("[%s] part %s never arrived; sending it", self.thread, field)
+                    self.taken_over.add(field)
+                    return None
+                log.info("[%s] part %s found on the platform", self.thread, field)
+                await self.delivery.record_sent(self.thread, field, found)
+                return found
+        return await self._wait_for_part(field)
 
     async def _send_new(
         self, field: str, message: OutboundMessage, *, again: bool = True
@@ -220,24 +244,30 @@ class ReplyWriter:
         sending) is sent all the same where :meth:`_may_resend` allows.
         """
         call, _marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
-        self._settle(await run_script(self.delivery.redis, *call))
+        self._settle(field, await run_script(self.delivery.redis, *call))
 
     def _wire_claim(self, field: str, *, stamp: str) -> WireClaim:
         """The same claim as a script call, for a channel's pacer to send early."""
         call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
         return WireClaim(
             call=call,
-            settle=self._settle,
+            settle=lambda raw: self._settle(field, raw),
             release=lambda: self.delivery.unclaim_part(self.thread, field, marker),
         )
 
-    def _settle(self, raw: Any) -> None:
-        """What a claim script's reply means: go on (claimed), or raise."""
+    def _settle(self, field: str, raw: Any) -> None:
+        """What a claim script's reply means: go on (claimed), or raise.  A part
+        another execution claimed is sent all the same if it was found missing on
+        the platform (``taken_over``) or :meth:`_may_resend` allows."""
         code, known = self.delivery.claim_result(raw)
         if code == -1:
             self.guard.lost = True
             self.guard.check()
-        if code == 1 or (code == 2 and not self._may_resend(self.delivery.claimed_at(raw))):
+        if code == 1 or (
+            code == 2
+            and field not in self.taken_over
+            and not self._may_resend(self.delivery.claimed_at(raw))
+        ):
             raise _PartExists(known)
 
     async def _wait_for_part(self, field: str) -> MessageRef | None:

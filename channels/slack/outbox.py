@@ -42,12 +42,13 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
-from agent_core.outbox import on_wire, wire_claim, wire_created
+from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
 from .client import SafeConnectionErrorRetryHandler, channel_pace, current_channel
 from .files import SlackFiles, file_origins
+from .find import find_part, part_metadata, reader
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
 from .people import SlackNames
@@ -104,6 +105,7 @@ class SlackOutbox:
         self._reacted: dict[tuple[str, str], float] = {}
         self._files = SlackFiles(session, bot_token, file_origins(api_base_url))
         self._names = SlackNames(web)
+        self._reader: AsyncWebClient | None = None  # for find_part
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
@@ -182,6 +184,14 @@ class SlackOutbox:
         if resp.status_code >= 300:
             raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
 
+    async def find_part(self, thread: ThreadKey, part: str, claimed_ms: int) -> MessageRef | None:
+        """The messages of a reply part whose sender died around posting it (None:
+        Slack has none); raises SendFailed if Slack cannot say (channels/slack/find.py)."""
+        if self._reader is None:
+            self._reader = reader(self.web)
+        settle = float(self.web.timeout) + 5.0  # the dead sender's request is over by then
+        return await find_part(self._reader, thread, part, claimed_ms, settle_secs=settle)
+
     def message_ids(self, ref: MessageRef) -> list[str]:
         """The Slack messages an answer occupies ('?': posted, ts unknown)."""
         if ref.extra.startswith(RESPONSE_URL_PREFIX):
@@ -236,8 +246,11 @@ class SlackOutbox:
         and the cut is logged (a rerun then edits what is out, never reposts it).
         """
         sent: list[str] = []
+        part = current_part()
         for i, post in enumerate(posts):
             args: dict[str, Any] = {"thread_ts": thread_ts, "unfurl_links": False}
+            if part is not None:  # how a rerun finds the part if its sender dies (find.py)
+                args["metadata"] = part_metadata(part, i)
             if not sent:
                 resp = await self._call("chat.postMessage", channel, **args, **post.kwargs())
                 assert resp is not None

@@ -76,6 +76,7 @@ class Message:
     reactions: set[str] = field(default_factory=set)
     edits: int = 0
     deleted: bool = False
+    metadata: dict[str, Any] | None = None  # message metadata (event_type, event_payload)
 
 
 @dataclass
@@ -364,6 +365,8 @@ class FakeSlack:
             "chat.update": self._m_chat_update,
             "chat.delete": self._m_chat_delete,
             "chat.postEphemeral": self._m_chat_postEphemeral,
+            "conversations.history": self._m_conversations_history,
+            "conversations.replies": self._m_conversations_replies,
             "reactions.add": self._m_reactions_add,
             "reactions.remove": self._m_reactions_remove,
         }
@@ -432,9 +435,68 @@ class FakeSlack:
         thread_ts = str(args.get("thread_ts") or "")
         if thread_ts and (channel, thread_ts) not in self.messages:
             raise SlackApiFault("thread_not_found")
-        m = Message(channel, self._next_ts(), text, blocks, thread_ts=thread_ts)
+        meta = args.get("metadata")
+        if isinstance(meta, str):
+            meta = orjson.loads(meta)
+        if meta is not None and (
+            not isinstance(meta, dict)
+            or not isinstance(meta.get("event_type"), str)
+            or not isinstance(meta.get("event_payload"), dict)
+        ):
+            raise SlackApiFault("invalid_metadata_format")
+        m = Message(channel, self._next_ts(), text, blocks, thread_ts=thread_ts, metadata=meta)
         self.messages[(channel, m.ts)] = m
         return {"channel": channel, "ts": m.ts, "message": {"text": text, "ts": m.ts}}
+
+    def _listing(self, args: dict[str, Any], msgs: list[Message]) -> dict[str, Any]:
+        """One page of a conversations.history / .replies answer (``oldest``,
+        ``limit``, ``cursor``; metadata only with ``include_all_metadata``)."""
+        oldest = float(args.get("oldest") or 0)
+        with_meta = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        msgs = [m for m in msgs if not m.deleted and float(m.ts) > oldest]
+        start = int(args.get("cursor") or 0)
+        limit = min(int(args.get("limit") or 100), 1000)
+        page = msgs[start : start + limit]
+        out = []
+        for m in page:
+            item: dict[str, Any] = {"type": "message", "ts": m.ts, "text": m.text, "user": m.user}
+            if m.thread_ts:
+                item["thread_ts"] = m.thread_ts
+            if with_meta and m.metadata is not None:
+                item["metadata"] = m.metadata
+            out.append(item)
+        more = start + limit < len(msgs)
+        return {
+            "messages": out,
+            "has_more": more,
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
+
+    def _m_conversations_history(
+        self, args: dict[str, Any], request: web.Request
+    ) -> dict[str, Any]:
+        """A channel's top-level messages, newest first."""
+        channel = str(args.get("channel") or "")
+        if channel in self.not_member:
+            raise SlackApiFault("not_in_channel")
+        msgs = [m for (c, _), m in self.messages.items() if c == channel and not m.thread_ts]
+        return self._listing(args, sorted(msgs, key=lambda m: float(m.ts), reverse=True))
+
+    def _m_conversations_replies(
+        self, args: dict[str, Any], request: web.Request
+    ) -> dict[str, Any]:
+        """A thread: its parent, then its replies, oldest first."""
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        if channel in self.not_member:
+            raise SlackApiFault("not_in_channel")
+        if (channel, ts) not in self.messages:
+            raise SlackApiFault("thread_not_found")
+        msgs = [
+            m
+            for (c, mts), m in self.messages.items()
+            if c == channel and (mts == ts or m.thread_ts == ts)
+        ]
+        return self._listing(args, sorted(msgs, key=lambda m: float(m.ts)))
 
     def _find(self, args: dict[str, Any]) -> Message:
         m = self.messages.get((str(args.get("channel") or ""), str(args.get("ts") or "")))
