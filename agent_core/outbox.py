@@ -167,11 +167,8 @@ def reset_on_wire(token: object) -> None:
 # sender sets ``idempotent_parts = True`` uses that name so that sending the
 # same part twice shows one message (the local channels key their transcript
 # entries by it); the agent may then resend a part whose first sender died
-# mid-send instead of leaving it unsent.  A sender whose platform does that only
-# for a while sets ``idempotent_for_secs`` instead (Discord: the message nonce is
-# derived from the part's name, and a repeat "within a few minutes" returns the
-# first message): a part claimed less than that long ago is resent.  A sender
-# that can look a part up on its platform implements
+# mid-send instead of leaving it unsent.  A sender that can look a part up on
+# its platform implements
 # ``async def find_part(thread, part, claimed_ms) -> MessageRef | None`` (None: the
 # part is not there; raises ChannelError if the platform cannot say): the rerun
 # of a part whose sender died edits what it finds, or sends the part (Slack).

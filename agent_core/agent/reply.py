@@ -98,7 +98,7 @@ class ReplyWriter:
         self.fields.append(field)
         self.guard.check()
         known = self.sent.get(field)
-        if known is None and field in self.pending and not self._may_resend(self.pending[field]):
+        if known is None and field in self.pending and not self._may_resend():
             known = await self._find_or_wait(field)
         if known is not None:
             return await self._converge(field, known, message)
@@ -222,18 +222,11 @@ class ReplyWriter:
         ids = getattr(self.outbox, "message_ids", None)
         return tuple(ids(ref)) if callable(ids) else (ref.message_id, ref.extra)
 
-    def _may_resend(self, claimed_ms: int) -> bool:
-        """Whether a part another execution claimed (at ``claimed_ms``) and never
-        recorded may be sent (again) rather than waited for: the channel shows a
-        part once however often it is sent (``idempotent_parts``: the local
-        channels), or its platform folds a repeat of the same part into the first
-        within ``idempotent_for_secs`` of it (Discord's message nonce)."""
-        if getattr(self.outbox, "idempotent_parts", False):
-            return True
-        window = float(getattr(self.outbox, "idempotent_for_secs", None) or 0.0)
-        if window <= 0 or claimed_ms <= 0:
-            return False
-        return time.time() * 1000 - claimed_ms < window * 1000
+    def _may_resend(self) -> bool:
+        """Whether a part another execution claimed and never recorded may be sent
+        (again) rather than waited for: the channel shows a part once however often
+        it is sent (``idempotent_parts``: the local channels)."""
+        return bool(getattr(self.outbox, "idempotent_parts", False))
 
     async def _claim(self, field: str, *, stamp: str | None = None) -> None:
         """Fenced claim of ``field`` right before it goes on the wire.
@@ -263,11 +256,7 @@ class ReplyWriter:
         if code == -1:
             self.guard.lost = True
             self.guard.check()
-        if code == 1 or (
-            code == 2
-            and field not in self.taken_over
-            and not self._may_resend(self.delivery.claimed_at(raw))
-        ):
+        if code == 1 or (code == 2 and field not in self.taken_over and not self._may_resend()):
             raise _PartExists(known)
 
     async def _wait_for_part(self, field: str) -> MessageRef | None:

@@ -137,8 +137,9 @@ class Turn:
         self.completion_calls: list[Call] = []  # scripts that ride with the completion
         self._checked_signals = False
         # A rerun of a message whose earlier execution died with a reply part on the
-        # wire: that part is not sent again (it may have reached the user), so this
-        # execution answers its own message only.  Messages that arrived meanwhile
+        # wire: that part is not sent again (it may have reached the user; on Slack it
+        # is looked up, then edited or sent), so this execution answers its own
+        # message only.  Messages that arrived meanwhile
         # get turns of their own instead of riding in an answer that is never sent.
         # The same for any rerun of an execution that died: the head alone, so that a
         # message that arrived meanwhile and killed that worker (a file it was reading)

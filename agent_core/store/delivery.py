@@ -299,14 +299,6 @@ class Delivery:
         )
 
     @staticmethod
-    def claimed_at(res: Any) -> int:
-        """When the claim a claim script's reply reports as another's (code 2) was
-        made (ms since the epoch, the claiming worker's clock); 0 otherwise."""
-        if int(res[0]) != 1 or not isinstance(res[1], bytes):
-            return 0
-        return claim_time(res[1])
-
-    @staticmethod
     def claim_result(res: Any) -> tuple[int, MessageRef | None]:
         """``claim_part``'s answer from the claim script's raw reply."""
         code = int(res[0])
@@ -340,9 +332,9 @@ class Delivery:
             for f, ref in state.sent.items()
             if f.rpartition(":")[0] in ids
         ]
-        fields += [  # a part claimed there keeps its claim's time (0: the move's)
-            (f, f"pending:{at or now}".encode())
-            for f, at in state.pending.items()
+        fields += [  # claimed in the old place: its time says nothing about the new one
+            (f, f"pending:moved-{now}".encode())
+            for f in state.pending
             if f.rpartition(":")[0] in ids
         ]
         if fields:

@@ -72,12 +72,6 @@ class DiscordOutbox:
     """Implements :class:`agent_core.outbox.Outbox` for Discord."""
 
     wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
-    # A part whose sender died after claiming it is sent again by the rerun if the
-    # claim is younger than this: the same part gets the same nonces
-    # (message_nonce), and Discord returns the message it already created for a
-    # nonce "in the past few minutes" instead of posting it twice.  A minute keeps
-    # well inside that, and covers a rerun after a lock expiry (LOCK_TTL_SECS, 30 s).
-    idempotent_for_secs = 60.0
 
     def __init__(self, settings: DiscordSettings, pacer: Pacer) -> None:
         self.stream_interval: float | None = settings.discord_stream_interval

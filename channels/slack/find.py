@@ -9,6 +9,11 @@ the claim (``conversations.history`` / ``conversations.replies`` with
 not the rerun posts it.  Telegram cannot do this (a bot cannot read a chat's
 history), so there the part is taken for maybe sent.
 
+What this cannot cover: a worker that froze for longer than the thread lock's TTL
+exactly between its claim and its request (the rerun looks, finds nothing, posts;
+the frozen worker then wakes and posts too).  A worker that was killed never
+wakes; one that stalled elsewhere lost its claim's fence before it could claim.
+
 Reading needs the history scopes Parley asks for anyway (``channels:history``,
 ``groups:history``, ``im:history``).  Any failure (a missing scope, a rate limit:
 apps outside the Slack Marketplace get one history call a minute) is reported,
@@ -32,7 +37,7 @@ from agent_core.events import MessageRef, ThreadKey
 from .parse import CHANNEL
 
 PART_EVENT = "parley_part"
-SKEW_SECS = 60.0  # look this far before the claim (the claiming worker's clock may differ)
+SKEW_SECS = 600.0  # look this far before the claim (the claiming worker's clock may differ)
 MAX_PAGES = 5  # of 200 messages; a part not found within them counts as unsure
 
 
@@ -64,9 +69,9 @@ async def find_part(
     """
     if claimed_ms <= 0:
         raise SendFailed("the claim's time is unknown")
-    age = time.time() - claimed_ms / 1000
+    age = time.time() - claimed_ms / 1000  # two workers' clocks: at most settle_secs
     if age < settle_secs:
-        await asyncio.sleep(settle_secs - age)
+        await asyncio.sleep(min(settle_secs - age, settle_secs))
     args: dict[str, Any] = {
         "channel": thread.conversation,
         "oldest": f"{max(claimed_ms / 1000 - SKEW_SECS, 0):.6f}",

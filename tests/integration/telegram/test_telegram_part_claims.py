@@ -184,7 +184,10 @@ async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
 
 
 async def test_a_part_whose_other_claim_is_given_back_is_sent_here(
-    fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
+    fake: FakeTelegram,
+    channel: TelegramChannel,
+    redis_clients: RedisClients,
+    packets: collections.Counter[str],
 ) -> None:
     """Another execution of the turn claimed the part, then gave the claim back (its
     send was refused, or it waits out a 429 and will claim again): this execution,
@@ -194,9 +197,12 @@ async def test_a_part_whose_other_claim_is_given_back_is_sent_here(
     delivery = Delivery(redis, redis_clients.blocking)
     await redis.set(keys.lock(DM), OWNER)
     await redis.hset(keys.sent(DM), "e1:0", f"pending:{int(time.time() * 1000)}-other000")
+    packets.clear()
     task = asyncio.create_task(writer(channel, delivery).say(OutboundMessage("hello")))
-    await asyncio.sleep(0.5)
-    assert fake.calls_of("sendMessage") == []  # waiting for the other execution
+    deadline = time.monotonic() + 5
+    while not packets["HGET"] and time.monotonic() < deadline:  # it polls the other's record
+        await asyncio.sleep(0.01)
+    assert packets["HGET"] and fake.calls_of("sendMessage") == []  # waiting for the other
     await redis.hdel(keys.sent(DM), "e1:0")  # which gives its claim back
     ref = await asyncio.wait_for(task, 5)
     assert [c.params["text"] for c in fake.calls_of("sendMessage")] == ["hello"]
