@@ -327,40 +327,21 @@ async def test_a_new_message_claims_its_part_in_the_pacing_round_trip(
         await ch.shutdown()
 
 
-async def test_a_refused_message_gives_its_claim_back(
-    fake_slack: FakeSlack,
-    channel_factory: Callable[..., SlackChannel],
-    redis_clients: RedisClients,
-) -> None:
-    """Slack refused the post (ok=false, is_archived): nothing is on screen, so the
-    claim made in the booking's round trip is taken back (a rerun sends the part)."""
-    ch = channel_factory(slack_channel_pace_secs=0.2)
-    await ch.initialize()
-    try:
-        delivery = Delivery(redis_clients.redis, redis_clients.blocking)
-        thread = ThreadKey("slack", TEAM, "D1", "")
-        await redis_clients.redis.set(keys.lock(thread), "w1")
-        fake_slack.fail("chat.postMessage", "is_archived")
-        with pytest.raises(SendFailed):
-            await ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1")).say(
-                OutboundMessage("hello")
-            )
-        assert fake_slack.calls_to("chat.postMessage", ok=False)
-        assert await redis_clients.redis.hget(keys.sent(thread), "e1:0") is None
-    finally:
-        await ch.shutdown()
-
-
-@pytest.mark.parametrize("error", ["internal_error", "fatal_error"])
-async def test_a_post_slack_failed_on_its_side_counts_as_maybe_sent(
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [("is_archived", True), ("internal_error", False), ("fatal_error", False)],
+)
+async def test_a_failed_post_gives_its_claim_back_only_if_refused(
     fake_slack: FakeSlack,
     channel_factory: Callable[..., SlackChannel],
     redis_clients: RedisClients,
     error: str,
+    refused: bool,
 ) -> None:
-    """Slack's docs: after internal_error / fatal_error "some aspect of the operation"
-    may have succeeded.  Not a refusal: the part is recorded as sent with an unknown
-    ts (never repeated), its claim not given back for a rerun to post it twice."""
+    """The claim rides in the pacing booking's round trip.  Refused (is_archived):
+    nothing is on screen, the claim is taken back (a rerun sends the part).  Slack's
+    docs on internal_error / fatal_error: "some aspect of the operation" may have
+    succeeded, so the part counts as sent with an unknown ts (never repeated)."""
     ch = channel_factory(slack_channel_pace_secs=0.2)
     await ch.initialize()
     try:
@@ -368,11 +349,15 @@ async def test_a_post_slack_failed_on_its_side_counts_as_maybe_sent(
         thread = ThreadKey("slack", TEAM, "D1", "")
         await redis_clients.redis.set(keys.lock(thread), "w1")
         fake_slack.fail("chat.postMessage", error)
-        ref = await ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1")).say(
-            OutboundMessage("hello")
-        )
-        assert ref.message_id == ""
-        assert await delivery.sent_ref(thread, "e1:0") == ref  # recorded, not unclaimed
+        writer = ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1"))
+        if refused:
+            with pytest.raises(SendFailed):
+                await writer.say(OutboundMessage("hello"))
+            assert await redis_clients.redis.hget(keys.sent(thread), "e1:0") is None
+        else:
+            ref = await writer.say(OutboundMessage("hello"))
+            assert ref.message_id == ""
+            assert await delivery.sent_ref(thread, "e1:0") == ref  # recorded, kept
         assert len(fake_slack.calls_to("chat.postMessage", ok=None)) == 1
     finally:
         await ch.shutdown()
