@@ -38,8 +38,8 @@ from agent_core.outbox import (
     set_on_wire,
     wire_refused,
 )
-from agent_core.store.delivery import Delivery, claim_stamp
-from agent_core.store.scripting import run_script
+from agent_core.store.delivery import Delivery, claim_stamp, claim_time
+from agent_core.store.scripting import Call, run_script
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ReplyWriter:
         sent: dict[str, MessageRef],
         guard: LockGuard,
         reply_to: MessageRef | None = None,
-        pending: Mapping[str, int] | None = None,
+        pending: Mapping[str, str] | None = None,
     ) -> None:
         self.outbox = outbox
         self.delivery = delivery
@@ -87,9 +87,10 @@ class ReplyWriter:
         self.reply_to = reply_to
         self.parts = 0
         self.fields: list[str] = []  # sent-record fields this turn wrote or reused
-        # parts claimed by an earlier execution, never recorded -> when (ms since the epoch)
-        self.pending: dict[str, int] = dict(pending or {})
-        self.taken_over: set[str] = set()  # pending parts found missing: sent over the claim
+        # parts claimed by an earlier execution and never recorded -> their claim marker
+        self.pending: dict[str, str] = dict(pending or {})
+        # pending parts found missing on the platform -> the dead claim this one replaces
+        self.taken_over: dict[str, str] = {}
 
     async def say(self, message: OutboundMessage) -> MessageRef:
         """Send a new part (or converge the recorded one on a rerun)."""
@@ -114,13 +115,16 @@ class ReplyWriter:
         find = getattr(self.outbox, "find_part", None)
         if find is not None:
             try:
-                found: MessageRef | None = await find(self.thread, field, self.pending[field])
+                claimed_ms = claim_time(self.pending[field])
+                found: MessageRef | None = await find(
+                    self.thread, field, claimed_ms, reply_to=self.reply_to
+                )
             except ChannelError as exc:
                 log.warning("[%s] could not look part %s up: %s", self.thread, field, exc)
             else:
                 if found is None:
                     log.info("[%s] part %s never arrived; sending it", self.thread, field)
-                    self.taken_over.add(field)
+                    self.taken_over[field] = self.pending[field]
                     return None
                 log.info("[%s] part %s found on the platform", self.thread, field)
                 await self.delivery.record_sent(self.thread, field, found)
@@ -234,29 +238,34 @@ class ReplyWriter:
         ``stamp``: this send's claim marker, the same for every claim of one send
         (an early one a pacer made and could not take back is then this send's
         own, not another's).  A part another execution is sending (or died
-        sending) is sent all the same where :meth:`_may_resend` allows.
+        sending) is sent all the same where :meth:`_may_resend` allows, and one
+        found missing on the platform (``taken_over``) is claimed over its dead claim.
         """
-        call, _marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
-        self._settle(field, await run_script(self.delivery.redis, *call))
+        call, _marker = self._claim_call(field, stamp)
+        self._settle(await run_script(self.delivery.redis, *call))
+
+    def _claim_call(self, field: str, stamp: str | None) -> tuple[Call, str]:
+        replace = self.taken_over.get(field, "")
+        return self.delivery.claim_call(
+            self.thread, self.guard.owner, field, stamp=stamp, replace=replace
+        )
 
     def _wire_claim(self, field: str, *, stamp: str) -> WireClaim:
         """The same claim as a script call, for a channel's pacer to send early."""
-        call, marker = self.delivery.claim_call(self.thread, self.guard.owner, field, stamp=stamp)
+        call, marker = self._claim_call(field, stamp)
         return WireClaim(
             call=call,
-            settle=lambda raw: self._settle(field, raw),
+            settle=self._settle,
             release=lambda: self.delivery.unclaim_part(self.thread, field, marker),
         )
 
-    def _settle(self, field: str, raw: Any) -> None:
-        """What a claim script's reply means: go on (claimed), or raise.  A part
-        another execution claimed is sent all the same if it was found missing on
-        the platform (``taken_over``) or :meth:`_may_resend` allows."""
+    def _settle(self, raw: Any) -> None:
+        """What a claim script's reply means: go on (claimed), or raise."""
         code, known = self.delivery.claim_result(raw)
         if code == -1:
             self.guard.lost = True
             self.guard.check()
-        if code == 1 or (code == 2 and field not in self.taken_over and not self._may_resend()):
+        if code == 1 or (code == 2 and not self._may_resend()):
             raise _PartExists(known)
 
     async def _wait_for_part(self, field: str) -> MessageRef | None:

@@ -46,8 +46,8 @@ class TurnState:
     session_version: int
     session_data: bytes | None
     sent: dict[str, MessageRef] = field(default_factory=dict)
-    # parts claimed, never recorded -> when they were claimed (ms since the epoch, 0: unknown)
-    pending: dict[str, int] = field(default_factory=dict)
+    # parts claimed, never recorded -> their claim marker ('pending:<ms>-<suffix>')
+    pending: dict[str, str] = field(default_factory=dict)
     # start records ('<event id>#s:0' -> the owner that began a turn on that event,
     # '' for one that names none), as they were before this begin recorded its own
     starts: dict[str, str] = field(default_factory=dict)
@@ -63,12 +63,12 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
-def claim_time(marker: bytes) -> int:
-    """The time in a 'pending:<ms>[-<suffix>]' claim marker (ms since the epoch;
-    0 for anything else)."""
-    if not marker.startswith(b"pending:"):
+def claim_time(marker: str) -> int:
+    """The time in a 'pending:<ms>[-<suffix>]' claim marker (ms since the epoch, the
+    claiming worker's clock; 0 for anything else)."""
+    if not marker.startswith("pending:"):
         return 0
-    head = marker[8:].split(b"-", 1)[0]
+    head = marker[8:].split("-", 1)[0]
     return int(head) if head.isdigit() else 0
 
 
@@ -282,13 +282,23 @@ class Delivery:
         return self.claim_result(await run_script(self.redis, *script_call))
 
     def claim_call(
-        self, thread: ThreadKey, owner: str, field_name: str, *, stamp: str | None = None
+        self,
+        thread: ThreadKey,
+        owner: str,
+        field_name: str,
+        *,
+        stamp: str | None = None,
+        replace: str = "",
     ) -> tuple[Call, str]:
         """``claim_part``'s script call (to send in another round trip), and the
         marker it writes in the sent records when it claims ('pending:<stamp>';
-        by default the time and a random suffix: one send's own)."""
+        by default the time and a random suffix: one send's own).  ``replace``: a
+        dead execution's marker found there that this claim takes over (the part
+        was looked up on the platform and is not there); any other is reported."""
         stamp = stamp or claim_stamp()
         args: list[Any] = [owner, field_name, stamp]
+        if replace:
+            args.append(replace)
         return (self._claim, [keys.lock(thread), keys.sent(thread)], args), f"pending:{stamp}"
 
     async def unclaim_part(self, thread: ThreadKey, field_name: str, marker: str) -> bool:
@@ -553,12 +563,12 @@ def _state(
 ) -> TurnState:
     mailbox = [InboundEvent.from_json(r) for r in raw_box]
     sent: dict[str, MessageRef] = {}
-    pending: dict[str, int] = {}
+    pending: dict[str, str] = {}
     starts: dict[str, str] = {}
     for k, v in raw_sent.items():
         name = k.decode()
         if v.startswith(b"pending:"):
-            pending[name] = claim_time(v)
+            pending[name] = v.decode()
             continue
         ref = MessageRef.from_dict(orjson.loads(v))
         if name.endswith(START_SUFFIX):

@@ -405,11 +405,13 @@ return 1
 # writes is {0} too: the same send claiming again (its earlier claim was made
 # with a pacing booking and could not be taken back, or its request is being
 # repeated); every send has a stamp of its own (time and a random suffix).
+# Optional ARGV[4]: a dead execution's marker this claim replaces (the part was
+# looked up on the platform and is not there); only exactly that marker.
 CLAIM_PART = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local v = redis.call('HGET', KEYS[2], ARGV[2])
 if v == 'pending:' .. ARGV[3] then return {0} end
-if v then return {1, v} end
+if v and v ~= ARGV[4] then return {1, v} end
 redis.call('HSET', KEYS[2], ARGV[2], 'pending:' .. ARGV[3])
 return {0}
 """

@@ -151,5 +151,6 @@ class SlackChannel(Channel):
                 reaction=self.settings.slack_working_reaction,
                 bot_token=self.settings.secret("slack_bot_token"),
                 api_base_url=self.settings.slack_api_base_url,
+                bot_user_id=lambda: self.bot_user_id,
             )
         return self._outbox

@@ -37,7 +37,7 @@ from agent_core.events import MessageRef, ThreadKey
 from .parse import CHANNEL
 
 PART_EVENT = "parley_part"
-SKEW_SECS = 600.0  # look this far before the claim (the claiming worker's clock may differ)
+SKEW_SECS = 120.0  # look this far before the claim (the claiming worker's clock may differ)
 MAX_PAGES = 5  # of 200 messages; a part not found within them counts as unsure
 
 
@@ -59,16 +59,27 @@ def reader(web: AsyncWebClient) -> AsyncWebClient:
 
 
 async def find_part(
-    web: AsyncWebClient, thread: ThreadKey, part: str, claimed_ms: int, *, settle_secs: float
+    web: AsyncWebClient,
+    thread: ThreadKey,
+    part: str,
+    claimed_ms: int,
+    *,
+    bot_user_id: str,
+    settle_secs: float,
 ) -> MessageRef | None:
-    """The messages of ``part`` in ``thread`` (None: Slack has none of them).
+    """The messages of ``part`` in ``thread`` posted by this bot (None: Slack has
+    none of them).
 
     ``settle_secs``: how long after the claim the dead sender's request may still
     have been under way (the Web API timeout); the look-up waits until then, so a
     post still arriving cannot be missed.  Raises SendFailed if Slack cannot say.
+    Only this bot's messages count: another app's metadata (another Parley
+    following the same thread, say) may name the same part.
     """
     if claimed_ms <= 0:
         raise SendFailed("the claim's time is unknown")
+    if not bot_user_id:
+        raise SendFailed("the bot's user id is unknown (auth.test did not answer)")
     age = time.time() - claimed_ms / 1000  # two workers' clocks: at most settle_secs
     if age < settle_secs:
         await asyncio.sleep(min(settle_secs - age, settle_secs))
@@ -91,10 +102,9 @@ async def find_part(
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise SendFailed(f"Slack {method}: {type(exc).__name__}") from exc
         for m in resp.get("messages") or []:
-            meta = m.get("metadata") or {}
-            payload = meta.get("event_payload") or {}
-            if meta.get("event_type") == PART_EVENT and payload.get("part") == part:
-                found[int(payload.get("k", 0))] = str(m["ts"])
+            k, ts = _place(m, part, bot_user_id)
+            if ts:
+                found[k] = ts
         cursor = (resp.get("response_metadata") or {}).get("next_cursor")
         if not resp.get("has_more") or not cursor:
             break
@@ -107,3 +117,17 @@ async def find_part(
     return MessageRef(
         CHANNEL, thread.conversation, ts[0], thread=thread.thread, extra=",".join(ts[1:])
     )
+
+
+def _place(message: Any, part: str, bot_user_id: str) -> tuple[int, str]:
+    """(k, ts) if ``message`` is this bot's k-th message of ``part``, else (0, '')."""
+    if not isinstance(message, dict) or message.get("user") != bot_user_id:
+        return 0, ""
+    meta = message.get("metadata")
+    payload = meta.get("event_payload") if isinstance(meta, dict) else None
+    if not isinstance(payload, dict) or meta.get("event_type") != PART_EVENT:
+        return 0, ""
+    k, ts = payload.get("k", 0), message.get("ts")
+    if payload.get("part") != part or not isinstance(k, int) or not isinstance(ts, str):
+        return 0, ""
+    return k, ts

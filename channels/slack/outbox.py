@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -93,6 +94,7 @@ class SlackOutbox:
         reaction: str = "eyes",
         bot_token: str = "",
         api_base_url: str = DEFAULT_API_BASE_URL,
+        bot_user_id: Callable[[], str] = lambda: "",
     ) -> None:
         self.web = web
         self.pacer = pacer
@@ -106,6 +108,7 @@ class SlackOutbox:
         self._files = SlackFiles(session, bot_token, file_origins(api_base_url))
         self._names = SlackNames(web)
         self._reader: AsyncWebClient | None = None  # for find_part
+        self._bot_user_id = bot_user_id  # from auth.test (channel.py)
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
@@ -184,13 +187,25 @@ class SlackOutbox:
         if resp.status_code >= 300:
             raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
 
-    async def find_part(self, thread: ThreadKey, part: str, claimed_ms: int) -> MessageRef | None:
+    async def find_part(
+        self, thread: ThreadKey, part: str, claimed_ms: int, *, reply_to: MessageRef | None
+    ) -> MessageRef | None:
         """The messages of a reply part whose sender died around posting it (None:
-        Slack has none); raises SendFailed if Slack cannot say (channels/slack/find.py)."""
+        Slack has none); raises SendFailed if Slack cannot say (channels/slack/find.py).
+        A reply through a slash command's response_url may have gone out privately
+        (ephemeral), where no history shows it: it cannot be looked up."""
+        if reply_to is not None and reply_to.extra.startswith(RESPONSE_URL_PREFIX):
+            raise SendFailed("a private answer cannot be looked up")
         if self._reader is None:
             self._reader = reader(self.web)
-        settle = float(self.web.timeout) + 5.0  # the dead sender's request is over by then
-        return await find_part(self._reader, thread, part, claimed_ms, settle_secs=settle)
+        return await find_part(
+            self._reader,
+            thread,
+            part,
+            claimed_ms,
+            bot_user_id=self._bot_user_id(),
+            settle_secs=float(self.web.timeout) + 5.0,  # the dead request is over by then
+        )
 
     def message_ids(self, ref: MessageRef) -> list[str]:
         """The Slack messages an answer occupies ('?': posted, ts unknown)."""

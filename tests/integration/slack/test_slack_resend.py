@@ -5,12 +5,14 @@ and conversations.history / .replies."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
+from agent_core.errors import LockLost
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.store import keys
 from agent_core.store.client import RedisClients
@@ -33,7 +35,7 @@ async def quick(channel_factory: Callable[..., SlackChannel]) -> AsyncIterator[S
 
 async def died_around_the_post(
     redis_clients: RedisClients, thread: ThreadKey, *, secs_ago: float
-) -> dict[str, int]:
+) -> dict[str, str]:
     """Part e1:0 in ``thread`` was claimed ``secs_ago`` by a worker that died before
     recording it; the thread's lock is the rerun's now.  The rerun's pending parts."""
     redis = redis_clients.redis
@@ -45,7 +47,7 @@ async def died_around_the_post(
 
 
 def rerun(
-    ch: SlackChannel, redis_clients: RedisClients, thread: ThreadKey, pending: dict[str, int]
+    ch: SlackChannel, redis_clients: RedisClients, thread: ThreadKey, pending: dict[str, str]
 ) -> ReplyWriter:
     delivery = Delivery(redis_clients.redis, redis_clients.blocking)
     guard = LockGuard(owner="w2")
@@ -53,12 +55,12 @@ def rerun(
 
 
 async def first_post(
-    ch: SlackChannel, redis_clients: RedisClients, thread: ThreadKey, text: str
+    ch: SlackChannel, redis_clients: RedisClients, thread: ThreadKey, text: str, event: str = "e1"
 ) -> MessageRef:
-    """The dead worker's post of part e1:0 (it reached Slack)."""
+    """The dead worker's post of part ``event``:0 (it reached Slack)."""
     await redis_clients.redis.set(keys.lock(thread), "w1")
     delivery = Delivery(redis_clients.redis, redis_clients.blocking)
-    writer = ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1"))
+    writer = ReplyWriter(ch.outbox(), delivery, thread, event, {}, LockGuard(owner="w1"))
     return await writer.say(OutboundMessage(text))
 
 
@@ -134,3 +136,64 @@ async def test_a_failed_look_up_falls_back_to_maybe_sent(
     ref = await writer.say(OutboundMessage("Hello"))
     assert ref.message_id == ""
     assert fake_slack.calls_to("chat.postMessage") == []
+
+
+async def test_only_this_bots_messages_count(
+    fake_slack: FakeSlack, quick: SlackChannel, redis_clients: RedisClients
+) -> None:
+    """Another app's message naming the same part (another Parley in the same
+    workspace), and one of ours with malformed metadata, are not the part: the
+    rerun posts it."""
+    meta = {"event_type": "parley_part", "event_payload": {"part": "e1:0", "k": 0}}
+    fake_slack.add_user_message("D1", "from another app", user="U_OTHER").metadata = meta
+    odd = fake_slack.add_user_message("D1", "odd", user=fake_slack.bot_user)
+    odd.metadata = {"event_type": "parley_part", "event_payload": {"part": "e1:0", "k": "x"}}
+    pending = await died_around_the_post(redis_clients, DM, secs_ago=10)
+    ref = await rerun(quick, redis_clients, DM, pending).say(OutboundMessage("Hello"))
+    assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == ["Hello"]
+    assert ref.message_id not in ("", odd.ts)
+
+
+async def test_a_private_answer_is_not_looked_up(
+    fake_slack: FakeSlack, quick: SlackChannel, redis_clients: RedisClients
+) -> None:
+    """A /parley answer may have gone out through the command's response_url
+    (ephemeral: no history shows it): taken for maybe sent, never answered twice."""
+    pending = await died_around_the_post(redis_clients, DM, secs_ago=10)
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    reply_to = MessageRef("slack", "D1", "", extra="ru:" + fake_slack.response_url())
+    writer = ReplyWriter(
+        quick.outbox(), delivery, DM, "e1", {}, LockGuard(owner="w2"), reply_to, pending
+    )
+    writer.part_wait_secs = 0.3
+    ref = await writer.say(OutboundMessage("Hello"))
+    assert ref.message_id == ""
+    assert fake_slack.calls_to("conversations.history") == []
+    assert fake_slack.calls_to("chat.postMessage") == [] and fake_slack.responses == []
+
+
+async def test_a_taken_over_part_is_fenced_like_any_other(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], redis_clients: RedisClients
+) -> None:
+    """The rerun found the part missing and claims it over the dead claim, then
+    waits for the channel's pace; meanwhile the thread passes to another worker.
+    The claim after the wait is refused like any other: nothing is posted by this
+    execution (the other one sends the part)."""
+    ch = channel_factory(slack_http_timeout=1, slack_channel_pace_secs=1.0)
+    await ch.initialize()
+    try:
+        await first_post(ch, redis_clients, DM, "an earlier answer", "e0")  # takes the slot
+        pending = await died_around_the_post(redis_clients, DM, secs_ago=10)
+        task = asyncio.create_task(rerun(ch, redis_clients, DM, pending).say(OutboundMessage("B")))
+        deadline = time.monotonic() + 5
+        while not fake_slack.calls_to("conversations.history") and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # inside the pace wait (~1 s)
+        await redis_clients.redis.set(keys.lock(DM), "w3")
+        with pytest.raises(LockLost):
+            await task
+        assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == [
+            "an earlier answer"
+        ]
+    finally:
+        await ch.shutdown()
