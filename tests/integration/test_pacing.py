@@ -27,6 +27,7 @@ from agent_core.store import keys
 from agent_core.store.client import RedisClients
 from agent_core.store.delivery import Delivery, claim_stamp
 from agent_core.store.pacing import Pacer, pace_key
+from agent_core.store.scripting import run_script
 
 
 async def test_slots_on_one_pace_are_an_interval_apart(redis: Any) -> None:
@@ -230,6 +231,27 @@ async def test_another_executions_claim_is_not_taken_for_this_ones(
     assert not await c.delivery.unclaim_part(c.thread, "e1:0", f"pending:{theirs}")
     assert await c.delivery.unclaim_part(c.thread, "e1:0", f"pending:{mine}")
     assert await c.record(redis, "e1:0") is None
+
+
+async def test_a_claim_replaces_exactly_the_dead_claim_it_names(
+    redis: Any, redis_clients: RedisClients
+) -> None:
+    """A part looked up on the platform and found missing is claimed over the dead
+    execution's marker, and only over that one (another claim made meanwhile, or a
+    record, is reported as ever)."""
+    c = _Claims(redis_clients)
+    await c.hold_lock(redis)
+    dead, mine, other = claim_stamp(), claim_stamp(), claim_stamp()
+    await redis.hset(keys.sent(c.thread), "e1:0", f"pending:{dead}")
+
+    async def claim(stamp: str, replace: str) -> tuple[int, object]:
+        call, _ = c.delivery.claim_call(c.thread, c.owner, "e1:0", stamp=stamp, replace=replace)
+        return c.delivery.claim_result(await run_script(redis, *call))
+
+    assert await claim(mine, f"pending:{other}") == (2, None)  # not the marker it names
+    assert await claim(mine, f"pending:{dead}") == (0, None)
+    assert await c.record(redis, "e1:0") == f"pending:{mine}".encode()
+    assert await claim(other, f"pending:{dead}") == (2, None)  # the dead one is gone
 
 
 async def test_a_pace_that_fails_takes_the_claim_made_with_it_back(
