@@ -169,8 +169,9 @@ def reset_on_wire(token: object) -> None:
 # entries by it); the agent may then resend a part whose first sender died
 # mid-send instead of leaving it unsent.  A sender that can look a part up on
 # its platform implements
-# ``async def find_part(thread, part, claimed_ms) -> MessageRef | None`` (None: the
-# part is not there; raises ChannelError if the platform cannot say): the rerun
+# ``async def find_part(thread, part, claimed_ms, *, reply_to) -> MessageRef | None``
+# (None: the part is not there; raises ChannelError if the platform cannot say;
+# ``reply_to``: what the part answers, as given to ``send``): the rerun
 # of a part whose sender died edits what it finds, or sends the part (Slack).
 
 _PART: ContextVar[str | None] = ContextVar("parley_part", default=None)

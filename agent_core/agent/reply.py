@@ -127,6 +127,7 @@ class ReplyWriter:
                     self.taken_over[field] = self.pending[field]
                     return None
                 log.info("[%s] part %s found on the platform", self.thread, field)
+                self.guard.check()  # the look-up may have waited: record only as the holder
                 await self.delivery.record_sent(self.thread, field, found)
                 return found
         return await self._wait_for_part(field)

@@ -72,7 +72,9 @@ async def find_part(
 
     ``settle_secs``: how long after the claim the dead sender's request may still
     have been under way (the Web API timeout); the look-up waits until then, so a
-    post still arriving cannot be missed.  Raises SendFailed if Slack cannot say.
+    post still arriving cannot be missed.  (The claim's time is when the send
+    began, before any pacing wait; a rerun comes after the thread lock's TTL
+    anyway, 30 s by default, by which time a dead worker's request is over.)  Raises SendFailed if Slack cannot say.
     Only this bot's messages count: another app's metadata (another Parley
     following the same thread, say) may name the same part.
     """

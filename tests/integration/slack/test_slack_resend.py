@@ -172,6 +172,28 @@ async def test_a_private_answer_is_not_looked_up(
     assert fake_slack.calls_to("chat.postMessage") == [] and fake_slack.responses == []
 
 
+async def test_a_taken_over_part_that_waits_for_its_slot_is_posted_once(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], redis_clients: RedisClients
+) -> None:
+    """Found missing, claimed over the dead claim, then a wait for the channel's
+    pace (the claim is given back meanwhile and made again after it): posted once,
+    recorded."""
+    ch = channel_factory(slack_http_timeout=1, slack_channel_pace_secs=1.0)
+    await ch.initialize()
+    try:
+        await first_post(ch, redis_clients, DM, "an earlier answer", "e0")  # takes the slot
+        pending = await died_around_the_post(redis_clients, DM, secs_ago=10)
+        ref = await rerun(ch, redis_clients, DM, pending).say(OutboundMessage("B"))
+        assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == [
+            "an earlier answer",
+            "B",
+        ]
+        delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+        assert await delivery.sent_ref(DM, "e1:0") == ref
+    finally:
+        await ch.shutdown()
+
+
 async def test_a_taken_over_part_is_fenced_like_any_other(
     fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], redis_clients: RedisClients
 ) -> None:
