@@ -49,10 +49,13 @@ import time
 
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core.agent.reply import LockGuard
 from agent_core.agent.session import Session, ThreadState
+from agent_core.errors import LockLost
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.base import ChatMessage, ToolCall
 from agent_core.proactive.routines import RoutineStore
@@ -63,6 +66,10 @@ from agent_core.store.moves import Copied, Moves, OldThread
 log = logging.getLogger(__name__)
 
 RETRY = "move:retry"  # outcome: not done, the MOVED event stays at the head of the mailbox
+# A move that fails with an unexpected error (a Redis script refused: OOM, BUSY; a
+# bug) is tried this many times in all, a second apart and more, before it is
+# given up like any failed turn (the conversation then stays in the old place).
+MOVE_ATTEMPTS = 3
 # the result of an old call that waited for an approval which did not come along
 NOT_RUN = "error: not run: the conversation moved before the approval was decided"
 
@@ -161,6 +168,7 @@ class ConversationMover:
         self.moves = Moves(redis, session_ttl_ms=delivery.session_ttl_ms)
         self.routines = RoutineStore(redis)
         self.poll_secs = poll_secs
+        self._failures: dict[str, int] = {}  # MOVED event id -> failed attempts so far
 
     def wait_secs(self) -> float:
         """How long the old thread's running turns are waited for (within the turn timeout)."""
@@ -169,7 +177,33 @@ class ConversationMover:
 
     async def run(self, new: ThreadKey, state: TurnState, guard: LockGuard) -> str:
         """Move the conversation named by the mailbox head into ``new``; the outcome
-        (:data:`RETRY`: not done yet, run it again)."""
+        (:data:`RETRY`: not done yet, run it again).  An unexpected error is retried
+        (:data:`MOVE_ATTEMPTS`) before it propagates: a lost move costs the
+        conversation its history in the new place, and every step is idempotent."""
+        event_id = state.mailbox[0].event_id
+        try:
+            outcome = await self._run(new, state, guard)
+        except (LockLost, asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
+            raise  # the worker keeps the event queued for these
+        except Exception:
+            failed = self._failures.get(event_id, 0) + 1
+            if failed >= MOVE_ATTEMPTS:
+                self._failures.pop(event_id, None)
+                raise
+            self._failures[event_id] = failed
+            log.warning(
+                "[%s] move attempt %d of %d failed; retrying",
+                new,
+                failed,
+                MOVE_ATTEMPTS,
+                exc_info=True,
+            )
+            await asyncio.sleep(min(2.0 ** (failed - 1), 10.0))
+            return RETRY
+        self._failures.pop(event_id, None)
+        return outcome
+
+    async def _run(self, new: ThreadKey, state: TurnState, guard: LockGuard) -> str:
         old = state.mailbox[0].moved_from
         if old is None or old == new or old.channel != new.channel:
             log.warning("[%s] a move from %s is not possible; ignored", new, old)

@@ -258,3 +258,57 @@ async def test_a_move_whose_executions_died_twice_still_finishes(world: Any) -> 
     s = await w.session(NEW)
     assert [m.content for m in s.history if m.role == "user"] == ["one"]
     assert await w.redis.hlen(keys.sent(NEW)) == 0
+
+
+async def test_a_move_that_fails_unexpectedly_is_tried_again(world: Any, monkeypatch: Any) -> None:
+    """Reading the old place failed once with an error the worker does not expect
+    (Redis refused a script: OOM, BUSY): the move is tried again a second later
+    and the conversation still follows, instead of staying behind for good."""
+    from redis.exceptions import ResponseError
+
+    from agent_core.store.moves import Moves
+
+    w = world(count_model())
+    await w.start()
+    await w.send(user_event(OLD, "count it"))
+    await w.settle(OLD)
+    real_read = Moves.read
+    failures = [ResponseError("OOM command not allowed when used memory > 'maxmemory'.")]
+
+    async def flaky_read(self: Moves, old: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await real_read(self, old)
+
+    monkeypatch.setattr(Moves, "read", flaky_read)
+    await w.send(moved())
+    await w.settle(NEW)
+    assert not failures  # it did fail once
+    s = await w.session(NEW)
+    assert s.state == ThreadState.AWAITING_APPROVAL
+    assert any(m.content == "count it" for m in s.history if m.role == "user")
+    assert await w.redis.exists(keys.session(OLD)) == 0
+
+
+async def test_a_move_that_keeps_failing_is_given_up(world: Any, monkeypatch: Any) -> None:
+    """The same error every time (a bug): given up after MOVE_ATTEMPTS like any
+    failed turn, not retried for ever; the old place's state is left where it was."""
+    from agent_core.agent.move import MOVE_ATTEMPTS
+    from agent_core.store.moves import Moves
+
+    w = world(count_model())
+    await w.start()
+    await w.send(user_event(OLD, "count it"))
+    await w.settle(OLD)
+    calls: list[int] = []
+
+    async def broken_read(self: Moves, old: Any) -> Any:
+        calls.append(1)
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(Moves, "read", broken_read)
+    await w.send(moved())
+    await w.settle(NEW)
+    assert len(calls) == MOVE_ATTEMPTS
+    assert await w.redis.exists(keys.session(OLD)) == 1  # left where it was, not lost
+    assert await w.redis.exists(keys.session(NEW)) == 0
