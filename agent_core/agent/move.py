@@ -49,13 +49,10 @@ import time
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError, ResponseError
 
 from agent_core.agent.reply import LockGuard
 from agent_core.agent.session import Session, ThreadState
-from agent_core.errors import LockLost
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.base import ChatMessage, ToolCall
 from agent_core.proactive.routines import RoutineStore
@@ -66,10 +63,20 @@ from agent_core.store.moves import Copied, Moves, OldThread
 log = logging.getLogger(__name__)
 
 RETRY = "move:retry"  # outcome: not done, the MOVED event stays at the head of the mailbox
-# A move that fails with an unexpected error (a Redis script refused: OOM, BUSY; a
-# bug) is tried this many times in all, a second apart and more, before it is
-# given up like any failed turn (the conversation then stays in the old place).
+# A move whose Redis script was refused as a whole by a passing condition (out of
+# memory, a busy or loading server, a failover) is tried this many times in all,
+# ``retry_delay_secs`` apart and more, before it is given up like any failed turn.
+# Only those: a script that failed half-way (WRONGTYPE) or a bug is not repeated,
+# since a repeat could merge the old history in twice.
 MOVE_ATTEMPTS = 3
+_PASSING = ("OOM", "BUSY", "LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN")
+
+
+def _passing(exc: BaseException) -> bool:
+    """A Redis refusal that left nothing half-done and may not last."""
+    return isinstance(exc, ResponseError) and str(exc).upper().startswith(_PASSING)
+
+
 # the result of an old call that waited for an approval which did not come along
 NOT_RUN = "error: not run: the conversation moved before the approval was decided"
 
@@ -168,7 +175,8 @@ class ConversationMover:
         self.moves = Moves(redis, session_ttl_ms=delivery.session_ttl_ms)
         self.routines = RoutineStore(redis)
         self.poll_secs = poll_secs
-        self._failures: dict[str, int] = {}  # MOVED event id -> failed attempts so far
+        self._failures: dict[str, int] = {}  # MOVED event id -> refused attempts so far
+        self.retry_delay_secs = 1.0  # before the second attempt; doubled for the third
 
     def wait_secs(self) -> float:
         """How long the old thread's running turns are waited for (within the turn timeout)."""
@@ -183,22 +191,20 @@ class ConversationMover:
         event_id = state.mailbox[0].event_id
         try:
             outcome = await self._run(new, state, guard)
-        except (LockLost, asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
-            raise  # the worker keeps the event queued for these
-        except Exception:
-            failed = self._failures.get(event_id, 0) + 1
-            if failed >= MOVE_ATTEMPTS:
-                self._failures.pop(event_id, None)
-                raise
+        except Exception as exc:
+            failed = self._failures.pop(event_id, 0) + 1
+            if not _passing(exc) or failed >= MOVE_ATTEMPTS:
+                raise  # the worker keeps it queued (Redis down, lock lost) or skips it
             self._failures[event_id] = failed
             log.warning(
-                "[%s] move attempt %d of %d failed; retrying",
+                "[%s] move attempt %d of %d refused by Redis (%s); retrying",
                 new,
                 failed,
                 MOVE_ATTEMPTS,
-                exc_info=True,
+                exc,
             )
-            await asyncio.sleep(min(2.0 ** (failed - 1), 10.0))
+            await asyncio.sleep(self.retry_delay_secs * 2 ** (failed - 1))
+            guard.check()
             return RETRY
         self._failures.pop(event_id, None)
         return outcome
