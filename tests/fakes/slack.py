@@ -47,6 +47,8 @@ import httpx
 import orjson
 from aiohttp import WSMsgType, web
 
+from tests.fakes.slack_history import listing
+
 SIGNING_SECRET = "fake-signing-secret"
 BOT_TOKEN = "xoxb-fake-bot-token"
 APP_TOKEN = "xapp-fake-app-token"
@@ -448,30 +450,6 @@ class FakeSlack:
         self.messages[(channel, m.ts)] = m
         return {"channel": channel, "ts": m.ts, "message": {"text": text, "ts": m.ts}}
 
-    def _listing(self, args: dict[str, Any], msgs: list[Message]) -> dict[str, Any]:
-        """One page of a conversations.history / .replies answer (``oldest``,
-        ``limit``, ``cursor``; metadata only with ``include_all_metadata``)."""
-        oldest = float(args.get("oldest") or 0)
-        with_meta = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
-        msgs = [m for m in msgs if not m.deleted and float(m.ts) > oldest]
-        start = int(args.get("cursor") or 0)
-        limit = min(int(args.get("limit") or 100), 1000)
-        page = msgs[start : start + limit]
-        out = []
-        for m in page:
-            item: dict[str, Any] = {"type": "message", "ts": m.ts, "text": m.text, "user": m.user}
-            if m.thread_ts:
-                item["thread_ts"] = m.thread_ts
-            if with_meta and m.metadata is not None:
-                item["metadata"] = m.metadata
-            out.append(item)
-        more = start + limit < len(msgs)
-        return {
-            "messages": out,
-            "has_more": more,
-            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
-        }
-
     def _m_conversations_history(
         self, args: dict[str, Any], request: web.Request
     ) -> dict[str, Any]:
@@ -480,7 +458,7 @@ class FakeSlack:
         if channel in self.not_member:
             raise SlackApiFault("not_in_channel")
         msgs = [m for (c, _), m in self.messages.items() if c == channel and not m.thread_ts]
-        return self._listing(args, sorted(msgs, key=lambda m: float(m.ts), reverse=True))
+        return listing(args, sorted(msgs, key=lambda m: float(m.ts), reverse=True))
 
     def _m_conversations_replies(
         self, args: dict[str, Any], request: web.Request
@@ -496,7 +474,7 @@ class FakeSlack:
             for (c, mts), m in self.messages.items()
             if c == channel and (mts == ts or m.thread_ts == ts)
         ]
-        return self._listing(args, sorted(msgs, key=lambda m: float(m.ts)))
+        return listing(args, sorted(msgs, key=lambda m: float(m.ts)))
 
     def _find(self, args: dict[str, Any]) -> Message:
         m = self.messages.get((str(args.get("channel") or ""), str(args.get("ts") or "")))
