@@ -185,9 +185,10 @@ class ConversationMover:
 
     async def run(self, new: ThreadKey, state: TurnState, guard: LockGuard) -> str:
         """Move the conversation named by the mailbox head into ``new``; the outcome
-        (:data:`RETRY`: not done yet, run it again).  An unexpected error is retried
-        (:data:`MOVE_ATTEMPTS`) before it propagates: a lost move costs the
-        conversation its history in the new place, and every step is idempotent."""
+        (:data:`RETRY`: not done yet, run it again).  A script Redis refused whole
+        for a passing reason is tried again (:data:`MOVE_ATTEMPTS` in all): a lost
+        move costs the conversation its history in the new place.  Anything else
+        propagates at once."""
         event_id = state.mailbox[0].event_id
         try:
             outcome = await self._run(new, state, guard)

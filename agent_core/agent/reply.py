@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -39,7 +38,6 @@ from agent_core.outbox import (
     wire_refused,
 )
 from agent_core.store.delivery import Delivery, claim_stamp, claim_time
-from agent_core.store.scripting import Call, run_script
 
 log = logging.getLogger(__name__)
 
@@ -242,27 +240,33 @@ class ReplyWriter:
         sending) is sent all the same where :meth:`_may_resend` allows, and one
         found missing on the platform (``taken_over``) is claimed over its dead claim.
         """
-        call, _marker = self._claim_call(field, stamp)
-        self._settle(await run_script(self.delivery.redis, *call))
-
-    def _claim_call(self, field: str, stamp: str | None) -> tuple[Call, str]:
-        replace = self.taken_over.get(field, "")
-        return self.delivery.claim_call(
-            self.thread, self.guard.owner, field, stamp=stamp, replace=replace
+        self._settle(
+            *await self.delivery.claim_part(
+                self.thread,
+                self.guard.owner,
+                field,
+                stamp=stamp,
+                replace=self.taken_over.get(field, ""),
+            )
         )
 
     def _wire_claim(self, field: str, *, stamp: str) -> WireClaim:
         """The same claim as a script call, for a channel's pacer to send early."""
-        call, marker = self._claim_call(field, stamp)
+        call, marker = self.delivery.claim_call(
+            self.thread,
+            self.guard.owner,
+            field,
+            stamp=stamp,
+            replace=self.taken_over.get(field, ""),
+        )
         return WireClaim(
             call=call,
-            settle=self._settle,
+            settle=lambda raw: self._settle(*self.delivery.claim_result(raw)),
             release=lambda: self.delivery.unclaim_part(self.thread, field, marker),
         )
 
-    def _settle(self, raw: Any) -> None:
-        """What a claim script's reply means: go on (claimed), or raise."""
-        code, known = self.delivery.claim_result(raw)
+    def _settle(self, code: int, known: MessageRef | None) -> None:
+        """What a claim's answer means: go on (claimed), or raise."""
         if code == -1:
             self.guard.lost = True
             self.guard.check()

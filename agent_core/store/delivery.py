@@ -272,13 +272,22 @@ class Delivery:
         return [InboundEvent.from_json(r) for r in raw]
 
     async def claim_part(
-        self, thread: ThreadKey, owner: str, field_name: str, *, stamp: str | None = None
+        self,
+        thread: ThreadKey,
+        owner: str,
+        field_name: str,
+        *,
+        stamp: str | None = None,
+        replace: str = "",
     ) -> tuple[int, MessageRef | None]:
         """Fenced claim of a reply part: (-1, None) lock lost, (0, None) claimed,
         (1, ref) already sent, (2, None) being sent by another execution.
         ``stamp``: what the claim's marker carries (``claim_call``); the same send
-        claiming again passes the same, and finds its own claim claimed."""
-        script_call, _marker = self.claim_call(thread, owner, field_name, stamp=stamp)
+        claiming again passes the same, and finds its own claim claimed.
+        ``replace``: as in ``claim_call``."""
+        script_call, _marker = self.claim_call(
+            thread, owner, field_name, stamp=stamp, replace=replace
+        )
         return self.claim_result(await run_script(self.redis, *script_call))
 
     def claim_call(

@@ -74,9 +74,10 @@ async def find_part(
     have been under way (the Web API timeout); the look-up waits until then, so a
     post still arriving cannot be missed.  (The claim's time is when the send
     began, before any pacing wait; a rerun comes after the thread lock's TTL
-    anyway, 30 s by default, by which time a dead worker's request is over.)  Raises SendFailed if Slack cannot say.
-    Only this bot's messages count: another app's metadata (another Parley
-    following the same thread, say) may name the same part.
+    anyway, 30 s by default, by which time a dead worker's request is over.)
+    Raises SendFailed if Slack cannot say.  Only this bot's messages count:
+    another app's metadata (another Parley following the same thread, say) may
+    name the same part.
     """
     if claimed_ms <= 0:
         raise SendFailed("the claim's time is unknown")
