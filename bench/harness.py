@@ -432,11 +432,15 @@ class Box:
             await asyncio.sleep(0.1)
         raise BenchError("the worker did not start consuming in time")
 
-    async def start_floor(self, pool: int = 64) -> list[Proc]:
+    async def start_floor(self, pool: int = 64, *, llm_conc: int = 0) -> list[Proc]:
+        """The floor bot; with ``llm_conc`` it asks the fake LLM first, that many at once."""
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
         args = ["-m", "bench.floor_bot", "--port", str(port), "--base-url", self.tg.base_url]
         args += ["--pool", str(pool)]
+        if llm_conc:
+            args += ["--llm-url", self.llm.openai_url + "/chat/completions"]
+            args += ["--concurrent-updates", str(llm_conc)]
         p = await spawn(f"floor-pool{pool}", args, env, self.tmp)
         self.procs.append(p)
         await wait_http(f"http://127.0.0.1:{port}/healthz", [p])

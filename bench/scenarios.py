@@ -44,124 +44,157 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # --- inflight -----------------------------------------------------------------------
+def _inflight_steps_of(o: Options) -> tuple[list[int], float]:
+    if o.quick:
+        return [max(1, o.target // 2), o.target], 2.0
+    # the low steps show where one worker's knee is; the high ones what overload does
+    steps = sorted({o.target // d for d in (50, 20, 10, 4, 2, 1)} - {0})
+    return steps, max(o.llm_latency * 5, 10.0)
+
+
+async def _inflight_run(
+    b: Box, o: Options, ph: Phases, label: str, procs: list[Any], main: Any, web: Any | None
+) -> list[dict[str, Any]]:
+    """Closed-loop users, stepwise more, against what ``b`` aims at now; one row per step.
+
+    ``main`` is the process holding the turns (Parley's worker, the floor bot), ``web``
+    Parley's web process (None for the floor)."""
+    steps, step_secs = _inflight_steps_of(o)
+    rows: list[dict[str, Any]] = []
+    stop_at = 0.0
+    users: list[asyncio.Task[None]] = []
+
+    async def user(delay: float) -> None:
+        await asyncio.sleep(delay)
+        while time.monotonic() < stop_at:
+            fut = await b.post_turn(b.next_chat(), "hello there")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, 60)
+
+    # warm-up (connections, first-call set-up), as in `turns`; not measured
+    warm = 1.0 if o.quick else 3.0
+    await open_loop(b, 20.0, warm, ph.phase(f"inflight, {label}: warm-up", warm, b))
+    await b.drain(o.llm_latency + 10)
+    for n in steps:
+        b.tracker.reset_window()
+        b.llm.peak_in_flight = b.llm.in_flight
+        err0 = b.tracker.errors
+        retries0 = sum(b.tracker.retries_by_kind.values())
+        stop_at = time.monotonic() + step_secs
+        # new users start spread over one LLM latency: arrivals stay even
+        # (started within 1 s, a 2 s LLM's users come back as one wave)
+        ramp = min(max(o.llm_latency, 1.0), step_secs / 4)
+        users = [u for u in users if not u.done()]
+        new = n - len(users)
+        users += [asyncio.create_task(user(ramp * i / max(new, 1))) for i in range(new)]
+        tick = ph.phase(f"inflight, {label}: {n} concurrent turns", step_secs, b)
+        win = CpuWindow(b, procs)
+        win.begin()
+        t0 = time.monotonic()
+        peak_main = peak_web = 0.0
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(0.25)
+            tick(time.monotonic() - t0)
+            peak_main = max(peak_main, rss_mb(main.pid))
+            peak_web = max(peak_web, rss_mb(web.pid)) if web is not None else 0.0
+            for p in procs:
+                p.check()
+        lat = lat_summary(b.tracker.latencies)
+        cpu = win.end()
+        rows.append(
+            {
+                "cpu_share_of_box": {
+                    k: round(v / cpu["wall_s"] / (os.cpu_count() or 1), 3)
+                    for k, v in cpu["cpu_s"].items()
+                },
+                "concurrent_users": n,
+                "turns": lat["n"],
+                "turns_per_s": round(lat["n"] / step_secs, 1),
+                "peak_llm_in_flight": b.llm.peak_in_flight,
+                "latency_added": lat,
+                "errors": b.tracker.errors - err0,
+                "webhook_retries": sum(b.tracker.retries_by_kind.values()) - retries0,
+                "peak_rss_worker_mb": round(peak_main, 1),
+                "peak_rss_web_mb": round(peak_web, 1),
+            }
+        )
+    stop_at = 0.0
+    await asyncio.gather(*users, return_exceptions=True)
+    await b.drain(30)
+    return rows
+
+
+def _most_users_within(rows: list[dict[str, Any]], ms: float = 100) -> int:
+    ok = [
+        r["concurrent_users"]
+        for r in rows
+        if r["latency_added"]["p99_ms"] <= ms and not r["errors"]
+    ]
+    return max(ok, default=0)
+
+
 async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
     data: dict[str, Any] = {"options": vars(o).copy()}
-    if o.quick:
-        steps, step_secs = [max(1, o.target // 2), o.target], 2.0
-    else:
-        # the low steps show where one worker's knee is; the high ones what overload does
-        steps = sorted({o.target // d for d in (50, 20, 10, 4, 2, 1)} - {0})
-        step_secs = max(o.llm_latency * 5, 10.0)
-    rows = []
+    conc = o.worker_concurrency or o.target + 500
     async with box(o.llm_latency) as b:
         data["machine"] = machine_info(b.valkey_version)
-        conc = str(o.worker_concurrency or o.target + 500)
-        procs = await b.start_parley(
-            workers=1, WORKER_CONCURRENCY=conc, LLM_POOL_SIZE=conc, LLM_TIMEOUT_SECS="120"
-        )
         b.tracker.offset = o.llm_latency
-        worker = next(p for p in procs if "worker" in p.name)
-        web = next(p for p in procs if "web" in p.name)
-        stop_at = 0.0
-        samples: list[dict[str, Any]] = []
-        users: list[asyncio.Task[None]] = []
-
-        async def user(delay: float) -> None:
-            await asyncio.sleep(delay)
-            while time.monotonic() < stop_at:
-                fut = await b.post_turn(b.next_chat(), "hello there")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, 60)
-
         with Phases() as ph:
-            for n in steps:
-                b.tracker.reset_window()
-                b.llm.peak_in_flight = b.llm.in_flight
-                err0 = b.tracker.errors
-                retries0 = sum(b.tracker.retries_by_kind.values())
-                stop_at = time.monotonic() + step_secs
-                # new users start spread over one LLM latency: arrivals stay even
-                # (started within 1 s, a 2 s LLM's users come back as one wave)
-                ramp = min(max(o.llm_latency, 1.0), step_secs / 4)
-                new = n - len([u for u in users if not u.done()])
-                users = [u for u in users if not u.done()]
-                users += [asyncio.create_task(user(ramp * i / max(new, 1))) for i in range(new)]
-                tick = ph.phase(f"inflight: {n} concurrent turns", step_secs, b)
-                win = CpuWindow(b, procs)
-                win.begin()
-                t0 = time.monotonic()
-                peak_rss_w = peak_rss_web = 0.0
-                while time.monotonic() < stop_at:
-                    await asyncio.sleep(0.25)
-                    tick(time.monotonic() - t0)
-                    rw, rweb = rss_mb(worker.pid), rss_mb(web.pid)
-                    peak_rss_w, peak_rss_web = max(peak_rss_w, rw), max(peak_rss_web, rweb)
-                    samples.append(
-                        {
-                            "t": round(time.monotonic() - t0, 2),
-                            "step": n,
-                            "llm_in_flight": b.llm.in_flight,
-                            "rss_worker_mb": round(rw, 1),
-                        }
-                    )
-                    worker.check()
-                    web.check()
-                lat = lat_summary(b.tracker.latencies)
-                cpu = win.end()
-                rows.append(
-                    {
-                        "cpu_share_of_box": {
-                            k: round(v / cpu["wall_s"] / (os.cpu_count() or 1), 3)
-                            for k, v in cpu["cpu_s"].items()
-                        },
-                        "concurrent_users": n,
-                        "turns": lat["n"],
-                        "turns_per_s": round(lat["n"] / step_secs, 1),
-                        "peak_llm_in_flight": b.llm.peak_in_flight,
-                        "latency_added": lat,
-                        "errors": b.tracker.errors - err0,
-                        "webhook_retries": sum(b.tracker.retries_by_kind.values()) - retries0,
-                        "peak_rss_worker_mb": round(peak_rss_w, 1),
-                        "peak_rss_web_mb": round(peak_rss_web, 1),
-                    }
-                )
-            stop_at = 0.0
-            await asyncio.gather(*users, return_exceptions=True)
-            await b.drain(30)
+            procs = await b.start_parley(
+                workers=1,
+                WORKER_CONCURRENCY=str(conc),
+                LLM_POOL_SIZE=str(conc),
+                LLM_TIMEOUT_SECS="120",
+            )
+            worker = next(p for p in procs if "worker" in p.name)
+            web = next(p for p in procs if "web" in p.name)
+            rows = await _inflight_run(b, o, ph, "parley", procs, worker, web)
+            data["errors_total"] = b.tracker.errors
+            data["error_kinds"] = dict(b.tracker.errors_by_kind)
+            data["webhook_retries"] = dict(b.tracker.retries_by_kind)
+            data["rss_peak_mb"] = {
+                "worker": rss_mb(worker.pid, peak=True),
+                "web": rss_mb(web.pid, peak=True),
+            }
+            data["telegram_calls"] = dict(b.tg.counts)
+            await b.stop(procs)
+            # the floor: a bare python-telegram-bot bot that awaits the same fake LLM
+            # (aiohttp) and replies, in one process, same users and steps
+            err0 = b.tracker.errors
+            fprocs = await b.start_floor(llm_conc=conc)
+            floor_rows = await _inflight_run(b, o, ph, "floor", fprocs, fprocs[0], None)
+            data["floor"] = {
+                "steps": floor_rows,
+                "errors_total": b.tracker.errors - err0,
+                "rss_peak_mb": rss_mb(fprocs[0].pid, peak=True),
+            }
+            await b.stop(fprocs)
         data["steps"] = rows
-        data["telegram_calls"] = dict(b.tg.counts)
-        data["errors_total"] = b.tracker.errors
-        data["error_kinds"] = b.tracker.errors_by_kind
-        data["webhook_retries"] = b.tracker.retries_by_kind
-        data["rss_peak_mb"] = {
-            "worker": rss_mb(worker.pid, peak=True),
-            "web": rss_mb(web.pid, peak=True),
-        }
-        data["samples"] = samples
-        await b.stop(procs)
     table = Table(title=f"parley bench inflight (one worker, LLM {o.llm_latency:g} s)")
     for col in (
         "users",
-        "turns/s",
+        "turns/s (floor)",
         "LLM in flight (peak)",
         "p50",
         "p95",
         "p99 added ms",
+        "floor p99 ms",
         "errors (webhook retries)",
         "worker RSS MB",
         "box CPU: worker / web / harness / valkey",
     ):
         table.add_column(col)
-    for r in rows:
+    for r, f in zip(rows, floor_rows, strict=True):
         la = r["latency_added"]
         share = {k.split("-")[-1].split(" ")[0]: v for k, v in r["cpu_share_of_box"].items()}
         cpu = " / ".join(
             f"{100 * share.get(k, 0.0):.0f}%" for k in ("worker0", "web", "fakes+load", "valkey")
         )
         table.add_row(
-            str(r["concurrent_users"]), str(r["turns_per_s"]), str(r["peak_llm_in_flight"]),
-            fmt_ms(la["p50_ms"]), fmt_ms(la["p95_ms"]), fmt_ms(la["p99_ms"]), f'{r["errors"]} ({r["webhook_retries"]})',
-            str(r["peak_rss_worker_mb"]), cpu,
+            str(r["concurrent_users"]), f'{r["turns_per_s"]} ({f["turns_per_s"]})',
+            str(r["peak_llm_in_flight"]), fmt_ms(la["p50_ms"]), fmt_ms(la["p95_ms"]),
+            fmt_ms(la["p99_ms"]), fmt_ms(f["latency_added"]["p99_ms"]),
+            f'{r["errors"]} ({r["webhook_retries"]})', str(r["peak_rss_worker_mb"]), cpu,
         )  # fmt: skip
     last = rows[-1]
     data["verdict"] = {
@@ -170,27 +203,27 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         "peak_rss_worker_mb": data["rss_peak_mb"]["worker"],
         "errors_met": data["errors_total"] == 0,
         "p99_met": last["latency_added"]["p99_ms"] <= 100,
-        "most_users_with_p99_within_100ms": max(
-            (
-                r["concurrent_users"]
-                for r in rows
-                if r["latency_added"]["p99_ms"] <= 100 and not r["errors"]
-            ),
-            default=0,
-        ),
+        "most_users_with_p99_within_100ms": _most_users_within(rows),
         "rss_met": data["rss_peak_mb"]["worker"] <= 300,
+        "floor_p99_added_ms_at_target": floor_rows[-1]["latency_added"]["p99_ms"],
+        "floor_most_users_with_p99_within_100ms": _most_users_within(floor_rows),
+        "floor_errors": data["floor"]["errors_total"],
     }
+    v = data["verdict"]
     notes = [
         "Closed loop: each user sends its next message when the previous one is answered, so "
-        "turns in flight in Parley = users; the fake LLM's concurrent requests are counted.",
+        "turns in flight = users; the fake LLM's concurrent requests are counted.",
         f"LLM latency {o.llm_latency:g} s is subtracted from every latency; "
         f"{o.target} turns in flight at {o.llm_latency:g} s each needs "
         f"{o.target / o.llm_latency:.0f} turns/s: where the box cannot do that, the excess "
         "queues and shows as added latency. p99 added ≤ 100 ms up to "
-        f"{data['verdict']['most_users_with_p99_within_100ms']} users in this run.",
-        f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {o.worker_concurrency or o.target + 500}; "
-        "Telegram pacing "
-        "off (see turns).",
+        f"{v['most_users_with_p99_within_100ms']} users in this run (the floor: "
+        f"{v['floor_most_users_with_p99_within_100ms']}).",
+        "Floor: a bare python-telegram-bot bot in one process whose handler posts to the same "
+        "fake LLM (aiohttp) and then replies (`bench/floor_bot.py --llm-url`), run after "
+        f"Parley with the same users and steps; concurrent_updates {conc}; its errors: "
+        f"{v['floor_errors']}.",
+        f"WORKER_CONCURRENCY and LLM_POOL_SIZE set to {conc}; Telegram pacing off (see turns).",
     ]
     return data, table, notes
 

@@ -34,6 +34,11 @@ def test_every_scenario_runs_quick(tmp_path: Path) -> None:
         assert data["scenario"] == name
         assert data["machine"]["cores"]
         assert (out / jpath.name.replace(".json", ".md")).is_file()
+        if name == "inflight":
+            # Parley and the floor both answered at every step
+            assert all(r["turns"] > 0 for r in data["steps"])
+            assert all(r["turns"] > 0 for r in data["floor"]["steps"])
+            assert len(data["floor"]["steps"]) == len(data["steps"])
 
 
 def test_unknown_scenario_is_one_clear_line() -> None:
