@@ -22,6 +22,7 @@ conversations wait for the ones in hand.
 from __future__ import annotations
 
 import asyncio
+import time
 
 SAMPLE_SECS = 0.02  # how often the lag is sampled
 MIN_RUNNING = 16  # threads in hand below which the gate stays open
@@ -39,9 +40,9 @@ class LoopLag:
         return limit_secs > 0 and self.lag > limit_secs
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        # time.monotonic, not loop.time(): uvloop's is cached per loop iteration, in ms
         while True:
-            t0 = loop.time()
+            t0 = time.monotonic()
             await asyncio.sleep(self.sample_secs)
-            late = max(loop.time() - t0 - self.sample_secs, 0.0)
+            late = max(time.monotonic() - t0 - self.sample_secs, 0.0)
             self.lag = max(late, self.lag * DECAY)

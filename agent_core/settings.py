@@ -228,6 +228,7 @@ class CoreSettings(ParleySettings):
     web_keepalive_secs: int = Field(default=95, ge=1)  # > the proxy's idle timeout (Heroku: 90)
     log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR | CRITICAL
     log_format: str = "text"  # text | json
+    event_loop: str = "auto"  # auto (uvloop when installed) | uvloop | asyncio
 
     group_reply: str = "mention"  # mention | all
     agent_name: str = "Parley"
@@ -249,6 +250,14 @@ class CoreSettings(ParleySettings):
         v = v.strip().lower()
         if v not in ("text", "json"):
             raise ValueError("must be text or json")
+        return v
+
+    @field_validator("event_loop")
+    @classmethod
+    def _loop(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v not in ("auto", "uvloop", "asyncio"):
+            raise ValueError("must be auto, uvloop or asyncio")
         return v
 
     @field_validator("log_level")

@@ -125,9 +125,21 @@ def machine_info(valkey_version: str = "") -> dict[str, Any]:
         "valkey": valkey_version,
         "python_telegram_bot": telegram.__version__,
         "redis_py": redis_py.__version__,
-        "event_loop": "asyncio (uvloop not installed)",
+        "event_loop": _parley_loop() + "; the floor and the harness: asyncio",
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _parley_loop() -> str:
+    """What `parley run` picks under this environment's EVENT_LOOP (bots.cli.loop_factory)."""
+    from bots.cli import loop_factory
+
+    choice = (os.environ.get("EVENT_LOOP") or "auto").strip().lower()
+    if loop_factory(choice) is None:
+        return "Parley: asyncio"
+    import uvloop
+
+    return f"Parley: uvloop {uvloop.__version__}"
 
 
 # --- processes --------------------------------------------------------------------

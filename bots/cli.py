@@ -95,11 +95,29 @@ async def _cancel_on_sigterm(main: Callable[[], Awaitable[None]], stdin_thread: 
         raise _Terminated from None
 
 
-def _run_async(main: Callable[[], Awaitable[None]], *, stdin_thread: bool = False) -> None:
-    """``stdin_thread``: main may be blocked in a thread reading stdin, which cannot
-    be interrupted, so after SIGTERM and the clean-up the process exits at once."""
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop for EVENT_LOOP: ``auto`` is uvloop when it can be imported
+    (a dependency except on Windows), else asyncio's; None means asyncio's."""
+    if choice == "asyncio":
+        return None
     try:
-        asyncio.run(_cancel_on_sigterm(main, stdin_thread))
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            _fail(["EVENT_LOOP: uvloop is not installed (pip install uvloop; not on Windows)"])
+        return None
+    return uvloop.new_event_loop
+
+
+def _run_async(
+    main: Callable[[], Awaitable[None]], *, stdin_thread: bool = False, event_loop: str = "asyncio"
+) -> None:
+    """``stdin_thread``: main may be blocked in a thread reading stdin, which cannot
+    be interrupted, so after SIGTERM and the clean-up the process exits at once.
+    ``event_loop``: the EVENT_LOOP setting (long-running commands pass it)."""
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
+            runner.run(_cancel_on_sigterm(main, stdin_thread))
     except ConfigError as exc:
         _fail(exc.problems)
     except KeyboardInterrupt:
@@ -141,10 +159,16 @@ def _shown_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _loop_name() -> str:
+    module = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    return "uvloop" if module == "uvloop" else "asyncio"
+
+
 def print_summary(rt: Runtime, host: str, port: int) -> None:
     sm = rt.summary
     err.print(f"[bold]Parley {__version__}[/] — process role: [bold]{rt.role}[/]")
     err.print(f"  redis:    {escape(sm.redis)}")
+    err.print(f"  loop:     {_loop_name()}")
     if sm.llm:
         err.print(f"  llm:      {escape(sm.llm)}")
     for name, on, why in sm.channels:
@@ -216,7 +240,7 @@ def run(
             raise typer.Exit(1)
         err.print("[dim]stopped[/]")
 
-    _run_async(main)
+    _run_async(main, event_loop=s.core.event_loop)
 
 
 @app.command()
@@ -242,7 +266,7 @@ def chat() -> None:
                 stop.set()
                 await worker
 
-    _run_async(main, stdin_thread=True)
+    _run_async(main, stdin_thread=True, event_loop=s.core.event_loop)
 
 
 @app.command()

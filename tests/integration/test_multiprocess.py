@@ -173,6 +173,8 @@ async def test_thousand_messages_three_workers_one_killed(
             assert order == sorted(order), f"chat {c} answered out of order: {order}"
         # nothing left behind
         assert await redis.zcard(keys.ACTIVE_THREADS) == 0
+        # ... and all of it ran on `parley run`'s default event loop (EVENT_LOOP=auto)
+        assert "loop:     uvloop" in (tmp_path / "web.log").read_text(errors="replace")
         pending = await redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)
         assert pending["pending"] == 0
     finally:

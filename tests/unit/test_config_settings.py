@@ -297,6 +297,7 @@ def test_empty_value_is_kept_where_it_means_none(
         ("DEDUP_TTL_SECS", "99999999999999999999"),  # was: every message StoreUnavailable
         ("SESSION_IDLE_TTL_SECS", "99999999999999999999"),
         ("GROUP_REPLY", "always"),  # was: silently `mention`
+        ("EVENT_LOOP", "trio"),
     ],
 )
 def test_core_value_is_refused_at_load(
@@ -317,6 +318,8 @@ def test_enum_settings_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> 
     assert s.log_level == "DEBUG"
     monkeypatch.setenv("LOG_LEVEL", "warn")
     assert load(CoreSettings).log_level == "WARNING"
+    monkeypatch.setenv("EVENT_LOOP", " UVLOOP ")
+    assert load(CoreSettings).event_loop == "uvloop"
 
 
 def test_infinite_llm_timeout_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
