@@ -40,7 +40,7 @@ class LoopLag:
         return limit_secs > 0 and self.lag > limit_secs
 
     async def run(self) -> None:
-        # time.monotonic, not loop.time(): uvloop's is cached per loop iteration, in ms
+        # time.monotonic, not loop.time(): uvloop's counts whole milliseconds
         while True:
             t0 = time.monotonic()
             await asyncio.sleep(self.sample_secs)

@@ -113,15 +113,17 @@ async def run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with application:
-        await application.start()
-        task = asyncio.create_task(server.serve())
-        await stop.wait()
-        server.should_exit = True
-        await task
-        await application.stop()
-    if client is not None:
-        await client.close()
+    try:
+        async with application:
+            await application.start()
+            task = asyncio.create_task(server.serve())
+            await stop.wait()
+            server.should_exit = True
+            await task
+            await application.stop()
+    finally:
+        if client is not None:
+            await client.close()
 
 
 def main() -> None:

@@ -132,13 +132,13 @@ def machine_info(valkey_version: str = "") -> dict[str, Any]:
 
 def _parley_loop() -> str:
     """What `parley run` picks under this environment's EVENT_LOOP (bots.cli.loop_factory)."""
-    from bots.cli import loop_factory
-
     choice = (os.environ.get("EVENT_LOOP") or "auto").strip().lower()
-    if loop_factory(choice) is None:
+    if choice == "asyncio":
         return "Parley: asyncio"
-    import uvloop
-
+    try:
+        import uvloop
+    except ImportError:
+        return "Parley: asyncio (uvloop not installed)"
     return f"Parley: uvloop {uvloop.__version__}"
 
 

@@ -44,6 +44,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # --- inflight -----------------------------------------------------------------------
+STUCK_SECS = 30.0  # inflight: a turn unanswered this long at a step's end is reported
+
+
 def _inflight_steps_of(o: Options) -> tuple[list[int], float]:
     if o.quick:
         return [max(1, o.target // 2), o.target], 2.0
@@ -101,8 +104,13 @@ async def _inflight_run(
                 p.check()
         lat = lat_summary(b.tracker.latencies)
         cpu = win.end()
+        # A turn never answered counts as an error only at the final drain; what is
+        # still waiting after STUCK_SECS at a step's end shows here, per step.
+        now = time.monotonic()
+        stuck = sum(1 for t0, _ in b.tracker.pending.values() if now - t0 > STUCK_SECS)
         rows.append(
             {
+                "unanswered_over_30s_at_end": stuck,
                 "cpu_share_of_box": {
                     k: round(v / cpu["wall_s"] / (os.cpu_count() or 1), 3)
                     for k, v in cpu["cpu_s"].items()
@@ -124,11 +132,17 @@ async def _inflight_run(
     return rows
 
 
+def _since(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0)}
+
+
 def _most_users_within(rows: list[dict[str, Any]], ms: float = 100) -> int:
     ok = [
         r["concurrent_users"]
         for r in rows
-        if r["latency_added"]["p99_ms"] <= ms and not r["errors"]
+        if r["latency_added"]["p99_ms"] <= ms
+        and not r["errors"]
+        and not r["unanswered_over_30s_at_end"]
     ]
     return max(ok, default=0)
 
@@ -161,11 +175,15 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
             # the floor: a bare python-telegram-bot bot that awaits the same fake LLM
             # (aiohttp) and replies, in one process, same users and steps
             err0 = b.tracker.errors
+            kinds0 = dict(b.tracker.errors_by_kind)
+            retries0 = dict(b.tracker.retries_by_kind)
             fprocs = await b.start_floor(llm_conc=conc)
             floor_rows = await _inflight_run(b, o, ph, "floor", fprocs, fprocs[0], None)
             data["floor"] = {
                 "steps": floor_rows,
                 "errors_total": b.tracker.errors - err0,
+                "error_kinds": _since(b.tracker.errors_by_kind, kinds0),
+                "webhook_retries": _since(b.tracker.retries_by_kind, retries0),
                 "rss_peak_mb": rss_mb(fprocs[0].pid, peak=True),
             }
             await b.stop(fprocs)
@@ -179,7 +197,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
         "p95",
         "p99 added ms",
         "floor p99 ms",
-        "errors (webhook retries)",
+        "errors (webhook retries) [unanswered > 30 s]",
         "worker RSS MB",
         "box CPU: worker / web / harness / valkey",
     ):
@@ -194,7 +212,7 @@ async def scenario_inflight(o: Options) -> tuple[dict, Table, list[str]]:
             str(r["concurrent_users"]), f'{r["turns_per_s"]} ({f["turns_per_s"]})',
             str(r["peak_llm_in_flight"]), fmt_ms(la["p50_ms"]), fmt_ms(la["p95_ms"]),
             fmt_ms(la["p99_ms"]), fmt_ms(f["latency_added"]["p99_ms"]),
-            f'{r["errors"]} ({r["webhook_retries"]})', str(r["peak_rss_worker_mb"]), cpu,
+            f'{r["errors"]} ({r["webhook_retries"]}) [{r["unanswered_over_30s_at_end"]}]', str(r["peak_rss_worker_mb"]), cpu,
         )  # fmt: skip
     last = rows[-1]
     data["verdict"] = {

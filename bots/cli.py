@@ -78,7 +78,8 @@ async def _cancel_on_sigterm(main: Callable[[], Awaitable[None]], stdin_thread: 
         else:
             os._exit(143)
 
-    with contextlib.suppress(NotImplementedError, RuntimeError):
+    # off the main thread: asyncio raises RuntimeError, uvloop ValueError
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         await main()
@@ -93,6 +94,20 @@ async def _cancel_on_sigterm(main: Callable[[], Awaitable[None]], stdin_thread: 
             sys.stderr.flush()
             os._exit(143)
         raise _Terminated from None
+
+
+_STOP_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []),
+)
+
+
+def _restore_signals(before: dict[int, Any]) -> None:
+    for sig, handler in before.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            with contextlib.suppress(ValueError, OSError, TypeError):  # not the main thread
+                signal.signal(sig, handler)
 
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -115,6 +130,10 @@ def _run_async(
     """``stdin_thread``: main may be blocked in a thread reading stdin, which cannot
     be interrupted, so after SIGTERM and the clean-up the process exits at once.
     ``event_loop``: the EVENT_LOOP setting (long-running commands pass it)."""
+    # uvloop leaves its signal handlers in place when its loop closes (asyncio's loop
+    # restores the defaults): without this, a process still ending (threads joining)
+    # would ignore SIGTERM and Ctrl-C
+    before = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     try:
         with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
             runner.run(_cancel_on_sigterm(main, stdin_thread))
@@ -125,6 +144,8 @@ def _run_async(
     except _Terminated:
         err.print("[dim]stopped (SIGTERM)[/]")
         raise typer.Exit(143) from None
+    finally:
+        _restore_signals(before)
 
 
 def _version(value: bool) -> None:

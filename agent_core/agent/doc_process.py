@@ -239,7 +239,8 @@ async def _talk(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, b
             await proc.stdin.drain()
             proc.stdin.close()
         exited_at = None
-        # wait() also waits for the pipes: the exit is seen in returncode
+        # asyncio's wait() also waits for the pipes (uvloop's does not): the exit is
+        # seen in returncode, the same on both
         while not (out.done() and err.done()):
             await asyncio.wait([out, err], timeout=0.1)
             if proc.returncode is not None:

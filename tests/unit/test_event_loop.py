@@ -8,6 +8,7 @@ uvloop here, since the rest of the suite runs on asyncio's loop.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,10 +16,11 @@ from typing import Any
 
 import pytest
 import typer
-import uvloop
 
 from agent_core.loadgate import LoopLag
-from bots.cli import loop_factory
+from bots.cli import _run_async, loop_factory
+
+uvloop = pytest.importorskip("uvloop")
 
 
 def test_auto_and_uvloop_pick_uvloop_and_asyncio_picks_the_default() -> None:
@@ -36,6 +38,27 @@ def test_without_uvloop_auto_falls_back_and_uvloop_is_one_clear_error(
         loop_factory("uvloop")
     assert exc.value.exit_code == 2
     assert "EVENT_LOOP: uvloop is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("choice", "kind"), [("uvloop", "uvloop"), ("auto", "uvloop"), ("asyncio", "asyncio")]
+)
+def test_commands_run_on_the_loop_asked_for_and_leave_the_signals_as_they_were(
+    choice: str, kind: str
+) -> None:
+    seen: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        seen.append("uvloop" if isinstance(loop, uvloop.Loop) else "asyncio")
+        loop.add_signal_handler(signal.SIGINT, lambda: None)  # as `parley run` does
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    _run_async(main, event_loop=choice)
+    assert seen == [kind]
+    # uvloop keeps its handlers bound to the closed loop unless they are put back:
+    # SIGTERM and Ctrl-C would then do nothing while the process ends
+    assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
 def _on_uvloop(coro: Any) -> Any:
