@@ -71,8 +71,28 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
         return clients, embedded, Check("redis", False, f"{where}: {type(exc).__name__}", "")
 
 
+def event_loop_check(settings: Settings) -> Check:
+    """Which event loop `parley run` will use (EVENT_LOOP), and whether it can."""
+    choice = settings.core.event_loop
+    if choice == "asyncio":
+        return Check("event loop", True, "asyncio (EVENT_LOOP=asyncio)")
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            return Check(
+                "event loop",
+                False,
+                "EVENT_LOOP=uvloop, but uvloop is not installed: `parley run` will refuse to start",
+                "pip install uvloop (not on Windows), or EVENT_LOOP=auto",
+            )
+        return Check("event loop", True, "asyncio (uvloop is not installed; EVENT_LOOP=auto)")
+    return Check("event loop", True, f"uvloop {uvloop.__version__} (EVENT_LOOP={choice})")
+
+
 async def doctor(settings: Settings) -> list[Check]:
     checks: list[Check] = [Check("settings", True, "all settings valid")]
+    checks.append(event_loop_check(settings))
     for name in settings.plaintext_secrets:
         checks.append(
             Check(

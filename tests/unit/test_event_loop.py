@@ -118,3 +118,28 @@ def test_the_shell_tools_timeout_kills_its_process_group_on_uvloop(tmp_path: Pat
     _on_uvloop(main())
     assert not marker.exists(), "a process that left the group ran on after the timeout"
     assert not Path(f"{marker}.1").exists(), "a process of the killed command ran on"
+
+
+@pytest.mark.parametrize(
+    ("choice", "installed", "ok", "says"),
+    [
+        ("auto", True, True, "uvloop "),
+        ("uvloop", True, True, "uvloop "),
+        ("asyncio", True, True, "asyncio (EVENT_LOOP=asyncio)"),
+        ("auto", False, True, "asyncio (uvloop is not installed"),
+        ("uvloop", False, False, "refuse to start"),
+    ],
+)
+def test_doctor_says_which_loop_and_fails_when_the_one_asked_for_is_missing(
+    choice: str, installed: bool, ok: bool, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from bots.ops import event_loop_check
+
+    if not installed:
+        monkeypatch.setitem(sys.modules, "uvloop", None)
+    check = event_loop_check(SimpleNamespace(core=SimpleNamespace(event_loop=choice)))  # type: ignore[arg-type]
+    assert check.ok is ok
+    assert says in check.detail
+    assert bool(check.fix) is not ok
