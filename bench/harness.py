@@ -131,15 +131,13 @@ def machine_info(valkey_version: str = "") -> dict[str, Any]:
 
 
 def _parley_loop() -> str:
-    """What `parley run` picks under this environment's EVENT_LOOP (bots.cli.loop_factory)."""
-    choice = (os.environ.get("EVENT_LOOP") or "auto").strip().lower()
-    if choice == "asyncio":
-        return "Parley: asyncio"
-    try:
-        import uvloop
-    except ImportError:
-        return "Parley: asyncio (uvloop not installed)"
-    return f"Parley: uvloop {uvloop.__version__}"
+    """What `parley run` picks under this environment's EVENT_LOOP."""
+    from bots.event_loop import pick, uvloop_version
+
+    picked = pick((os.environ.get("EVENT_LOOP") or "auto").strip().lower())
+    if picked == "uvloop":
+        return f"Parley: uvloop {uvloop_version()}"
+    return "Parley: asyncio" if picked else "Parley: none (EVENT_LOOP=uvloop, not installed)"
 
 
 # --- processes --------------------------------------------------------------------

@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from agent_core import __version__
 from agent_core.errors import ConfigError
+from bots import event_loop as loops
 from bots.logs import setup_logging
 from bots.runtime import ROLES, Runtime, listen_on
 from bots.settings import Settings, load_settings
@@ -113,14 +114,13 @@ def _restore_signals(before: dict[int, Any]) -> None:
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop for EVENT_LOOP: ``auto`` is uvloop when it can be imported
     (a dependency except on Windows), else asyncio's; None means asyncio's."""
-    if choice == "asyncio":
+    picked = loops.pick(choice)
+    if picked is None:
+        _fail(["EVENT_LOOP: uvloop is not installed (pip install uvloop; not on Windows)"])
+    if picked != "uvloop":
         return None
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            _fail(["EVENT_LOOP: uvloop is not installed (pip install uvloop; not on Windows)"])
-        return None
+    import uvloop
+
     return uvloop.new_event_loop
 
 

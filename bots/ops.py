@@ -18,6 +18,7 @@ from agent_core.llm import errors as llm_errors
 from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.pacing import Pacer
+from bots import event_loop as loops
 from bots.settings import Settings
 from channels.base import ChannelDeps
 
@@ -74,20 +75,19 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
 def event_loop_check(settings: Settings) -> Check:
     """Which event loop `parley run` will use (EVENT_LOOP), and whether it can."""
     choice = settings.core.event_loop
+    picked = loops.pick(choice)
+    if picked is None:
+        return Check(
+            "event loop",
+            False,
+            "EVENT_LOOP=uvloop, but uvloop is not installed: `parley run` will refuse to start",
+            "pip install uvloop (not on Windows), or EVENT_LOOP=auto",
+        )
+    if picked == "uvloop":
+        return Check("event loop", True, f"uvloop {loops.uvloop_version()} (EVENT_LOOP={choice})")
     if choice == "asyncio":
         return Check("event loop", True, "asyncio (EVENT_LOOP=asyncio)")
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            return Check(
-                "event loop",
-                False,
-                "EVENT_LOOP=uvloop, but uvloop is not installed: `parley run` will refuse to start",
-                "pip install uvloop (not on Windows), or EVENT_LOOP=auto",
-            )
-        return Check("event loop", True, "asyncio (uvloop is not installed; EVENT_LOOP=auto)")
-    return Check("event loop", True, f"uvloop {uvloop.__version__} (EVENT_LOOP={choice})")
+    return Check("event loop", True, "asyncio (uvloop is not installed; EVENT_LOOP=auto)")
 
 
 async def doctor(settings: Settings) -> list[Check]:
