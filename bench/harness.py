@@ -72,6 +72,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def host_jiffies() -> tuple[int, int] | None:
+    """(steal, all) clock ticks of the whole machine from /proc/stat; steal is time
+    the hypervisor ran something else while this VM had work (None off Linux)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
 def rss_mb(pid: int, peak: bool = False) -> float:
     key = "VmHWM:" if peak else "VmRSS:"
     with open(f"/proc/{pid}/status") as fh:
@@ -568,6 +579,7 @@ class CpuWindow:
         self.pids["valkey"] = b.valkey_pid
         self.start: dict[str, float] = {}
         self.t0 = 0.0
+        self.host0: tuple[int, int] | None = None
 
     def _sample(self) -> dict[str, float]:
         out = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
@@ -577,12 +589,17 @@ class CpuWindow:
     def begin(self) -> None:
         self.start = self._sample()
         self.t0 = time.monotonic()
+        self.host0 = host_jiffies()
 
     def end(self) -> dict[str, Any]:
         now = self._sample()
         wall = time.monotonic() - self.t0
         used = {k: round(now[k] - self.start[k], 3) for k in now}
-        return {"wall_s": round(wall, 3), "cpu_s": used}
+        host = host_jiffies()
+        steal = None
+        if host is not None and self.host0 is not None and host[1] > self.host0[1]:
+            steal = round((host[0] - self.host0[0]) / (host[1] - self.host0[1]), 3)
+        return {"wall_s": round(wall, 3), "cpu_s": used, "host_steal": steal}
 
 
 # --- load drivers -----------------------------------------------------------------

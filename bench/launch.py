@@ -10,6 +10,10 @@ Environment knobs (all optional):
   write the counters as JSON to ``<BENCH_RTT_FILE>.<pid>`` twice a second.
 * ``BENCH_STAGES_FILE``: note when each turn passes the stages of its path
   (``bench/stages.py``) in ``<BENCH_STAGES_FILE>.<pid>``.
+* ``BENCH_PROBE_FILE``: every 20 ms, the process's own CPU seconds and the
+  garbage collections (generation, pause) since the last line, as JSON lines in
+  ``<BENCH_PROBE_FILE>.<pid>`` (``bench/stages.py`` lines them up with slow
+  turns: a process that used no CPU through a stall was not running).
 """
 
 from __future__ import annotations
@@ -64,11 +68,40 @@ def _patch_rtt(path: str) -> None:
     threading.Thread(target=dump, daemon=True, name="bench-rtt").start()
 
 
+def _probe(path: str) -> None:
+    import gc
+
+    collections: list[tuple[int, float]] = []
+    started: list[float] = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            collections.append((info["generation"], time.perf_counter() - started[0]))
+
+    gc.callbacks.append(on_gc)
+    out = f"{path}.{os.getpid()}"
+
+    def sample() -> None:
+        with open(out, "a") as fh:
+            while True:
+                time.sleep(0.02)
+                taken, collections[:] = collections[:], []
+                line = [time.monotonic(), time.process_time(), taken]
+                fh.write(json.dumps(line) + "\n")
+                fh.flush()
+
+    threading.Thread(target=sample, daemon=True, name="bench-probe").start()
+
+
 def main() -> None:
     import sys
 
     if os.environ.get("BENCH_RTT_FILE"):
         _patch_rtt(os.environ["BENCH_RTT_FILE"])
+    if os.environ.get("BENCH_PROBE_FILE"):
+        _probe(os.environ["BENCH_PROBE_FILE"])
     if os.environ.get("BENCH_STAGES_FILE"):
         from bench.stages import install
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.harness import Box, Phases, box, machine_info, open_loop
+from bench.harness import Box, Phases, box, host_jiffies, machine_info, open_loop
 from bench.options import Options, fmt_ms
 
 # (stage, what happened there), in the order a turn passes them
@@ -176,6 +176,41 @@ def breakdown(
     }
 
 
+def probe_summary(
+    path: Path, pids: dict[str, int], window: tuple[float, float], spans: list[tuple[float, float]]
+) -> dict[str, Any]:
+    """Per Parley process (``BENCH_PROBE_FILE`` lines): its CPU share over the phase and
+    over the slowest turns' spans, and its garbage-collection pauses in the phase."""
+    out: dict[str, Any] = {}
+    for name, pid in pids.items():
+        try:
+            lines = [json.loads(x) for x in Path(f"{path}.{pid}").read_text().splitlines()]
+        except (OSError, ValueError):
+            continue
+        cpu = wall = slow_cpu = slow_wall = 0.0
+        pauses: list[float] = []
+        for (t0, c0, _), (t1, c1, gcs) in itertools.pairwise(lines):
+            if not window[0] <= t1 <= window[1]:
+                continue
+            cpu, wall = cpu + c1 - c0, wall + t1 - t0
+            if any(a <= t1 and t0 <= z for a, z in spans):
+                slow_cpu, slow_wall = slow_cpu + c1 - c0, slow_wall + t1 - t0
+            pauses += [d for _gen, d in gcs]
+        out[name] = {
+            "cpu_share": round(cpu / wall, 3) if wall else None,
+            "cpu_share_in_slowest": round(slow_cpu / slow_wall, 3) if slow_wall else None,
+            "gc_collections": len(pauses),
+            "gc_over_2ms": sum(1 for d in pauses if d > 0.002),
+            "gc_max_ms": round(1000 * max(pauses), 2) if pauses else 0.0,
+        }
+    return out
+
+
+def _slowest_spans(starts: dict[int, float], ends: dict[int, float]) -> list[tuple[float, float]]:
+    turns = sorted((ends[c] - starts[c], starts[c], ends[c]) for c in ends if c in starts)
+    return [(a, z) for _, a, z in turns[int(0.99 * len(turns)) :]]
+
+
 async def _run(b: Box, o: Options, ph: Phases) -> dict[str, Any]:
     starts: dict[int, float] = {}
     ends: dict[int, float] = {}
@@ -191,17 +226,26 @@ async def _run(b: Box, o: Options, ph: Phases) -> dict[str, Any]:
         got(chat, at)
 
     b.tracker.expect, b.tracker.got = timed_expect, timed_got  # type: ignore[method-assign]
-    path = b.tmp / "stages"
-    await b.start_parley(BENCH_STAGES_FILE=str(path), WORKER_CONCURRENCY="512")
+    path, probe = b.tmp / "stages", b.tmp / "probe"
+    procs = await b.start_parley(
+        BENCH_STAGES_FILE=str(path), BENCH_PROBE_FILE=str(probe), WORKER_CONCURRENCY="512"
+    )
     warm = 1.0 if o.quick else 3.0
     await open_loop(b, min(o.rate, 50.0), warm, ph.phase("warm-up", warm, b))
     await b.drain(10)
     starts.clear()
     ends.clear()
+    host0, t_from = host_jiffies(), time.monotonic()
     await open_loop(b, o.rate, o.duration, ph.phase(f"{o.rate:.0f} turns/s", o.duration, b))
     await b.drain(15)
+    host1, t_to = host_jiffies(), time.monotonic()
     await asyncio.sleep(0.3)  # the processes' last flush (every 0.1 s)
-    return breakdown(starts, ends, _read_marks(path))
+    out = breakdown(starts, ends, _read_marks(path))
+    pids = {p.name: p.pid for p in procs}
+    out["processes"] = probe_summary(probe, pids, (t_from, t_to), _slowest_spans(starts, ends))
+    if host0 and host1 and host1[1] > host0[1]:
+        out["host_steal"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
+    return out
 
 
 async def scenario_stages(o: Options) -> tuple[dict, Table, list[str]]:
@@ -224,6 +268,15 @@ async def scenario_stages(o: Options) -> tuple[dict, Table, list[str]]:
             "whole turn", fmt_ms(s["total_p50_ms"]), fmt_ms(s["total_p99_ms"]),
             fmt_ms(s["slowest_1pct_mean_ms"]),
         )  # fmt: skip
+    for name, pr in s.get("processes", {}).items():
+        table.add_row(
+            f"{name}: CPU share (phase / slowest 1 %), GC pauses > 2 ms (max ms)",
+            f"{pr['cpu_share']} / {pr['cpu_share_in_slowest']}",
+            f"{pr['gc_over_2ms']} of {pr['gc_collections']}",
+            fmt_ms(pr["gc_max_ms"]),
+        )  # fmt: skip
+    if s.get("host_steal") is not None:
+        table.add_row("CPU stolen by the host during the phase", f"{s['host_steal']:.1%}", "", "")
     notes = [
         "post = the harness POSTs the webhook; sent = the fake Bot API receives sendMessage.",
         *(f"{name}: {what}" for name, what in STAGES),

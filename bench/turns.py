@@ -65,6 +65,7 @@ async def _phase(
         "cpu_ms_per_turn": round(1000 * target_cpu / turns, 3) if turns else None,
         "cpu_share": {k: round(v / total_cpu, 3) for k, v in cpu.items()} if total_cpu else {},
         "box_cpu_util": round(total_cpu / w["wall_s"] / 2, 3) if w["wall_s"] else 0.0,
+        "host_steal": w["host_steal"],
         "latency_added": lat_summary(b.tracker.latencies),
         "errors": b.tracker.errors - err0,
         "error_kinds": {
@@ -87,6 +88,7 @@ def _pooled(rounds: list[tuple[dict[str, Any], list[float]]]) -> dict[str, Any]:
         cpu_ms_per_turn_rounds=cpu,
         latency_added=lat_summary([x for _, lat in rounds for x in lat]),
         p99_ms_rounds=[f["latency_added"].get("p99_ms") for f in figs],
+        host_steal_rounds=[f.get("host_steal") for f in figs],
         errors=sum(f["errors"] for f in figs),
         rounds=len(figs),
     )
@@ -253,6 +255,16 @@ async def scenario_turns(o: Options, with_parley: bool = True) -> tuple[dict, Ta
                 "  p99 of each round", " ".join(fmt_ms(x) for x in fr99),
                 " ".join(fmt_ms(x) for x in pr99), "", "", "",
             )  # fmt: skip
+    fs, ps = floor[fx].get("host_steal_rounds") or [], p[fx].get("host_steal_rounds") or []
+    if any(x is not None for x in fs + ps):
+
+        def steal(xs: list[float | None]) -> str:
+            return " ".join("?" if x is None else f"{x:.0%}" for x in xs)
+
+        table.add_row(
+            f"  CPU stolen by the host, each round @ {o.rate:.0f}/s", steal(fs), steal(ps),
+            "", "", "",
+        )  # fmt: skip
     table.add_row(
         "errors (fixed / saturation)", f"{floor[fx]['errors']} / {floor[sat]['errors']}",
         f"{p[fx]['errors']} / {p[sat]['errors']}", "", "0", "",

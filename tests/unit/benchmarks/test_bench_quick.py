@@ -39,6 +39,15 @@ def test_every_scenario_runs_quick(tmp_path: Path) -> None:
             assert all(r["turns"] > 0 for r in data["steps"])
             assert all(r["turns"] > 0 for r in data["floor"]["steps"])
             assert len(data["floor"]["steps"]) == len(data["steps"])
+        if name == "stages":
+            # the probe ran in both Parley processes through the measured phase
+            procs = data["stages"]["processes"]
+            assert set(procs) == {"parley-web", "parley-worker0"}
+            assert all(p["cpu_share"] > 0 for p in procs.values())
+            assert 0 <= data["stages"]["host_steal"] < 1
+        if name == "turns":
+            rounds = data["parley"]["fixed"]["host_steal_rounds"]
+            assert len(rounds) == data["parley"]["fixed"]["rounds"]
 
 
 def test_unknown_scenario_is_one_clear_line() -> None:
@@ -80,3 +89,25 @@ def test_stages_breakdown_splits_each_turn_and_skips_incomplete_ones() -> None:
     assert steps["llm_in -> llm_out"]["slowest_1pct_mean_ms"] == 51.0
     assert steps["post -> web_in"]["slowest_1pct_mean_ms"] == 1.0
     assert out["total_p50_ms"] == len(names) + 1
+
+
+def test_probe_summary_separates_the_slowest_turns_and_counts_collections(
+    tmp_path: Path,
+) -> None:
+    from bench.stages import probe_summary
+
+    # one line every 20 ms for 1 s: CPU 5 ms per line, 15 ms per line in 0.5-0.6 s;
+    # one 30 ms collection at 0.3 s and one 1 ms collection at 0.7 s
+    lines, cpu = [], 0.0
+    for i in range(51):
+        t = i * 0.02
+        cpu += 0.015 if 0.5 < t <= 0.6 else 0.005 if i else 0.0
+        gcs = [[2, 0.03]] if i == 15 else [[0, 0.001]] if i == 35 else []
+        lines.append(json.dumps([t, cpu, gcs]))
+    (tmp_path / "probe.42").write_text("\n".join(lines) + "\n")
+    out = probe_summary(tmp_path / "probe", {"w": 42, "gone": 43}, (0.0, 1.0), [(0.51, 0.59)])
+    assert set(out) == {"w"}  # a process without a probe file is left out
+    w = out["w"]
+    assert w["cpu_share"] == pytest.approx((45 * 0.005 + 5 * 0.015) / 1.0, abs=0.01)
+    assert w["cpu_share_in_slowest"] == pytest.approx(0.75, abs=0.01)
+    assert (w["gc_collections"], w["gc_over_2ms"], w["gc_max_ms"]) == (2, 1, 30.0)
