@@ -10,8 +10,10 @@ Environment knobs (all optional):
   write the counters as JSON to ``<BENCH_RTT_FILE>.<pid>`` twice a second.
 * ``BENCH_STAGES_FILE``: note when each turn passes the stages of its path
   (``bench/stages.py``) in ``<BENCH_STAGES_FILE>.<pid>``.
-* ``BENCH_PROBE_FILE``: every 20 ms, the process's own CPU seconds and the
-  garbage collections (generation, pause) since the last line, as JSON lines in
+* ``BENCH_PROBE_FILE``: every 20 ms, the process's own CPU seconds, the garbage
+  collections (generation, pause) since the last line and the seconds its main
+  thread (the event loop) has spent runnable but waiting for a core (the second
+  field of ``/proc/self/task/<tid>/schedstat``; 0 where absent), as JSON lines in
   ``<BENCH_PROBE_FILE>.<pid>`` (``bench/stages.py`` lines them up with slow
   turns: a process that used no CPU through a stall was not running).
 """
@@ -82,13 +84,21 @@ def _probe(path: str) -> None:
 
     gc.callbacks.append(on_gc)
     out = f"{path}.{os.getpid()}"
+    sched = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+
+    def waited() -> float:
+        try:
+            with open(sched) as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
     def sample() -> None:
         with open(out, "a") as fh:
             while True:
                 time.sleep(0.02)
                 taken, collections[:] = collections[:], []
-                line = [time.monotonic(), time.process_time(), taken]
+                line = [time.monotonic(), time.process_time(), taken, waited()]
                 fh.write(json.dumps(line) + "\n")
                 fh.flush()
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.harness import Box, Phases, box, host_jiffies, machine_info, open_loop
+from bench.harness import Box, Phases, box, cpu_seconds, host_jiffies, machine_info, open_loop
 from bench.options import Options, fmt_ms
 
 # (stage, what happened there), in the order a turn passes them
@@ -179,31 +179,68 @@ def breakdown(
 def probe_summary(
     path: Path, pids: dict[str, int], window: tuple[float, float], spans: list[tuple[float, float]]
 ) -> dict[str, Any]:
-    """Per Parley process (``BENCH_PROBE_FILE`` lines): its CPU share over the phase and
-    over the slowest turns' spans, and its garbage-collection pauses in the phase."""
+    """Per Parley process (``BENCH_PROBE_FILE`` lines): its CPU share and the share of
+    time its event loop waited for a core, over the phase and over the slowest turns'
+    spans, and its garbage-collection pauses in the phase."""
     out: dict[str, Any] = {}
     for name, pid in pids.items():
         try:
             lines = [json.loads(x) for x in Path(f"{path}.{pid}").read_text().splitlines()]
         except (OSError, ValueError):
             continue
-        cpu = wall = slow_cpu = slow_wall = 0.0
+        cpu = wall = wait = slow_cpu = slow_wall = slow_wait = 0.0
         pauses: list[float] = []
-        for (t0, c0, _), (t1, c1, gcs) in itertools.pairwise(lines):
+        for (t0, c0, _, w0), (t1, c1, gcs, w1) in itertools.pairwise(lines):
             if not window[0] <= t1 <= window[1]:
                 continue
-            cpu, wall = cpu + c1 - c0, wall + t1 - t0
+            cpu, wall, wait = cpu + c1 - c0, wall + t1 - t0, wait + w1 - w0
             if any(a <= t1 and t0 <= z for a, z in spans):
                 slow_cpu, slow_wall = slow_cpu + c1 - c0, slow_wall + t1 - t0
-            pauses += [d for _gen, d in gcs]
+                slow_wait += w1 - w0
+            pauses += [d for _gen, d in gcs or ()]
         out[name] = {
             "cpu_share": round(cpu / wall, 3) if wall else None,
             "cpu_share_in_slowest": round(slow_cpu / slow_wall, 3) if slow_wall else None,
-            "gc_collections": len(pauses),
-            "gc_over_2ms": sum(1 for d in pauses if d > 0.002),
-            "gc_max_ms": round(1000 * max(pauses), 2) if pauses else 0.0,
+            "runq_wait_share": round(wait / wall, 3) if wall else None,
+            "runq_wait_share_in_slowest": round(slow_wait / slow_wall, 3) if slow_wall else None,
         }
+        if lines and lines[0][2] is not None:  # a Python process with the GC probe
+            out[name] |= {
+                "gc_collections": len(pauses),
+                "gc_over_2ms": sum(1 for d in pauses if d > 0.002),
+                "gc_max_ms": round(1000 * max(pauses), 2) if pauses else 0.0,
+            }
     return out
+
+
+def _watch(path: Path, pids: dict[str, int], stop: threading.Event) -> threading.Thread:
+    """The probe's lines (no GC figures) for processes outside Parley: Valkey's main
+    thread, and this harness's (the fakes and the load share its event loop)."""
+    me = os.getpid()
+    tasks = {pid: threading.get_native_id() if pid == me else pid for pid in pids.values()}
+
+    def waited(pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/task/{tasks[pid]}/schedstat") as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def run() -> None:
+        files = {pid: open(f"{path}.{pid}", "a") for pid in pids.values()}  # noqa: SIM115
+        try:
+            while not stop.wait(0.02):
+                now = time.monotonic()
+                for pid, fh in files.items():
+                    cpu = time.process_time() if pid == me else cpu_seconds(pid)
+                    fh.write(json.dumps([now, cpu, None, waited(pid)]) + "\n")
+        finally:
+            for fh in files.values():
+                fh.close()
+
+    thread = threading.Thread(target=run, daemon=True, name="bench-watch")
+    thread.start()
+    return thread
 
 
 def _slowest_spans(starts: dict[int, float], ends: dict[int, float]) -> list[tuple[float, float]]:
@@ -235,13 +272,20 @@ async def _run(b: Box, o: Options, ph: Phases) -> dict[str, Any]:
     await b.drain(10)
     starts.clear()
     ends.clear()
+    others = {"valkey": b.valkey_pid, "harness (fakes+load)": os.getpid()}
+    stop = threading.Event()
+    watch = _watch(probe, others, stop)
     host0, t_from = host_jiffies(), time.monotonic()
-    await open_loop(b, o.rate, o.duration, ph.phase(f"{o.rate:.0f} turns/s", o.duration, b))
-    await b.drain(15)
-    host1, t_to = host_jiffies(), time.monotonic()
+    try:
+        await open_loop(b, o.rate, o.duration, ph.phase(f"{o.rate:.0f} turns/s", o.duration, b))
+        await b.drain(15)
+    finally:
+        host1, t_to = host_jiffies(), time.monotonic()
+        stop.set()
+        watch.join()
     await asyncio.sleep(0.3)  # the processes' last flush (every 0.1 s)
     out = breakdown(starts, ends, _read_marks(path))
-    pids = {p.name: p.pid for p in procs}
+    pids = {p.name: p.pid for p in procs} | others
     out["processes"] = probe_summary(probe, pids, (t_from, t_to), _slowest_spans(starts, ends))
     if host0 and host1 and host1[1] > host0[1]:
         out["host_steal"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
@@ -270,11 +314,15 @@ async def scenario_stages(o: Options) -> tuple[dict, Table, list[str]]:
         )  # fmt: skip
     for name, pr in s.get("processes", {}).items():
         table.add_row(
-            f"{name}: CPU share (phase / slowest 1 %), GC pauses > 2 ms (max ms)",
+            f"{name}: CPU share | waiting for a core (phase / slowest 1 %)",
             f"{pr['cpu_share']} / {pr['cpu_share_in_slowest']}",
-            f"{pr['gc_over_2ms']} of {pr['gc_collections']}",
-            fmt_ms(pr["gc_max_ms"]),
+            f"{pr['runq_wait_share']} / {pr['runq_wait_share_in_slowest']}", "",
         )  # fmt: skip
+        if "gc_collections" in pr:
+            table.add_row(
+                f"{name}: GC pauses > 2 ms of all (longest ms)",
+                f"{pr['gc_over_2ms']} of {pr['gc_collections']}", "", fmt_ms(pr["gc_max_ms"]),
+            )  # fmt: skip
     if s.get("host_steal") is not None:
         table.add_row("CPU stolen by the host during the phase", f"{s['host_steal']:.1%}", "", "")
     notes = [

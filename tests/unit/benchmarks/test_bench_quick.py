@@ -42,7 +42,7 @@ def test_every_scenario_runs_quick(tmp_path: Path) -> None:
         if name == "stages":
             # the probe ran in both Parley processes through the measured phase
             procs = data["stages"]["processes"]
-            assert set(procs) == {"parley-web", "parley-worker0"}
+            assert set(procs) == {"parley-web", "parley-worker0", "valkey", "harness (fakes+load)"}
             assert all(p["cpu_share"] > 0 for p in procs.values())
             assert 0 <= data["stages"]["host_steal"] < 1
         if name == "turns":
@@ -96,18 +96,23 @@ def test_probe_summary_separates_the_slowest_turns_and_counts_collections(
 ) -> None:
     from bench.stages import probe_summary
 
-    # one line every 20 ms for 1 s: CPU 5 ms per line, 15 ms per line in 0.5-0.6 s;
+    # one line every 20 ms for 1 s: CPU 5 ms per line, 15 ms per line in 0.5-0.6 s,
+    # where the loop also waited 4 ms per line for a core (1 ms elsewhere);
     # one 30 ms collection at 0.3 s and one 1 ms collection at 0.7 s
-    lines, cpu = [], 0.0
+    lines, cpu, wait = [], 0.0, 0.0
     for i in range(51):
         t = i * 0.02
-        cpu += 0.015 if 0.5 < t <= 0.6 else 0.005 if i else 0.0
+        slow = 0.5 < t <= 0.6
+        cpu += 0.015 if slow else 0.005 if i else 0.0
+        wait += 0.004 if slow else 0.001 if i else 0.0
         gcs = [[2, 0.03]] if i == 15 else [[0, 0.001]] if i == 35 else []
-        lines.append(json.dumps([t, cpu, gcs]))
+        lines.append(json.dumps([t, cpu, gcs, wait]))
     (tmp_path / "probe.42").write_text("\n".join(lines) + "\n")
     out = probe_summary(tmp_path / "probe", {"w": 42, "gone": 43}, (0.0, 1.0), [(0.51, 0.59)])
     assert set(out) == {"w"}  # a process without a probe file is left out
     w = out["w"]
     assert w["cpu_share"] == pytest.approx((45 * 0.005 + 5 * 0.015) / 1.0, abs=0.01)
     assert w["cpu_share_in_slowest"] == pytest.approx(0.75, abs=0.01)
+    assert w["runq_wait_share"] == pytest.approx((45 * 0.001 + 5 * 0.004) / 1.0, abs=0.01)
+    assert w["runq_wait_share_in_slowest"] == pytest.approx(0.2, abs=0.01)
     assert (w["gc_collections"], w["gc_over_2ms"], w["gc_max_ms"]) == (2, 1, 30.0)
