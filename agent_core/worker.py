@@ -43,7 +43,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from agent_core.agent.agent import Agent
 from agent_core.agent.reply import LockGuard
 from agent_core.errors import LockLost
-from agent_core.events import InboundEvent, ThreadKey
+from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.loadgate import MIN_RUNNING, LoopLag
 from agent_core.metrics import METRICS
 from agent_core.proactive.recovery import TurnRecovery
@@ -243,8 +243,38 @@ class Worker:
         bad = [eid for eid, ev in entries if ev is None]
         if bad:
             log.error("dropping %d malformed stream entries %s", len(bad), bad[:5])
-        for thread, state in await self.delivery.handoff_and_begin(entries, self.owner, ack=ack):
+        busy = set(self.running)
+        began = await self.delivery.handoff_and_begin(entries, self.owner, ack=ack)
+        for thread, state in began:
             self._spawn(thread, state)
+        self._note_waiting_presses(entries, dict(began), busy)
+
+    def _note_waiting_presses(
+        self,
+        entries: list[tuple[bytes, InboundEvent | None]],
+        began: dict[ThreadKey, TurnState],
+        busy: set[ThreadKey],
+    ) -> None:
+        """Tell a channel with a ``press_waiting`` hook (agent_core.outbox) about
+        each button press that cannot run now: its thread's turn runs here or in
+        another worker, or earlier events of the thread run first."""
+        for _eid, ev in entries:
+            if ev is None or ev.kind != EventKind.ACTION:
+                continue
+            state = began.get(ev.thread)
+            if (
+                state is not None
+                and ev.thread not in busy
+                and state.mailbox
+                and state.mailbox[0].event_id == ev.event_id
+            ):
+                continue  # it runs now
+            hook = getattr(self.agent.outbox_for(ev.thread.channel), "press_waiting", None)
+            if hook is not None:
+                try:
+                    hook(ev)
+                except Exception:  # a courtesy: never stop the consume loop over it
+                    log.debug("[%s] press_waiting failed", ev.thread, exc_info=True)
 
     def _spawn(self, thread: ThreadKey, state: TurnState | None = None) -> None:
         running = self.running.get(thread)

@@ -74,6 +74,11 @@ warnings.filterwarnings(
 T = TypeVar("T")
 CHANNEL = "telegram"
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # Bot API getFile limit
+# A press waiting behind a running turn is answered this long after it arrived,
+# unless its own turn answers it first (Telegram takes an answer for ~10-15 s).
+PRESS_NOTE_AFTER = 5.0
+PRESS_NOTE = "Got it: this is handled when the current reply is done."
+MAX_PRESS_NOTES = 10_000  # timers held at once (one per waiting press)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,7 @@ class TelegramOutbox:
         self.stream_interval = max(self.limits.chat_interval, 0.0) or None
         self._typing: dict[ThreadKey, asyncio.Task[None]] = {}
         self._typing_stop: dict[ThreadKey, asyncio.Event] = {}
+        self._press_notes: dict[str, asyncio.Task[None]] = {}  # callback id -> its timer
         self._recent_429: dict[int, float] = {}
         self._global_key = pace_key(CHANNEL, bot_id, "all")
 
@@ -541,10 +547,36 @@ class TelegramOutbox:
         if stop is not None:
             stop.set()
 
+    def press_waiting(self, event: InboundEvent) -> None:
+        """A press waits behind a turn already running in its chat: unless its own
+        turn answers it first, answer it ``PRESS_NOTE_AFTER`` seconds after it
+        arrived with PRESS_NOTE, so the button's spinner stops while Telegram still
+        takes an answer (~10-15 s).  If the note wins, the turn's own answer for it
+        is refused by Telegram (logged); if it loses, the note is refused."""
+        cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
+        if not cq or cq in self._press_notes or len(self._press_notes) >= MAX_PRESS_NOTES:
+            return
+        delay = max(0.0, event.received_at + PRESS_NOTE_AFTER - time.time())
+        task = asyncio.create_task(self._note_press(cq, event, delay))
+        self._press_notes[cq] = task
+        task.add_done_callback(lambda _t: self._press_notes.pop(cq, None))
+
+    async def _note_press(self, cq: str, event: InboundEvent, delay: float) -> None:
+        await asyncio.sleep(delay)
+        try:
+            await self._bot.answer_callback_query(cq, text=PRESS_NOTE)
+        except TelegramError as exc:  # answered already (its turn, elsewhere) or too old
+            log.debug("[%s] press note not shown: %s", event.thread, exc)
+        except Exception:
+            log.debug("[%s] press note failed", event.thread, exc_info=True)
+
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
         if not cq:
             return
+        note = self._press_notes.pop(cq, None)
+        if note is not None:
+            note.cancel()
         try:
             await self._bot.answer_callback_query(cq, text=text[:200] or None)
         except TelegramError as exc:
@@ -571,8 +603,9 @@ class TelegramOutbox:
         return data
 
     async def close(self) -> None:
-        tasks = list(self._typing.values())
+        tasks = [*self._typing.values(), *self._press_notes.values()]
         self._typing.clear()
+        self._press_notes.clear()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

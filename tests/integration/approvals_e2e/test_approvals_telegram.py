@@ -7,6 +7,7 @@ inline keyboard, and the answerCallbackQuery of every press.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,10 +27,13 @@ from approvals_harness import (
 )
 from redis.asyncio import Redis
 
+from agent_core.llm.base import CompletionRequest, StreamItem
+from agent_core.llm.demo import DemoProvider
 from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
 from channels import telegram as telegram_pkg
+from channels.telegram import sender as telegram_sender
 from channels.telegram.settings import TelegramSettings
 from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram, StoredMessage
 
@@ -72,9 +76,9 @@ class Webhook:
 
 
 @contextlib.asynccontextmanager
-async def served(settings: Settings) -> AsyncIterator[Webhook]:
+async def served(settings: Settings, llm: Any = None) -> AsyncIterator[Webhook]:
     """A Runtime (role all) and its webhook."""
-    async with process(settings, "all") as rt:
+    async with process(settings, "all", llm) as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
             yield Webhook(rt, client)
@@ -193,3 +197,59 @@ async def test_press_after_a_restart(
         await wait_until(lambda: any(RAN in t for t in texts(fake)), what="the tool's result")
         await settle()
     assert await demo_runs(redis) == 1
+
+
+class GatedAfterTool(DemoProvider):
+    """The demo model, whose answer after a tool ran waits until ``gate`` opens:
+    a turn that is provably still running."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        if request.messages and request.messages[-1].role == "tool":
+            self.waiting.set()
+            await self.gate.wait()
+        async for item in super().stream(request):
+            yield item
+
+
+async def test_press_behind_a_running_turn_is_answered_in_time(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Telegram takes a press's answer for ~10-15 s; the note comes PRESS_NOTE_AFTER
+    # after the press arrived (shortened here) if its own turn has not answered it.
+    monkeypatch.setattr(telegram_sender, "PRESS_NOTE_AFTER", 0.3)
+    llm = GatedAfterTool()
+    async with served(make_settings(valkey, fake), llm) as post:
+        prompt, buttons = await ask(fake, post)
+        first = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        await post(first)
+        assert await answered(fake, first) is None  # its turn ran at once: no note
+        await wait_until(llm.waiting.is_set, what="the turn to wait on the model")
+        second = fake.press(USER, prompt.message_id, buttons["Approve"], user_id=USER)
+        await post(second)
+        # the first press's turn is still running (the model waits on the gate)
+        assert await answered(fake, second) == telegram_sender.PRESS_NOTE
+        assert not any(RAN in t for t in texts(fake))
+        llm.gate.set()
+        await wait_until(lambda: any(RAN in t for t in texts(fake)), what="the tool's result")
+        await turn_finished(post.rt)
+        await settle()
+    assert await demo_runs(redis) == 1
+
+    def attempts(press: dict[str, Any]) -> list[tuple[int, str | None]]:
+        cq = press["callback_query"]["id"]
+        return [
+            (c.status, c.params.get("text"))
+            for c in fake.calls
+            if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
+        ]
+
+    assert attempts(first) == [(200, None)]  # answered by its own turn, no note
+    # the note, then its own turn's "already decided", too late: Telegram refuses it
+    note, own = attempts(second)
+    assert note == (200, telegram_sender.PRESS_NOTE)
+    assert own[0] == 400 and own[1] is not None and "Already decided" in own[1]
