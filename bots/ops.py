@@ -223,8 +223,13 @@ async def _llm(settings: Settings, clients: RedisClients | None) -> Check:
 
 
 async def release(settings: Settings) -> list[str]:
-    """Validate settings and Redis, register the Telegram webhook. Raises ConfigError."""
+    """Validate settings, the event loop and Redis, register the Telegram webhook.
+    Raises ConfigError."""
     done: list[str] = ["settings: valid"]
+    loop = event_loop_check(settings)
+    if not loop.ok:  # fail the deploy here rather than every dyno at start
+        raise ConfigError([f"EVENT_LOOP: {loop.detail}; {loop.fix}"])
+    done.append(f"event loop: {loop.detail}")
     clients, embedded, rc = await _redis(settings)
     try:
         if not rc.ok:

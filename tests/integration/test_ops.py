@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import pytest
+
+from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
 from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
@@ -84,5 +88,22 @@ async def test_doctor_reports_a_revoked_token(valkey: EmbeddedValkey, redis: Any
             checks = {c.name: c for c in await doctor(settings_for(valkey, fake, llm.openai_url))}
             assert not checks["telegram"].ok
             assert TOKEN not in checks["telegram"].detail
+    finally:
+        await fake.stop()
+
+
+async def test_release_fails_when_event_loop_uvloop_cannot_be_had(
+    valkey: EmbeddedValkey, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        s = settings_for(valkey, fake, f"http://127.0.0.1:{free_port()}/v1")
+        s.core.event_loop = "uvloop"
+        monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` raises ImportError
+        with pytest.raises(ConfigError) as err:
+            await release(s)
+        assert "uvloop is not installed" in str(err.value)
+        assert fake.webhook["url"] == ""  # stopped before registering the webhook
     finally:
         await fake.stop()
