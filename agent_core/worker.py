@@ -243,38 +243,33 @@ class Worker:
         bad = [eid for eid, ev in entries if ev is None]
         if bad:
             log.error("dropping %d malformed stream entries %s", len(bad), bad[:5])
-        busy = set(self.running)
         began = await self.delivery.handoff_and_begin(entries, self.owner, ack=ack)
         for thread, state in began:
             self._spawn(thread, state)
-        self._note_waiting_presses(entries, dict(began), busy)
+        self._note_waiting_presses([ev for _eid, ev in entries], dict(began))
 
     def _note_waiting_presses(
-        self,
-        entries: list[tuple[bytes, InboundEvent | None]],
-        began: dict[ThreadKey, TurnState],
-        busy: set[ThreadKey],
+        self, events: list[InboundEvent | None], began: dict[ThreadKey, TurnState]
     ) -> None:
         """Tell a channel with a ``press_waiting`` hook (agent_core.outbox) about
-        each button press that cannot run now: its thread's turn runs here or in
-        another worker, or earlier events of the thread run first."""
-        for _eid, ev in entries:
+        each button press that cannot run next: its thread's lock is another
+        worker's, or earlier events of the thread come first (a turn running here
+        holds its own event at the mailbox's head until it completes)."""
+        for ev in events:
             if ev is None or ev.kind != EventKind.ACTION:
                 continue
             state = began.get(ev.thread)
-            if (
-                state is not None
-                and ev.thread not in busy
-                and state.mailbox
-                and state.mailbox[0].event_id == ev.event_id
-            ):
-                continue  # it runs now
-            hook = getattr(self.agent.outbox_for(ev.thread.channel), "press_waiting", None)
-            if hook is not None:
-                try:
-                    hook(ev)
-                except Exception:  # a courtesy: never stop the consume loop over it
-                    log.debug("[%s] press_waiting failed", ev.thread, exc_info=True)
+            if state is not None and state.mailbox and state.mailbox[0].event_id == ev.event_id:
+                continue  # it runs next
+            self._press_waiting(ev)
+
+    def _press_waiting(self, event: InboundEvent) -> None:
+        hook = getattr(self.agent.outbox_for(event.thread.channel), "press_waiting", None)
+        if hook is not None:
+            try:
+                hook(event)
+            except Exception:  # a courtesy: never stop the consume loop over it
+                log.debug("[%s] press_waiting failed", event.thread, exc_info=True)
 
     def _spawn(self, thread: ThreadKey, state: TurnState | None = None) -> None:
         running = self.running.get(thread)
@@ -350,6 +345,7 @@ class Worker:
         )
         for t, st in ready:
             self._spawn(t, st)
+        self._note_waiting_presses([ev for _b, ev in moved], dict(ready))
         return left
 
     async def _ended(self, thread: ThreadKey, left: int) -> bool | None:
@@ -386,6 +382,8 @@ class Worker:
                         return
                     continue
                 if await self._waits_for_earlier(thread, state):
+                    if state.mailbox[0].kind == EventKind.ACTION:
+                        self._press_waiting(state.mailbox[0])
                     await self.delivery.release(thread, self.owner)
                     released = True  # the sweeper or the missing event's hand-off resumes it
                     return

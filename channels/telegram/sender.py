@@ -77,6 +77,7 @@ MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # Bot API getFile limit
 # A press waiting behind a running turn is answered this long after it arrived,
 # unless its own turn answers it first (Telegram takes an answer for ~10-15 s).
 PRESS_NOTE_AFTER = 5.0
+PRESS_ANSWER_WINDOW = 15.0  # older presses are not answered by a note (Telegram refuses)
 PRESS_NOTE = "Got it: this is handled when the current reply is done."
 MAX_PRESS_NOTES = 10_000  # timers held at once (one per waiting press)
 
@@ -556,13 +557,24 @@ class TelegramOutbox:
         cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
         if not cq or cq in self._press_notes or len(self._press_notes) >= MAX_PRESS_NOTES:
             return
-        delay = max(0.0, event.received_at + PRESS_NOTE_AFTER - time.time())
+        age = time.time() - event.received_at  # received_at: the webhook host's clock
+        if age > PRESS_ANSWER_WINDOW:
+            return  # Telegram would refuse it (a press reclaimed long after a crash)
+        delay = min(PRESS_NOTE_AFTER, max(0.0, PRESS_NOTE_AFTER - age))
         task = asyncio.create_task(self._note_press(cq, event, delay))
         self._press_notes[cq] = task
-        task.add_done_callback(lambda _t: self._press_notes.pop(cq, None))
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._press_notes.get(cq) is done:
+                del self._press_notes[cq]
+
+        task.add_done_callback(forget)
 
     async def _note_press(self, cq: str, event: InboundEvent, delay: float) -> None:
         await asyncio.sleep(delay)
+        # from here on the note goes out whole: answer_action no longer cancels it
+        if self._press_notes.get(cq) is asyncio.current_task():
+            del self._press_notes[cq]
         try:
             await self._bot.answer_callback_query(cq, text=PRESS_NOTE)
         except TelegramError as exc:  # answered already (its turn, elsewhere) or too old

@@ -33,6 +33,7 @@ from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from bots.settings import Settings
 from channels import telegram as telegram_pkg
+from channels.telegram import refs
 from channels.telegram import sender as telegram_sender
 from channels.telegram.settings import TelegramSettings
 from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram, StoredMessage
@@ -222,6 +223,14 @@ async def test_press_behind_a_running_turn_is_answered_in_time(
     # Telegram takes a press's answer for ~10-15 s; the note comes PRESS_NOTE_AFTER
     # after the press arrived (shortened here) if its own turn has not answered it.
     monkeypatch.setattr(telegram_sender, "PRESS_NOTE_AFTER", 0.3)
+    reported: list[str] = []  # callback ids the worker reported as waiting
+    real = telegram_sender.TelegramOutbox.press_waiting
+
+    def press_waiting(self: telegram_sender.TelegramOutbox, event: Any) -> None:
+        reported.append(refs.decode_callback(event.reply_ref.extra))
+        real(self, event)
+
+    monkeypatch.setattr(telegram_sender.TelegramOutbox, "press_waiting", press_waiting)
     llm = GatedAfterTool()
     async with served(make_settings(valkey, fake), llm) as post:
         prompt, buttons = await ask(fake, post)
@@ -248,7 +257,9 @@ async def test_press_behind_a_running_turn_is_answered_in_time(
             if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
         ]
 
-    assert attempts(first) == [(200, None)]  # answered by its own turn, no note
+    # the first press ran at once: not reported, answered by its own turn alone
+    assert reported == [second["callback_query"]["id"]]
+    assert attempts(first) == [(200, None)]
     # the note, then its own turn's "already decided", too late: Telegram refuses it
     note, own = attempts(second)
     assert note == (200, telegram_sender.PRESS_NOTE)

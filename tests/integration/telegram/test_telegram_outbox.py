@@ -224,3 +224,43 @@ async def test_download_on_demand(fake: FakeTelegram, channel: TelegramChannel) 
     fake.add_file("doc-1", b"%PDF-1.4 fake", "application/pdf")
     data = await channel.download(Attachment("document", "a.pdf", "application/pdf", 13, "doc-1"))
     assert data == b"%PDF-1.4 fake"
+
+
+async def test_a_waiting_press_gets_the_note_unless_its_own_answer_comes_first(
+    webhook: FakeTelegram,
+    channel: TelegramChannel,
+    published,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataclasses import replace
+
+    from channels.telegram import sender
+
+    monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.2)
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("Run it?", buttons=(Button("Approve", "ap:x:y"),)))
+    presses = [webhook.press(42, int(ref.message_id), "ap:x:y", user_id=42) for _ in range(3)]
+    for p in presses:
+        assert await webhook.deliver(p) == 200
+    late, early, stale = await published()
+    stale = replace(stale, received_at=time.time() - 60)  # reclaimed long after a crash
+
+    def calls(press: dict) -> list[str | None]:  # type: ignore[type-arg]
+        cq = press["callback_query"]["id"]
+        return [
+            c.params.get("text")
+            for c in webhook.calls
+            if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
+        ]
+
+    for ev in (late, early, stale):
+        out.press_waiting(ev)
+    out.press_waiting(late)  # reported twice (a repeated hand-off): one timer
+    await out.answer_action(early, "")  # its own turn came in time: the note is called off
+    await asyncio.sleep(0.6)
+    assert calls(presses[0]) == [sender.PRESS_NOTE]
+    assert calls(presses[1]) == [None]
+    assert calls(presses[2]) == []  # too old for Telegram to take an answer: no note
+    await out.answer_action(late, "Already decided")  # refused: answered by the note
+    assert webhook.answered[presses[0]["callback_query"]["id"]] == sender.PRESS_NOTE
+    await out.close()
