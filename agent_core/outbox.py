@@ -55,8 +55,8 @@ class Outbox(Protocol):
 # A channel whose platform takes a press's answer only for a short while
 # (Telegram: ~10-15 s) may define ``press_waiting(event) -> None`` (not async:
 # it schedules what it needs).  The worker calls it when it hands off a press
-# that cannot run at once (a turn of its thread is running, here or in another
-# worker, or earlier events of the thread come first), so the channel can stop
+# that cannot run next (another worker holds its thread, or earlier events of
+# the thread come first, a turn running here included), so the channel can stop
 # the button's spinner in time if the press's own turn comes too late.  The
 # press's own ``answer_action`` still follows when its turn runs.
 

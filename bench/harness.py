@@ -83,6 +83,13 @@ def host_jiffies() -> tuple[int, int] | None:
     return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
 
 
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time stolen between two ``host_jiffies()``."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
+
+
 def rss_mb(pid: int, peak: bool = False) -> float:
     key = "VmHWM:" if peak else "VmRSS:"
     with open(f"/proc/{pid}/status") as fh:
@@ -595,10 +602,7 @@ class CpuWindow:
         now = self._sample()
         wall = time.monotonic() - self.t0
         used = {k: round(now[k] - self.start[k], 3) for k in now}
-        host = host_jiffies()
-        steal = None
-        if host is not None and self.host0 is not None and host[1] > self.host0[1]:
-            steal = round((host[0] - self.host0[0]) / (host[1] - self.host0[1]), 3)
+        steal = steal_share(self.host0, host_jiffies())
         return {"wall_s": round(wall, 3), "cpu_s": used, "host_steal": steal}
 
 

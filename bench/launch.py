@@ -70,6 +70,16 @@ def _patch_rtt(path: str) -> None:
     threading.Thread(target=dump, daemon=True, name="bench-rtt").start()
 
 
+def schedstat_wait(path: str) -> float:
+    """Seconds a thread has spent runnable but waiting for a core (the second field
+    of its ``/proc/.../schedstat``); 0 where the file is absent."""
+    try:
+        with open(path) as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _probe(path: str) -> None:
     import gc
 
@@ -86,19 +96,12 @@ def _probe(path: str) -> None:
     out = f"{path}.{os.getpid()}"
     sched = f"/proc/self/task/{threading.get_native_id()}/schedstat"
 
-    def waited() -> float:
-        try:
-            with open(sched) as fh:
-                return int(fh.read().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            return 0.0
-
     def sample() -> None:
         with open(out, "a") as fh:
             while True:
                 time.sleep(0.02)
                 taken, collections[:] = collections[:], []
-                line = [time.monotonic(), time.process_time(), taken, waited()]
+                line = [time.monotonic(), time.process_time(), taken, schedstat_wait(sched)]
                 fh.write(json.dumps(line) + "\n")
                 fh.flush()
 

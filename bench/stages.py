@@ -24,7 +24,17 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.harness import Box, Phases, box, cpu_seconds, host_jiffies, machine_info, open_loop
+from bench.harness import (
+    Box,
+    Phases,
+    box,
+    cpu_seconds,
+    host_jiffies,
+    machine_info,
+    open_loop,
+    steal_share,
+)
+from bench.launch import schedstat_wait
 from bench.options import Options, fmt_ms
 
 # (stage, what happened there), in the order a turn passes them
@@ -219,13 +229,6 @@ def _watch(path: Path, pids: dict[str, int], stop: threading.Event) -> threading
     me = os.getpid()
     tasks = {pid: threading.get_native_id() if pid == me else pid for pid in pids.values()}
 
-    def waited(pid: int) -> float:
-        try:
-            with open(f"/proc/{pid}/task/{tasks[pid]}/schedstat") as fh:
-                return int(fh.read().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            return 0.0
-
     def run() -> None:
         files = {pid: open(f"{path}.{pid}", "a") for pid in pids.values()}  # noqa: SIM115
         try:
@@ -233,7 +236,17 @@ def _watch(path: Path, pids: dict[str, int], stop: threading.Event) -> threading
                 now = time.monotonic()
                 for pid, fh in files.items():
                     cpu = time.process_time() if pid == me else cpu_seconds(pid)
-                    fh.write(json.dumps([now, cpu, None, waited(pid)]) + "\n")
+                    fh.write(
+                        json.dumps(
+                            [
+                                now,
+                                cpu,
+                                None,
+                                schedstat_wait(f"/proc/{pid}/task/{tasks[pid]}/schedstat"),
+                            ]
+                        )
+                        + "\n"
+                    )
         finally:
             for fh in files.values():
                 fh.close()
@@ -287,8 +300,8 @@ async def _run(b: Box, o: Options, ph: Phases) -> dict[str, Any]:
     out = breakdown(starts, ends, _read_marks(path))
     pids = {p.name: p.pid for p in procs} | others
     out["processes"] = probe_summary(probe, pids, (t_from, t_to), _slowest_spans(starts, ends))
-    if host0 and host1 and host1[1] > host0[1]:
-        out["host_steal"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
+    if (steal := steal_share(host0, host1)) is not None:
+        out["host_steal"] = steal
     return out
 
 

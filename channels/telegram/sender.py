@@ -548,13 +548,17 @@ class TelegramOutbox:
         if stop is not None:
             stop.set()
 
+    @staticmethod
+    def _callback_id(event: InboundEvent) -> str:
+        return refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
+
     def press_waiting(self, event: InboundEvent) -> None:
         """A press waits behind a turn already running in its chat: unless its own
         turn answers it first, answer it ``PRESS_NOTE_AFTER`` seconds after it
         arrived with PRESS_NOTE, so the button's spinner stops while Telegram still
         takes an answer (~10-15 s).  If the note wins, the turn's own answer for it
         is refused by Telegram (logged); if it loses, the note is refused."""
-        cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
+        cq = self._callback_id(event)
         if not cq or cq in self._press_notes or len(self._press_notes) >= MAX_PRESS_NOTES:
             return
         age = time.time() - event.received_at  # received_at: the webhook host's clock
@@ -583,7 +587,7 @@ class TelegramOutbox:
             log.debug("[%s] press note failed", event.thread, exc_info=True)
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
-        cq = refs.decode_callback(event.reply_ref.extra) if event.reply_ref else ""
+        cq = self._callback_id(event)
         if not cq:
             return
         note = self._press_notes.pop(cq, None)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_core.events import Action, EventKind, InboundEvent, ThreadKey
@@ -22,13 +22,8 @@ class PressOutbox(RecordingOutbox):
 
 
 def press(thread: ThreadKey, n: int) -> InboundEvent:
-    return InboundEvent(
-        event_id=f"p{n}",
-        kind=EventKind.ACTION,
-        channel="web",
-        thread=thread,
-        user_id="u1",
-        action=Action(token="ap:nothing:a"),
+    return replace(
+        msg(thread, n), event_id=f"p{n}", kind=EventKind.ACTION, text="", action=Action("ap:x:a")
     )
 
 
