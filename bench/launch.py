@@ -6,7 +6,8 @@ Environment knobs (all optional):
 
 * ``BENCH_RTT_FILE``: count Redis round trips (every ``send_packed_command``
   on a redis-py asyncio connection: one per command, one per pipeline, plus
-  the SCRIPT EXISTS redis-py sends before a pipeline holding scripts) and
+  the SCRIPT EXISTS redis-py sends before a pipeline holding scripts; and
+  every round trip on the shared connection, ``agent_core/store/multiplex.py``) and
   write the counters as JSON to ``<BENCH_RTT_FILE>.<pid>`` twice a second.
 * ``BENCH_STAGES_FILE``: note when each turn passes the stages of its path
   (``bench/stages.py``) in ``<BENCH_STAGES_FILE>.<pid>``.
@@ -57,6 +58,19 @@ def _patch_rtt(path: str) -> None:
         await original(self, command, check_health)
 
     AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+
+    from agent_core.store.multiplex import Multiplexer
+
+    shared = Multiplexer.roundtrip
+
+    async def counted_shared(self: Multiplexer, commands: Any) -> list[Any]:
+        name = commands[0][0]
+        name = (name.decode() if isinstance(name, bytes) else str(name)).upper()
+        counts["total"] += 1
+        counts[name + ("+pipeline" if len(commands) > 1 else "")] += 1
+        return await shared(self, commands)
+
+    Multiplexer.roundtrip = counted_shared  # type: ignore[method-assign]
     out = f"{path}.{os.getpid()}"
 
     def dump() -> None:

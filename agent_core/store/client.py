@@ -2,7 +2,8 @@
 
 Two clients (two pools) share one server:
 
-* ``redis``    the general client;
+* ``redis``    the general client; its ``wire`` round trips (the hot path) share
+  one pipelined connection (``multiplex.py``), its other commands use the pool;
 * ``blocking`` for ``XREADGROUP BLOCK`` / ``XREAD BLOCK`` only, so long blocking
   reads never starve the general pool.
 
@@ -31,6 +32,7 @@ from redis.exceptions import RedisError, TimeoutError
 from redis.retry import Retry
 
 from agent_core.errors import ConfigError
+from agent_core.store.wire import close_shared, share_connection
 
 SOCKET_TIMEOUT = 5.0  # connect timeout
 POOL_WAIT = 10.0  # seconds a command waits for a pooled connection
@@ -97,6 +99,7 @@ class RedisClients:
     blocking: Redis
 
     async def close(self) -> None:
+        await close_shared(self.redis)
         await self.redis.aclose()
         await self.blocking.aclose()
         await self.redis.connection_pool.disconnect()
@@ -147,6 +150,7 @@ def make_clients(
         raise ConfigError([f"REDIS_URL: {_options_problem(exc)}"]) from None
     redis = Redis(connection_pool=pool)
     blocking = Redis(connection_pool=blocking_pool)
+    share_connection(redis)  # the hot path's round trips share one connection
     return RedisClients(url, redis, blocking)
 
 

@@ -1,4 +1,4 @@
-"""One round trip on a pooled redis-py connection, without redis-py's Pipeline.
+"""One round trip of a few commands, without redis-py's Pipeline.
 
 The hot path of a turn (hand-off, pacing, part claims, completion, ingest) is a
 handful of round trips, each a few commands.  redis-py's asyncio ``Pipeline``
@@ -7,7 +7,10 @@ shielded release task, per-command response callbacks, observability hooks)
 against ~60 µs for the same bytes on a held connection and ~140 µs with the
 pool's checkout included (bench/README.md, hot spot 12).  This module keeps
 redis-py's connection, pool, command packing and hiredis reply parser, and
-drops only the Pipeline object around them.
+drops only the Pipeline object around them.  A client registered with
+``share_connection`` (the general client ``make_clients`` builds) goes further:
+every round trip of the process shares one pipelined connection
+(``multiplex.py``), which drops the pool's checkout as well.
 
 Differences a caller must know:
 
@@ -27,17 +30,43 @@ Differences a caller must know:
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from agent_core.store.multiplex import Multiplexer
+
 Command = Sequence[Any]
+
+_shared: weakref.WeakKeyDictionary[Redis, Multiplexer] = weakref.WeakKeyDictionary()
+
+
+def share_connection(redis: Redis) -> Multiplexer:
+    """Send ``redis``'s round trips over one shared connection from now on.
+
+    Only for a client that never carries a blocking command (``XREADGROUP
+    BLOCK``): one would hold up every round trip queued behind it."""
+    mux = _shared.get(redis)
+    if mux is None:
+        mux = _shared[redis] = Multiplexer(redis)
+    return mux
+
+
+async def close_shared(redis: Redis) -> None:
+    """Close ``redis``'s shared connection, if it has one."""
+    mux = _shared.pop(redis, None)
+    if mux is not None:
+        await mux.aclose()
 
 
 async def roundtrip(redis: Redis, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one write, read one reply each; results in order."""
+    mux = _shared.get(redis)
+    if mux is not None:
+        return await mux.roundtrip(commands)
     pool = redis.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:

@@ -17,6 +17,7 @@ from agent_core.llm.base import LLMProvider
 from agent_core.llm.settings import LLMSettings
 from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.multiplex import Multiplexer
 from bots.runtime import Runtime
 from bots.settings import Settings
 from channels.web.channel import WebSettings
@@ -93,7 +94,8 @@ async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def packets(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     """Every packet redis-py sends from now on (one per command, one per pipeline:
-    one per round trip), by the first command's name."""
+    one per round trip) and every round trip on a shared connection
+    (``multiplex.py``), by the first command's name."""
     counts: collections.Counter[str] = collections.Counter()
     original = rconn.AbstractConnection.send_packed_command
 
@@ -104,4 +106,12 @@ def packets(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
         await original(self, command, check_health)
 
     monkeypatch.setattr(rconn.AbstractConnection, "send_packed_command", counting)
+    shared = Multiplexer.roundtrip
+
+    async def counting_shared(self: Multiplexer, commands: Any) -> list[Any]:
+        name = commands[0][0]
+        counts[name.decode() if isinstance(name, bytes) else str(name)] += 1
+        return await shared(self, commands)
+
+    monkeypatch.setattr(Multiplexer, "roundtrip", counting_shared)
     return counts

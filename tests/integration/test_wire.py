@@ -1,4 +1,6 @@
-"""agent_core.store.wire: one round trip on a pooled connection, on a real Valkey."""
+"""agent_core.store.wire: one round trip, on a real Valkey, both ways it is sent:
+on a pooled connection (the ``blocking`` client) and on the shared connection
+(the general client, ``multiplex.py``; its own behaviour is in test_multiplex.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,21 @@ from typing import Any
 import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
+from agent_core.store.client import RedisClients
 from agent_core.store.scripting import run_pipelined, run_script
-from agent_core.store.wire import call, pairs, roundtrip
+from agent_core.store.wire import _shared, call, pairs, roundtrip
+
+
+@pytest.fixture(params=["pooled", "shared"])
+def redis(request: pytest.FixtureRequest, redis_clients: RedisClients) -> Any:
+    client = redis_clients.redis if request.param == "shared" else redis_clients.blocking
+    assert (client in _shared) == (request.param == "shared")
+    return client
+
+
+@pytest.fixture
+def pooled(redis_clients: RedisClients) -> Any:
+    return redis_clients.blocking
 
 
 async def test_replies_in_order_and_a_refusal_in_its_place(redis: Any) -> None:
@@ -25,9 +40,10 @@ async def test_replies_in_order_and_a_refusal_in_its_place(redis: Any) -> None:
         await call(redis, "INCR", "s")
 
 
-async def test_a_cancelled_read_never_leaks_its_reply_to_the_next_caller(redis: Any) -> None:
+async def test_a_cancelled_read_never_leaks_its_reply_to_the_next_caller(pooled: Any) -> None:
     """Cancelled while waiting for a reply: that connection is closed, so the late
     reply cannot be read by whoever borrows the connection next."""
+    redis = pooled
     task = asyncio.create_task(roundtrip(redis, [("BLPOP", "q", 5)]))
     await asyncio.sleep(0.2)
     task.cancel()
