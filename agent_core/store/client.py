@@ -12,8 +12,9 @@ wrong for blocking reads, and it implements the timeout by wrapping every read
 in ``asyncio.timeout``, which on Python 3.11 swallows the cancellation of the
 task doing the read (measured: a cancelled task kept running its Redis loop),
 so a worker could not stop a turn at shutdown.  Dead connections are found
-instead by TCP keepalive (idle 10 s, 3 probes 5 s apart: ~25 s), redis-py's
-health check, and the connect timeout.
+instead by TCP keepalive (idle 10 s, 3 probes 5 s apart: ~25 s), by
+``TCP_USER_TIMEOUT`` (25 s of data unacknowledged, where the platform has it),
+redis-py's health check, and the connect timeout.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ _KEEPALIVE: dict[int, int] = {
         (getattr(socket, "TCP_KEEPIDLE", -1), 10),
         (getattr(socket, "TCP_KEEPINTVL", -1), 5),
         (getattr(socket, "TCP_KEEPCNT", -1), 3),
+        # data sent and not acknowledged for 25 s: the peer is gone (keepalive only
+        # probes an idle connection, and the shared connection is rarely idle)
+        (getattr(socket, "TCP_USER_TIMEOUT", -1), 25_000),
     )
     if k >= 0
 }

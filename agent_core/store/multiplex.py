@@ -23,6 +23,13 @@ server refused comes back in its place; nothing is re-sent once written; a
 connection lost with replies outstanding fails each waiting round trip with
 ``ConnectionError`` and the next round trip connects again.  A caller cancelled
 while waiting does not spoil the connection: its replies are read and dropped.
+Callers that arrive while the connection is being made wait for that one
+attempt and share its outcome.  Server pushes (RESP3 ``>``: client tracking,
+maintenance notices) are nobody's reply and are skipped.
+
+One client, one event loop: a client used again from a second loop connects
+again there; the first loop's socket, if that loop is closed already, is shut
+down and left to the garbage collector.
 """
 
 from __future__ import annotations
@@ -30,14 +37,30 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
 from collections.abc import Sequence
 from typing import Any
 
 import hiredis
 from redis._parsers.base import BaseParser
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError, InvalidResponse
+
+# hiredis returns False for "no complete reply yet" unless told otherwise, and
+# False is also a real RESP3 reply (``#f``): a sentinel keeps them apart.
+_NOT_ENOUGH = object()
+_PUSH: Any = getattr(hiredis, "PushNotification", ())  # hiredis >= 3.2
+_CLOSE_WAIT = 2.0  # seconds aclose waits for the transport to finish closing
+
+
+def _reader() -> hiredis.Reader:
+    return hiredis.Reader(
+        protocolError=InvalidResponse,
+        replyError=BaseParser.parse_error,
+        notEnoughData=_NOT_ENOUGH,
+    )
 
 
 class _Waiter:
@@ -51,17 +74,27 @@ class _Waiter:
         self.replies: list[Any] = []
 
 
-class _ReplyProtocol(asyncio.Protocol):
-    """Reads replies off the shared connection and hands them out in order."""
+class _Link(asyncio.Protocol):
+    """One shared connection: its transport, and the replies it hands out in order."""
 
-    def __init__(self, mux: Multiplexer) -> None:
-        self.mux = mux
-        self.reader = hiredis.Reader(
-            protocolError=InvalidResponse, replyError=BaseParser.parse_error
-        )
+    def __init__(self, conn: AbstractConnection, stream: asyncio.StreamWriter) -> None:
+        self.conn = conn  # packs commands (its encoder)
+        self.stream = stream  # kept: a StreamWriter closes its transport when collected
+        self.transport: asyncio.Transport = stream.transport  # type: ignore[assignment]
+        self.loop = asyncio.get_running_loop()
+        self.reader = _reader()
         self.waiting: collections.deque[_Waiter] = collections.deque()
         self.lost: BaseException | None = None
-        self.paused: asyncio.Future[None] | None = None
+        self.closed = self.loop.create_future()
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    def send(self, commands: Sequence[Sequence[Any]]) -> asyncio.Future[list[Any]]:
+        """Write ``commands`` and take a place in line, in one step (no await)."""
+        future: asyncio.Future[list[Any]] = self.loop.create_future()
+        self.transport.writelines(self.conn.pack_commands(commands))
+        self.waiting.append(_Waiter(future, len(commands)))
+        return future
 
     def data_received(self, data: bytes) -> None:
         reader = self.reader
@@ -71,12 +104,15 @@ class _ReplyProtocol(asyncio.Protocol):
             try:
                 reply = reader.gets()
             except Exception as exc:  # a protocol error: this stream is unusable
-                self.mux.drop(self, ConnectionError(f"Redis reply unreadable: {exc}"))
+                self.drop(ConnectionError(f"Redis reply unreadable: {exc}"))
                 return
-            if reply is False:
+            if reply is _NOT_ENOUGH:
                 return
-            if not waiting:  # a reply nobody asked for (RESP3 push): ignore
-                continue
+            if isinstance(reply, _PUSH):
+                continue  # a server push is nobody's reply
+            if not waiting:  # pragma: no cover - a reply nobody asked for
+                self.drop(ConnectionError("Redis sent a reply nobody asked for"))
+                return
             head = waiting[0]
             head.replies.append(reply)
             head.left -= 1
@@ -86,24 +122,63 @@ class _ReplyProtocol(asyncio.Protocol):
                     head.future.set_result(head.replies)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.mux.drop(self, ConnectionError(f"Connection to Redis lost: {exc or 'closed'}"))
+        self.fail_all(ConnectionError(f"Connection to Redis lost: {exc or 'closed'}"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     def fail_all(self, exc: BaseException) -> None:
-        self.lost = exc
+        if self.lost is None:
+            self.lost = exc
         while self.waiting:
             w = self.waiting.popleft()
             if not w.future.done():
                 w.future.set_exception(exc)
-        if self.paused is not None and not self.paused.done():
-            self.paused.set_result(None)
+        self.writable.set()
 
-    def pause_writing(self) -> None:
-        if self.paused is None or self.paused.done():
-            self.paused = asyncio.get_running_loop().create_future()
+    def drop(self, exc: BaseException) -> None:
+        """Fail whatever waits here and close the transport."""
+        self.fail_all(exc)
+        if self.loop.is_closed():
+            # Its loop is gone, so the transport cannot close itself: let the
+            # server see the end; the socket is freed with the garbage.
+            with contextlib.suppress(Exception):
+                self.transport.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+        else:
+            with contextlib.suppress(RuntimeError):
+                if self.loop is asyncio.get_running_loop():
+                    self.transport.close()
+                    return
+            self.loop.call_soon_threadsafe(self.transport.close)
 
-    def resume_writing(self) -> None:
-        if self.paused is not None and not self.paused.done():
-            self.paused.set_result(None)
+
+async def _open(redis: Redis) -> _Link:
+    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+    await conn.connect()  # TLS, AUTH, HELLO, SELECT; the client's retry policy
+    stream, parser = conn._writer, conn._parser
+    assert stream is not None and conn._reader is not None
+    buffered = bytes(conn._reader._buffer)  # read past the handshake's last reply
+    link = _Link(conn, stream)
+    leftover = getattr(parser, "_reader", None)  # what hiredis read past it
+    if leftover is not None:
+        while (reply := leftover.gets()) is not NOT_ENOUGH_DATA and reply is not False:
+            if not isinstance(reply, _PUSH):
+                link.drop(ConnectionError("Redis sent a reply nobody asked for"))
+                raise link.lost  # type: ignore[misc]
+        if leftover.has_data():
+            link.drop(ConnectionError("Redis sent part of a reply nobody asked for"))
+            raise link.lost  # type: ignore[misc]
+    parser.on_disconnect()
+    conn._reader = conn._writer = None  # the connection object only packs from now on
+    link.transport.set_protocol(link)
+    if buffered:
+        link.data_received(buffered)
+    return link
 
 
 class Multiplexer:
@@ -111,76 +186,61 @@ class Multiplexer:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._conn: AbstractConnection | None = None
-        self._transport: asyncio.Transport | None = None
-        self._proto: _ReplyProtocol | None = None
-        self._stream: asyncio.StreamWriter | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._connecting: asyncio.Lock | None = None
+        self._link: _Link | None = None
+        self._connecting: asyncio.Task[_Link] | None = None
         self._closed = False
 
     async def roundtrip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        proto = self._proto
-        if proto is None or proto.lost is not None or self._loop is not asyncio.get_running_loop():
-            proto = await self._connect()
-        transport = self._transport
-        assert transport is not None and self._conn is not None
-        future: asyncio.Future[list[Any]] = self._loop.create_future()  # type: ignore[union-attr]
-        # No await between the write and taking a place in line: replies come in
-        # the order the requests were written.
-        transport.writelines(self._conn.pack_commands(commands))
-        proto.waiting.append(_Waiter(future, len(commands)))
-        if proto.paused is not None and not proto.paused.done():
-            await asyncio.shield(proto.paused)
+        link = self._link
+        if link is None or link.lost is not None or link.loop is not asyncio.get_running_loop():
+            link = await self._connected()
+        future = link.send(commands)
+        if not link.writable.is_set():
+            await link.writable.wait()  # the socket's buffer is full: let it drain
         return await future
 
-    async def _connect(self) -> _ReplyProtocol:
-        loop = asyncio.get_running_loop()
+    async def _connected(self) -> _Link:
         if self._closed:
             raise ConnectionError("Redis client closed")
-        if self._loop is not loop:  # first use, or the client moved to another loop
-            self._forget()
-            self._loop = loop
-            self._connecting = asyncio.Lock()
-        assert self._connecting is not None
-        async with self._connecting:
-            proto = self._proto
-            if proto is not None and proto.lost is None:
-                return proto  # another caller connected while this one waited
-            self._forget()
-            conn = self.redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
-            await conn.connect()  # TLS, AUTH, HELLO, SELECT; the client's retry policy
-            writer = conn._writer
-            assert writer is not None
-            transport = writer.transport
-            # The handshake is done and read; from here the replies are ours.
-            conn._parser.on_disconnect()
-            conn._reader = conn._writer = None
-            proto = _ReplyProtocol(self)
-            transport.set_protocol(proto)
-            # Kept: a StreamWriter closes its transport when it is collected.
-            self._stream = writer
-            self._conn, self._transport, self._proto = conn, transport, proto
-            return proto
+        loop = asyncio.get_running_loop()
+        task = self._connecting
+        if task is not None and task.get_loop() is not loop:
+            task = self._connecting = None
+        if task is None:
+            if self._link is not None:
+                self._link.drop(ConnectionError("Redis connection replaced"))
+                self._link = None
+            task = self._connecting = loop.create_task(self._connect())
+            task.add_done_callback(self._connect_done)
+        await asyncio.wait([task])  # cancelling this caller leaves the attempt running
+        if task.cancelled():
+            raise ConnectionError("Redis client closed")
+        return task.result()
 
-    def drop(self, proto: _ReplyProtocol, exc: BaseException) -> None:
-        """Fail what waits on ``proto`` and close its transport (once)."""
-        if proto.lost is not None:
-            return
-        proto.fail_all(exc)
-        if proto is self._proto and self._transport is not None:
-            with contextlib.suppress(Exception):
-                self._transport.close()
+    async def _connect(self) -> _Link:
+        link = await _open(self.redis)
+        if self._closed:  # closed while this attempt ran
+            link.drop(ConnectionError("Redis client closed"))
+            raise ConnectionError("Redis client closed")
+        self._link = link
+        return link
 
-    def _forget(self) -> None:
-        if self._proto is not None:
-            self.drop(self._proto, ConnectionError("Redis connection replaced"))
-        self._conn = self._transport = self._proto = None
-        self._stream = None
+    def _connect_done(self, task: asyncio.Task[_Link]) -> None:
+        if self._connecting is task:
+            self._connecting = None
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter raised it already
 
     async def aclose(self) -> None:
         self._closed = True
-        transport = self._transport
-        self._forget()
-        if transport is not None:
-            await asyncio.sleep(0)  # let the transport finish closing
+        task, self._connecting = self._connecting, None
+        if task is not None and task.get_loop() is asyncio.get_running_loop():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        link, self._link = self._link, None
+        if link is not None:
+            link.drop(ConnectionError("Redis client closed"))
+            if link.loop is asyncio.get_running_loop():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(link.closed), _CLOSE_WAIT)

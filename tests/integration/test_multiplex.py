@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from redis.exceptions import ConnectionError, NoScriptError
 
 from agent_core.store.client import RedisClients, make_clients
 from agent_core.store.embedded import EmbeddedValkey
+from agent_core.store.multiplex import _Link
 from agent_core.store.wire import _shared, call, close_shared, roundtrip
 
 
@@ -93,13 +96,152 @@ async def test_round_trips_waiting_on_a_lost_connection_fail_and_are_not_resent(
     assert await call(r, "INCR", "m") == 1
 
 
-async def test_a_write_larger_than_the_transport_buffer(redis_clients: RedisClients) -> None:
+async def test_a_write_larger_than_the_transport_buffer_waits_for_it_to_drain(
+    redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused: list[int] = []
+    original = _Link.pause_writing
+    monkeypatch.setattr(_Link, "pause_writing", lambda self: paused.append(1) or original(self))
     big = b"x" * 8_000_000
-    out = await roundtrip(redis_clients.redis, [("SET", "big", big), ("STRLEN", "big")])
-    assert out == [b"OK", len(big)]
+    r = redis_clients.redis
+    out = await asyncio.gather(
+        roundtrip(r, [("SET", "big", big), ("STRLEN", "big")]), call(r, "ECHO", "behind")
+    )
+    assert out == [[b"OK", len(big)], b"behind"]
+    assert paused  # the socket's buffer filled, and the caller waited for it
 
 
+async def test_a_resp3_false_reply_is_a_reply(redis_clients: RedisClients) -> None:
+    """hiredis answers "no complete reply yet" with False unless told otherwise;
+    a script's RESP3 false must not be mistaken for it."""
+    r = redis_clients.redis
+    both = asyncio.gather(
+        roundtrip(r, [("EVAL", "redis.setresp(3); return false", 0)]),
+        call(r, "ECHO", "second"),
+        call(r, "ECHO", "third"),
+    )
+    out = await asyncio.wait_for(both, 5)
+    assert out == [[False], b"second", b"third"]
+
+
+async def test_a_server_push_is_nobodys_reply(redis_clients: RedisClients) -> None:
+    """Client tracking sends invalidation pushes on the shared connection; the
+    caller waiting at the time still gets its own reply."""
+    r = redis_clients.redis
+    assert await call(r, "CLIENT", "TRACKING", "ON") == b"OK"
+    assert await call(r, "GET", "tracked") is None  # now tracked
+    waiting = asyncio.create_task(roundtrip(r, [("BLPOP", "q", "0.3")]))
+    await asyncio.sleep(0.05)
+    await redis_clients.blocking.set("tracked", "changed")  # -> a push to r's connection
+    behind = asyncio.create_task(call(r, "ECHO", "behind"))
+    assert await asyncio.wait_for(waiting, 5) == [None]
+    assert await asyncio.wait_for(behind, 5) == b"behind"
+    assert await call(r, "GET", "tracked") == b"changed"
+
+
+@contextlib.asynccontextmanager
+async def _server(
+    valkey: EmbeddedValkey, *, forward: bool, delay: float = 0.0
+) -> AsyncIterator[dict[str, int]]:
+    """A TCP server on loopback that hangs up at once (``forward=False``) or, after
+    ``delay``, forwards to Valkey; counts connections accepted and still open."""
+    seen = {"accepted": 0, "open": 0}
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        w.close()
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        seen["accepted"] += 1
+        seen["open"] += 1
+        tasks.add(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            if forward:
+                await asyncio.sleep(delay)
+                ur, uw = await asyncio.open_unix_connection(str(valkey.socket_path))
+                await asyncio.gather(pipe(r, uw), pipe(ur, w))
+        finally:
+            w.close()
+            seen["open"] -= 1
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    seen["port"] = server.sockets[0].getsockname()[1]
+    try:
+        yield seen
+    finally:
+        server.close()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_callers_arriving_during_a_failing_connect_share_that_one_attempt(
+    valkey: EmbeddedValkey,
+) -> None:
+    async with _server(valkey, forward=False) as seen:
+        clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
+        try:
+            results = await asyncio.gather(
+                *(call(clients.redis, "PING") for _ in range(10)), return_exceptions=True
+            )
+        finally:
+            await clients.close()
+    assert all(isinstance(r, ConnectionError) for r in results)
+    # one attempt with the client's retry policy (3 retries), not one per caller
+    assert 1 <= seen["accepted"] <= 4
+
+
+async def test_closing_during_a_connect_leaves_no_connection_open(
+    valkey: EmbeddedValkey,
+) -> None:
+    async with _server(valkey, forward=True, delay=0.3) as seen:
+        clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
+        caller = asyncio.create_task(call(clients.redis, "PING"))
+        await asyncio.sleep(0.1)
+        assert seen["accepted"] == 1
+        await clients.close()
+        with pytest.raises(ConnectionError):
+            await caller
+        for _ in range(50):
+            if seen["open"] == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert seen["open"] == 0
+
+
+def test_on_uvloop_over_the_unix_socket(valkey: EmbeddedValkey) -> None:
+    """What ``parley run`` uses with the embedded Valkey."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        clients = make_clients(valkey.url)
+        r = clients.redis
+        try:
+            first = await _shared_id(clients)
+            out = await asyncio.gather(*(call(r, "ECHO", f"m{i}") for i in range(200)))
+            assert out == [f"m{i}".encode() for i in range(200)]
+            slow = asyncio.create_task(roundtrip(r, [("BLPOP", "uv-q", "0.2")]))
+            await asyncio.sleep(0.05)
+            slow.cancel()
+            assert await call(r, "ECHO", "after") == b"after"
+            assert await _shared_id(clients) == first
+            await clients.blocking.client_kill_filter(_id=first)
+            await asyncio.sleep(0.05)
+            assert await _shared_id(clients) != first
+        finally:
+            await clients.close()
+
+    uvloop.run(main())
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_a_client_used_from_a_second_event_loop_connects_again(valkey: EmbeddedValkey) -> None:
+    """One loop per client is the rule (the first loop's socket is shut down and
+    left to the garbage collector: hence the ignored ResourceWarning)."""
     clients = make_clients(valkey.url)
 
     async def use() -> Any:
@@ -108,6 +250,7 @@ def test_a_client_used_from_a_second_event_loop_connects_again(valkey: EmbeddedV
     assert asyncio.run(use()) == b"PONG"
     assert asyncio.run(use()) == b"PONG"
     asyncio.run(clients.close())
+    gc.collect()
 
 
 async def test_after_close_the_client_goes_back_to_its_pool(valkey: EmbeddedValkey) -> None:
@@ -120,3 +263,24 @@ async def test_after_close_the_client_goes_back_to_its_pool(valkey: EmbeddedValk
         await mux.roundtrip([("PING",)])
     assert await call(clients.redis, "PING") == b"PONG"  # the pooled path
     await clients.close()
+
+
+async def test_a_tcp_connection_gives_up_on_a_vanished_server(valkey: EmbeddedValkey) -> None:
+    """Keepalive probes only an idle connection; the shared one is seldom idle, so
+    unacknowledged data for 25 s also ends it (where the platform has the option)."""
+    import socket
+
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is None:
+        pytest.skip("no TCP_USER_TIMEOUT on this platform")
+    async with _server(valkey, forward=True) as seen:
+        clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
+        try:
+            assert await call(clients.redis, "PING") == b"PONG"
+            link = _shared[clients.redis]._link
+            assert link is not None
+            sock = link.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, option) == 25_000
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        finally:
+            await clients.close()

@@ -37,15 +37,25 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 async def tls_terminator(valkey: EmbeddedValkey, context: ssl.SSLContext) -> AsyncIterator[int]:
     """A TLS server on 127.0.0.1 that forwards each connection to Valkey's socket."""
 
+    handlers: set[asyncio.Task[Any]] = set()
+
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
         server_r, server_w = await asyncio.open_unix_connection(str(valkey.socket_path))
-        await asyncio.gather(_pipe(client_r, server_w), _pipe(server_r, client_w))
+        try:
+            await asyncio.gather(_pipe(client_r, server_w), _pipe(server_r, client_w))
+        finally:
+            server_w.close()
+            client_w.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
     try:
         yield server.sockets[0].getsockname()[1]
     finally:
         server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +83,12 @@ async def _hot_path_and_pool(url: str, tls_insecure: bool) -> list[Any]:
         await check_reachable(clients)  # redis-py's pooled path
         assert clients.redis in _shared
         replies = await asyncio.gather(
-            *(roundtrip(clients.redis, [("INCR", "tls"), ("PING",)]) for _ in range(50))
+            *(roundtrip(clients.redis, [("INCR", "tls"), ("ECHO", f"c{i}")]) for i in range(50))
         )
+        assert [echo for _, echo in replies] == [f"c{i}".encode() for i in range(50)]
+        assert sorted(n for n, _ in replies) == list(range(1, 51))
         await clients.redis.set("via-pool", "1")
-        return [await call(clients.redis, "GET", "tls"), replies[0][1]]
+        return [await call(clients.redis, "GET", "tls"), await call(clients.redis, "PING")]
     finally:
         await clients.close()
 
@@ -115,7 +127,9 @@ def test_on_uvloop(valkey: EmbeddedValkey, server_context: ssl.SSLContext) -> No
 
     async def main() -> list[Any]:
         async with tls_terminator(valkey, server_context) as port:
+            clients = make_clients(f"rediss://127.0.0.1:{port}/0", tls_insecure=True)
+            await clients.redis.delete("tls")
+            await clients.close()
             return await _hot_path_and_pool(f"rediss://127.0.0.1:{port}/0", tls_insecure=True)
 
-    got = uvloop.run(main())
-    assert got[1] == b"PONG" and int(got[0]) >= 50
+    assert uvloop.run(main()) == [b"50", b"PONG"]
