@@ -441,7 +441,8 @@ async def scenario_redis(o: Options) -> tuple[dict, Table, list[str]]:
     notes = [
         "Round trips: bench.launch wraps redis-py's AbstractConnection.send_packed_command in the "
         "web and worker processes (one per command, one per pipeline, one per SCRIPT EXISTS that "
-        "redis-py sends before any pipeline holding a script); the idle rate (heartbeat, sweeper, "
+        "redis-py sends before any pipeline holding a script) and Multiplexer.roundtrip (one per "
+        "round trip on the shared connection); the idle rate (heartbeat, sweeper, "
         "XREADGROUP BLOCK timeouts, metrics) measured just before is subtracted.",
         "Commands: INFO commandstats delta over the fixed-rate phase / turns answered "
         "(EVALSHA counts once, plus each call its script makes).",
