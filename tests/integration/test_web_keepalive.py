@@ -57,3 +57,29 @@ async def test_idle_connections_outlive_the_keepalive_they_are_given() -> None:
 
 def test_the_default_keepalive_outlasts_herokus_router() -> None:
     assert CoreSettings().web_keepalive_secs > 90  # the router closes idle ones at 90 s
+
+
+async def test_requests_are_parsed_by_httptools_and_garbage_gets_a_400() -> None:
+    """uvicorn picks httptools when it is installed (a dependency: ~110 µs less CPU
+    per webhook than h11, bench/README.md hot spot 19); a request it cannot parse
+    is answered 400 and the connection closed."""
+    app = Starlette(routes=[])
+    port = _free_port()
+    server = make_server(app, "127.0.0.1", port)
+    server.config.load()
+    assert server.config.http_protocol_class.__name__ == "HttpToolsProtocol"
+    task = asyncio.create_task(server.serve())
+    try:
+        for _ in range(500):
+            if server.started or task.done():
+                break
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /x HTTP/1.1\r\nContent-Length: nope\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 5)
+        assert answer.startswith(b"HTTP/1.1 400")
+        writer.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
