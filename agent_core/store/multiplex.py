@@ -48,18 +48,21 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError, InvalidResponse
 
-# hiredis returns False for "no complete reply yet" unless told otherwise, and
-# False is also a real RESP3 reply (``#f``): a sentinel keeps them apart.
-_NOT_ENOUGH = object()
-_PUSH: Any = getattr(hiredis, "PushNotification", ())  # hiredis >= 3.2
+_PUSH: Any = hiredis.PushNotification  # hiredis >= 3.2 (a dependency floor)
 _CLOSE_WAIT = 2.0  # seconds aclose waits for the transport to finish closing
 
 
-def _reader() -> hiredis.Reader:
-    return hiredis.Reader(
+def _reader(parser: Any) -> hiredis.Reader:
+    """redis-py's own hiredis reader for this connection: it holds whatever was read
+    past the handshake's last reply, and decodes as the client was told to.  Its
+    "no complete reply yet" is redis-py's sentinel, never False (RESP3 ``#f``)."""
+    reader = getattr(parser, "_reader", None)
+    if isinstance(reader, hiredis.Reader):
+        return reader
+    return hiredis.Reader(  # pragma: no cover - redis-py parses with hiredis when present
         protocolError=InvalidResponse,
         replyError=BaseParser.parse_error,
-        notEnoughData=_NOT_ENOUGH,
+        notEnoughData=NOT_ENOUGH_DATA,
     )
 
 
@@ -77,12 +80,14 @@ class _Waiter:
 class _Link(asyncio.Protocol):
     """One shared connection: its transport, and the replies it hands out in order."""
 
-    def __init__(self, conn: AbstractConnection, stream: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, conn: AbstractConnection, stream: asyncio.StreamWriter, reader: hiredis.Reader
+    ) -> None:
         self.conn = conn  # packs commands (its encoder)
         self.stream = stream  # kept: a StreamWriter closes its transport when collected
         self.transport: asyncio.Transport = stream.transport  # type: ignore[assignment]
         self.loop = asyncio.get_running_loop()
-        self.reader = _reader()
+        self.reader = reader
         self.waiting: collections.deque[_Waiter] = collections.deque()
         self.lost: BaseException | None = None
         self.closed = self.loop.create_future()
@@ -91,6 +96,9 @@ class _Link(asyncio.Protocol):
 
     def send(self, commands: Sequence[Sequence[Any]]) -> asyncio.Future[list[Any]]:
         """Write ``commands`` and take a place in line, in one step (no await)."""
+        if self.lost is not None or self.transport.is_closing():
+            # lost between the connect and this caller's turn to run
+            raise self.lost or ConnectionError("Connection to Redis lost: closing")
         future: asyncio.Future[list[Any]] = self.loop.create_future()
         self.transport.writelines(self.conn.pack_commands(commands))
         self.waiting.append(_Waiter(future, len(commands)))
@@ -106,7 +114,7 @@ class _Link(asyncio.Protocol):
             except Exception as exc:  # a protocol error: this stream is unusable
                 self.drop(ConnectionError(f"Redis reply unreadable: {exc}"))
                 return
-            if reply is _NOT_ENOUGH:
+            if reply is NOT_ENOUGH_DATA:
                 return
             if isinstance(reply, _PUSH):
                 continue  # a server push is nobody's reply
@@ -157,27 +165,26 @@ class _Link(asyncio.Protocol):
             self.loop.call_soon_threadsafe(self.transport.close)
 
 
-async def _open(redis: Redis) -> _Link:
-    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+async def _open(pool: Any) -> _Link:
+    conn = pool.make_connection()
     await conn.connect()  # TLS, AUTH, HELLO, SELECT; the client's retry policy
-    stream, parser = conn._writer, conn._parser
-    assert stream is not None and conn._reader is not None
-    buffered = bytes(conn._reader._buffer)  # read past the handshake's last reply
-    link = _Link(conn, stream)
-    leftover = getattr(parser, "_reader", None)  # what hiredis read past it
-    if leftover is not None:
-        while (reply := leftover.gets()) is not NOT_ENOUGH_DATA and reply is not False:
-            if not isinstance(reply, _PUSH):
-                link.drop(ConnectionError("Redis sent a reply nobody asked for"))
-                raise link.lost  # type: ignore[misc]
-        if leftover.has_data():
-            link.drop(ConnectionError("Redis sent part of a reply nobody asked for"))
-            raise link.lost  # type: ignore[misc]
-    parser.on_disconnect()
+    stream, incoming = conn._writer, conn._reader
+    try:
+        if stream is None or incoming is None:
+            raise ConnectionError("Connection to Redis lost during the handshake")
+        if incoming.at_eof() or incoming.exception() or stream.transport.is_closing():
+            # the end arrived with the handshake's last reply: after the hand-over
+            # nobody would tell the link
+            raise ConnectionError("Connection to Redis closed after the handshake")
+        buffered = bytes(incoming._buffer)  # read past the handshake's last reply
+        link = _Link(conn, stream, _reader(conn._parser))
+    except BaseException:
+        conn._close()
+        raise
+    conn._parser.on_disconnect()
     conn._reader = conn._writer = None  # the connection object only packs from now on
     link.transport.set_protocol(link)
-    if buffered:
-        link.data_received(buffered)
+    link.data_received(buffered)  # and what hiredis holds already: a push is skipped
     return link
 
 
@@ -185,7 +192,8 @@ class Multiplexer:
     """The shared connection of one Redis client (see the module docstring)."""
 
     def __init__(self, redis: Redis) -> None:
-        self.redis = redis
+        # the pool, not the client: the registry's value must not keep its key alive
+        self.pool = redis.connection_pool
         self._link: _Link | None = None
         self._connecting: asyncio.Task[_Link] | None = None
         self._closed = False
@@ -196,7 +204,11 @@ class Multiplexer:
             link = await self._connected()
         future = link.send(commands)
         if not link.writable.is_set():
-            await link.writable.wait()  # the socket's buffer is full: let it drain
+            try:
+                await link.writable.wait()  # the socket's buffer is full: let it drain
+            except BaseException:
+                future.cancel()  # its replies are still read, and dropped
+                raise
         return await future
 
     async def _connected(self) -> _Link:
@@ -218,7 +230,7 @@ class Multiplexer:
         return task.result()
 
     async def _connect(self) -> _Link:
-        link = await _open(self.redis)
+        link = await _open(self.pool)
         if self._closed:  # closed while this attempt ran
             link.drop(ConnectionError("Redis client closed"))
             raise ConnectionError("Redis client closed")
@@ -236,8 +248,7 @@ class Multiplexer:
         task, self._connecting = self._connecting, None
         if task is not None and task.get_loop() is asyncio.get_running_loop():
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await asyncio.wait([task])
         link, self._link = self._link, None
         if link is not None:
             link.drop(ConnectionError("Redis client closed"))

@@ -244,12 +244,19 @@ def test_a_client_used_from_a_second_event_loop_connects_again(valkey: EmbeddedV
     left to the garbage collector: hence the ignored ResourceWarning)."""
     clients = make_clients(valkey.url)
 
-    async def use() -> Any:
-        return await call(clients.redis, "PING")
+    async def shared_id() -> int:
+        return int(await call(clients.redis, "CLIENT", "ID"))
 
-    assert asyncio.run(use()) == b"PONG"
-    assert asyncio.run(use()) == b"PONG"
-    asyncio.run(clients.close())
+    async def connected_ids_then_close() -> set[int]:
+        await asyncio.sleep(0.1)  # the server's side of a shut-down socket closes
+        ids = {int(c["id"]) for c in await clients.blocking.client_list()}
+        await clients.close()
+        return ids
+
+    first = asyncio.run(shared_id())
+    second = asyncio.run(shared_id())
+    assert second != first
+    assert first not in asyncio.run(connected_ids_then_close())  # the first one ended
     gc.collect()
 
 
@@ -282,5 +289,42 @@ async def test_a_tcp_connection_gives_up_on_a_vanished_server(valkey: EmbeddedVa
             sock = link.transport.get_extra_info("socket")
             assert sock.getsockopt(socket.IPPROTO_TCP, option) == 25_000
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        finally:
+            await clients.close()
+
+
+async def test_a_connection_that_ends_right_after_the_handshake_fails_the_caller(
+    redis_clients: RedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end can arrive before the caller that waited for the connect runs: it
+    gets ConnectionError (it used to write into the closed transport and wait)."""
+    import agent_core.store.multiplex as multiplex
+
+    opened = multiplex._open
+
+    async def open_then_lose(pool: Any) -> Any:
+        link = await opened(pool)
+        link.transport.abort()  # connection_lost runs before the caller resumes
+        return link
+
+    monkeypatch.setattr(multiplex, "_open", open_then_lose)
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(call(redis_clients.redis, "PING"), 5)
+    monkeypatch.setattr(multiplex, "_open", opened)
+    assert await call(redis_clients.redis, "PING") == b"PONG"  # and the next one connects
+
+
+async def test_a_caller_cancelled_during_the_connect_leaves_the_attempt_to_the_others(
+    valkey: EmbeddedValkey,
+) -> None:
+    async with _server(valkey, forward=True, delay=0.3) as seen:
+        clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
+        try:
+            first = asyncio.create_task(call(clients.redis, "PING"))
+            await asyncio.sleep(0.1)
+            second = asyncio.create_task(call(clients.redis, "ECHO", "second"))
+            first.cancel()
+            assert await asyncio.wait_for(second, 5) == b"second"
+            assert seen["accepted"] == 1
         finally:
             await clients.close()

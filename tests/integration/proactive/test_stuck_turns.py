@@ -333,6 +333,11 @@ async def test_a_plain_message_that_kills_three_workers_is_dropped_with_a_notice
                         break
                     await asyncio.sleep(0.05)
                 assert len(owners) == n + 1, f"worker {n} never began the turn"
+                # killed while it waits for the model: its retry record (written
+                # before the call) is in, whatever the timing of its round trips
+                while time.monotonic() < deadline and len(llm.requests) < n + 1:
+                    await asyncio.sleep(0.05)
+                assert len(llm.requests) == n + 1, f"worker {n} never called the model"
             finally:
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
