@@ -448,7 +448,11 @@ class FakeLLMServer:
     async def start(self) -> FakeLLMServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # stop() does not wait out replies held back on purpose (``delay``) for
+        # clients that are gone (aiohttp's default would wait 60 s for them)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=2.0
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
