@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -29,13 +32,8 @@ async def _ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> by
     return head
 
 
-async def test_idle_connections_outlive_the_keepalive_they_are_given() -> None:
-    async def ping(_request: object) -> PlainTextResponse:
-        return PlainTextResponse("pong")
-
-    app = Starlette(routes=[Route("/ping", ping)])
-    port = _free_port()
-    server = make_server(app, "127.0.0.1", port, keepalive_secs=1)
+@contextlib.asynccontextmanager
+async def _serving(server: Any) -> AsyncIterator[None]:
     task = asyncio.create_task(server.serve())
     try:
         for _ in range(500):
@@ -43,6 +41,20 @@ async def test_idle_connections_outlive_the_keepalive_they_are_given() -> None:
                 break
             await asyncio.sleep(0.01)
         assert server.started, "the server did not start"
+        yield
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def test_idle_connections_outlive_the_keepalive_they_are_given() -> None:
+    async def ping(_request: object) -> PlainTextResponse:
+        return PlainTextResponse("pong")
+
+    app = Starlette(routes=[Route("/ping", ping)])
+    port = _free_port()
+    server = make_server(app, "127.0.0.1", port, keepalive_secs=1)
+    async with _serving(server):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         assert b"200 OK" in await _ask(reader, writer)
         await asyncio.sleep(0.5)  # idle, within the keep-alive: the same connection works
@@ -50,9 +62,6 @@ async def test_idle_connections_outlive_the_keepalive_they_are_given() -> None:
         await asyncio.sleep(1.6)  # idle past it: the server has closed the connection
         assert await asyncio.wait_for(reader.read(), 2) == b""
         writer.close()
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
 
 
 def test_the_default_keepalive_outlasts_herokus_router() -> None:
@@ -68,18 +77,10 @@ async def test_requests_are_parsed_by_httptools_and_garbage_gets_a_400() -> None
     server = make_server(app, "127.0.0.1", port)
     server.config.load()
     assert server.config.http_protocol_class.__name__ == "HttpToolsProtocol"
-    task = asyncio.create_task(server.serve())
-    try:
-        for _ in range(500):
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.01)
+    async with _serving(server):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"POST /x HTTP/1.1\r\nContent-Length: nope\r\n\r\n")
         await writer.drain()
         answer = await asyncio.wait_for(reader.read(), 5)
         assert answer.startswith(b"HTTP/1.1 400")
         writer.close()
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
