@@ -118,7 +118,7 @@ class _Link(asyncio.Protocol):
                 return
             if isinstance(reply, _PUSH):
                 continue  # a server push is nobody's reply
-            if not waiting:  # pragma: no cover - a reply nobody asked for
+            if not waiting:  # a reply nobody asked for (e.g. read past the handshake)
                 self.drop(ConnectionError("Redis sent a reply nobody asked for"))
                 return
             head = waiting[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from agent_core.store.client import RedisClients, make_clients
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.multiplex import _Link
 from agent_core.store.wire import _shared, call, close_shared, roundtrip
+from tests.integration.valkey_proxy import valkey_proxy
 
 
 async def _connections(clients: RedisClients) -> int:
@@ -139,50 +139,10 @@ async def test_a_server_push_is_nobodys_reply(redis_clients: RedisClients) -> No
     assert await call(r, "GET", "tracked") == b"changed"
 
 
-@contextlib.asynccontextmanager
-async def _server(
-    valkey: EmbeddedValkey, *, forward: bool, delay: float = 0.0
-) -> AsyncIterator[dict[str, int]]:
-    """A TCP server on loopback that hangs up at once (``forward=False``) or, after
-    ``delay``, forwards to Valkey; counts connections accepted and still open."""
-    seen = {"accepted": 0, "open": 0}
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await r.read(65536):
-                w.write(data)
-                await w.drain()
-        w.close()
-
-    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        seen["accepted"] += 1
-        seen["open"] += 1
-        tasks.add(asyncio.current_task())  # type: ignore[arg-type]
-        try:
-            if forward:
-                await asyncio.sleep(delay)
-                ur, uw = await asyncio.open_unix_connection(str(valkey.socket_path))
-                await asyncio.gather(pipe(r, uw), pipe(ur, w))
-        finally:
-            w.close()
-            seen["open"] -= 1
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    seen["port"] = server.sockets[0].getsockname()[1]
-    try:
-        yield seen
-    finally:
-        server.close()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 async def test_callers_arriving_during_a_failing_connect_share_that_one_attempt(
     valkey: EmbeddedValkey,
 ) -> None:
-    async with _server(valkey, forward=False) as seen:
+    async with valkey_proxy(valkey, forward=False) as seen:
         clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
         try:
             results = await asyncio.gather(
@@ -198,7 +158,7 @@ async def test_callers_arriving_during_a_failing_connect_share_that_one_attempt(
 async def test_closing_during_a_connect_leaves_no_connection_open(
     valkey: EmbeddedValkey,
 ) -> None:
-    async with _server(valkey, forward=True, delay=0.3) as seen:
+    async with valkey_proxy(valkey, forward=True, delay=0.3) as seen:
         clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
         caller = asyncio.create_task(call(clients.redis, "PING"))
         await asyncio.sleep(0.1)
@@ -280,7 +240,7 @@ async def test_a_tcp_connection_gives_up_on_a_vanished_server(valkey: EmbeddedVa
     option = getattr(socket, "TCP_USER_TIMEOUT", None)
     if option is None:
         pytest.skip("no TCP_USER_TIMEOUT on this platform")
-    async with _server(valkey, forward=True) as seen:
+    async with valkey_proxy(valkey, forward=True) as seen:
         clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
         try:
             assert await call(clients.redis, "PING") == b"PONG"
@@ -317,7 +277,7 @@ async def test_a_connection_that_ends_right_after_the_handshake_fails_the_caller
 async def test_a_caller_cancelled_during_the_connect_leaves_the_attempt_to_the_others(
     valkey: EmbeddedValkey,
 ) -> None:
-    async with _server(valkey, forward=True, delay=0.3) as seen:
+    async with valkey_proxy(valkey, forward=True, delay=0.3) as seen:
         clients = make_clients(f"redis://127.0.0.1:{seen['port']}/0")
         try:
             first = asyncio.create_task(call(clients.redis, "PING"))

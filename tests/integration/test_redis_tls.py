@@ -1,5 +1,6 @@
 """``rediss://`` as Heroku Redis serves it: TLS in front of the real Valkey (a TLS
-terminator on loopback with a trustme certificate), through ``make_clients``.
+terminator on loopback with a trustme certificate, ``valkey_proxy``), through
+``make_clients``.
 
 The hot path's round trips run on the shared connection (``multiplex.py``), which
 takes over the TLS transport after redis-py's handshake; redis-py's own commands
@@ -9,9 +10,8 @@ use the pool.  Both must work on asyncio and on uvloop (what ``parley run`` uses
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,40 +22,7 @@ from redis.exceptions import ConnectionError
 from agent_core.store.client import check_reachable, make_clients
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.wire import _shared, call, roundtrip
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    with contextlib.suppress(Exception):
-        writer.close()
-
-
-@contextlib.asynccontextmanager
-async def tls_terminator(valkey: EmbeddedValkey, context: ssl.SSLContext) -> AsyncIterator[int]:
-    """A TLS server on 127.0.0.1 that forwards each connection to Valkey's socket."""
-
-    handlers: set[asyncio.Task[Any]] = set()
-
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
-        server_r, server_w = await asyncio.open_unix_connection(str(valkey.socket_path))
-        try:
-            await asyncio.gather(_pipe(client_r, server_w), _pipe(server_r, client_w))
-        finally:
-            server_w.close()
-            client_w.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
+from tests.integration.valkey_proxy import valkey_proxy
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +63,8 @@ async def _hot_path_and_pool(url: str, tls_insecure: bool) -> list[Any]:
 async def test_heroku_style_self_signed_with_tls_insecure(
     valkey: EmbeddedValkey, server_context: ssl.SSLContext, redis: Any
 ) -> None:
-    async with tls_terminator(valkey, server_context) as port:
+    async with valkey_proxy(valkey, tls=server_context) as seen:
+        port = seen["port"]
         got = await _hot_path_and_pool(f"rediss://:pw@127.0.0.1:{port}/0", tls_insecure=True)
     assert got == [b"50", b"PONG"]
 
@@ -105,7 +73,8 @@ async def test_a_verified_certificate(
     valkey: EmbeddedValkey, server_context: ssl.SSLContext, ca_file: Path, redis: Any
 ) -> None:
     url_base = "rediss://localhost:{port}/0?ssl_ca_certs=" + str(ca_file)
-    async with tls_terminator(valkey, server_context) as port:
+    async with valkey_proxy(valkey, tls=server_context) as seen:
+        port = seen["port"]
         got = await _hot_path_and_pool(url_base.format(port=port), tls_insecure=False)
     assert got == [b"50", b"PONG"]
 
@@ -113,7 +82,8 @@ async def test_a_verified_certificate(
 async def test_an_untrusted_certificate_is_refused_on_the_shared_connection_too(
     valkey: EmbeddedValkey, server_context: ssl.SSLContext
 ) -> None:
-    async with tls_terminator(valkey, server_context) as port:
+    async with valkey_proxy(valkey, tls=server_context) as seen:
+        port = seen["port"]
         clients = make_clients(f"rediss://localhost:{port}/0")
         try:
             with pytest.raises(ConnectionError, match=r"(?i)certificate"):
@@ -126,7 +96,8 @@ def test_on_uvloop(valkey: EmbeddedValkey, server_context: ssl.SSLContext) -> No
     uvloop = pytest.importorskip("uvloop")
 
     async def main() -> list[Any]:
-        async with tls_terminator(valkey, server_context) as port:
+        async with valkey_proxy(valkey, tls=server_context) as seen:
+            port = seen["port"]
             clients = make_clients(f"rediss://127.0.0.1:{port}/0", tls_insecure=True)
             await clients.redis.delete("tls")
             await clients.close()
