@@ -31,10 +31,6 @@ from agent_core.store.scripting import run_script
 log = logging.getLogger(__name__)
 
 
-# A thread's arrival counter lives as long as an idle session (30 days).
-SEQ_TTL_SECS = 30 * 86_400
-
-
 class Submitted(StrEnum):
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
@@ -81,7 +77,7 @@ class Ingest:
                     keys.INBOX_STREAM,
                     keys.seq(event.thread),
                 ],
-                [self._dedup_ttl, self._maxlen, event.to_json(), SEQ_TTL_SECS],
+                [self._dedup_ttl, self._maxlen, event.to_json(), keys.SEQ_TTL_SECS],
             )
         except RedisError as exc:
             # Nothing was claimed unless the event was also published (one script):

@@ -67,6 +67,7 @@ class PendingApproval:
     decided_by_name: str = ""
     decided_at: float = 0.0
     result: str | None = None  # the tool's output once run (a rerun reuses it)
+    started: bool = False  # the approved call was started (a rerun never starts it again)
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -104,6 +105,7 @@ class PendingApproval:
             decided_by_name=h.get(b"byn", b"").decode(),
             decided_at=int(h.get(b"at", b"0")) / 1000,
             result=res.decode() if res is not None else None,
+            started=b"run" in h,
         )
 
 
@@ -273,6 +275,11 @@ class ApprovalStore:
         if code == 2:
             return ClaimResult(ClaimOutcome.ALREADY, dec)
         return ClaimResult(ClaimOutcome.WON, dec)
+
+    async def mark_started(self, thread: ThreadKey, approval_id: str) -> None:
+        """Recorded before the approved call starts: a rerun of the deciding turn
+        (a crash, a shutdown past its grace) finds it and does not run it again."""
+        await self.redis.hset(keys.approval(thread, approval_id), "run", "1")
 
     async def store_result(self, thread: ThreadKey, approval_id: str, result: str) -> None:
         await self.redis.hset(keys.approval(thread, approval_id), "res", result)

@@ -392,6 +392,11 @@ async def _approve(ctx: CommandContext, args: str) -> None:
 
 async def _deny(ctx: CommandContext, args: str) -> None:
     aid, rest = _split_id(args, ctx.session)
+    pending = ctx.session.pending_approval
+    # "/deny Unacceptable": a word shaped like an id that names no approval of this
+    # conversation is the reason, and the pending request is denied.
+    if pending and aid != pending and await ctx.agent.approvals.load(ctx.thread, aid) is None:
+        aid, rest = pending, args
     reason = rest.strip().removeprefix("because").strip()
     await ctx.the_turn().decide(ctx.event, aid, "deny", reason, button=False)
 

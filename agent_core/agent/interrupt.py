@@ -2,9 +2,9 @@
 
 The running turn holds its thread's lock, so an ``/interrupt`` queued behind
 it would only run after it.  Instead the ingest pipeline notices it first
-(:func:`interrupt_filter`, one of Ingest's filters): if the thread is busy it
-sets ``{thread}:interrupt`` to the current time, then lets the command through
-as usual.  The running turn reads that flag between loop iterations and every
+(:func:`interrupt_filter`, one of Ingest's filters): if the thread is busy and
+the event is not a copy of one already taken in (a redelivery), it sets
+``{thread}:interrupt`` to the current time, then lets the command through as usual.  The running turn reads that flag between loop iterations and every
 0.5 s while it waits for the LLM or a tool, and stops when the flag is newer
 than the turn.  The 0.5 s reads are shared: one :class:`InterruptWatch` per
 process reads the flags of every waiting turn in one round trip per tick (a
@@ -30,6 +30,7 @@ from agent_core.agent.parser import Command, parse
 from agent_core.events import EventKind, InboundEvent
 from agent_core.ingest import InboundFilter
 from agent_core.store import keys
+from agent_core.store.wire import roundtrip
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,19 @@ def interrupt_filter(redis: Redis) -> InboundFilter:
             and event.text
             and is_interrupt(event.text)
         )
-        if wanted and await redis.exists(keys.lock(event.thread)):
+        if not wanted:
+            return None
+        # A copy of an /interrupt that already got in (a platform's redelivery, the
+        # web page re-posting) must not stop the turn running now: that turn came
+        # later, and the copy is dropped as a duplicate right after this filter.
+        seen, busy = await roundtrip(
+            redis,
+            [
+                ("EXISTS", keys.dedup(event.channel, event.event_id)),
+                ("EXISTS", keys.lock(event.thread)),
+            ],
+        )
+        if busy and not seen:
             now = int(time.time() * 1000)
             await redis.set(keys.interrupt(event.thread), now, px=FLAG_TTL_MS)
         return None
@@ -116,8 +129,6 @@ class InterruptWatch:
                 log.exception("interrupt watch: poll failed")
 
     async def poll_once(self) -> None:
-        from agent_core.store.wire import roundtrip
-
         waiting = []
         for w in list(self.watches):
             if w.lost():

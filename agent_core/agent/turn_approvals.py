@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 MAX_HELD = 50  # messages kept while a thread awaits a decision
 DENIED = "denied: the user did not approve this call; it was not run."
 INTERRUPTED = "error: interrupted by the user"
+CUT_OFF = "error: approved, but the turn running it was stopped; it may or may not have run"
 
 
 class Interrupted(Exception):
@@ -104,9 +105,7 @@ async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:
     if a.decision in ("approve", "always"):
         if a.decision == "always" and may_always(self, a.tool):
             self.session.always_approved.add(a.tool)
-        result = a.result or (
-            "error: approved, but the turn running it was stopped; it may or may not have run"
-        )
+        result = a.result or CUT_OFF
     elif a.decision == "deny":
         result = DENIED
     else:
@@ -167,6 +166,10 @@ async def cancel_pending(self: Turn, head: InboundEvent, why: str = "cancel") ->
     if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
         return False
     a = await self.agent.approvals.load(self.thread, aid)
+    if a is not None and a.decision in ("approve", "always", "deny"):
+        # decided by a turn that was given up: end the wait with what happened
+        await self.settle_given_up(a)
+        return True
     if a is not None:
         by = head.user_name or head.user_id
         res = await self.agent.approvals.claim(
@@ -224,7 +227,11 @@ async def decide(
             self.session.always_approved.add(a.tool)
         if a.result is not None:
             result = a.result
+        elif a.started:
+            result = CUT_OFF
+            await store.store_result(self.thread, aid, result)
         else:
+            await store.mark_started(self.thread, aid)
             try:
                 result = await self.run_approved(a)
             except Interrupted:

@@ -205,7 +205,7 @@ class TurnRecovery:
         message was skipped, rather than left waiting (a notice, recorded like any
         reply part so a rerun never repeats it).  Never raises."""
         head = state.mailbox[0]
-        if head.kind not in (EventKind.MESSAGE, EventKind.ACTION):
+        if head.kind not in PERSON_KINDS:
             return []  # a routine's note, a move: nobody is waiting for an answer
         try:
             return await self._tell(thread, state, guard, FAILED_NOTICE, "f")

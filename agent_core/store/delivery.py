@@ -93,6 +93,8 @@ class Delivery:
         self.lock_ttl_ms = lock_ttl_ms
         self.seen_ttl_ms = seen_ttl_ms
         self.session_ttl_ms = session_ttl_ms
+        # ``next`` outlives the arrival counter (see keys.SEQ_TTL_SECS)
+        self.next_ttl_ms = max(session_ttl_ms, keys.SEQ_TTL_SECS * 1000)
         self._handoff = redis.register_script(scripts.HANDOFF)
         self._complete = redis.register_script(scripts.COMPLETE)
         self._renew = redis.register_script(scripts.RENEW)
@@ -397,6 +399,7 @@ class Delivery:
                 self.session_ttl_ms,
                 self.lock_ttl_ms,
                 next_seq,
+                self.next_ttl_ms,
                 *sent_fields,
             ],
         )
@@ -483,7 +486,7 @@ class Delivery:
     async def skip_gap(self, thread: ThreadKey, seq: int) -> None:
         """Give up waiting for earlier arrivals: ``seq`` runs next (they will be
         appended after it when they turn up)."""
-        await self.redis.set(keys.next_seq(thread), seq, px=self.session_ttl_ms)
+        await self.redis.set(keys.next_seq(thread), seq, px=self.next_ttl_ms)
 
     async def try_lock(self, thread: ThreadKey, owner: str) -> bool:
         return bool(await self.redis.set(keys.lock(thread), owner, nx=True, px=self.lock_ttl_ms))

@@ -26,6 +26,13 @@ def dedup(channel: str, event_id: str) -> str:
     return f"{PREFIX}{{inbox}}:dedup:{channel}:{event_id}"
 
 
+# A thread's arrival counter (``seq``) lives 30 days after its last event, and its
+# ``next`` at least as long after its last turn, whatever the session's own TTL: a
+# ``next`` gone while the counter lives would make the next message wait for
+# arrivals that never come (agent_core.worker: ``_waits_for_earlier``).
+SEQ_TTL_SECS = 30 * 86_400
+
+
 def seq(t: ThreadKey) -> str:
     """INCR counter numbering one thread's events in arrival order (tagged {inbox})."""
     return f"{PREFIX}{{inbox}}:seq:{t}"

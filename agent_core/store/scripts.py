@@ -102,7 +102,7 @@ return {appended, got, #box, box, sess[1] or '', sess[2] or '', sent,
 # KEYS: mailbox, session, lock, sent, next
 # ARGV: owner, consumed, session_json ('' = unchanged), expected_version,
 #       session_ttl_ms, lock_ttl_ms, next arrival number (0 = unchanged),
-#       sent fields to delete...
+#       next's ttl_ms, sent fields to delete...
 # Returns the mailbox length left, -1 if the lock is not ours, -2 on a version
 # conflict (nothing changed in either case).  Releases the lock when the mailbox
 # is empty, otherwise keeps (and renews) it for the next turn.
@@ -125,10 +125,10 @@ if n > 0 then
   end
   redis.call('LTRIM', KEYS[1], n, -1)
 end
-for i = 8, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
+for i = 9, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
 local n2 = tonumber(ARGV[7])
 if n2 > 0 and n2 > tonumber(redis.call('GET', KEYS[5]) or '0') then
-  redis.call('SET', KEYS[5], n2, 'PX', ARGV[5])
+  redis.call('SET', KEYS[5], n2, 'PX', ARGV[8])
 end
 local left = redis.call('LLEN', KEYS[1])
 if left == 0 then
