@@ -95,6 +95,15 @@ async def _help(ctx: CommandContext, args: str) -> str:
     )
 
 
+async def _start(ctx: CommandContext, args: str) -> str:
+    # Telegram sends /start when someone opens the bot (START), and "/start <payload>"
+    # from a t.me/<bot>?start=... link; the payload is not used.
+    return (
+        f"Hi! I'm {ctx.agent.settings.agent_name}, an AI assistant. Write to me in plain "
+        "words and I'll answer here. Send /help for the commands."
+    )
+
+
 async def _end_conversation(ctx: CommandContext, reason: str) -> str:
     note = ""
     turn = ctx.turn
@@ -404,6 +413,7 @@ async def _deny(ctx: CommandContext, args: str) -> None:
 def builtin_commands() -> CommandRegistry:
     reg = CommandRegistry()
     reg.add("help", "what I can do and the commands I understand", _help)
+    reg.add("start", "say hello (what Telegram's START button sends)", _start)
     reg.add("new", "start a new conversation (the old one is archived)", _new)
     reg.add("clear", "forget this conversation's history", _clear)
     reg.add("undo", "go back to before the last turn", _undo)

@@ -18,6 +18,7 @@ stalled upload); no proxy setting (Parley has none for Telegram either).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -94,10 +95,14 @@ class AiohttpRequest(BaseRequest):
         except TimeoutError as err:  # ServerTimeoutError included
             raise TimedOut from err
         except aiohttp.ClientError as err:
-            raise NetworkError(f"aiohttp.{type(err).__name__}: {err}") from err
+            # Some aiohttp errors carry the request URL, and the bot token is in its
+            # path: the message goes on into errors a chat can be shown.
+            text = _BOT_PATH.sub("/bot<token>", str(err))
+            raise NetworkError(f"aiohttp.{type(err).__name__}: {text}") from err
 
 
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+_BOT_PATH = re.compile(r"/bot[^/\s'\"]+")
 
 
 def _body(request_data: RequestData | None) -> tuple[Any, dict[str, str] | None]:

@@ -8,8 +8,8 @@ from pydantic import Field, SecretStr, field_validator
 
 from agent_core.settings import ParleySettings
 
-_TOKEN_RE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
-_SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_TOKEN_RE = re.compile(r"\d+:[A-Za-z0-9_-]+")
+_SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
 
@@ -47,7 +47,7 @@ class TelegramSettings(ParleySettings):
         if v is None or not v.get_secret_value().strip():
             return None
         raw = v.get_secret_value().strip()
-        if not _TOKEN_RE.match(raw):
+        if not _TOKEN_RE.fullmatch(raw):
             raise ValueError(
                 "malformed bot token: expected <digits>:<letters> as given by @BotFather"
             )
@@ -56,11 +56,13 @@ class TelegramSettings(ParleySettings):
     @field_validator("telegram_webhook_secret")
     @classmethod
     def _secret(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is None or not v.get_secret_value():
+        # surrounding whitespace (an env var ending in a newline) is not part of it
+        raw = v.get_secret_value().strip() if v is not None else ""
+        if not raw:
             return None
-        if not _SECRET_RE.match(v.get_secret_value()):
+        if not _SECRET_RE.fullmatch(raw):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
-        return v
+        return SecretStr(raw)
 
     @field_validator("telegram_mode")
     @classmethod
