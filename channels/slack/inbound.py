@@ -26,6 +26,7 @@ from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest, Submitted
 from channels.http_body import BodyTooLarge, read_capped_body
 
+from .mrkdwn import escape
 from .parse import (
     MalformedPayload,
     Payload,
@@ -101,7 +102,8 @@ class SlackInbound:
         shown = event.text if len(event.text) <= 200 else event.text[:199] + "…"
         return {
             "response_type": "ephemeral",
-            "text": f"{self.slash_command} {shown}\n_On it…_",
+            # the text was decoded for the agent: escaped again, it shows as typed
+            "text": f"{self.slash_command} {escape(shown)}\n_On it…_",
         }
 
     async def _submit(self, event: InboundEvent) -> Submitted:

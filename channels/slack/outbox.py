@@ -67,6 +67,11 @@ _MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"}
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
 _TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
+_RESPONSE_URL_FINAL_USES = 4  # of a response_url's 5: the preview took one
+_CUT_NOTE = (
+    "_(The rest did not fit: Slack lets me answer privately only a few times. "
+    "Invite me to this channel, or ask me in a direct message, for long answers.)_"
+)
 UNKNOWN_TS = "?"  # in MessageRef.extra: a message posted whose ts never came back
 
 
@@ -97,6 +102,17 @@ class SlackOutbox:
         bot_user_id: Callable[[], str] = lambda: "",
     ) -> None:
         self.web = web
+        # Streamed edits go through a client that does not wait out a 429: one that
+        # would have to wait is skipped (the turn keeps reading the model), and the
+        # previews of this process pause for the Retry-After.
+        self._web_no_wait = AsyncWebClient(
+            token=web.token,
+            base_url=web.base_url,
+            session=web.session,
+            timeout=web.timeout,
+            retry_handlers=[SafeConnectionErrorRetryHandler()],
+        )
+        self._previews_quiet_until = 0.0
         self.pacer = pacer
         self.state = state
         self.session = session
@@ -130,16 +146,20 @@ class SlackOutbox:
         token = current_channel.set(channel)
         try:
             body = {"channel": channel, **{k: v for k, v in kwargs.items() if v is not None}}
-            return await self.web.api_call(method, json=body)
+            web = self._web_no_wait if droppable else self.web
+            return await web.api_call(method, json=body)
         except SlackApiError as exc:
             error = str(exc.response.get("error", "")) if exc.response is not None else ""
             if exc.response is not None and (
                 exc.response.status_code == 429 or error == "ratelimited"
             ):
                 retry_after = _retry_after(exc)
-                await self.pacer.pause(channel_pace(channel), retry_after)
                 if droppable:
+                    # chat.update's limit is per workspace, not per channel: only
+                    # this process's previews hold back, posts go on
+                    self._previews_quiet_until = time.monotonic() + retry_after
                     return None
+                await self.pacer.pause(channel_pace(channel), retry_after)
                 raise SendRateLimited(retry_after, f"Slack {method}") from exc
             if error in _FORMAT_ERRORS:
                 raise FormattingRejected(f"Slack {method}: {error}") from exc
@@ -186,6 +206,18 @@ class SlackOutbox:
             raise SendUnconfirmed(f"Slack response_url: HTTP {resp.status_code}")
         if resp.status_code >= 300:
             raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
+
+    async def _respond_all(self, ref_extra: str, posts: list[SlackPost]) -> None:
+        """The final text of a streamed private answer: the first message replaces
+        the preview, the rest follow.  A response_url takes 5 uses (the preview had
+        one): past the fourth message the answer is cut, and says so."""
+        if len(posts) > _RESPONSE_URL_FINAL_USES:
+            posts = [
+                *posts[: _RESPONSE_URL_FINAL_USES - 1],
+                _cut_note(posts[_RESPONSE_URL_FINAL_USES - 1]),
+            ]
+        for i, post in enumerate(posts):
+            await self._respond(ref_extra, post, replace=i == 0)
 
     async def find_part(
         self, thread: ThreadKey, part: str, claimed_ms: int, *, reply_to: MessageRef | None
@@ -322,7 +354,7 @@ class SlackOutbox:
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         if ref.extra.startswith(RESPONSE_URL_PREFIX):
             if message.final:  # response_url allows few uses: only final text
-                await self._respond(ref.extra, render(message)[-1], replace=True)
+                await self._respond_all(ref.extra, render(message))
             return ref
         if not ref.message_id:
             return ref  # ephemeral: nothing to edit
@@ -336,6 +368,8 @@ class SlackOutbox:
 
     async def _preview(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         now = time.monotonic()
+        if now < self._previews_quiet_until:
+            return ref  # a streamed edit was rate-limited: skip until its Retry-After
         last = self._last_edit.get(ref.message_id, 0.0)
         if self.stream_interval and now - last < self.stream_interval * 0.9:
             return ref
@@ -482,3 +516,10 @@ def _text_only(post: SlackPost) -> SlackPost:
     """``post`` without its text blocks (Slack renders ``text`` as mrkdwn); the
     buttons, if any, stay."""
     return SlackPost(post.text, [b for b in post.blocks if b.get("type") == "actions"])
+
+
+def _cut_note(post: SlackPost) -> SlackPost:
+    """``post`` ending with a note that the answer stops there."""
+    note: dict[str, Any] = {"type": "context", "elements": [{"type": "mrkdwn", "text": _CUT_NOTE}]}
+    blocks = [*post.blocks[:49], note] if post.blocks else []
+    return SlackPost(f"{post.text}\n\n{_CUT_NOTE}", blocks)

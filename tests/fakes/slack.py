@@ -537,6 +537,8 @@ class FakeSlack:
     async def _response_url(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read() or b"{}")
         body["_rid"] = request.match_info["rid"]
+        if sum(r["_rid"] == body["_rid"] for r in self.responses) >= 5:
+            return web.Response(status=404, text="used_url")  # 5 uses per response_url
         self.responses.append(body)
         if "response_url" in self.drop:  # shown, but the connection drops before the answer
             self.drop.discard("response_url")
