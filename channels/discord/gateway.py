@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent, MessageRef, ThreadKey
 from agent_core.ingest import Ingest, Submitted
+from channels.mentions import BARE_MENTION_TEXT
 
 from .commands import (
     FAILED_COMMAND_TEXT,
@@ -136,6 +137,7 @@ class GatewayClient(discord.AutoShardedClient):
             api_base=settings.discord_api_base_url,
             gateway_url=settings.discord_gateway_url,
             max_ratelimit_timeout=settings.discord_max_retry_wait,
+            request_timeout=settings.discord_http_timeout,
         )
         self._connection.http = self.http
         self.settings = settings
@@ -253,6 +255,11 @@ class GatewayClient(discord.AutoShardedClient):
         await self._submit(event)
         where = event.thread.thread or event.thread.conversation
         self._tracked.add(where)
+        if where != channel_id and not parent:
+            # a thread was opened on this message: the channel stays active too, so a
+            # new mention there during a reconnect is caught up
+            self._tracked.add(channel_id)
+            await self.state.seen(channel_id, raw["id"], guild_id, "")
         # A thread opened on a message has that message's id, so the id works there too.
         parent_of_where = event.thread.conversation if event.thread.thread else ""
         await self.state.seen(where, raw["id"], guild_id, parent_of_where)
@@ -274,7 +281,9 @@ class GatewayClient(discord.AutoShardedClient):
 
     async def _auto_thread(self, event: InboundEvent, raw: RawMessage) -> InboundEvent:
         channel_id = raw["channel_id"]
-        first_line = (event.text.split("\n", 1)[0] or "Parley").strip()
+        # a bare "@Parley" reaches the agent as a placeholder, not a title
+        text = "" if event.text == BARE_MENTION_TEXT else event.text
+        first_line = text.split("\n", 1)[0].strip() or "Parley"
         name = self.settings.discord_thread_name.replace("{text}", first_line)[:100] or "Parley"
         try:
             data = await self.http.start_thread_with_message(
@@ -283,7 +292,7 @@ class GatewayClient(discord.AutoShardedClient):
                 name=name,
                 auto_archive_duration=self.settings.discord_thread_archive_minutes,  # type: ignore[arg-type]
             )
-        except (discord.HTTPException, OSError) as exc:
+        except (discord.DiscordException, OSError) as exc:  # RateLimited included
             log.warning(
                 "[%s] could not open a thread (%s); answering in the channel", event.thread, exc
             )
@@ -394,7 +403,7 @@ class GatewayClient(discord.AutoShardedClient):
             self._tracked.add(channel_id)
             try:
                 messages = await self._fetch_after(channel_id, last_id)
-            except (discord.HTTPException, OSError) as exc:
+            except (discord.DiscordException, OSError) as exc:  # RateLimited included
                 log.warning("discord catch-up: cannot read channel %s: %s", channel_id, exc)
                 continue
             for raw in messages:

@@ -32,7 +32,9 @@ from discord.http import HTTPClient, Route
 
 log = logging.getLogger(__name__)
 
-RateLimitHook = Callable[[str, float], Awaitable[None]]  # (channel id or "", retry_after)
+# (the pace a 429 pauses: "global", "channel:<id>" or "" for a route of its own,
+# retry_after)
+RateLimitHook = Callable[[str, float], Awaitable[None]]
 
 _CHANNEL_IN_PATH = re.compile(r"/channels/(\d+)")
 
@@ -48,6 +50,19 @@ def _retry_after(headers: Any) -> float:
     return 1.0
 
 
+def rate_limit_scope(path: str, headers: Any) -> str:
+    """What a 429 limits: ``"global"`` (the bot's global limit: every route waits),
+    ``"channel:<id>"`` (a route under one channel), or ``""`` (a route of its own,
+    such as one interaction's follow-ups, which discord.py's bucket already holds)."""
+    if (
+        str(headers.get("X-RateLimit-Global", "")).lower() == "true"
+        or str(headers.get("X-RateLimit-Scope", "")).lower() == "global"
+    ):
+        return "global"
+    m = _CHANNEL_IN_PATH.search(path)
+    return f"channel:{m.group(1)}" if m else ""
+
+
 class ParleyHTTPClient(HTTPClient):
     def __init__(
         self,
@@ -57,6 +72,7 @@ class ParleyHTTPClient(HTTPClient):
         gateway_url: str = "",
         on_rate_limited: RateLimitHook | None = None,
         max_ratelimit_timeout: float | None = None,
+        request_timeout: float | None = None,
         connector: aiohttp.BaseConnector | None = None,
     ) -> None:
         trace: aiohttp.TraceConfig | None = None
@@ -69,6 +85,7 @@ class ParleyHTTPClient(HTTPClient):
             http_trace=trace,
             max_ratelimit_timeout=max_ratelimit_timeout,
         )
+        self.request_timeout = request_timeout
         self.api_base = api_base.rstrip("/")
         self.gateway_url = yarl.URL(gateway_url) if gateway_url else None
         self._on_rate_limited = on_rate_limited
@@ -81,10 +98,10 @@ class ParleyHTTPClient(HTTPClient):
     ) -> None:
         if params.response.status != 429 or self._on_rate_limited is None:
             return
-        m = _CHANNEL_IN_PATH.search(params.url.path)
         try:
             await self._on_rate_limited(
-                m.group(1) if m else "", _retry_after(params.response.headers)
+                rate_limit_scope(params.url.path, params.response.headers),
+                _retry_after(params.response.headers),
             )
         except Exception:  # never break the request because the hook failed
             log.warning("rate-limit hook failed", exc_info=True)
@@ -97,6 +114,9 @@ class ParleyHTTPClient(HTTPClient):
 
     async def request(self, route: Route, **kwargs: Any) -> Any:
         route.url = self.rewrite(route.url)
+        if self.request_timeout is not None:
+            # discord.py alone would wait aiohttp's 5 minutes (DISCORD_HTTP_TIMEOUT)
+            kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=self.request_timeout))
         return await super().request(route, **kwargs)
 
     async def ws_connect(self, url: str, *, compress: int = 0) -> Any:

@@ -102,8 +102,12 @@ class MessageContext:
     bot_roles: frozenset[str] = frozenset()  # the bot's managed role(s) in this guild
 
 
-def display_name(user: RawUser | dict[str, Any]) -> str:
-    return str(user.get("global_name") or user.get("username") or "")
+def display_name(user: RawUser | dict[str, Any], member: Any = None) -> str:
+    """The name Discord shows for ``user``: the server nickname (from ``member``, or
+    the ``member`` a mention carries), else the global display name, else the username."""
+    m = member if isinstance(member, dict) else user.get("member")
+    nick = m.get("nick") if isinstance(m, dict) else None
+    return str(nick or user.get("global_name") or user.get("username") or "")
 
 
 def _mention_re(bot_id: str, roles: frozenset[str] = frozenset()) -> re.Pattern[str]:
@@ -218,7 +222,7 @@ def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
         channel=CHANNEL,
         thread=key,
         user_id=author["id"],
-        user_name=display_name(author),
+        user_name=display_name(author, raw.get("member")),
         text=text,
         is_direct=is_dm,
         mentions_bot=addressed,
@@ -331,7 +335,7 @@ def parse_command(raw: RawInteraction, *, thread_parent: str = "") -> InboundEve
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, guild_id or DM_TENANT, conversation, thread),
         user_id=str(user["id"]),
-        user_name=display_name(user),
+        user_name=display_name(user, raw.get("member")),
         text=command_text(data),
         is_direct=not guild_id,
         mentions_bot=True,

@@ -102,6 +102,7 @@ class DiscordOutbox:
                     api_base=self._settings.discord_api_base_url,
                     on_rate_limited=self._rate_limited,
                     max_ratelimit_timeout=self._settings.discord_max_retry_wait,
+                    request_timeout=self._settings.discord_http_timeout,
                 )
                 try:
                     await client.static_login(token.get_secret_value())
@@ -144,11 +145,16 @@ class DiscordOutbox:
         )
         return data
 
-    async def _rate_limited(self, channel_id: str, retry_after: float) -> None:
-        key = channel_pace(channel_id) if channel_id else GLOBAL_PACE
-        log.info(
-            "discord 429 on %s: pausing %.2fs for every worker", channel_id or "bot", retry_after
-        )
+    async def _rate_limited(self, scope: str, retry_after: float) -> None:
+        """A 429 on the wire pauses the shared pace it concerns, for every worker."""
+        if scope == "global":
+            key, what = GLOBAL_PACE, "the bot (global limit)"
+        elif scope.startswith("channel:"):
+            key, what = channel_pace(scope.removeprefix("channel:")), scope
+        else:
+            log.debug("discord 429 on a route of its own: %.2fs", retry_after)
+            return
+        log.info("discord 429 on %s: pausing %.2fs for every worker", what, retry_after)
         await self._pacer.pause(key, retry_after)
 
     async def _pace(
@@ -171,9 +177,6 @@ class DiscordOutbox:
 
     async def _call(self, route: Route, **kwargs: Any) -> Any:
         http = await self.http()
-        kwargs.setdefault(
-            "timeout", aiohttp.ClientTimeout(total=self._settings.discord_http_timeout)
-        )
         try:
             return await http.request(route, **kwargs)
         except discord.RateLimited as exc:

@@ -487,6 +487,7 @@ class FakeDiscord:
                 "X-RateLimit-Reset-After": f"{retry_after}",
                 "X-RateLimit-Bucket": "fakebucket",
                 "X-RateLimit-Scope": "global" if is_global else "user",
+                **({"X-RateLimit-Global": "true"} if is_global else {}),
             },
         )
 

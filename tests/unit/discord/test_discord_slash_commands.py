@@ -135,7 +135,7 @@ def test_a_command_in_a_server_channel_is_an_addressed_message_there() -> None:
     assert ev.text == "/model gpt-test"
     assert ev.kind == EventKind.COMMAND and ev.mentions_bot and not ev.is_direct
     assert ev.thread == ThreadKey("discord", "700", "300", "")
-    assert (ev.event_id, ev.user_id, ev.user_name) == ("1234", "501", "Alice")
+    assert (ev.event_id, ev.user_id, ev.user_name) == ("1234", "501", "Al")  # the server nickname
     assert ev.reply_ref is not None and ev.reply_ref.message_id == ""  # a new message
 
 

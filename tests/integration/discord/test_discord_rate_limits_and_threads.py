@@ -1,0 +1,187 @@
+"""Discord: 429s pause the pace they concern (the bot's for a global limit, one
+channel's, or none for an interaction's own route); a long 429 or a hung REST call
+in the gateway loses no message; auto-threads get a readable name and their channel
+is caught up after a reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from discord_harness import Gateway, wait_client_ready
+from redis.asyncio import Redis
+
+from agent_core.events import (
+    Action,
+    EventKind,
+    InboundEvent,
+    MessageRef,
+    OutboundMessage,
+    ThreadKey,
+)
+from agent_core.store.pacing import Pacer
+from channels.discord.render import encode_extra
+from channels.discord.sender import GLOBAL_PACE, DiscordOutbox, channel_pace
+from tests.fakes.discord import (
+    APP_ID,
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    GUILD_ID,
+    OTHER_CHANNEL_ID,
+    FakeDiscord,
+)
+
+THREAD = ThreadKey("discord", GUILD_ID, CHANNEL_ID, "")
+
+
+async def test_global_429_pauses_the_whole_bot_for_every_worker(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis: Redis
+) -> None:
+    """Discord's global limit (body ``global: true``, ``X-RateLimit-Scope: global``)
+    is per bot, not per channel: every worker must stop sending everywhere."""
+    fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/messages$", 2.0, is_global=True)
+    sending = asyncio.create_task(outbox.send(THREAD, OutboundMessage("hello")))
+    await fake_discord.wait_call("POST", r"/messages$")  # the global 429 was answered
+    await asyncio.sleep(0.1)
+    # meanwhile another worker wants to post in another channel of the same bot
+    delay = await Pacer(redis).reserve([(channel_pace(OTHER_CHANNEL_ID), 0.0), (GLOBAL_PACE, 0.0)])
+    await sending
+    assert delay is not None and delay > 1.0, f"another worker may post now (wait {delay}s)"
+
+
+# --- a long 429 on opening a thread ----------------------------------------------------
+
+
+async def test_long_429_on_auto_thread_still_answers_the_mention(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """'could not open a thread; answering in the channel': a thread-creation 429
+    longer than DISCORD_MAX_RETRY_WAIT raises discord.RateLimited (not an
+    HTTPException), which _auto_thread does not catch: the mention is dropped."""
+    gw = make_gateway(discord_auto_thread=True)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        fake_discord.rate_limit("POST", r"/threads$", 120.0)
+        msg = await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
+        await fake_discord.wait_call("POST", r"/threads$")
+        (event,) = await gw.wait_published(1, within=3.0)
+        assert event.event_id == msg["id"]
+    finally:
+        await gw.halt()
+
+
+# --- auto-thread names and catch-up ----------------------------------------------------
+
+
+async def test_bare_mention_auto_thread_is_not_named_with_internal_text(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    gw = make_gateway(discord_auto_thread=True)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        msg = await fake_discord.user_message(CHANNEL_ID, "", mention=True)  # "@Parley" alone
+        (call,) = await fake_discord.wait_call("POST", rf"/messages/{msg['id']}/threads")
+        assert call.json["name"] == "Parley", call.json["name"]
+    finally:
+        await gw.halt()
+
+
+async def test_auto_thread_channel_mention_missed_while_disconnected_is_caught_up(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    gw = make_gateway(discord_auto_thread=True)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
+        await gw.wait_published(1)
+        client = gw.channel.client
+        assert client is not None
+        catchups = client.catchups
+        # said in the same channel while the session is lost (never dispatched)
+        missed = await fake_discord.user_message(
+            CHANNEL_ID, "another question", mention=True, dispatch=False
+        )
+        await fake_discord.invalidate_sessions()
+        await fake_discord.wait_ready(2)
+        await fake_discord.wait(lambda: client.catchups > catchups, 10, "catch-up")
+        await asyncio.sleep(0.3)
+        ids = [e.event_id for e in await gw.published()]
+        assert missed["id"] in ids, "the mention said during the reconnect was never answered"
+    finally:
+        await gw.halt()
+
+
+async def test_429_on_one_interaction_follow_up_does_not_pause_the_whole_bot(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis: Redis
+) -> None:
+    """The reverse: a 429 on a press's ephemeral follow-up (its own per-interaction
+    webhook bucket) has no channel id in its path, so the hook pauses the bot-wide
+    GLOBAL pace: every worker stops posting answers in every channel."""
+    press = InboundEvent(
+        event_id="1",
+        kind=EventKind.ACTION,
+        channel="discord",
+        thread=THREAD,
+        user_id="42",
+        action=Action(token="ap:1:y"),
+        reply_ref=MessageRef(
+            "discord", CHANNEL_ID, "9", "", encode_extra(interaction=(APP_ID, "tok"))
+        ),
+        received_at=time.time() - 60,  # no early-follow-up retries
+    )
+    fake_discord.rate_limit("POST", r"^/webhooks/", 2.0)  # per-webhook bucket, not global
+    answering = asyncio.create_task(outbox.answer_action(press, "Not yours to decide."))
+    await fake_discord.wait_call("POST", r"^/webhooks/")
+    await asyncio.sleep(0.1)
+    delay = await Pacer(redis).reserve([(channel_pace(OTHER_CHANNEL_ID), 0.0), (GLOBAL_PACE, 0.0)])
+    await answering
+    assert delay is not None and delay < 0.5, f"every answer of the bot now waits {delay}s"
+
+
+async def test_a_hung_thread_creation_does_not_hold_up_every_inbound_message(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """DISCORD_HTTP_TIMEOUT ("seconds one REST call may take") is not applied to the
+    gateway's own REST client: a thread creation whose answer never comes holds the
+    single inbound consumer for aiohttp's 5 minutes, and every DM / mention waits."""
+    gw = make_gateway(discord_auto_thread=True, discord_http_timeout=1.0)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        fake_discord.stall["POST"] = 15.0  # the thread is made, its answer is late
+        await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
+        await fake_discord.wait_call("POST", r"/threads$")
+        dm = await fake_discord.user_message(DM_CHANNEL_ID, "are you there?")
+        events = await gw.wait_published(2, within=5.0)
+        assert dm["id"] in [e.event_id for e in events]
+    finally:
+        await gw.halt()
+
+
+async def test_one_long_429_during_catch_up_does_not_abandon_every_conversation(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """catch_up skips a channel it cannot read (HTTPException), but a 429 longer than
+    DISCORD_MAX_RETRY_WAIT is discord.RateLimited: the whole pass dies, and what was
+    said in every other conversation during the disconnect is never read."""
+    await fake_discord.user_message(DM_CHANNEL_ID, "first")
+    await fake_discord.user_message(CHANNEL_ID, "in the channel", mention=True)
+    await gateway.wait_published(2)
+    client = gateway.channel.client
+    assert client is not None
+    catchups = client.catchups
+    missed_dm = await fake_discord.user_message(DM_CHANNEL_ID, "still there?", dispatch=False)
+    missed = await fake_discord.user_message(
+        CHANNEL_ID, "did you see this?", mention=True, dispatch=False
+    )
+    fake_discord.rate_limit("GET", r"/messages$", 120.0)  # the first channel read only
+    await fake_discord.invalidate_sessions()
+    await fake_discord.wait_ready(2)
+    await asyncio.sleep(1.5)
+    ids = {e.event_id for e in await gateway.published()}
+    assert ids & {missed_dm["id"], missed["id"]}, "no conversation was caught up"
+    assert client.catchups > catchups
