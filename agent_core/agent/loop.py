@@ -149,6 +149,8 @@ async def run_loop(
                 nudges += 1
                 history.append(ChatMessage("assistant", completion.text))
                 history.append(ChatMessage("user", NUDGE))
+                # its text was streamed: shown whole, like the text before a tool call
+                await delegate.handle_text(completion)
                 await delegate.after_iteration(iteration)
                 continue
             history.append(ChatMessage("assistant", completion.text))

@@ -29,6 +29,7 @@ from agent_core.llm.schema import (
     fix_tool_calls,
     flatten_tools,
     parse_arguments,
+    strict_expressible,
     strict_schema,
 )
 from agent_core.llm.usage import normalize_usage
@@ -111,7 +112,7 @@ class OpenAIProvider(HTTPBackend):
             tools = []
             for t in request.tools:
                 fn: dict[str, Any] = {"name": t.name, "description": t.description}
-                if self.config.strict_tools:
+                if self.config.strict_tools and strict_expressible(t.parameters):
                     fn["parameters"] = strict_schema(t.parameters)
                     fn["strict"] = True
                 else:

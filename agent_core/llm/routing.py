@@ -36,6 +36,7 @@ from agent_core.llm.base import (
     TextDelta,
     TokenUsage,
 )
+from agent_core.llm.retry import is_retryable
 from agent_core.llm.wrapper import Wrapper, aclose
 
 log = logging.getLogger(__name__)
@@ -199,34 +200,49 @@ class SmartRouting(Wrapper):
         judge = kind is Complexity.MODERATE and self.cascade
         held: list[str] = []
         escalate = False
+        yielded = False
         paid = TokenUsage()  # the cheap call's usage when it is escalated
-        it = target.stream(request)
-        try:
-            async for item in it:
-                if not judge:
+        # A stream cut while its text was all held back here was seen by nobody,
+        # but the retry layer below saw text and would not ask again: ask once more.
+        restarts = 1
+        while True:
+            it = target.stream(request)
+            try:
+                async for item in it:
+                    if not judge:
+                        yielded = True
+                        yield item
+                        continue
+                    if isinstance(item, TextDelta):
+                        held.append(item.text)
+                        so_far = "".join(held)
+                        if len(so_far) >= HOLD_CHARS:
+                            if is_uncertain(so_far):
+                                escalate = True
+                                # cut before its usage arrived: count an estimate
+                                paid = estimate_usage(request, so_far)
+                                break
+                            judge = False
+                            yielded = True
+                            yield TextDelta(so_far)
+                        continue
+                    if is_uncertain(item.text):
+                        escalate = True
+                        paid = item.usage
+                        break
+                    yielded = True
+                    if held:
+                        yield TextDelta("".join(held))
                     yield item
-                    continue
-                if isinstance(item, TextDelta):
-                    held.append(item.text)
-                    so_far = "".join(held)
-                    if len(so_far) >= HOLD_CHARS:
-                        if is_uncertain(so_far):
-                            escalate = True
-                            # cut before its usage arrived: count an estimate
-                            paid = estimate_usage(request, so_far)
-                            break
-                        judge = False
-                        yield TextDelta(so_far)
-                    continue
-                if is_uncertain(item.text):
-                    escalate = True
-                    paid = item.usage
-                    break
-                if held:
-                    yield TextDelta("".join(held))
-                yield item
-        finally:
-            await aclose(it)
+                break
+            except Exception as exc:
+                if yielded or not held or restarts == 0 or not is_retryable(exc):
+                    raise
+                restarts -= 1
+                held.clear()
+                log.warning("stream cut while its text was held back (%s); asking again", exc)
+            finally:
+                await aclose(it)
         if escalate:
             self.escalations += 1
             log.info("cheap model unsure; escalating to %s", self.inner.name)

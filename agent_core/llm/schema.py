@@ -3,6 +3,8 @@
 * :func:`strict_schema` — OpenAI strict mode wants every object closed
   (``additionalProperties: false``) with every property required; a property that
   was optional becomes nullable instead.  Applied recursively.
+  :func:`strict_expressible` says when a schema cannot be carried so, and
+  :func:`null_as_absent` reads the nulls it invites back as "not given".
 * :func:`normalize_tool_name` — some proxies prefix tool names with ``proxy_``.
 * :func:`tool_call_id` — a stable id for a tool call that arrived without one.
 * :func:`flatten_tools` — tool calls and results rewritten as text, for backends
@@ -33,6 +35,56 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``schema`` in OpenAI strict-mode form (see module doc)."""
     out: dict[str, Any] = _strict(schema)
     return out
+
+
+def strict_expressible(schema: Any) -> bool:
+    """Can strict mode carry ``schema``?  Not when an object takes free-form keys (a
+    ``dict[str, str]`` such as http_request's headers): strict mode closes every
+    object, so the model could send no key at all.  Such a tool goes without strict."""
+    if isinstance(schema, list):
+        return all(strict_expressible(s) for s in schema)
+    if not isinstance(schema, dict):
+        return True
+    extra = schema.get("additionalProperties")
+    if extra is True or isinstance(extra, dict):
+        return False
+    return all(strict_expressible(v) for v in schema.values() if isinstance(v, dict | list))
+
+
+def null_as_absent(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` without the nulls strict mode invites for optional properties
+    (it makes them required and nullable): a ``null`` where the tool's own schema
+    does not allow one means "not given", so the default applies.  Recursive into
+    nested objects (``$ref`` to ``$defs`` resolved)."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            node = defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+        return node
+
+    def allows_null(node: Any) -> bool:
+        node = resolve(node)
+        if not isinstance(node, dict):
+            return True
+        t = node.get("type")
+        if t == "null" or (isinstance(t, list) and "null" in t):
+            return True
+        return any(allows_null(b) for b in node.get("anyOf", ()) if isinstance(b, dict))
+
+    def walk(value: dict[str, Any], node: Any) -> dict[str, Any]:
+        node = resolve(node)
+        props = node.get("properties", {}) if isinstance(node, dict) else {}
+        required = set(node.get("required", ())) if isinstance(node, dict) else set()
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            sub = props.get(k)
+            if v is None and sub is not None and k not in required and not allows_null(sub):
+                continue
+            out[k] = walk(v, sub) if isinstance(v, dict) and sub is not None else v
+        return out
+
+    return walk(arguments, schema)
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:

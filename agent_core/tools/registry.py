@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agent_core.llm.base import ToolSpec
+from agent_core.llm.schema import null_as_absent
 from agent_core.tools.base import Tool
 
 
@@ -40,7 +41,8 @@ class ToolRegistry:
         """Validate raw LLM arguments; raises ValueError with a short readable message."""
         tool = self._tools[name]
         try:
-            return tool.args_model.model_validate(arguments)
+            args = null_as_absent(arguments, self._specs[name].parameters)
+            return tool.args_model.model_validate(args)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"

@@ -148,3 +148,34 @@ def test_strict_schema_closes_every_object(schema: dict[str, Any]) -> None:
         assert obj["additionalProperties"] is False
         assert obj["required"] == list(obj["properties"])
     assert strict_schema(out) == out  # idempotent
+
+
+def test_null_as_absent_drops_only_nulls_the_schema_does_not_allow() -> None:
+    from pydantic import BaseModel
+
+    from agent_core.llm.schema import null_as_absent
+
+    class Inner(BaseModel):
+        depth: int = 1
+        label: str | None = "x"
+
+    class Args(BaseModel):
+        query: str
+        limit: int = 10
+        note: str | None = None
+        inner: Inner = Inner()
+
+    schema = Args.model_json_schema()
+    got = null_as_absent(
+        {"query": None, "limit": None, "note": None, "inner": {"depth": None, "label": None}},
+        schema,
+    )
+    # a required field's null stays (and is refused by validation, as before); an
+    # optional one that cannot be null means "not given"; a nullable one stays null
+    assert got == {"query": None, "note": None, "inner": {"label": None}}
+    assert Args.model_validate({**got, "query": "q"}).model_dump() == {
+        "query": "q",
+        "limit": 10,
+        "note": None,
+        "inner": {"depth": 1, "label": None},
+    }
