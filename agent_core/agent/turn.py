@@ -488,6 +488,10 @@ class Turn:
                     raise Interrupted()
                 # commands, button presses, moves and routine runs wait for their own turn
                 break
+            if self.user and ev.qualified_user != self.user:
+                # another person's message gets a turn of its own: tools act for the
+                # person who asked (their notes, budget, approvals), never for this one
+                break
             if self.agent.access.needs_redis(ev):
                 verdict = await self.agent.access.check(ev)
                 if not verdict.allowed:

@@ -94,15 +94,26 @@ class Routine:
         start = datetime.fromtimestamp(after, tz)
         it = croniter(self.cron, start)
         nxt = float(it.get_next(float))
-        fixed_hour = not self.cron.startswith("@") and self.cron.split()[1] != "*"
-        if fixed_hour and _wall(nxt, tz) == _wall(after, tz):
+        # As cron does: a job whose hour field is a wildcard runs by elapsed time
+        # (in both copies of a repeated hour); one with a fixed hour skips every
+        # time in the second copy (fold=1), whatever its minutes.
+        cron = _ALIASES.get(self.cron.strip().lower(), self.cron)
+        fixed_hour = not cron.split()[1].startswith("*")
+        while fixed_hour and datetime.fromtimestamp(nxt, tz).fold == 1:
             nxt = float(it.get_next(float))
         return nxt
 
 
-def _wall(at: float, tz: ZoneInfo) -> tuple[int, int, int, int, int]:
-    d = datetime.fromtimestamp(at, tz)
-    return (d.year, d.month, d.day, d.hour, d.minute)
+# croniter's @-aliases, spelled out (for the fixed-hour test above)
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 
 
 def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:

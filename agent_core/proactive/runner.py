@@ -277,17 +277,27 @@ class EventTriggers:
         return None
 
     async def _maybe_queue(self, r: Routine, event: InboundEvent) -> None:
+        # A text counts as seen for its dedup window only once it triggered: one
+        # dropped by the cooldown may trigger when it comes again after it.
+        key = ""
         if r.dedup_secs > 0:
             digest = hashlib.sha1((event.text or "").strip().lower().encode()).hexdigest()[:16]
             key = keys.routine_dedup(r.name, digest)
-            if not await self.redis.set(key, b"1", nx=True, px=int(r.dedup_secs * 1000)):
+            if await self.redis.exists(key):
                 log.info("routine %s: same message within its dedup window; skipped", r.name)
                 return
-        if r.cooldown_secs > 0:
-            cd = keys.routine_cooldown(r.name)
-            if not await self.redis.set(cd, b"1", nx=True, px=int(r.cooldown_secs * 1000)):
-                log.info("routine %s: in cooldown; message not acted on", r.name)
-                return
+        cd = keys.routine_cooldown(r.name)
+        if r.cooldown_secs > 0 and not await self.redis.set(
+            cd, b"1", nx=True, px=int(r.cooldown_secs * 1000)
+        ):
+            log.info("routine %s: in cooldown; message not acted on", r.name)
+            return
+        if key and not await self.redis.set(key, b"1", nx=True, px=int(r.dedup_secs * 1000)):
+            # the same text got in just now through another process
+            if r.cooldown_secs > 0:
+                await self.redis.delete(cd)
+            log.info("routine %s: same message within its dedup window; skipped", r.name)
+            return
         await self.store.queue_run(
             r.name,
             "event",

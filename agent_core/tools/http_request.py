@@ -14,6 +14,7 @@ request extension).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import zlib
 from typing import Any, Literal
@@ -177,6 +178,16 @@ class HttpRequest(Tool[HttpArgs]):
             self._client = None
 
     async def run(self, args: HttpArgs, ctx: ToolContext) -> str:
+        # the whole request (look-ups, redirects, a body that trickles in) within the
+        # setting: httpx's own timeout bounds each connect and each read only
+        limit = ctx.settings.http_tool_timeout_secs
+        try:
+            async with asyncio.timeout(limit):
+                return await self._run(args, ctx)
+        except TimeoutError:
+            raise ToolError(f"timed out after {limit:g} s") from None
+
+    async def _run(self, args: HttpArgs, ctx: ToolContext) -> str:
         s = ctx.settings
         allowed = frozenset(h.lower().rstrip(".") for h in s.id_list(s.http_tool_allowed_hosts))
         client = self._http(s.http_tool_timeout_secs)

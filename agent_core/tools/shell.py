@@ -18,12 +18,23 @@ from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
 MAX_CAPTURE = 256_000  # bytes read from the process; the LLM sees less (capped later)
 
 
-async def _read_capped(stream: asyncio.StreamReader) -> bytes:
-    buf = bytearray()
+async def _read_capped(stream: asyncio.StreamReader, buf: bytearray) -> None:
     while chunk := await stream.read(65_536):
         if len(buf) < MAX_CAPTURE:
             buf += chunk[: MAX_CAPTURE - len(buf)]
-    return bytes(buf)
+
+
+# After the command exits: how long its output may take to drain (a process that
+# left its group and keeps the pipe open is not waited for beyond this).
+DRAIN_SECS = 2.0
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> int:
+    """The command's exit code, as soon as it exits.  ``proc.wait()`` also waits for
+    its output pipe to close, which a job it left in the background keeps open."""
+    while (code := proc.returncode) is None:
+        await asyncio.sleep(0.05)
+    return code
 
 
 # What a command needs to behave normally; nothing of Parley's own configuration
@@ -104,10 +115,17 @@ class RunShell(Tool[ShellArgs]):
         except OSError as exc:
             raise ToolError(f"could not start the command: {exc.strerror or exc}") from None
         assert proc.stdout is not None
+        buf = bytearray()
+        reader = asyncio.create_task(_read_capped(proc.stdout, buf))
         try:
-            out, code = await asyncio.wait_for(
-                asyncio.gather(_read_capped(proc.stdout), proc.wait()), s.shell_tool_timeout_secs
-            )
+            code = await asyncio.wait_for(_exited(proc), s.shell_tool_timeout_secs)
+            # Done. What it left running in the background (`server &`) is still in
+            # its process group and holds the output pipe open: it is stopped, as
+            # at a timeout, and the output so far is the result.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(reader), DRAIN_SECS)
         except (TimeoutError, asyncio.CancelledError) as exc:
             escaped = _descendants(proc.pid)  # read before the tree falls apart
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -122,5 +140,8 @@ class RunShell(Tool[ShellArgs]):
             raise ToolError(
                 f"the command did not finish within {s.shell_tool_timeout_secs:g} s and was killed"
             ) from None
-        text = out.decode("utf-8", errors="replace")
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        text = bytes(buf).decode("utf-8", errors="replace")
         return f"exit code {code}\n{text}"
