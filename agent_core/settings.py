@@ -60,21 +60,58 @@ def is_secret(field: FieldInfo) -> bool:
     )
 
 
+def _dotenv_values(source: PydanticBaseSettingsSource, needle: str) -> dict[str, str]:
+    """The non-empty variables of the ``.env`` file(s) ``source`` reads, names
+    upper-cased; only a file that contains ``needle`` is parsed (python-dotenv warns
+    about a bad line at each parse, and the source itself parsed it already)."""
+    files = getattr(source, "env_file", None)
+    if files is None:
+        return {}
+    out: dict[str, str] = {}
+    for f in [files] if isinstance(files, str | os.PathLike) else files:
+        path = Path(f).expanduser()
+        try:
+            text = path.read_text(errors="replace").lower() if path.is_file() else ""
+        except OSError:
+            continue
+        if needle in text:
+            encoding = getattr(source, "env_file_encoding", None) or "utf-8"
+            found = dotenv_values(path, encoding=encoding)
+            out.update({k.upper(): v for k, v in found.items() if v})
+    return out
+
+
+def _environ() -> dict[str, str]:
+    return {k.upper(): v for k, v in os.environ.items() if v}
+
+
 class SecretFileSource(PydanticBaseSettingsSource):
-    """Reads ``<NAME>_FILE`` for every secret field whose ``NAME`` is not set."""
+    """Reads ``<NAME>_FILE`` for every secret field whose ``NAME`` is not set: from
+    the environment, or (``dotenv`` given) from the ``.env`` file, which ranks below
+    the environment as for every other variable."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], dotenv: PydanticBaseSettingsSource | None = None
+    ) -> None:
+        super().__init__(settings_cls)
+        self.dotenv = dotenv
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        env = _environ()
+        names = env if self.dotenv is None else _dotenv_values(self.dotenv, "_file")
         for name, field in self.settings_cls.model_fields.items():
             if not is_secret(field):
                 continue
             env_name = (field.alias or name).upper()
-            if os.environ.get(env_name):
+            if env_name in env or env_name in names:
                 continue
-            path = os.environ.get(env_name + "_FILE")
+            if self.dotenv is not None and env_name + "_FILE" in env:
+                continue  # the environment's _FILE ranks above the .env file
+            path = names.get(env_name + "_FILE")
             if not path:
                 continue
             try:
@@ -132,9 +169,13 @@ class WarningDotEnvSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         data = self.inner()
+        env = _environ()
         for name, field in self.settings_cls.model_fields.items():
-            if name in data and is_secret(field):
-                PLAINTEXT_SECRETS.add((field.alias or name).upper())
+            env_name = (field.alias or name).upper()
+            # the environment's value (or _FILE) wins over the .env copy: not read
+            overridden = env_name in env or env_name + "_FILE" in env
+            if name in data and is_secret(field) and not overridden:
+                PLAINTEXT_SECRETS.add(env_name)
         return data
 
 
@@ -161,7 +202,13 @@ class ParleySettings(BaseSettings):
         _kept_empty(env_settings)
         _kept_empty(dotenv_settings)
         dotenv = WarningDotEnvSource(settings_cls, dotenv_settings)
-        return (init_settings, env_settings, SecretFileSource(settings_cls), dotenv)
+        return (
+            init_settings,
+            env_settings,
+            SecretFileSource(settings_cls),
+            dotenv,
+            SecretFileSource(settings_cls, dotenv_settings),
+        )
 
 
 S = TypeVar("S", bound=BaseSettings)

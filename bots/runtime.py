@@ -447,13 +447,16 @@ def listen_on(host: str, port: int) -> list[socket.socket]:
             [f"HOST: cannot resolve {host!r} ({reason}); use an address such as 127.0.0.1 or ::1"]
         ) from None
     socks: list[socket.socket] = []
+    # An IPv6 socket takes IPv4 clients too unless HOST also gave an IPv4 address
+    # (then that one has its own socket): HOST=:: serves both, as it does elsewhere.
+    v4_too = any(family == socket.AF_INET for family, *_ in infos)
     for family, kind, proto, _, addr in dict.fromkeys(infos):
         try:
             s = socket.socket(family, kind, proto)
             socks.append(s)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1 if v4_too else 0)
             s.bind(addr)
             s.listen(2048)
         except OSError as exc:

@@ -58,10 +58,15 @@ _USERINFO = re.compile(
 )
 
 
+# redis-py also logs in with a password given in the query: ?password=...
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)(?P<value>[^&#]*)", re.I)
+
+
 def redact_url(url: str) -> str:
     """The URL without its credentials, for logs, `parley doctor` and the start-up
-    summary: ``user:pass@`` -> ``user:***@``, a lone ``secret@`` -> ``***@``.
-    Never raises, whatever the URL looks like."""
+    summary: ``user:pass@`` -> ``user:***@``, a lone ``secret@`` -> ``***@``,
+    ``?password=...`` -> ``?password=***``.  Never raises, whatever the URL looks like."""
+    url = _QUERY_PASSWORD.sub(lambda q: q["key"] + "***", url)
     m = _USERINFO.match(url)
     if m is None:
         return url
@@ -71,15 +76,15 @@ def redact_url(url: str) -> str:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The secret parts of ``url``'s userinfo (the password, or a lone user name,
-    which Redis and proxies take as the password), as given and decoded, for the
-    log redaction filter.  Never raises."""
-    m = _USERINFO.match(url)
-    if m is None:
-        return []
-    user, colon, password = m["info"].partition(":")
-    secret = password if colon else user
-    return [v for v in {secret, unquote(secret)} if v]
+    """The secret parts of ``url`` (its userinfo's password, or a lone user name,
+    which Redis and proxies take as the password; a ``?password=``), as given and
+    decoded, for the log redaction filter.  Never raises."""
+    found = [q["value"] for q in _QUERY_PASSWORD.finditer(url)]
+    m = _USERINFO.match(_QUERY_PASSWORD.sub("", url))
+    if m is not None:
+        user, colon, password = m["info"].partition(":")
+        found.append(password if colon else user)
+    return [v for v in {*found, *(unquote(s) for s in found)} if v]
 
 
 def _kwargs(url: str, tls_insecure: bool) -> dict[str, Any]:
