@@ -55,6 +55,7 @@ class Ingest:
         self._maxlen = stream_maxlen
         self._filters = list(filters)
         self._ingest = redis.register_script(scripts.INGEST)
+        self._trim = redis.register_script(scripts.TRIM_ACKED)
         self.counts: dict[str, int] = {s.value: 0 for s in Submitted}
 
     def add_filter(self, f: InboundFilter) -> None:
@@ -69,7 +70,38 @@ class Ingest:
                     METRICS.inc("parley_refused_total", reason=reason.split(":")[0][:40])
                     log.info("[%s] event %s refused: %s", event.thread, event.event_id, reason)
                     return Submitted.REFUSED
-            published = await run_script(
+            published = await self._publish(event)
+            if published == -1:
+                # full: drop what the workers are done with, then try once more
+                await run_script(self._redis, self._trim, [keys.INBOX_STREAM], [keys.INBOX_GROUP])
+                published = await self._publish(event)
+        except RedisError as exc:
+            # Nothing was claimed unless the event was also published (one script):
+            # the platform's retry gets through.
+            raise StoreUnavailable(f"cannot publish event: {type(exc).__name__}") from exc
+        if published == -1:
+            # Never trim what no worker has finished: refuse instead, so the platform
+            # retries later (Telegram and Slack do; the web page says so).
+            METRICS.inc("parley_inbox_full_total", channel=event.channel)
+            log.error(
+                "inbox full (%d events waiting, STREAM_MAXLEN): event %s:%s refused",
+                self._maxlen,
+                event.channel,
+                event.event_id,
+            )
+            raise StoreUnavailable("the inbox is full (STREAM_MAXLEN); try again later")
+        if not published:
+            self.counts[Submitted.DUPLICATE] += 1
+            METRICS.inc("parley_dedup_drops_total", channel=event.channel)
+            log.debug("duplicate event %s:%s dropped", event.channel, event.event_id)
+            return Submitted.DUPLICATE
+        self.counts[Submitted.ACCEPTED] += 1
+        METRICS.inc("parley_events_in_total", channel=event.channel)
+        return Submitted.ACCEPTED
+
+    async def _publish(self, event: InboundEvent) -> int:
+        return int(
+            await run_script(
                 self._redis,
                 self._ingest,
                 [
@@ -79,15 +111,4 @@ class Ingest:
                 ],
                 [self._dedup_ttl, self._maxlen, event.to_json(), keys.SEQ_TTL_SECS],
             )
-        except RedisError as exc:
-            # Nothing was claimed unless the event was also published (one script):
-            # the platform's retry gets through.
-            raise StoreUnavailable(f"cannot publish event: {type(exc).__name__}") from exc
-        if not published:
-            self.counts[Submitted.DUPLICATE] += 1
-            METRICS.inc("parley_dedup_drops_total", channel=event.channel)
-            log.debug("duplicate event %s:%s dropped", event.channel, event.event_id)
-            return Submitted.DUPLICATE
-        self.counts[Submitted.ACCEPTED] += 1
-        METRICS.inc("parley_events_in_total", channel=event.channel)
-        return Submitted.ACCEPTED
+        )

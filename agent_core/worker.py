@@ -89,6 +89,7 @@ class Worker:
         self.stopping = False
         self.turns_done = 0
         self.reclaimed = 0
+        self._next_consumer_sweep = 0.0  # when the sweeper next drops departed consumers
         # how long a thread waits for an earlier arrival whose reader died: long
         # enough for the sweeper to reclaim it
         self.gap_wait = 3 * settings.reclaim_idle_secs + 2 * settings.sweep_interval_secs
@@ -135,6 +136,9 @@ class Worker:
             # the next sweeper a look at an empty mailbox, nothing more)
             with contextlib.suppress(RedisError, OSError):
                 await self.delivery.flush_index()
+            # and its name leaves the consumer group, if it holds nothing
+            with contextlib.suppress(RedisError, OSError):
+                await self.delivery.drop_consumers(self.name)
 
     async def _drain(self) -> None:
         if not self.running:
@@ -413,13 +417,16 @@ class Worker:
                         state.mailbox[0].event_id,
                     )
                     told = await self.recovery.tell_failed(thread, state, guard)
+                    # every record of the skipped message goes with it (the parts it
+                    # had sent too), or they would stay in the thread's hash for good
+                    told += await self.delivery.records_of(thread, state.mailbox[0].event_id)
                     left = await self.delivery.complete(
                         thread,
                         self.owner,
                         consumed=1,
                         session_json=None,
                         version=state.session_version,
-                        sent_fields=told,
+                        sent_fields=sorted(set(told)),
                         next_seq=_next_after(state.mailbox[:1]),
                     )
                     ended = await self._ended(thread, left)
@@ -506,6 +513,11 @@ class Worker:
         # threads this worker emptied that no other round trip has taken out of the
         # index yet (an idle worker): first, so the scan below does not pick them up
         await self.delivery.flush_index()
+        await self.delivery.trim_acked()  # the inbox keeps only what is unfinished
+        if time.monotonic() >= self._next_consumer_sweep:
+            # names of processes gone for 10 minutes that hold nothing
+            self._next_consumer_sweep = time.monotonic() + 60.0
+            await self.delivery.drop_consumers()
         entries = await self.delivery.reclaim(
             self.name, min_idle_ms=int(self.settings.reclaim_idle_secs * 1000)
         )
@@ -515,10 +527,15 @@ class Worker:
             log.info("reclaimed %d stream entries from dead consumers", len(entries))
             await self._hand_off(entries)
             n += len(entries)
-        for thread in await self.delivery.active_threads():
-            if thread in self.running or len(self.running) >= self.settings.worker_concurrency:
-                continue
-            if self.delivery.leaving_index(thread):
+        # every thread of the index, not the oldest few: one queued behind hundreds
+        # that live workers hold must not wait for them to finish
+        orphans = await self.delivery.unlocked_active(
+            lambda t: t in self.running or self.delivery.leaving_index(t)
+        )
+        for thread in orphans:
+            if len(self.running) >= self.settings.worker_concurrency:
+                break
+            if thread in self.running or self.delivery.leaving_index(thread):
                 continue  # emptied by this worker since the flush above
             if await self.delivery.try_lock(thread, self.owner):
                 self._spawn(thread)

@@ -30,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session, ThreadState
 from agent_core.errors import ChannelError
 from agent_core.events import EventKind, MessageRef, OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
-from agent_core.store import keys
 from agent_core.store.delivery import TurnState, start_field
 
 if TYPE_CHECKING:
@@ -221,9 +220,8 @@ class TurnRecovery:
 
         fields = await self._tell(thread, state, guard, text, why[0])
         head = state.mailbox[0]
-        raw = cast(list[bytes], await self.agent.redis.hkeys(keys.sent(thread)))
         # every record of this message (its parts, earlier notices) goes with it
-        fields += [f.decode() for f in raw if f.decode().startswith(head.event_id)]
+        fields += await self.agent.delivery.records_of(thread, head.event_id)
         session = Session.load(str(thread), state.session_version, state.session_data)
         if session.state == ThreadState.PROCESSING:
             session.state = ThreadState.IDLE

@@ -97,6 +97,8 @@ class Delivery:
         self.next_ttl_ms = max(session_ttl_ms, keys.SEQ_TTL_SECS * 1000)
         self._handoff = redis.register_script(scripts.HANDOFF)
         self._complete = redis.register_script(scripts.COMPLETE)
+        self._trim = redis.register_script(scripts.TRIM_ACKED)
+        self._drop_consumers = redis.register_script(scripts.DROP_CONSUMERS)
         self._renew = redis.register_script(scripts.RENEW)
         self._release = redis.register_script(scripts.RELEASE)
         self._begin = redis.register_script(scripts.BEGIN)
@@ -511,14 +513,67 @@ class Delivery:
         )
 
     # -- recovery index ----------------------------------------------------
-    async def active_threads(self, limit: int = 200) -> list[ThreadKey]:
-        raw = cast(list[bytes], await self.redis.zrange(keys.ACTIVE_THREADS, 0, limit - 1))
+    async def trim_acked(self) -> int:
+        """Delete the inbox entries every worker is done with (never one unread or
+        unacknowledged); how many went."""
+        return int(
+            await run_script(self.redis, self._trim, [keys.INBOX_STREAM], [keys.INBOX_GROUP])
+        )
+
+    async def drop_consumers(self, own: str = "", *, idle_ms: int = 600_000) -> int:
+        """Remove from the inbox group the consumers with nothing pending that are
+        ``own`` (a clean stop) or idle for ``idle_ms`` (stopped or dead processes:
+        each process reads under a name of its own); how many went."""
+        return int(
+            await run_script(
+                self.redis,
+                self._drop_consumers,
+                [keys.INBOX_STREAM],
+                [keys.INBOX_GROUP, own, idle_ms],
+            )
+        )
+
+    async def records_of(self, thread: ThreadKey, event_id: str) -> list[str]:
+        """The fields of ``thread``'s sent hash that belong to ``event_id`` (its reply
+        parts ``<id>:<n>``, notices and start record ``<id>#...``)."""
+        raw = cast(list[bytes], await self.redis.hkeys(keys.sent(thread)))
+        fields = (f.decode() for f in raw)
+        return [
+            f
+            for f in fields
+            if f.startswith(event_id) and f[len(event_id) : len(event_id) + 1] in (":", "#")
+        ]
+
+    async def active_threads(self, start: int = 0, limit: int = 200) -> list[ThreadKey]:
+        """Threads of the active index, oldest first, from position ``start``."""
+        raw = cast(
+            list[bytes], await self.redis.zrange(keys.ACTIVE_THREADS, start, start + limit - 1)
+        )
         out = []
         for r in raw:
             try:
                 out.append(ThreadKey.parse(r.decode()))
             except ValueError:
                 await self.redis.zrem(keys.ACTIVE_THREADS, r)
+        return out
+
+    async def unlocked_active(
+        self, skip: Callable[[ThreadKey], bool], *, page: int = 500, most: int = 50_000
+    ) -> list[ThreadKey]:
+        """Threads of the active index whose lock nobody holds (their worker died),
+        reading the whole index a page at a time (up to ``most``): one round trip of
+        EXISTS per page, so a busy index of live workers' threads costs no writes.
+        ``skip``: threads not to look at (running here)."""
+        out: list[ThreadKey] = []
+        for start in range(0, most, page):
+            threads = await self.active_threads(start, page)
+            look = [t for t in threads if not skip(t)]
+            if look:
+                held = await roundtrip(self.redis, [("EXISTS", keys.lock(t)) for t in look])
+                raise_first(held)
+                out += [t for t, h in zip(look, held, strict=True) if not h]
+            if len(threads) < page:
+                break
         return out
 
     async def deactivate(self, thread: ThreadKey) -> None:

@@ -30,6 +30,8 @@ import contextlib
 import fcntl
 import hashlib
 import logging
+import os
+import secrets
 import signal
 import socket
 import tempfile
@@ -146,7 +148,8 @@ class EmbeddedValkey:
     def _check_dir(self) -> None:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.data_dir / ".write-test"
+            # one probe per process: two starting at once must not remove each other's
+            probe = self.data_dir / f".write-test-{os.getpid()}-{secrets.token_hex(4)}"
             probe.write_text("ok")
             probe.unlink()
         except OSError as exc:

@@ -6,11 +6,15 @@ from __future__ import annotations
 # ARGV: claim ttl seconds, stream maxlen, event json, counter ttl seconds
 # Claim the event id for 24 h, number the event in its thread's arrival order
 # and publish it, atomically: all of it happens or none (a duplicate returns 0
-# and publishes nothing).  Returns the event's arrival number.
+# and publishes nothing).  Returns the event's arrival number, or -1 when the
+# stream holds maxlen entries (nothing claimed: the platform is told to retry).
+# Nothing is ever trimmed here: only TRIM_ACKED removes entries, acknowledged ones.
 INGEST = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[2]) then return -1 end
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
 local n = redis.call('INCR', KEYS[3])
-local ok = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[3], 's', n)
+local ok = redis.pcall('XADD', KEYS[2], '*', 'e', ARGV[3], 's', n)
 if type(ok) == 'table' and ok.err then
   redis.call('DEL', KEYS[1])  -- Lua does not roll back: release the claim ourselves
   redis.call('DECR', KEYS[3])
@@ -18,6 +22,59 @@ if type(ok) == 'table' and ok.err then
 end
 redis.call('EXPIRE', KEYS[3], ARGV[4])
 return n
+"""
+
+
+# KEYS: inbox stream ; ARGV: consumer group
+# Deletes the entries every consumer is done with: those before the oldest one
+# still pending, or, with none pending, up to the last one delivered.  Entries
+# not yet read or not yet acknowledged are never touched.  Returns how many went.
+TRIM_ACKED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local last = nil
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, delivered
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1] end
+    if g[i] == 'last-delivered-id' then delivered = g[i + 1] end
+  end
+  if name == ARGV[1] then last = delivered end
+end
+if not last then return 0 end
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
+local keep
+if pending[1] > 0 then
+  keep = pending[2]
+else
+  local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+  if not ms then return 0 end
+  keep = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', keep)
+"""
+
+
+# KEYS: inbox stream ; ARGV: consumer group, this consumer ('' = none), min idle ms
+# Removes from the group the consumers with nothing pending that are this one (a
+# clean stop) or idle that long (a process that stopped or died).  A consumer with
+# nothing pending holds nothing: XREADGROUP makes one again if it is still alive.
+# Returns how many went.
+DROP_CONSUMERS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local dropped = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local name, pending, idle
+  for i = 1, #c, 2 do
+    if c[i] == 'name' then name = c[i + 1] end
+    if c[i] == 'pending' then pending = c[i + 1] end
+    if c[i] == 'idle' then idle = c[i + 1] end
+  end
+  if pending == 0 and (name == ARGV[2] or idle >= tonumber(ARGV[3])) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    dropped = dropped + 1
+  end
+end
+return dropped
 """
 
 

@@ -246,3 +246,42 @@ async def test_the_watch_takes_a_busy_server_for_a_running_one(
         for conn in held:
             conn.close()
         valkey.socket_path.unlink(missing_ok=True)
+
+
+_CHECK_DIR_LOOP = """
+import sys
+from pathlib import Path
+from agent_core.errors import ConfigError
+from agent_core.store.embedded import EmbeddedValkey
+e = EmbeddedValkey(Path(sys.argv[1]))
+bad = 0
+for _ in range(1000):
+    try:
+        e._check_dir()  # what start() runs first, before any lock (EmbeddedValkey._join)
+    except ConfigError as exc:
+        bad += 1
+        msg = exc.problems[0]
+print(bad, msg if bad else "")
+"""
+
+
+def test_two_processes_starting_on_one_data_dir_do_not_fail_each_other(tmp_path: Path) -> None:
+    """`parley run web` and `parley run worker` started together on one
+    PARLEY_DATA_DIR each probe the directory before taking the lock: with one probe
+    file for both, one could remove the other's and exit with 'cannot write to'."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHECK_DIR_LOOP, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(o.startswith("0 ") or o == "0" for o in outs), outs
