@@ -147,7 +147,9 @@ class BudgetGuard:
 
 @dataclass
 class Bill:
-    """What a metered call really cost (set once the answer is in; 0 if it failed)."""
+    """What a metered call really cost: set once the answer is in; for a call cut off
+    by /interrupt or a timeout, an estimate (the prompt, and 4 characters a token of
+    what streamed); 0 if it failed (a refused request is not billed)."""
 
     cost_usd: float = 0.0
 

@@ -9,6 +9,7 @@ session changes are saved by the worker's completion script.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -316,6 +317,18 @@ async def _model(ctx: CommandContext, args: str) -> str:
         note = ctx.agent.check_window(name)
     except ConfigError as exc:
         return f"Can't switch: {exc.problems[0]}"
+    try:
+        models = await asyncio.wait_for(ctx.agent.llm.list_models(), 10)
+    except Exception:
+        models = []  # the provider cannot say: taken as given
+    if models and name not in models:
+        close = difflib.get_close_matches(name, models, n=3)
+        hint = ", ".join(f"`{m}`" for m in close)
+        return (
+            f"Can't switch: `{name}` is not one of the provider's models"
+            + (f" (did you mean {hint}?)" if hint else "")
+            + ". Send /model for the list."
+        )
     ctx.session.model = name
     return f"Switched this conversation to `{name}`." + (f" ({note})" if note else "")
 

@@ -53,6 +53,10 @@ MAX_EDGE = 1568  # the long side the model APIs scale larger images down to anyw
 MAX_PIXELS = 60_000_000
 MAX_PIXELS_FULL_DECODE = 16_000_000
 MAX_SIDE = 8000  # longer sides are refused by the model APIs: scaled down here
+# All photos of one message, as base64: one request must stay under Anthropic's
+# 32 MB (OpenAI's is larger), text and tools included.  Past it the largest photos
+# are sent smaller (a JPEG of MAX_EDGE), and what still does not fit is not shown.
+MESSAGE_MAX_B64 = 20_000_000
 FETCH_DEADLINE_SECS = 30.0  # all photos of one message (waiting for the budget included)
 BUSY = "not downloaded in time (the bot is busy with other files)"
 # One decoding thread per process, apart from the default executor (which also
@@ -97,6 +101,51 @@ def prepare(data: bytes) -> tuple[str, bytes] | str:
     if mime != "image/gif" and len(data) <= SEND_MAX_BYTES and max(width, height) <= MAX_SIDE:
         return mime, data
     return _reencode(data, mime)
+
+
+def _smaller(data: bytes) -> tuple[str, bytes] | str:
+    """A JPEG of at most MAX_EDGE on its long side (transparency on white)."""
+    try:
+        with Image.open(io.BytesIO(data)) as src:
+            src.draft("RGB", (MAX_EDGE, MAX_EDGE))
+            im: Image.Image = ImageOps.exif_transpose(src)
+            im.thumbnail((MAX_EDGE, MAX_EDGE))
+            rgba = im.convert("RGBA")
+            flat = Image.new("RGB", rgba.size, "white")
+            flat.paste(rgba, mask=rgba.getchannel("A"))
+            out = io.BytesIO()
+            flat.save(out, "JPEG", quality=80)
+    except Exception as exc:  # Pillow raises OSError, ValueError, even SyntaxError
+        log.info("image not readable: %s: %s", type(exc).__name__, exc)
+        return "could not be read as an image"
+    return "image/jpeg", out.getvalue()
+
+
+async def _fit(named: list[tuple[str, ImagePart]]) -> tuple[list[ImagePart], list[str]]:
+    """The photos of one message within MESSAGE_MAX_B64 together: the largest made
+    smaller first; what still does not fit is named as not shown."""
+    total = sum(len(p.data_b64) for _, p in named)
+    parts = [p for _, p in named]
+    for i in sorted(range(len(named)), key=lambda k: -len(parts[k].data_b64)):
+        if total <= MESSAGE_MAX_B64:
+            break
+        raw = base64.b64decode(parts[i].data_b64)
+        ready = await asyncio.wrap_future(_DECODER.submit(_smaller, raw))
+        if isinstance(ready, tuple):
+            small = ImagePart(ready[0], base64.b64encode(ready[1]).decode())
+            if len(small.data_b64) < len(parts[i].data_b64):
+                total += len(small.data_b64) - len(parts[i].data_b64)
+                parts[i] = small
+    kept: list[ImagePart] = []
+    missing: list[str] = []
+    used = 0
+    for (name, _), p in zip(named, parts, strict=True):
+        if used + len(p.data_b64) > MESSAGE_MAX_B64:
+            missing.append(f"{name}: not shown (the photos of one message are too large together)")
+            continue
+        used += len(p.data_b64)
+        kept.append(p)
+    return kept, missing
 
 
 def _reencode(data: bytes, mime: str) -> tuple[str, bytes] | str:
@@ -172,7 +221,7 @@ async def fetch_images(
         for a, h in zip(pics, holds, strict=True)
     ]
     await asyncio.wait(tasks, timeout=FETCH_DEADLINE_SECS)
-    out: list[ImagePart] = []
+    shown: list[tuple[str, ImagePart]] = []
     missing: list[str] = []
     for a, h, t in zip(pics, holds, tasks, strict=True):
         if not t.done():
@@ -185,7 +234,8 @@ async def fetch_images(
             log.warning("[%s] photo %s not prepared", where, a.name, exc_info=t.exception())
             missing.append(f"{a.name or '(unnamed)'}: could not be read as an image")
         elif isinstance(result := t.result(), ImagePart):
-            out.append(result)
+            shown.append((a.name or "(unnamed)", result))
         else:
             missing.append(result)
-    return tuple(out), missing
+    out, too_much = await _fit(shown)
+    return tuple(out), missing + too_much

@@ -39,12 +39,16 @@ POLL_SECS = 0.5
 BATCH = 500  # flags read per round trip
 
 
-def flag_is_newer(raw: bytes | None, since_ms: int) -> bool:
-    """``{thread}:interrupt`` holds a time at or after ``since_ms`` ("x": consumed)."""
+def flag_is_newer(
+    raw: bytes | None, since_ms: int, may: Callable[[str], bool] = lambda _user: True
+) -> bool:
+    """``{thread}:interrupt`` holds ``<ms>|<sender>`` ("x": consumed) at or after
+    ``since_ms``, set by someone ``may`` accepts (a bare ``<ms>`` names nobody)."""
     if not raw:
         return False
+    at, _, user = raw.decode(errors="replace").partition("|")
     try:
-        return int(raw) >= since_ms
+        return int(at) >= since_ms and may(user)
     except ValueError:
         return False
 
@@ -74,8 +78,10 @@ def interrupt_filter(redis: Redis) -> InboundFilter:
             ],
         )
         if busy and not seen:
-            now = int(time.time() * 1000)
-            await redis.set(keys.interrupt(event.thread), now, px=FLAG_TTL_MS)
+            # who asked goes with it: the running turn stops only for its own person
+            # or an approver (stopping a turn is deciding it, like cancelling one)
+            flag = f"{int(time.time() * 1000)}|{event.qualified_user}"
+            await redis.set(keys.interrupt(event.thread), flag, px=FLAG_TTL_MS)
         return None
 
     return flag_interrupt
@@ -88,6 +94,7 @@ class Watch:
     key: str
     since_ms: int
     lost: Callable[[], bool]
+    may: Callable[[str], bool] = lambda _user: True  # whose /interrupt stops it
     fired: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -108,8 +115,14 @@ class InterruptWatch:
         self.watches: set[Watch] = set()
         self._task: asyncio.Task[None] | None = None
 
-    def watch(self, key: str, since_ms: int, lost: Callable[[], bool]) -> Watch:
-        w = Watch(key, since_ms, lost)
+    def watch(
+        self,
+        key: str,
+        since_ms: int,
+        lost: Callable[[], bool],
+        may: Callable[[str], bool] = lambda _user: True,
+    ) -> Watch:
+        w = Watch(key, since_ms, lost, may)
         self.watches.add(w)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="interrupt watch")
@@ -143,5 +156,5 @@ class InterruptWatch:
             for k, r in zip(chunk, replies, strict=True):
                 flags[k] = r if isinstance(r, bytes) else None
         for w in waiting:
-            if flag_is_newer(flags.get(w.key), w.since_ms):
+            if flag_is_newer(flags.get(w.key), w.since_ms, w.may):
                 w.fire()

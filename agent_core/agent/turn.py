@@ -392,7 +392,14 @@ class Turn:
         except llm_errors.LLMError as exc:
             log.warning("[%s] LLM call failed: %s: %s", self.thread, type(exc).__name__, exc)
             await self._stop_streaming("_(cut off)_")  # a partial answer is final, marked
-            await self.say_notice(friendly_llm_error(exc))
+            if isinstance(exc, llm_errors.ModelNotAvailable) and self.session.model:
+                # the model this conversation chose with /model, not the operator's
+                await self.say_notice(
+                    f"The model `{self.session.model}` chosen with /model is not available. "
+                    "Send `/model default` to go back to the default, or `/model` for the list."
+                )
+            else:
+                await self.say_notice(friendly_llm_error(exc))
             outcome = Stopped("llm-error")
         if not isinstance(outcome, NeedApproval):
             repair_history(history)  # a stop mid-round leaves no call without a result
@@ -425,6 +432,11 @@ class Turn:
                 await reply.finish((reply.text + "\n\n" + tail).strip())
 
     # -- interrupt -------------------------------------------------------------
+    def may_stop(self, user: str) -> bool:
+        """Whose /interrupt stops this turn: its own person's, or an approver's (in a
+        group, anyone else's waits for its own turn, where access rules apply)."""
+        return not user or user == self.user or user in self.agent.approver_ids
+
     async def _consume_interrupt(self) -> None:
         with contextlib.suppress(Exception):
             await self.agent.redis.set(keys.interrupt(self.thread), b"x", ex=600)
@@ -435,7 +447,7 @@ class Turn:
         0.5 s, for all waiting turns at once)."""
         task = asyncio.ensure_future(aw)
         watch = self.agent.interrupts.watch(
-            keys.interrupt(self.thread), self.started_ms, lambda: self.guard.lost
+            keys.interrupt(self.thread), self.started_ms, lambda: self.guard.lost, self.may_stop
         )
         either: set[asyncio.Future[Any]] = {task, watch.fired}
         try:
@@ -473,7 +485,7 @@ class Turn:
                 raw, flag = await pipe.execute()
             arrived = [InboundEvent.from_json(r) for r in raw]
             self.state.mailbox.extend(arrived)
-            if flag_is_newer(flag, self.started_ms):
+            if flag_is_newer(flag, self.started_ms, self.may_stop):
                 raise Interrupted()
         if first and self.head is not None and self.head.batch:
             arrived = [*arrived, *await self._rest_of_batch(self.head, arrived)]
@@ -484,7 +496,12 @@ class Turn:
             last = ev.seq or last
             synthetic = ev.event_id.startswith(SYNTHETIC_PREFIXES)
             if ev.kind in (EventKind.ACTION, EventKind.MOVED) or synthetic or is_command(ev.text):
-                if ev.kind != EventKind.ACTION and not synthetic and is_interrupt(ev.text):
+                if (
+                    ev.kind != EventKind.ACTION
+                    and not synthetic
+                    and is_interrupt(ev.text)
+                    and self.may_stop(ev.qualified_user)
+                ):
                     raise Interrupted()
                 # commands, button presses, moves and routine runs wait for their own turn
                 break
@@ -597,7 +614,17 @@ class Turn:
             + OUTPUT_ALLOWANCE_TOKENS * info.output_cost_per_token
         )
         async with self.meter().call(est_usd) as bill:
-            final = await self.interruptible(self._stream(request))
+            try:
+                final = await self.interruptible(self._stream(request))
+            except (Interrupted, asyncio.CancelledError):
+                # Cut off (/interrupt, the turn's timeout): the provider had the whole
+                # prompt and bills what it streamed, so the budgets count an estimate.
+                streamed = len(self._reply.text) if self._reply is not None else 0
+                bill.cost_usd = (
+                    est_in * info.input_cost_per_token + (streamed / 4) * info.output_cost_per_token
+                )
+                self.session.cost_usd += bill.cost_usd
+                raise
             bill.cost_usd = cost = self._price(final, info).cost(final.usage)
         self.session.usage = self.session.usage + final.usage
         self.session.cost_usd += cost

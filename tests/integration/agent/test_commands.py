@@ -103,6 +103,11 @@ async def test_new_and_clear_forget_and_cancel_a_pending_approval(world: Any) ->
 
 async def test_model_switch_is_per_session(world: Any) -> None:
     w = world(echo())
+
+    async def listed() -> list[str]:
+        return ["fn-model", "other-model"]
+
+    w.model.list_models = listed  # a provider with two models
     await w.start()
     assert "Switched" in await say(w, "/model other-model")
     await say(w, "hi")

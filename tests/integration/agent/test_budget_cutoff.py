@@ -1,0 +1,34 @@
+"""A model call cut off by /interrupt is still booked against the budgets (the
+provider bills it): an estimate of its prompt and of what it streamed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agent_core.agent.budget import BudgetGuard
+from agent_core.agent.interrupt import interrupt_filter
+from agent_core.events import ThreadKey
+from agent_core.llm.base import Completion, ModelInfo
+from tests.integration.agent.conftest import FnModel, user_event
+
+
+async def test_interrupted_model_calls_still_count_against_the_budget(world: Any) -> None:
+    T = ThreadKey("telegram", "bot", "dm-budget")
+    info = ModelInfo("p", input_cost_per_token=0.001, output_cost_per_token=0.001)
+    model = FnModel(lambda req: Completion("a long answer"), info, delay=3.0)
+    w = world(model, user_daily_budget_usd=5.0, daily_budget_usd=5.0)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await w.start()
+    for i in range(3):
+        await w.send(user_event(T, f"write me a long essay, number {i} " + "please " * 20))
+        await asyncio.sleep(0.6)  # the model call is under way
+        await w.send(user_event(T, "/interrupt"))
+        await w.settle(T, timeout=15)
+    assert len(model.requests) == 3  # three calls reached the provider
+    assert sum("Stopped" in t for t in w.texts(T)) == 3, w.texts(T)
+    spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
+    # each prompt is some tens of tokens at $0.001 a token
+    assert 3 * 0.02 < spend.user_usd < 3 * 0.5, spend
+    assert spend.day_usd == spend.user_usd
+    assert (await w.session(T)).cost_usd == spend.user_usd
