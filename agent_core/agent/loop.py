@@ -79,6 +79,11 @@ class LoopDelegate(Protocol):
         """The model answered with text and no tool calls: deliver it."""
         ...
 
+    async def keep_streamed(self, completion: Completion) -> None:
+        """A call's text that is no answer (the model was nudged): if part of it was
+        already shown, show it whole; post nothing new."""
+        ...
+
     async def execute_tool_calls(self, calls: Sequence[ToolCall]) -> ToolRound: ...
 
     async def after_iteration(self, iteration: int) -> None: ...
@@ -149,8 +154,8 @@ async def run_loop(
                 nudges += 1
                 history.append(ChatMessage("assistant", completion.text))
                 history.append(ChatMessage("user", NUDGE))
-                # its text was streamed: shown whole, like the text before a tool call
-                await delegate.handle_text(completion)
+                # what of it was streamed is kept whole, like the text before a call
+                await delegate.keep_streamed(completion)
                 await delegate.after_iteration(iteration)
                 continue
             history.append(ChatMessage("assistant", completion.text))

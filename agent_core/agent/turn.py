@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Sequence
@@ -93,6 +94,9 @@ OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost gu
 # has arrived for BATCH_QUIET seconds (at most BATCH_MAX after the first item).
 BATCH_QUIET = 0.5
 BATCH_MAX = 3.0
+
+
+HELD_SUFFIX = "~held"  # a held message queued again for a turn of its own
 
 
 class Turn:
@@ -326,6 +330,20 @@ class Turn:
         (their photos included, like any message's; notes as Parley's own words)."""
         held = [InboundEvent.from_dict(d) for d in self.session.held]
         self.session.held = []
+        # Another person's message kept meanwhile is not this turn's: it goes back to
+        # the thread's mailbox (under a derived id: a rerun queues it once) and gets a
+        # turn of its own after this one, whose tools then act for its sender.
+        others = [
+            e
+            for e in held
+            if self.user and e.kind != EventKind.NOTE and e.qualified_user != self.user
+        ]
+        if others:
+            await self.agent.delivery.handoff(
+                [(b"", dataclasses.replace(e, event_id=e.event_id + HELD_SUFFIX)) for e in others],
+                self.guard.owner,
+            )
+            held = [e for e in held if e not in others]
 
         async def one(e: InboundEvent) -> ChatMessage:
             if e.kind == EventKind.NOTE:
@@ -674,6 +692,10 @@ class Turn:
             await self.writer.say(OutboundMessage(text))
         else:
             await reply.finish(text)
+
+    async def keep_streamed(self, completion: Completion) -> None:
+        if self._reply is not None and self._reply.ref is not None:
+            await self._reply.finish(completion.text.strip() or None)
 
     async def after_iteration(self, iteration: int) -> None:
         self.iteration = iteration

@@ -72,19 +72,40 @@ def null_as_absent(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[st
             return True
         return any(allows_null(b) for b in node.get("anyOf", ()) if isinstance(b, dict))
 
-    def walk(value: dict[str, Any], node: Any) -> dict[str, Any]:
+    def shape(node: Any, kind: str) -> Any:
+        """``node`` itself, or its ``anyOf`` branch, that is an object / an array
+        (``Model | None`` is ``anyOf: [{$ref}, {type: null}]``)."""
         node = resolve(node)
-        props = node.get("properties", {}) if isinstance(node, dict) else {}
-        required = set(node.get("required", ())) if isinstance(node, dict) else set()
+        if not isinstance(node, dict):
+            return None
+        if node.get("type") == kind or (kind == "object" and "properties" in node):
+            return node
+        for branch in node.get("anyOf", ()):
+            found = shape(branch, kind)
+            if found is not None:
+                return found
+        return None
+
+    def value_of(v: Any, node: Any) -> Any:
+        if isinstance(v, dict) and (obj := shape(node, "object")) is not None:
+            return walk(v, obj)
+        if isinstance(v, list) and (arr := shape(node, "array")) is not None:
+            return [value_of(item, arr.get("items")) for item in v]
+        return v
+
+    def walk(value: dict[str, Any], node: Any) -> dict[str, Any]:
+        props = node.get("properties", {})
+        required = set(node.get("required", ()))
         out: dict[str, Any] = {}
         for k, v in value.items():
             sub = props.get(k)
             if v is None and sub is not None and k not in required and not allows_null(sub):
                 continue
-            out[k] = walk(v, sub) if isinstance(v, dict) and sub is not None else v
+            out[k] = value_of(v, sub) if sub is not None else v
         return out
 
-    return walk(arguments, schema)
+    root = shape(schema, "object")
+    return walk(arguments, root) if root is not None else arguments
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,12 @@ if pending[1] > 0 then
 else
   local ms, seq = string.match(last, '^(%d+)-(%d+)$')
   if not ms then return 0 end
-  keep = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+  local n = tonumber(seq)
+  if n < 2 ^ 53 then
+    keep = ms .. '-' .. string.format('%d', n + 1)
+  else  -- past exact doubles: keep the last delivered one too (harmless)
+    keep = last
+  end
 end
 return redis.call('XTRIM', KEYS[1], 'MINID', keep)
 """

@@ -67,7 +67,7 @@ _MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"}
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
 _TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
-_RESPONSE_URL_FINAL_USES = 4  # of a response_url's 5: the preview took one
+_RESPONSE_URL_USES = 5  # posts Slack takes through one response_url (in 30 minutes)
 _CUT_NOTE = (
     "_(The rest did not fit: Slack lets me answer privately only a few times. "
     "Invite me to this channel, or ask me in a direct message, for long answers.)_"
@@ -113,6 +113,7 @@ class SlackOutbox:
             retry_handlers=[SafeConnectionErrorRetryHandler()],
         )
         self._previews_quiet_until = 0.0
+        self._ru_uses: dict[str, int] = {}  # posts made through each response_url
         self.pacer = pacer
         self.state = state
         self.session = session
@@ -206,17 +207,22 @@ class SlackOutbox:
             raise SendUnconfirmed(f"Slack response_url: HTTP {resp.status_code}")
         if resp.status_code >= 300:
             raise SendFailed(f"Slack response_url: HTTP {resp.status_code}")
+        if len(self._ru_uses) > _MEMO_MAX:
+            self._ru_uses.clear()
+        self._ru_uses[ref_extra] = self._ru_uses.get(ref_extra, 0) + 1
+
+    def _within_uses(self, ref_extra: str, posts: list[SlackPost]) -> list[SlackPost]:
+        """``posts`` cut to the uses this response_url has left (counted in this
+        process), the last one saying the answer stops there."""
+        room = max(1, _RESPONSE_URL_USES - self._ru_uses.get(ref_extra, 0))
+        if len(posts) <= room:
+            return posts
+        return [*posts[: room - 1], _cut_note(posts[room - 1])]
 
     async def _respond_all(self, ref_extra: str, posts: list[SlackPost]) -> None:
         """The final text of a streamed private answer: the first message replaces
-        the preview, the rest follow.  A response_url takes 5 uses (the preview had
-        one): past the fourth message the answer is cut, and says so."""
-        if len(posts) > _RESPONSE_URL_FINAL_USES:
-            posts = [
-                *posts[: _RESPONSE_URL_FINAL_USES - 1],
-                _cut_note(posts[_RESPONSE_URL_FINAL_USES - 1]),
-            ]
-        for i, post in enumerate(posts):
+        the preview, the rest follow, within the response_url's uses."""
+        for i, post in enumerate(self._within_uses(ref_extra, posts)):
             await self._respond(ref_extra, post, replace=i == 0)
 
     async def find_part(
@@ -268,7 +274,7 @@ class SlackOutbox:
             extra = reply_to.extra if reply_to is not None else ""
             if error in _NOT_MEMBER and extra.startswith(RESPONSE_URL_PREFIX):
                 # /parley used where the bot is not a member: answer privately
-                for post in render(message):
+                for post in self._within_uses(extra, render(message)):
                     await self._respond(extra, post, replace=False)
                     wire_created()  # partly shown: a failure of the rest keeps the claim
                 return MessageRef(CHANNEL, channel, "", thread=thread.thread, extra=extra)

@@ -67,3 +67,20 @@ async def test_trim_keeps_everything_unread_or_unacknowledged(redis_clients: Red
     assert await delivery.trim_acked() == 10
     rest = await delivery.read("w1", count=100, block_ms=10)
     assert [ev.event_id for _eid, ev in rest if ev is not None] == [f"ev{i}" for i in range(10, 30)]
+
+
+async def test_trim_after_an_entry_with_the_top_sequence_number(
+    redis_clients: RedisClients,
+) -> None:
+    # an explicit id with the largest sequence: the next id cannot be written as
+    # ms-(seq+1); the sweeper's trim (the first thing it does) must not fail on it
+    r = redis_clients.redis
+    delivery = Delivery(r, redis_clients.blocking)
+    await delivery.ensure_group()
+    await r.xadd(keys.INBOX_STREAM, {"e": "x"}, id="4-0")
+    top = "5-18446744073709551615"
+    await r.xadd(keys.INBOX_STREAM, {"e": "x"}, id=top)
+    read = await r.xreadgroup(keys.INBOX_GROUP, "c", {keys.INBOX_STREAM: ">"})
+    await r.xack(keys.INBOX_STREAM, keys.INBOX_GROUP, "4-0", top)
+    assert len(read[0][1]) == 2
+    assert await delivery.trim_acked() == 1  # the last delivered one is kept

@@ -43,3 +43,39 @@ async def test_another_persons_message_mid_turn_gets_a_turn_and_notes_of_its_own
     assert "4321" not in said, f"Bob was shown Alice's notes:\n{said}"
     assert w.texts(group)[-1] == "answer: no notes"  # his recall read his own notes
     assert await w.redis.hgetall(keys.user_notes("telegram:bob")) == {}
+
+
+async def test_another_persons_message_held_during_an_approval_gets_its_own_turn(
+    world: Any,
+) -> None:
+    from agent_core.events import EventKind
+    from agent_core.llm.base import ChatMessage, CompletionRequest, ToolCall
+
+    def rule(req: CompletionRequest) -> Completion:
+        msgs: list[ChatMessage] = list(req.messages)
+        tools = [m for m in msgs if m.role == "tool"]
+        last = msgs[-1]
+        if last.role == "user" and "count it" in last.content:
+            return Completion("", tool_calls=(ToolCall("c1", "counter", {"label": "x"}),))
+        if last.role == "user" and "remember about me" in last.content:
+            return Completion("", tool_calls=(ToolCall("c2", "recall", {}),))
+        return Completion("answer: " + (tools[-1].content if tools else "-"))
+
+    w = world(FnModel(rule), group_reply="all")
+    await w.redis.hset(keys.user_notes("telegram:alice"), "a1", "Alice's bank PIN is 4321")
+    await w.start()
+    group = ThreadKey("telegram", "bot1", "-500")
+    await w.send(user_event(group, "count it", user="alice", is_direct=False))
+    await w.settle(group)
+    aid = w.prompts(group)[0].message.buttons[0].payload.split(":")[1]
+    # Bob writes while Alice's approval waits: his message is held
+    await w.send(user_event(group, "what do you remember about me?", user="bob", is_direct=False))
+    await w.settle(group)
+    await w.send(
+        user_event(group, "", "alice", kind=EventKind.ACTION, token=f"ap:{aid}:a", is_direct=False)
+    )
+    await w.settle(group, timeout=15)
+    said = w.texts(group)
+    assert "4321" not in "\n".join(said), f"Bob was shown Alice's notes:\n{said}"
+    assert said[-1] == "answer: no notes"  # his own turn, his own (empty) notes
+    assert await w.counter() == 1

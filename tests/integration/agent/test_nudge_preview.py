@@ -39,3 +39,14 @@ async def test_nudged_answer_is_not_left_as_a_truncated_preview(world: Any) -> N
     assert all(
         t in ("I'll use the current_time tool to check that for you.", "It is noon.") for t in shown
     ), shown
+
+
+async def test_a_nudged_answer_is_not_posted_where_nothing_streamed(world: Any) -> None:
+    answers = iter(["I'll use the current_time tool to check that for you.", "It is noon."])
+    w = world(PiecesModel(lambda req: Completion(next(answers))))
+    assert w.outbox.stream_interval is None  # a channel that does not stream
+    await w.start()
+    t = ThreadKey("web", "local", "nudge-no-stream")
+    await w.send(user_event(t, "what time is it?"))
+    await w.settle(t)
+    assert w.texts(t) == ["It is noon."]

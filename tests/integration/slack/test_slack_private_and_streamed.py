@@ -7,7 +7,11 @@ import asyncio
 
 from redis.asyncio import Redis
 
+from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
+from agent_core.store import keys
+from agent_core.store.client import RedisClients
+from agent_core.store.delivery import Delivery
 from agent_core.store.pacing import Pacer
 from channels.slack.channel import SlackChannel
 from channels.slack.client import channel_pace
@@ -69,3 +73,25 @@ async def test_a_rate_limited_streamed_edit_is_skipped_not_waited_out(
     # the final edit is never skipped
     await outbox.edit(ref, OutboundMessage("Hello world, and the rest."))
     assert fake_slack.thread("C5", root)[-1].text == "Hello world, and the rest."
+
+
+async def test_a_streamed_private_answer_through_a_turns_reply_writer_is_capped(
+    fake_slack: FakeSlack, slack: SlackChannel, redis_clients: RedisClients
+) -> None:
+    """The path a turn takes: the preview's ref has no message id, so the answer is
+    sent anew (not an edit) and must stay within the uses too."""
+    fake_slack.not_member.add("C9")
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    thread = ThreadKey("slack", TEAM, "C9", "")
+    await redis_clients.redis.set(keys.lock(thread), "w1")
+    reply_to = MessageRef("slack", "C9", "", extra="ru:" + fake_slack.response_url())
+    writer = ReplyWriter(
+        slack.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1"), reply_to=reply_to
+    )
+    stream = writer.stream()
+    await stream.feed("Here")  # the preview: the response_url's first use
+    await stream.finish(_paragraphs(30))  # ~8 Slack messages
+    shown = [str(r["text"]) for r in fake_slack.responses]
+    assert len(shown) == 5
+    assert "Paragraph 0:" in shown[1]
+    assert "The rest did not fit" in shown[-1]
