@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -60,24 +61,27 @@ def is_secret(field: FieldInfo) -> bool:
     )
 
 
-def _dotenv_values(source: PydanticBaseSettingsSource, needle: str) -> dict[str, str]:
-    """The non-empty variables of the ``.env`` file(s) ``source`` reads, names
-    upper-cased; only a file that contains ``needle`` is parsed (python-dotenv warns
-    about a bad line at each parse, and the source itself parsed it already)."""
+def _dotenv_raw(
+    source: PydanticBaseSettingsSource, needles: Iterable[str]
+) -> dict[str, str | None]:
+    """The variables of the ``.env`` file(s) ``source`` reads, names upper-cased;
+    only a file whose text holds one of ``needles`` (lower case) is parsed again
+    (python-dotenv warns about a bad line at each parse, and the source parsed it)."""
     files = getattr(source, "env_file", None)
     if files is None:
         return {}
-    out: dict[str, str] = {}
+    wanted = list(needles)
+    out: dict[str, str | None] = {}
     for f in [files] if isinstance(files, str | os.PathLike) else files:
         path = Path(f).expanduser()
         try:
             text = path.read_text(errors="replace").lower() if path.is_file() else ""
         except OSError:
             continue
-        if needle in text:
+        if any(n in text for n in wanted):
             encoding = getattr(source, "env_file_encoding", None) or "utf-8"
             found = dotenv_values(path, encoding=encoding)
-            out.update({k.upper(): v for k, v in found.items() if v})
+            out.update({k.upper(): v for k, v in found.items()})
     return out
 
 
@@ -102,7 +106,11 @@ class SecretFileSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         env = _environ()
-        names = env if self.dotenv is None else _dotenv_values(self.dotenv, "_file")
+        names = (
+            env
+            if self.dotenv is None
+            else {k: v for k, v in _dotenv_raw(self.dotenv, ["_file"]).items() if v}
+        )
         for name, field in self.settings_cls.model_fields.items():
             if not is_secret(field):
                 continue
@@ -135,21 +143,8 @@ def _kept_empty(source: PydanticBaseSettingsSource) -> None:
     names = {n for n in source.settings_cls.model_fields if n.upper() in KEEP_EMPTY}
     if not names:
         return
-    raw: dict[str, str | None] = {}
     if isinstance(source, DotEnvSettingsSource):
-        files = source.env_file
-        if files is None:
-            return
-        for f in [files] if isinstance(files, str | os.PathLike) else files:
-            path = Path(f).expanduser()
-            try:
-                text = path.read_text(errors="replace").lower() if path.is_file() else ""
-            except OSError:
-                continue
-            # parse again only a file that names one (python-dotenv warns at each parse)
-            if any(n in text for n in names):
-                found = dotenv_values(path, encoding=source.env_file_encoding or "utf-8")
-                raw.update({k.lower(): v for k, v in found.items()})
+        raw = {k.lower(): v for k, v in _dotenv_raw(source, names).items()}
     else:
         raw = {k.lower(): v for k, v in os.environ.items()}
     kept = {k: "" for k, v in raw.items() if k in names and v == ""}

@@ -11,22 +11,12 @@ from zoneinfo import ZoneInfo
 
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion
-from agent_core.proactive.routines import Routine, RoutineStore, validate
+from agent_core.proactive.routines import RoutineStore
 from agent_core.proactive.runner import EventTriggers
 from agent_core.store import keys
 from tests.fakes.llm_servers import FakeClock
 from tests.integration.agent.conftest import FnModel, user_event
-
-
-def ts(s: str, tz: str) -> float:
-    return datetime.fromisoformat(s).replace(tzinfo=ZoneInfo(tz)).timestamp()
-
-
-async def add(store: RoutineStore, **kw: Any) -> Routine:
-    kw.setdefault("notify", "telegram:500")
-    r = validate(Routine(**kw))
-    assert await store.add(r)
-    return r
+from tests.integration.proactive.test_routine_edges import add, ts
 
 
 async def fires_through(p: Any, clock: FakeClock, end: float, tz: str) -> list[str]:
