@@ -161,15 +161,17 @@ async def pending_refusal(self: Turn, head: InboundEvent) -> str:
 
 
 async def cancel_pending(self: Turn, head: InboundEvent, why: str = "cancel") -> bool:
-    """Cancel the approval being waited for (/new, /clear, /undo, /interrupt)."""
+    """Cancel the approval being waited for (/new, /clear, /undo, /interrupt);
+    whether one was cancelled."""
     aid = self.session.pending_approval
     if self.session.state != ThreadState.AWAITING_APPROVAL or not aid:
         return False
     a = await self.agent.approvals.load(self.thread, aid)
     if a is not None and a.decision in ("approve", "always", "deny"):
         # decided by a turn that was given up: end the wait with what happened
+        # (nothing is cancelled, so the command does not say it was)
         await self.settle_given_up(a)
-        return True
+        return False
     if a is not None:
         by = head.user_name or head.user_id
         res = await self.agent.approvals.claim(

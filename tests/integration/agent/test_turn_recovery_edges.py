@@ -192,3 +192,4 @@ async def test_interrupt_after_a_given_up_decision_turn_keeps_the_real_result(
     s = await w.session(T)
     results = [m.content for m in s.history if m.role == "tool"]
     assert results == ["counted x -> 1"], results
+    assert "cancelled" not in w.texts(T)[-1]  # nothing was: it had been decided
