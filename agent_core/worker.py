@@ -513,11 +513,6 @@ class Worker:
         # threads this worker emptied that no other round trip has taken out of the
         # index yet (an idle worker): first, so the scan below does not pick them up
         await self.delivery.flush_index()
-        await self.delivery.trim_acked()  # the inbox keeps only what is unfinished
-        if time.monotonic() >= self._next_consumer_sweep:
-            # names of processes gone for 10 minutes that hold nothing
-            self._next_consumer_sweep = time.monotonic() + 60.0
-            await self.delivery.drop_consumers()
         entries = await self.delivery.reclaim(
             self.name, min_idle_ms=int(self.settings.reclaim_idle_secs * 1000)
         )
@@ -540,6 +535,15 @@ class Worker:
             if await self.delivery.try_lock(thread, self.owner):
                 self._spawn(thread)
                 n += 1
+        # Housekeeping last: recovery above never waits on it, nor fails with it.
+        try:
+            await self.delivery.trim_acked()  # the inbox keeps only what is unfinished
+            if time.monotonic() >= self._next_consumer_sweep:
+                # names of processes gone for 10 minutes that hold nothing
+                self._next_consumer_sweep = time.monotonic() + 60.0
+                await self.delivery.drop_consumers()
+        except ResponseError as exc:
+            log.warning("sweeper: inbox housekeeping refused: %s", exc)
         return n
 
     async def _sweep(self, stop: asyncio.Event) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -60,3 +62,15 @@ async def wait_client_ready(gw: Gateway, within: float = 10.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("discord gateway client never became ready")
         await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def ready_gateway(make: Callable[..., Gateway], **settings: Any) -> AsyncIterator[Gateway]:
+    """A gateway made with ``settings``, started and ready; halted afterwards."""
+    gw = make(**settings)
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        yield gw
+    finally:
+        await gw.halt()

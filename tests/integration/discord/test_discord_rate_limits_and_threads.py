@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from discord_harness import Gateway, wait_client_ready
+from discord_harness import Gateway, ready_gateway
 from redis.asyncio import Redis
 
 from agent_core.events import (
@@ -59,17 +59,12 @@ async def test_long_429_on_auto_thread_still_answers_the_mention(
     """'could not open a thread; answering in the channel': a thread-creation 429
     longer than DISCORD_MAX_RETRY_WAIT raises discord.RateLimited (not an
     HTTPException), which _auto_thread does not catch: the mention is dropped."""
-    gw = make_gateway(discord_auto_thread=True)
-    await gw.start()
-    try:
-        await wait_client_ready(gw)
+    async with ready_gateway(make_gateway, discord_auto_thread=True) as gw:
         fake_discord.rate_limit("POST", r"/threads$", 120.0)
         msg = await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
         await fake_discord.wait_call("POST", r"/threads$")
         (event,) = await gw.wait_published(1, within=3.0)
         assert event.event_id == msg["id"]
-    finally:
-        await gw.halt()
 
 
 # --- auto-thread names and catch-up ----------------------------------------------------
@@ -78,24 +73,16 @@ async def test_long_429_on_auto_thread_still_answers_the_mention(
 async def test_bare_mention_auto_thread_is_not_named_with_internal_text(
     make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
 ) -> None:
-    gw = make_gateway(discord_auto_thread=True)
-    await gw.start()
-    try:
-        await wait_client_ready(gw)
+    async with ready_gateway(make_gateway, discord_auto_thread=True):
         msg = await fake_discord.user_message(CHANNEL_ID, "", mention=True)  # "@Parley" alone
         (call,) = await fake_discord.wait_call("POST", rf"/messages/{msg['id']}/threads")
         assert call.json["name"] == "Parley", call.json["name"]
-    finally:
-        await gw.halt()
 
 
 async def test_auto_thread_channel_mention_missed_while_disconnected_is_caught_up(
     make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
 ) -> None:
-    gw = make_gateway(discord_auto_thread=True)
-    await gw.start()
-    try:
-        await wait_client_ready(gw)
+    async with ready_gateway(make_gateway, discord_auto_thread=True) as gw:
         await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
         await gw.wait_published(1)
         client = gw.channel.client
@@ -111,8 +98,6 @@ async def test_auto_thread_channel_mention_missed_while_disconnected_is_caught_u
         await asyncio.sleep(0.3)
         ids = [e.event_id for e in await gw.published()]
         assert missed["id"] in ids, "the mention said during the reconnect was never answered"
-    finally:
-        await gw.halt()
 
 
 async def test_429_on_one_interaction_follow_up_does_not_pause_the_whole_bot(
@@ -148,18 +133,15 @@ async def test_a_hung_thread_creation_does_not_hold_up_every_inbound_message(
     """DISCORD_HTTP_TIMEOUT ("seconds one REST call may take") is not applied to the
     gateway's own REST client: a thread creation whose answer never comes holds the
     single inbound consumer for aiohttp's 5 minutes, and every DM / mention waits."""
-    gw = make_gateway(discord_auto_thread=True, discord_http_timeout=1.0)
-    await gw.start()
-    try:
-        await wait_client_ready(gw)
+    async with ready_gateway(
+        make_gateway, discord_auto_thread=True, discord_http_timeout=1.0
+    ) as gw:
         fake_discord.stall["POST"] = 15.0  # the thread is made, its answer is late
         await fake_discord.user_message(CHANNEL_ID, "plan my trip", mention=True)
         await fake_discord.wait_call("POST", r"/threads$")
         dm = await fake_discord.user_message(DM_CHANNEL_ID, "are you there?")
         events = await gw.wait_published(2, within=5.0)
         assert dm["id"] in [e.event_id for e in events]
-    finally:
-        await gw.halt()
 
 
 async def test_one_long_429_during_catch_up_does_not_abandon_every_conversation(
