@@ -10,9 +10,9 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_core.events import OutboundMessage, ThreadKey
-from agent_core.store import keys
 from tests.browser.test_web_chat_browser import approvals_landed
 from tests.integration.conftest import free_port
+from tests.integration.inbox import ever_published
 
 pytestmark = pytest.mark.browser
 
@@ -73,7 +73,7 @@ async def test_another_sites_form_or_script_cannot_post_a_message(
     test_json_only_so_other_sites_cannot_post_forms shows the 415 with a cookie)."""
     async with served() as rt:
         page = await open_chat(base_of(rt))
-        before = await redis.xlen(keys.INBOX_STREAM)
+        before = await ever_published(redis)
         target = base_of(rt) + "/api/messages"
         evil = f"""<form id="f" method="post" action="{target}" enctype="text/plain">
           <input name='{{"text":"from a form","x":"' value='"}}'></form>
@@ -95,7 +95,7 @@ async def test_another_sites_form_or_script_cannot_post_a_message(
             await page.goto("http://elsewhere.test/")
         assert answers and all(400 <= s < 500 for s in answers), answers
         await asyncio.sleep(0.5)
-        assert await redis.xlen(keys.INBOX_STREAM) == before
+        assert await ever_published(redis) == before
 
 
 # ---------------------------------------------------------------- tabs

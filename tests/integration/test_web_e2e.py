@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import orjson
 
-from agent_core.store import keys
 from tests.fakes.llm_servers import FakeLLMServer
+from tests.integration.inbox import ever_published
 
 
 async def _wait_history(
@@ -96,7 +96,7 @@ async def test_bad_bodies_get_4xx_and_publish_nothing(runtime: Any, redis: Any) 
             assert r.status_code == 400
             r = await client.get("/api/events", params={"after": "nonsense"})
             assert r.status_code == 400
-    assert await redis.xlen(keys.INBOX_STREAM) == 0
+    assert await ever_published(redis) == 0
 
 
 async def test_web_chat_token_is_required_when_set(runtime: Any, monkeypatch: Any) -> None:

@@ -15,6 +15,7 @@ from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKe
 from agent_core.store import keys
 from channels.web.outbox import LIVE_TTL_SECS, TRANSCRIPT_MAX_MESSAGES, LocalOutbox
 from tests.integration.conftest import free_port
+from tests.integration.inbox import ever_published
 from tests.integration.web.webtools import client_for as _client
 
 
@@ -148,7 +149,7 @@ async def test_a_conversation_that_is_not_this_browsers_is_409(runtime: Any, red
             assert r.status_code == 409, bad
         r = await mine.post("/api/messages", json={"text": "hi", "thread": 5})
         assert r.status_code == 400
-    assert await redis.xlen(keys.INBOX_STREAM) == 0
+    assert await ever_published(redis) == 0
 
 
 # ------------------------------------------------------------------ history
