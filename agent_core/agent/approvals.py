@@ -166,14 +166,35 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def prompt_text(a: PendingApproval, ttl_secs: int) -> str:
+def prompt_text(
+    a: PendingApproval, ttl_secs: int, *, always: bool = True, group: bool = False
+) -> str:
+    """The prompt's text.  ``always``: the tool may be approved for good (else it asks
+    every time); ``group``: others write here too, so "Always" names whose requests it
+    covers (only the requester's)."""
     mins = max(1, round(ttl_secs / 60))
+    if always:
+        whose = f", for {a.requester_name or 'the same person'}" if group else ""
+        choices = (
+            f"Approve once, Always (this tool{whose}, for the rest of this conversation), "
+            "or Deny. Typing *yes* / *always* / *no* works too."
+        )
+    else:
+        choices = "Approve or Deny (this tool asks every time). Typing *yes* / *no* works too."
     return (
         "🔐 **Approval needed** — I want to run:\n\n"
         f"{describe_call(a.tool, a.arguments)}\n\n"
-        f"Approve once, Always (this tool, for the rest of this conversation), or Deny. "
-        f"Typing *yes* / *always* / *no* works too. Expires in {mins} min. (id `{a.id}`)"
+        f"{choices} Expires in {mins} min. (id `{a.id}`)"
     )
+
+
+DECIDED = {
+    "approve": "approved",
+    "always": "approved (always)",
+    "deny": "denied",
+    "expired": "it expired",
+    "cancel": "cancelled",
+}
 
 
 def _when(ts: float) -> str:
@@ -276,10 +297,32 @@ class ApprovalStore:
             return ClaimResult(ClaimOutcome.ALREADY, dec)
         return ClaimResult(ClaimOutcome.WON, dec)
 
-    async def mark_started(self, thread: ThreadKey, approval_id: str) -> None:
+    async def mark_started(self, thread: ThreadKey, approval_id: str, call_id: str = "") -> None:
         """Recorded before the approved call starts: a rerun of the deciding turn
-        (a crash, a shutdown past its grace) finds it and does not run it again."""
-        await self.redis.hset(keys.approval(thread, approval_id), "run", "1")
+        (a crash, a shutdown past its grace) finds it and does not run it again.
+        ``call_id``: another call this decision let run (one "Always" covers)."""
+        await self.redis.hset(keys.approval(thread, approval_id), _field("run", call_id), "1")
 
-    async def store_result(self, thread: ThreadKey, approval_id: str, result: str) -> None:
-        await self.redis.hset(keys.approval(thread, approval_id), "res", result)
+    async def store_result(
+        self, thread: ThreadKey, approval_id: str, result: str, call_id: str = ""
+    ) -> None:
+        await self.redis.hset(keys.approval(thread, approval_id), _field("res", call_id), result)
+
+    async def call_record(
+        self, thread: ThreadKey, approval_id: str, call_id: str
+    ) -> tuple[bool, str | None]:
+        """Whether the decision's run of ``call_id`` was started, and its result."""
+        run, res = await self.redis.hmget(
+            keys.approval(thread, approval_id), _field("run", call_id), _field("res", call_id)
+        )
+        return run is not None, (res.decode() if isinstance(res, bytes) else res)
+
+    async def arrivals(self, thread: ThreadKey) -> int:
+        """How many messages ``thread`` has taken in so far (its arrival counter):
+        those numbered up to here were sent before whatever is asked now."""
+        raw = await self.redis.get(keys.seq(thread))
+        return int(raw or 0)
+
+
+def _field(name: str, call_id: str) -> str:
+    return f"{name}:{call_id}" if call_id else name

@@ -243,8 +243,8 @@ async def _status(ctx: CommandContext, args: str) -> str:
         lines.append(f"**Today:** ${sp.user_usd:.4f} you, ${sp.day_usd:.4f} everyone")
     if s.state == ThreadState.AWAITING_APPROVAL:
         lines.append(f"**Waiting for:** approval `{s.pending_approval}`")
-    if s.always_approved:
-        lines.append(f"**Always approved:** {', '.join(sorted(s.always_approved))}")
+    if mine := s.always_tools(ctx.event.qualified_user):
+        lines.append(f"**Always approved (for you):** {', '.join(sorted(mine))}")
     return "\n".join(lines)
 
 
@@ -362,13 +362,14 @@ async def _tools(ctx: CommandContext, args: str) -> str:
 
     turn = ctx.the_turn()
     rows = []
+    mine = ctx.session.always_tools(ctx.event.qualified_user)
     for name in turn.offered():
         tool = ctx.agent.tools.get(name)
         if tool is None:
             continue
         pol = type(tool).approval
-        if name in ctx.session.always_approved:
-            how = "approved for this conversation"
+        if name in mine:
+            how = "you approved it for this conversation"
         elif pol is Approval.NEVER:
             how = "no approval"
         elif pol is Approval.ALWAYS:
@@ -409,7 +410,8 @@ def _split_id(args: str, session: Session) -> tuple[str, str]:
 async def _approve(ctx: CommandContext, args: str) -> None:
     aid, rest = _split_id(args, ctx.session)
     decision = "always" if rest.strip().lower() == "always" else "approve"
-    await ctx.the_turn().decide(ctx.event, aid, decision, button=False)
+    named = args.split()[:1] == [aid]
+    await ctx.the_turn().decide(ctx.event, aid, decision, button=False, named=named)
 
 
 async def _deny(ctx: CommandContext, args: str) -> None:
@@ -420,7 +422,8 @@ async def _deny(ctx: CommandContext, args: str) -> None:
     if pending and aid != pending and await ctx.agent.approvals.load(ctx.thread, aid) is None:
         aid, rest = pending, args
     reason = rest.strip().removeprefix("because").strip()
-    await ctx.the_turn().decide(ctx.event, aid, "deny", reason, button=False)
+    named = args.split()[:1] == [aid]
+    await ctx.the_turn().decide(ctx.event, aid, "deny", reason, button=False, named=named)
 
 
 def builtin_commands() -> CommandRegistry:

@@ -33,7 +33,9 @@ class Session:
     state: ThreadState = ThreadState.IDLE
     model: str = ""  # per-session model override ('' = default)
     profile: str = ""  # agent profile name ('' = default)
-    always_approved: set[str] = field(default_factory=set)  # tools approved with "Always"
+    # "Always" presses, as "<requester>|<tool>": one person's standing approval of a
+    # tool, never anyone else's in a group (a bare tool name, from before, counts for none)
+    always_approved: set[str] = field(default_factory=set)
     pending_approval: str = ""  # approval id while AWAITING_APPROVAL
     usage: TokenUsage = field(default_factory=TokenUsage)
     cost_usd: float = 0.0
@@ -112,6 +114,14 @@ class Session:
             last_prompt_tokens=d.get("lp", 0),
             version=version,
         )
+
+    def always_tools(self, requester: str) -> set[str]:
+        """The tools ``requester`` approved with "Always" in this conversation."""
+        prefix = requester + "|"
+        return {e.removeprefix(prefix) for e in self.always_approved if e.startswith(prefix)}
+
+    def grant_always(self, requester: str, tool: str) -> None:
+        self.always_approved.add(f"{requester}|{tool}")
 
     @classmethod
     def load(cls, thread: str, version: int, data: bytes | None) -> Session:

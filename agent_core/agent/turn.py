@@ -111,6 +111,8 @@ class Turn:
     decide = steps.decide
     run_approved = steps.run_approved
     continue_resume = steps.continue_resume
+    run_covered = steps.run_covered
+    after_wait = steps.after_wait
     settle_given_up = steps.settle_given_up
     stop_resume = steps.stop_resume
     pending_refusal = steps.pending_refusal
@@ -709,7 +711,7 @@ class Turn:
             calls,
             self.agent.tools,
             self.offered(),
-            self.session.always_approved,
+            self.session.always_tools(self.user),
             self.agent.hooks,
             ToolHookContext(self.thread, self.user),
         )

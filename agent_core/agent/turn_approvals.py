@@ -48,12 +48,15 @@ async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
         rs.get("name", ""),
     )
     await self.agent.approvals.create(self.thread, a)
-    text = ap.prompt_text(a, self.s.approval_ttl_secs)
-    tool = self.agent.tools.get(call.name)
-    always = tool.allow_always if tool is not None else True
+    always = may_always(self, call.name)
+    group = self.head is not None and not self.head.is_direct
+    text = ap.prompt_text(a, self.s.approval_ttl_secs, always=always, group=group)
     ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id, always=always)))
     await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
     a.prompt_ref = ref
+    # what arrived up to now was sent before this prompt could be seen: a "yes" among
+    # it answers something else (the model's question, an earlier prompt), not this
+    rs["seen"] = await self.agent.approvals.arrivals(self.thread)
     self.session.state = ThreadState.AWAITING_APPROVAL
     self.session.pending_approval = a.id
     log.info("[%s] approval %s asked for %s", self.thread, a.id, call.name)
@@ -82,11 +85,18 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
             )
             return "held-full"
         self.session.held.append(head.to_dict())
-        await self.say_notice(
-            f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
-            "Approve / Always / Deny, or type yes / always / no). "
-            "I'll answer this message right after."
-        )
+        if may_decide(self, head, a):
+            await self.say_notice(
+                f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
+                "Approve / Always / Deny, or type yes / always / no). "
+                "I'll answer this message right after."
+            )
+        else:  # someone else's request in a group: not theirs to decide
+            who = a.requester_name or "the person who asked"
+            await self.say_notice(
+                f"⏳ I'm waiting for {who}'s decision on **{a.tool}** (the approval above). "
+                "I'll answer your message right after."
+            )
         return "held"
     if a is not None and a.decision:
         await self.settle_given_up(a)
@@ -104,7 +114,7 @@ async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:
     happened, never "expired" for a call that ran."""
     if a.decision in ("approve", "always"):
         if a.decision == "always" and may_always(self, a.tool):
-            self.session.always_approved.add(a.tool)
+            self.session.grant_always(a.requester, a.tool)
         result = a.result or CUT_OFF
     elif a.decision == "deny":
         result = DENIED
@@ -183,29 +193,58 @@ async def cancel_pending(self: Turn, head: InboundEvent, why: str = "cancel") ->
 
 
 async def decide(
-    self: Turn, head: InboundEvent, aid: str, decision: str, reason: str = "", *, button: bool
+    self: Turn,
+    head: InboundEvent,
+    aid: str,
+    decision: str,
+    reason: str = "",
+    *,
+    button: bool,
+    named: bool = False,
 ) -> str:
+    """``head``'s decision on approval ``aid``: a press (``button``), or typed (a
+    word, /approve, /deny; ``named``: the approval's id was typed, so it was seen)."""
     store = self.agent.approvals
     if not aid:
         await self.private(head, "There is nothing waiting for a decision.", button=button)
         return "approval-none"
     a = await store.load(self.thread, aid)
+    current = self.session.pending_approval == aid and bool(self.session.resume)
     if a is None or a.thread != str(self.thread):
+        if a is None and current:  # its record is gone (expired long ago): end the wait
+            await self.private(head, "That approval expired, so nothing was run.", button=button)
+            await self.finish_pending("error: not run: the approval request expired")
+            return await self.after_wait("approval-expired")
         await self.private(head, "That approval is not active any more.", button=button)
         return "approval-unknown"
     if not may_decide(self, head, a):
         who = a.requester_name or "the person who asked"
         await self.private(head, f"Only {who} or an approver can decide this.", button=button)
         return "approval-not-allowed"
+    if not (button or named) and current and 0 < head.seq <= self.session.resume.get("seen", 0):
+        await self.private(
+            head,
+            f"That came before I asked about **{a.tool}**, so I did not take it as a "
+            "decision. Use the buttons on the request above, or type yes / always / no now.",
+            button=False,
+        )
+        return "approval-early"
+    if decision == "always" and not may_always(self, a.tool):
+        decision = "approve"  # a typed "always" for a tool that asks every time
     by = head.user_name or head.user_id
     res = await store.claim(self.thread, aid, decision, head.qualified_user, by, head.event_id)
     if res.outcome is ap.ClaimOutcome.UNKNOWN:
         await self.private(head, "That approval is not active any more.", button=button)
         return "approval-unknown"
     if res.outcome is ap.ClaimOutcome.ALREADY:
-        await self.private(head, f"Already decided ({res.decision}).", button=button)
-        return "approval-late"
-    current = self.session.pending_approval == aid and bool(self.session.resume)
+        said = ap.DECIDED.get(res.decision, res.decision)
+        await self.private(head, f"Already decided ({said}).", button=button)
+        if not current:
+            return "approval-late"
+        # decided by a turn that was given up: end the wait with what happened
+        a.decision = a.decision or res.decision
+        await self.settle_given_up(a)
+        return await self.after_wait("approval-late")
     if res.outcome is ap.ClaimOutcome.EXPIRED:
         await self.private(
             head, "This approval request expired, so nothing was run.", button=button
@@ -213,9 +252,7 @@ async def decide(
         if current:
             await self.close_prompt(a, "expired", "")
             await self.finish_pending("error: not run: the approval request expired")
-            if self.session.held:
-                await self.inject_held()
-                return await self.loop(self.session.resume.get("iter", 1))
+            return await self.after_wait("approval-expired")
         return "approval-expired"
     if not current:
         await self.private(head, "That approval is not active any more.", button=button)
@@ -226,7 +263,7 @@ async def decide(
     await self.close_prompt(a, decision, by)
     if decision in ("approve", "always"):
         if decision == "always" and may_always(self, a.tool):
-            self.session.always_approved.add(a.tool)
+            self.session.grant_always(a.requester, a.tool)
         if a.result is not None:
             result = a.result
         elif a.started:
@@ -250,7 +287,15 @@ async def decide(
     queue: list[str] = rs.get("queue", [])
     if queue and queue[0] == a.call_id:
         queue.pop(0)
-    return await self.continue_resume(head)
+    return await self.continue_resume(head, aid)
+
+
+async def after_wait(self: Turn, outcome: str) -> str:
+    """The wait ended without running its calls: answer what was held meanwhile."""
+    if self.session.held:
+        await self.inject_held()
+        return await self.loop(1)
+    return outcome
 
 
 async def run_approved(self: Turn, a: ap.PendingApproval) -> str:
@@ -273,7 +318,8 @@ async def run_approved(self: Turn, a: ap.PendingApproval) -> str:
     )
 
 
-async def continue_resume(self: Turn, head: InboundEvent) -> str:
+async def continue_resume(self: Turn, head: InboundEvent, decided: str) -> str:
+    """Go on after approval ``decided``: run or ask for the calls still queued."""
     rs = self.session.resume
     calls = {c["id"]: ToolCall.from_dict(c) for c in rs.get("calls", ())}
     queue: list[str] = rs.get("queue", [])
@@ -281,12 +327,9 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
     self.user = rs.get("user", self.user)
     while queue:
         call = calls[queue[0]]
-        if call.name in self.session.always_approved and may_always(self, call.name):
-            a = ap.PendingApproval(
-                "", str(self.thread), call.name, call.id, call.arguments, self.user
-            )
+        if call.name in self.session.always_tools(self.user) and may_always(self, call.name):
             try:
-                results[call.id] = await self.run_approved(a)
+                results[call.id] = await self.run_covered(call, decided)
             except Interrupted:
                 return await self.stop_resume(call.id)
             queue.pop(0)
@@ -317,6 +360,28 @@ async def continue_resume(self: Turn, head: InboundEvent) -> str:
         )
         return f"stopped:{rnd.stop}"
     return await self.loop(first)
+
+
+async def run_covered(self: Turn, call: ToolCall, decided: str) -> str:
+    """A queued call that an "Always" covers, run at most once: recorded on the
+    deciding approval, so a rerun of this turn (a crash, a shutdown past its grace)
+    reuses its result, or says it may or may not have run."""
+    store = self.agent.approvals
+    started, result = await store.call_record(self.thread, decided, call.id)
+    if result is not None:
+        return result
+    if started:
+        await store.store_result(self.thread, decided, CUT_OFF, call.id)
+        return CUT_OFF
+    await store.mark_started(self.thread, decided, call.id)
+    a = ap.PendingApproval("", str(self.thread), call.name, call.id, call.arguments, self.user)
+    try:
+        result = await self.run_approved(a)
+    except Interrupted:
+        await store.store_result(self.thread, decided, INTERRUPTED, call.id)
+        raise
+    await store.store_result(self.thread, decided, result, call.id)
+    return result
 
 
 async def stop_resume(self: Turn, call_id: str) -> str:

@@ -126,7 +126,7 @@ async def test_always_approves_the_tool_for_the_rest_of_the_session(world: Any) 
     await w.settle(T)
     assert await w.counter() == 2
     assert len(w.prompts(T)) == 1  # no second prompt
-    assert "counter" in (await w.session(T)).always_approved
+    assert (await w.session(T)).always_tools("telegram:u1") == {"counter"}
 
 
 async def test_typed_deny_with_reason_reaches_the_model(world: Any) -> None:

@@ -1,0 +1,208 @@
+"""Which decision binds to which approval, and for whom "Always" holds.
+
+A typed yes counts only for a prompt already shown when it was sent; "Always" is one
+person's; a call an "Always" covers runs at most once; a decision on an approval
+whose turn was given up, or whose record is gone, ends the wait instead of leaving
+the conversation stuck; a tool that asks every time never offers or records Always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from agent_core.agent.session import ThreadState
+from agent_core.events import ThreadKey
+from agent_core.llm.base import Completion, CompletionRequest, TokenUsage, ToolCall
+from agent_core.store import keys
+from tests.integration.agent.approval_helpers import add_slow_tool, approval_id, counted, press
+from tests.integration.agent.conftest import Counter, FnModel, user_event
+from tests.integration.agent.test_approval_decision_turn_lost_after_claim import (
+    T as LOST_T,
+)
+from tests.integration.agent.test_approval_decision_turn_lost_after_claim import (
+    timed_out_decision,
+)
+
+_n = itertools.count(1)
+
+
+def model(table: dict[str, list[tuple[str, dict[str, Any]]]]) -> FnModel:
+    """A user text ending with a trigger -> those calls; after tool results -> done."""
+
+    def rule(req: CompletionRequest) -> Completion:
+        m = req.messages[-1]
+        if m.role == "tool":
+            results = [x.content for x in req.messages if x.role == "tool"]
+            return Completion("done: " + " | ".join(results[-3:]), usage=TokenUsage(10, 5))
+        for trigger, calls in table.items():
+            if m.role == "user" and m.content.endswith(trigger):
+                return Completion(
+                    "", tool_calls=tuple(ToolCall(f"c{next(_n)}", n, a) for n, a in calls)
+                )
+        return Completion("echo: " + m.content, usage=TokenUsage(10, 5))
+
+    return FnModel(rule)
+
+
+def group_event(thread: ThreadKey, text: str, user: str, **kw: Any) -> Any:
+    return user_event(thread, text, user, is_direct=False, **kw)
+
+
+async def test_an_ok_sent_before_the_prompt_approves_nothing(world: Any) -> None:
+    t = ThreadKey("telegram", "bot1", "early-ok")
+    m = model({"count it": [("counter", {"label": "x"})]})
+    m.delay = 1.0
+    w = world(m)
+    await w.start()
+    await w.send(user_event(t, "count it"))
+    await asyncio.sleep(0.4)  # the model is still thinking: no prompt yet
+    assert not w.prompts(t)
+    await w.send(user_event(t, "ok"))  # an acknowledgement, not a decision
+    await w.settle(t, 15)
+    assert await w.counter("x") == 0
+    assert any("came before I asked about **counter**" in x for x in w.texts(t))
+    s = await w.session(t)
+    assert s.state == ThreadState.AWAITING_APPROVAL  # the prompt still waits
+    await w.send(user_event(t, "yes"))  # typed after the prompt: it counts
+    await w.settle(t)
+    assert await w.counter("x") == 1
+
+
+async def test_a_yes_typed_with_a_press_does_not_approve_the_next_prompt(world: Any) -> None:
+    t = ThreadKey("telegram", "bot1", "yes-next")
+    w = world(model({"do both": [("counter", {"label": "a"}), ("counter", {"label": "b"})]}))
+    await w.start()
+    await w.send(user_event(t, "do both"))
+    await w.settle(t)
+    aid = approval_id(w, t)
+    await w.send(press(t, f"ap:{aid}:a"))  # the press and a typed yes, both for prompt 1
+    await w.send(user_event(t, "yes"))
+    await w.settle(t)
+    assert await w.counter("a") == 1
+    assert await w.counter("b") == 0  # its prompt came after the yes
+    assert len(w.prompts(t)) == 2
+    second = approval_id(w, t)
+    await w.send(user_event(t, f"/approve {second}"))  # naming it: seen, so it counts
+    await w.settle(t)
+    assert await w.counter("b") == 1
+
+
+async def test_always_in_a_group_is_the_pressers_own(world: Any) -> None:
+    g = ThreadKey("telegram", "bot1", "-500")
+    w = world(model({"count it": [("counter", {"label": "x"})]}), group_reply="all")
+    await w.start()
+    await w.send(group_event(g, "count it", "alice"))
+    await w.settle(g)
+    prompt = w.prompts(g)[0].message.text
+    assert "Always (this tool, for " in prompt  # whose requests it covers
+    aid = approval_id(w, g)
+    await w.send(press(g, f"ap:{aid}:w", "alice"))
+    await w.settle(g)
+    assert await w.counter("x") == 1
+    await w.send(group_event(g, "count it", "bob"))  # Bob's call: asked, not run
+    await w.settle(g)
+    assert len(w.prompts(g)) == 2 and await w.counter("x") == 1
+    await w.send(press(g, f"ap:{approval_id(w, g)}:d", "bob"))
+    await w.settle(g)
+    await w.send(group_event(g, "count it", "alice"))  # Alice's: runs without asking
+    await w.settle(g)
+    assert len(w.prompts(g)) == 2 and await w.counter("x") == 2
+    s = await w.session(g)
+    assert s.always_tools("telegram:alice") == {"counter"}
+    assert s.always_tools("telegram:bob") == set()
+
+
+async def test_a_call_an_always_covers_is_not_run_again_by_a_rerun(world: Any) -> None:
+    t = ThreadKey("telegram", "bot1", "always-twice")
+    calls = [("slowask", {"label": "a", "ms": 100}), ("slowask", {"label": "b", "ms": 2000})]
+    w = world(model({"post both": calls}), shutdown_grace_secs=0.3)
+    add_slow_tool(w)
+    await w.start()
+    await w.send(user_event(t, "post both"))
+    await w.settle(t)
+    await w.send(press(t, f"ap:{approval_id(w, t)}:w"))  # b then runs without asking
+    for _ in range(250):
+        if await w.redis.get("test:started:b"):
+            break
+        await asyncio.sleep(0.02)
+    await w.stop()  # a shutdown past its grace while b runs: the press is rerun
+    await w.start()
+    await w.settle(t, 15)
+    assert await counted(w, "test:started:a") == 1
+    assert await counted(w, "test:started:b") == 1
+    assert "may or may not have run" in str((await w.session(t)).history)
+
+
+async def test_a_decision_after_a_given_up_turn_ends_the_wait(world: Any) -> None:
+    w, slow_model, _aid = await timed_out_decision(world)
+    slow_model.slow = False
+    await w.send(user_event(LOST_T, "yes"))
+    await w.settle(LOST_T)
+    assert any("Already decided (approved)" in x for x in w.texts(LOST_T))
+    s = await w.session(LOST_T)
+    assert s.state != ThreadState.AWAITING_APPROVAL and not s.pending_approval
+    assert await w.counter() == 1  # it ran once, and only once
+
+
+async def test_a_decision_on_an_approval_whose_record_is_gone_ends_the_wait(world: Any) -> None:
+    t = ThreadKey("telegram", "bot1", "gone")
+    w = world(model({"count it": [("counter", {"label": "x"})]}))
+    await w.start()
+    await w.send(user_event(t, "count it"))
+    await w.settle(t)
+    await w.send(user_event(t, "and meanwhile"))  # held until the decision
+    await w.settle(t)
+    await w.redis.delete(keys.approval(t, approval_id(w, t)))  # its Redis TTL ran out
+    await w.send(user_event(t, "yes"))
+    await w.settle(t)
+    assert any("expired, so nothing was run" in x for x in w.texts(t))
+    s = await w.session(t)
+    assert s.state != ThreadState.AWAITING_APPROVAL and await w.counter("x") == 0
+    assert "echo: and meanwhile" in w.texts(t)  # the held message is answered
+
+
+class AsksEveryTime(Counter):
+    name = "asks_every_time"
+    allow_always = False
+
+
+async def test_a_tool_that_asks_every_time_never_offers_or_records_always(world: Any) -> None:
+    t = ThreadKey("telegram", "bot1", "no-always")
+    w = world(model({"count it": [("asks_every_time", {"label": "x"})]}))
+    orig = w.make_agent
+
+    def make() -> Any:
+        agent = orig()
+        agent.tools.add(AsksEveryTime())
+        return agent
+
+    w.make_agent = make
+    await w.start()
+    await w.send(user_event(t, "count it"))
+    await w.settle(t)
+    prompt = w.prompts(t)[0].message
+    assert [b.label for b in prompt.buttons] == ["Approve", "Deny"]
+    assert "Always" not in prompt.text and "asks every time" in prompt.text
+    await w.send(user_event(t, "always"))  # typed anyway: approved once
+    await w.settle(t)
+    edit = [x for x in w.outbox.log if x.op == "edit"][-1]
+    assert "✅ Approved" in edit.message.text and "always" not in edit.message.text
+    assert await w.counter("x") == 1
+    assert not (await w.session(t)).always_approved
+    await w.send(user_event(t, "count it"))
+    await w.settle(t)
+    assert len(w.prompts(t)) == 2  # asked again
+
+
+async def test_someone_else_is_not_told_to_decide_a_pending_approval(world: Any) -> None:
+    g = ThreadKey("telegram", "bot1", "-501")
+    w = world(model({"count it": [("counter", {"label": "x"})]}), group_reply="all")
+    await w.start()
+    await w.send(group_event(g, "count it", "alice"))
+    await w.settle(g)
+    await w.send(group_event(g, "what time is it", "bob"))
+    await w.settle(g)
+    notice = w.texts(g)[-1]
+    assert "waiting for ALICE's decision" in notice and "your decision" not in notice
