@@ -5,7 +5,9 @@ quotes, ``#``/``##``/``###`` headings, lists, masked links).  What it lacks is
 adapted: deeper headings become bold, tables go into a code block, images
 become links, rules become a line.  Text is split at 2,000 characters on
 paragraph / line / word boundaries; a code block cut in two is closed at the
-end of one part and reopened (same language) at the start of the next.
+end of one part and reopened (same language) at the start of the next; a
+block left open (a streaming preview) is closed, and a word cut is never made
+inside inline code, emphasis or a masked link.
 
 Every payload carries ``allowed_mentions: {"parse": []}``: whatever the LLM
 writes, the bot can never ping @everyone, a role or a user.
@@ -38,12 +40,15 @@ EMPTY = "\u200b"  # Discord refuses empty content; a zero-width space is invisib
 # as Discord's green "success" style.
 _STYLE = {ButtonStyle.PRIMARY: 3, ButtonStyle.SECONDARY: 2, ButtonStyle.DANGER: 4}
 
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})(.*)$")
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 _DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.+?)(?:\s+#+)?\s*$")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)[^)]*\)")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _UNDERSCORE_BOLD = re.compile(r"(?<![\w_])__(?=\S)(.+?)(?<=\S)__(?![\w_])")
 _CODE_SPAN = re.compile(r"(`+).+?\1")
+_MASKED_LINK = re.compile(r"\[[^[\]\n]*\]\([^()\s]*\)")
+# Bold, italics, strike, spoiler: a close-enough match (a false one only moves a cut).
+_EMPHASIS = re.compile(r"\*\*[^*\n]+\*\*|\*[^*\n]+\*|__[^_\n]+__|~~[^~\n]+~~|\|\|[^|\n]+\|\|")
 _URL = re.compile(r"\S+://\S+")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
@@ -80,19 +85,29 @@ def components(buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
 # --- markdown -------------------------------------------------------------
 
 
-def _fence(line: str) -> tuple[str, str] | None:
-    """(marker, info) if ``line`` is a code fence (CommonMark's rule), else None."""
+def _fence(line: str) -> tuple[str, str, str] | None:
+    """(marker, info, indent) if ``line`` is a code fence, else None.
+
+    Any indentation: a fence in a list item (``10.``, nested bullets) sits 4+ spaces
+    in, and Discord, which has no indented code blocks, shows every ``` as a fence."""
     m = _FENCE.match(line)
-    if not m or (m.group(1)[0] == "`" and "`" in m.group(2)):
+    if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
         return None
-    return m.group(1), m.group(2).strip()
+    return m.group(2), m.group(3).strip(), m.group(1)
 
 
-def _closes(line: str, marker: str) -> bool:
-    """Whether ``line`` closes a block opened with ``marker`` (same kind, at least
-    as long, no info string)."""
+def _closes(line: str, opener: tuple[str, str, str]) -> bool:
+    """Whether ``line`` closes the block ``opener`` began (same kind, at least as long,
+    no info string, indented at most 3 more: CommonMark's rule inside a list item)."""
     f = _fence(line)
-    return f is not None and f[0][0] == marker[0] and len(f[0]) >= len(marker) and not f[1]
+    marker, indent = opener[0], len(opener[2].expandtabs(4))
+    return (
+        f is not None
+        and f[0][0] == marker[0]
+        and len(f[0]) >= len(marker)
+        and not f[1]
+        and len(f[2].expandtabs(4)) <= indent + 3
+    )
 
 
 def _bold_underscores(line: str) -> str:
@@ -132,17 +147,16 @@ def to_discord_markdown(text: str) -> str:
         if f is not None:
             flush_table()
             body: list[str] = []
-            while i < len(lines) and not _closes(lines[i], f[0]):
+            while i < len(lines) and not _closes(lines[i], f):
                 body.append(lines[i])
                 i += 1
-            closed = i < len(lines)
             i += 1
             # Discord knows only ``` blocks, closed by the next ``` anywhere: every
-            # block becomes one, and a ``` inside it gets an invisible break.
+            # block becomes one, and a ``` inside it gets an invisible break.  A block
+            # not closed yet (a streaming preview, a model stopping mid-block) is
+            # closed here, or Discord would show the fence as text.
             body = [b.replace("```", "``\u200b`") for b in body]
-            out.extend(["```" + f[1], *body])
-            if closed:
-                out.append("```")
+            out.extend([f[2] + "```" + f[1], *body, f[2] + "```"])
             continue
         if _TABLE_ROW.match(line):
             table.append(line.strip())
@@ -164,6 +178,30 @@ def to_discord_markdown(text: str) -> str:
 # --- splitting ------------------------------------------------------------
 
 
+def _inline_spans(line: str) -> list[tuple[int, int]]:
+    """Where inline code, emphasis and masked links lie in ``line``."""
+    return [
+        (m.start(), m.end())
+        for rx in (_CODE_SPAN, _MASKED_LINK, _EMPHASIS)
+        for m in rx.finditer(line)
+    ]
+
+
+def _word_cut(line: str, width: int) -> int:
+    """The last space before ``width`` (-1 if none past ``width // 2``), moved before
+    an inline code span, emphasis or masked link it would cut in two, unless that
+    construct is itself longer than ``width``."""
+    cut = first = line.rfind(" ", width // 2, width)
+    if cut <= 0:
+        return cut
+    spans = [(a, b) for a, b in _inline_spans(line[: 2 * width]) if b - a <= width]
+    while inside := [a for a, b in spans if a < cut < b]:
+        cut = line.rfind(" ", 0, min(inside))
+        if cut <= 0:
+            return first
+    return cut
+
+
 def _split_line(line: str, width: int, *, code: bool = False) -> list[str]:
     """Cut a line longer than ``width`` at spaces (hard if none).  In code the
     space stays at the end of the first piece: nothing of the code is lost."""
@@ -171,7 +209,7 @@ def _split_line(line: str, width: int, *, code: bool = False) -> list[str]:
         return [line]
     pieces: list[str] = []
     while len(line) > width:
-        cut = line.rfind(" ", width // 2, width - 1 if code else width)
+        cut = line.rfind(" ", width // 2, width - 1) if code else _word_cut(line, width)
         if cut <= 0:
             pieces.append(line[:width])
             line = line[width:]

@@ -12,6 +12,7 @@ both parts.  Anything that goes wrong while rendering falls back to plain text:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import sys
@@ -254,6 +255,12 @@ _CONFIG.markdown_symbol.task_uncompleted = "\N{WHITE LARGE SQUARE}"  # not a tic
 _BR = re.compile(rb"<br\s*/?>", re.IGNORECASE)
 _SPOILER_TAGS = frozenset({"<tg-spoiler>", "</tg-spoiler>"})
 _SHELL_VAR = re.compile(r"[A-Z_][A-Z0-9_]+(?![a-z])")  # $HOME, $PATH: not math
+# What makes `$…$` a formula rather than words: an operator, a command, a digit
+# or a single letter ($x$).  `$src/$dst` is ruled out by what follows it.
+_MATH_HINT = re.compile(r"[\\^_=+\-*<>()\[\]{}|!,.'0-9]|^[A-Za-z]$")
+_PIPES = re.compile(rb"\|{2,}")
+_BLANK_LINE = re.compile(rb"\n[ \t]*\n")
+_BLOCKS = frozenset({"pre", "blockquote", "expandable_blockquote"})
 
 
 def _chat_text(markdown: str) -> str:
@@ -261,8 +268,9 @@ def _chat_text(markdown: str) -> str:
 
     LLMs write ``<your-token>``, ``Vec<T>`` and ``<br>`` as text; the converter
     drops anything that parses as HTML, so such text is escaped (``<br>`` becomes
-    a line break, or a space in a table).  ``$HOME/$USER`` is not math.  A link in
-    a table (tables become fixed-width text) keeps its address as ``text (url)``.
+    a line break, or a space in a table).  ``$HOME/$USER``, ``$src/$dst`` and
+    ``$foo$bar`` are not math, and ``a || b`` is not a spoiler.  A link in a table
+    (tables become fixed-width text) keeps its address as ``text (url)``.
     Positions come from the parser itself (pyromark, as the converter uses), so
     code spans and blocks are never touched.  Each pass may uncover more (the rest
     of an HTML block reads as inline HTML), so it runs until nothing is left.
@@ -290,7 +298,7 @@ def _chat_text(markdown: str) -> str:
                     edits.append((a, b, b" " if in_table else b"\n"))
                 elif (lt := source.find(b"<", a, b)) >= 0:
                     edits.append((lt, lt, b"\\"))
-            elif "InlineMath" in payload and _SHELL_VAR.match(payload["InlineMath"]):
+            elif "InlineMath" in payload and not _is_math(payload["InlineMath"], source, b):
                 edits.append((a, a, b"\\"))
             elif in_table and isinstance(start, dict) and "Link" in start:
                 link = start["Link"]
@@ -306,11 +314,139 @@ def _chat_text(markdown: str) -> str:
             if b <= done:
                 source = source[:a] + new + source[b:]
                 done = a
-    return source.decode("utf-8")
+    return _spoilers_only_where_meant(source).decode("utf-8")
+
+
+def _char_before(source: bytes, pos: int) -> str:
+    start = pos - 1
+    while start > 0 and 0x80 <= source[start] < 0xC0:  # a UTF-8 continuation byte
+        start -= 1
+    return source[max(start, 0) : pos].decode("utf-8", "ignore")
+
+
+def _char_after(source: bytes, pos: int) -> str:
+    return source[pos : pos + 4].decode("utf-8", "ignore")[:1]
+
+
+def _is_math(formula: str, source: bytes, end: int) -> bool:
+    """Whether ``$formula$`` (ending at byte ``end``) is meant as inline LaTeX."""
+    after = _char_after(source, end)
+    if after.isalnum() or after == "/":  # $src/$dst, $foo$bar: shell variables
+        return False
+    return not _SHELL_VAR.match(formula) and bool(_MATH_HINT.search(formula))
+
+
+def _code_and_tables(source: bytes) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Byte ranges of code (spans and blocks) and of tables, as the parser sees them."""
+    code: list[tuple[int, int]] = []
+    tables: list[tuple[int, int]] = []
+    for payload, span in pyromark.events_with_range(
+        source.decode("utf-8"), options=STANDARD_OPTIONS
+    ):
+        if not isinstance(payload, dict):
+            continue
+        start = payload.get("Start")
+        where = (span["start"], span["end"])
+        if "Code" in payload or (isinstance(start, dict) and "CodeBlock" in start):
+            code.append(where)
+        elif isinstance(start, dict) and "Table" in start:
+            tables.append(where)
+    return code, tables
+
+
+def _spoilers_only_where_meant(source: bytes) -> bytes:
+    """Escape every ``||`` that is not one of a hugging pair.
+
+    The converter makes a spoiler of anything between two ``||`` (outside code),
+    so ``x || y || z`` lost `` y `` and ``a||b or c||d`` lost its bars.  Like
+    emphasis, ``||`` opens a spoiler only before a word and not inside one, and
+    closes it only after a word and not inside one, within a paragraph.  In a
+    table ``||`` is an empty cell: the bars are kept apart instead.
+    """
+    if b"||" not in source:
+        return source
+    code, tables = _code_and_tables(source)
+    edits: list[tuple[int, bytes]] = []  # (position, what to insert there)
+    cursor = 0
+    for start, end in [*code, (len(source), len(source))]:
+        edits += _unpaired_bar_edits(source, cursor, start, tables)
+        cursor = max(cursor, end)
+    for pos, new in sorted(edits, reverse=True):
+        source = source[:pos] + new + source[pos:]
+    return source
+
+
+def _unpaired_bar_edits(
+    source: bytes, start: int, end: int, tables: list[tuple[int, int]]
+) -> list[tuple[int, bytes]]:
+    """Insertions that leave only hugging ``||`` pairs in ``source[start:end]``
+    (the converter pairs the bars of each stretch between code separately)."""
+    edits: list[tuple[int, bytes]] = []
+    opener: int | None = None
+    for run in _PIPES.finditer(source, start, end):
+        a, b = run.span()
+        if any(s <= a < t for s, t in tables):
+            edits += [(i, b" ") for i in range(a + 1, b)]  # | a || b | has an empty cell
+            continue
+        if opener is not None and _BLANK_LINE.search(source, opener, a):
+            edits += _escaped_bars(source, opener, opener + 2)
+            opener = None
+        before, after = _char_before(source, a), _char_after(source, b)
+        pair = b - a == 2 and before != "\\"
+        if pair and opener is not None and before.strip() and not after.isalnum():
+            opener = None  # closes the pair: both stay bars for the converter
+        elif pair and after.strip() and not before.isalnum():
+            if opener is not None:  # a later opener wins: ||a ||b|| hides b
+                edits += _escaped_bars(source, opener, opener + 2)
+            opener = a
+        else:
+            edits += _escaped_bars(source, a, b)
+    if opener is not None:
+        edits += _escaped_bars(source, opener, opener + 2)
+    return edits
+
+
+def _escaped_bars(source: bytes, a: int, b: int) -> list[tuple[int, bytes]]:
+    first = a + 1 if _char_before(source, a) == "\\" else a  # already escaped
+    return [(i, b"\\") for i in range(first, b)]
+
+
+def _blocks_on_own_lines(
+    text: str, entities: list[telegramify_markdown.MessageEntity]
+) -> tuple[str, list[telegramify_markdown.MessageEntity]]:
+    """Start every code block and quote on a line of its own.
+
+    The converter glues a list item's first block onto the item's text
+    (``1. Install it:pip install parley``); a line break goes in before it, and
+    the entities after (or around) it move by one UTF-16 unit.
+    """
+    off = _offsets(text)
+    index = {u: i for i, u in enumerate(off)}
+    glued = {
+        e.offset
+        for e in entities
+        if e.type in _BLOCKS and index.get(e.offset) and text[index[e.offset] - 1] != "\n"
+    }
+    for at in sorted(glued, reverse=True):  # back to front: earlier offsets hold
+        i = index[at]
+        text = f"{text[:i]}\n{text[i:]}"
+        entities = [_moved_by_break(e, at) for e in entities]
+    return text, entities
+
+
+def _moved_by_break(
+    e: telegramify_markdown.MessageEntity, at: int
+) -> telegramify_markdown.MessageEntity:
+    if e.offset >= at:
+        return dataclasses.replace(e, offset=e.offset + 1)
+    if e.offset + e.length > at:
+        return dataclasses.replace(e, length=e.length + 1)
+    return e
 
 
 def _entities_from_markdown(markdown: str) -> tuple[str, list[MessageEntity]]:
     text, raw = telegramify_markdown.convert(_chat_text(markdown), config=_CONFIG)
+    text, raw = _blocks_on_own_lines(text, raw)
     ents = []
     for e in raw:
         if e.type == "text_link" and not (e.url or "").lower().startswith(_SAFE_URL_PREFIXES):

@@ -364,6 +364,16 @@ MARKDOWN_CASES = [
         ">" * 10 + " deep",
         "<blockquote>" * 8 + "<p>&gt;&gt; deep</p>" + "</blockquote>" * 8,
     ),
+    # backslash escapes: literal punctuation, a literal backslash elsewhere and in `code`
+    (r"\\ and a\b and `a\*b`", r"<p>\ and a\b and <code>a\*b</code></p>"),
+    (r"*a\* and **b\**", "<p>*a* and **b**</p>"),  # an escaped delimiter closes nothing
+    (
+        "\\# no heading\n\\- no list\n\\> no quote",
+        "<p># no heading<br>- no list<br>&gt; no quote</p>",
+    ),
+    # fences close on the same character, at least as long, with nothing else on the line
+    ("~~~\n```\nx\n~~~", '<pre tabindex="0"><code>```\nx</code></pre>'),
+    ("```\na\n``` not a close\n  ```  ", '<pre tabindex="0"><code>a\n``` not a close</code></pre>'),
     (
         "[[[a](https://e.com/)",
         '<p>[[<a href="https://e.com/" rel="noopener noreferrer nofollow" '
@@ -383,3 +393,25 @@ async def test_markdown_renderer_cases(served: Any, open_chat: Any) -> None:
         )
         for (src, want), html in zip(MARKDOWN_CASES, got, strict=True):
             assert html == want, src
+
+
+async def test_long_fences_and_backslash_escapes_render_as_commonmark(
+    served: Any, open_chat: Any
+) -> None:
+    """A ```` fence holds a ``` block whole; a backslash makes punctuation literal."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        got = await page.evaluate(
+            """(cases) => cases.map((src) => {
+                 const d = document.createElement('div'); renderMarkdown(src, d);
+                 return {pre: [...d.querySelectorAll('pre')].map((p) => p.textContent),
+                         text: d.textContent, em: d.querySelectorAll('em').length,
+                         html: d.innerHTML};
+               })""",
+            ["````markdown\n```python\nx=1\n```\n````", "5 \\* 3 = 15 and \\_x\\_"],
+        )
+        fenced, escaped = got
+        assert fenced["pre"] == ["```python\nx=1\n```"], fenced["html"]
+        assert fenced["text"] == "```python\nx=1\n```", fenced["html"]
+        assert escaped["text"] == "5 * 3 = 15 and _x_", escaped["html"]
+        assert escaped["em"] == 0, escaped["html"]

@@ -232,7 +232,9 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
         page = await open_chat(base_of(rt))
         took = await page.evaluate(
             """() => ["_a ".repeat(40000), " _".repeat(60000), "[".repeat(120000),
-                      "[a".repeat(60000), "_` _` x ".repeat(15000)].map((src) => {
+                      "[a".repeat(60000), "_` _` x ".repeat(15000),
+                      "*a" + "\\\\*".repeat(60000), "\\\\".repeat(120000),
+                      "````\\n" + "```\\n".repeat(60000)].map((src) => {
                  const d = document.createElement('div'); const t0 = performance.now();
                  renderMarkdown(src, d); return performance.now() - t0; })"""
         )

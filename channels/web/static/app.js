@@ -20,7 +20,11 @@ function inline(text, parent) {
   // **bold**, *italic* / _italic_, `code`, [label](http…), bare http(s) links
   // Each part stops at its own delimiter (an _italic_ may hold `code` with '_' in it), so
   // no pattern rescans a long line from every start: linear on thousands of '_' or '['.
-  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s]\*|\*[^*\s]\*)|((?<![A-Za-z0-9_])_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`])_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/;
+  // A backslash before ASCII punctuation makes it literal (CommonMark): the escape is a
+  // token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
+  // / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
+  // `code`, before a letter) the backslash is plain text.
+  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?(?<!\\)\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)|((?<![A-Za-z0-9_])_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])|(\\[!-\/:-@\[-`{-~])/;
   while (text.length) {
     const m = re.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
@@ -31,6 +35,7 @@ function inline(text, parent) {
     else if (m[2]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
     else if (m[3]) el = link(m[4], tok.slice(1, tok.indexOf("](")));
     else if (m[7]) el = link(tok, tok);
+    else if (m[8]) el = document.createTextNode(tok[1]);
     else { el = document.createElement("em"); inline(tok.slice(1, -1), el); }
     parent.appendChild(el);
     text = text.slice(m.index + tok.length);
@@ -46,6 +51,13 @@ function link(url, label) {
 }
 
 const LIST_ITEM = /^\s*([-*+]|\d+[.)])\s+/;
+const FENCE = /^\s*(`{3,}|~{3,})/;  // opens a code block; the run of ` or ~ is kept
+// A fence closes only on a line of the same character, at least as long as the opening
+// run, with nothing else on it (CommonMark): a ```` block can hold a ``` block whole.
+const closesFence = (line, open) => {
+  const t = line.trim();
+  return t.length >= open.length && t === open[0].repeat(t.length);
+};
 const MAX_QUOTE_DEPTH = 8;  // deeper '>' levels show as text (no recursion without end)
 
 function renderMarkdown(src, into, depth = 0) {
@@ -55,12 +67,13 @@ function renderMarkdown(src, into, depth = 0) {
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
-    if (line.trimStart().startsWith("```")) {
+    const fence = FENCE.exec(line);
+    if (fence) {
       const pre = document.createElement("pre");
       const code = document.createElement("code");
       const body = [];
       i++;
-      while (i < lines.length && !lines[i].trimStart().startsWith("```")) body.push(lines[i++]);
+      while (i < lines.length && !closesFence(lines[i], fence[1])) body.push(lines[i++]);
       i++;
       code.textContent = body.join("\n");
       pre.appendChild(code); pre.tabIndex = 0;  // scrollable code is reachable by keyboard
@@ -89,7 +102,7 @@ function renderMarkdown(src, into, depth = 0) {
     }
     if (!line.trim()) { i++; continue; }
     const para = [];
-    while (i < lines.length && lines[i].trim() && !lines[i].trimStart().startsWith("```")
+    while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i])
            && !LIST_ITEM.test(lines[i]) && !quote(lines[i])) para.push(lines[i++]);
     const h = /^(#{1,6})\s+(.*)$/.exec(para[0]);
     const p = document.createElement(h ? "h" + Math.min(h[1].length + 2, 6) : "p");

@@ -3,7 +3,11 @@ not know, nested fences, long code lines."""
 
 from __future__ import annotations
 
-from channels.discord.render import LIMIT, render_text, to_discord_markdown
+import re
+
+import pytest
+
+from channels.discord.render import LIMIT, render_text, split_text, to_discord_markdown
 
 
 def _fence_kinds(part: str) -> list[str]:
@@ -57,3 +61,58 @@ def test_a_tilde_line_inside_a_code_block_does_not_end_it() -> None:
     code = "\n".join(["~~~"] + [f"line {i} " + "y" * 60 for i in range(60)])
     parts = render_text("```\n" + code + "\n```\n\nafter")
     assert all(p.count("```") % 2 == 0 for p in parts), [p[-20:] for p in parts]
+
+
+def test_an_unclosed_code_block_is_closed() -> None:
+    # A streaming preview mid-block, or a model that stopped there: without the closing
+    # fence Discord shows the ``` as text and the code as markdown.
+    assert render_text("```py\nx")[0] == "```py\nx\n```"
+    assert render_text("Here:\n\n~~~\n# comment\na*b*c")[0].endswith("a*b*c\n```")
+
+
+_ITEM = "10. Add the constructor:\n    ```python\n"
+
+
+def test_a_fence_indented_in_a_list_item_keeps_its_code_verbatim() -> None:
+    text = _ITEM + "    def __init__(self, name):\n        self.name = name\n    ```\n11. Next"
+    out = to_discord_markdown(text)
+    assert "    def __init__(self, name):\n        self.name = name\n    ```\n11. Next" in out
+
+
+def test_a_long_indented_block_is_closed_and_reopened_in_every_part() -> None:
+    code = "\n".join(f"    x_{i} = compute_value({i})  # __dunder__ step" for i in range(70))
+    parts = render_text(_ITEM + code + "\n    ```\n\n11. Done.")
+    assert len(parts) > 1
+    for p in parts:
+        assert len(p) <= LIMIT
+        assert len(_fence_kinds(p)) % 2 == 0, p[:60]
+    assert all(p.startswith("```python\n") for p in parts[1:]), [p[:20] for p in parts]
+    assert "__dunder__" in parts[-1] and "**dunder**" not in "".join(parts)
+
+
+def test_a_fence_indented_inside_code_does_not_close_it() -> None:
+    # A docstring showing a code block: the 4-space ``` is code, not the end of the block.
+    text = '```python\ndef f():\n    """\n    ```\n    __x__\n    """\n```\nafter __b__'
+    out = to_discord_markdown(text)
+    assert "    __x__" in out and out.endswith("```\nafter **b**")
+
+
+_WORDS = "word " * 395
+
+
+@pytest.mark.parametrize(
+    ("lead", "construct"),
+    [
+        ("see ", "[the deployment guide](https://example.com/docs/deploy)"),
+        ("run ", "`make deploy ENV=prod now`"),
+        ("this is ", "**very important to read**"),
+    ],
+)
+def test_a_word_cut_does_not_fall_inside_a_span_or_link(lead: str, construct: str) -> None:
+    # The last space before 2,000 characters lies inside the construct: the cut moves
+    # to just before it.
+    first, second = split_text(_WORDS + lead + construct + " for details " + "word " * 50)
+    for half in (first, second):
+        assert half.count("`") % 2 == 0 and half.count("**") % 2 == 0, half[-60:]
+        assert len(re.findall(r"\[", half)) == len(re.findall(r"\]\([^)]*\)", half)), half[-60:]
+    assert len(first) <= LIMIT and second.startswith(construct)

@@ -133,3 +133,71 @@ def test_a_part_of_only_code_whitespace_is_not_sent() -> None:
     else is dropped (Telegram refuses a message of only whitespace)."""
     parts = render_text("```\n" + "x" * 4090 + "\n      \n```")
     assert parts and all(p.text.strip() for p in parts), [p.text[:10] for p in parts]
+
+
+# -- prose the converter misreads as spoilers, math or glued blocks ----------------
+
+
+def entity_types(parts: list[Part]) -> set[str]:
+    return {e.type for p in parts for e in p.entities}
+
+
+def test_double_bars_in_prose_are_not_spoilers() -> None:
+    """'||' is a spoiler only when the bars hug their words like emphasis does; as
+    shell 'or' the text (and what lay between two of them) stayed hidden."""
+    spaced = render_text("Use `a || b` or x || y || z")
+    assert "x || y || z" in shown(spaced) and "spoiler" not in entity_types(spaced)
+    glued = render_text("Use a||b or c||d in shell")
+    assert "a||b or c||d" in shown(glued) and "spoiler" not in entity_types(glued)
+
+
+def test_empty_table_cells_are_not_spoilers() -> None:
+    """'| a || b |' is an empty cell, not the start of a spoiler over the rows."""
+    parts = render_text("| a || b |\n|---|---|---|\n| 1 || 2 |\n")
+    assert "1" in shown(parts) and "spoiler" not in entity_types(parts), shown(parts)
+
+
+def test_a_hugging_spoiler_is_still_a_spoiler() -> None:
+    [part] = render_text("The answer is (||42||), and a || b is shell.")
+    [spoiler] = [e for e in part.entities if e.type == "spoiler"]
+    assert part.text[spoiler.offset : spoiler.offset + spoiler.length] == "42"
+    assert "a || b" in part.text
+
+
+def test_lowercase_shell_variables_keep_their_dollar_signs() -> None:
+    """'$src/$dst' is not inline LaTeX either: a '$…$' directly followed by a
+    letter, digit or '/', or holding no math, is shown as written."""
+    for md in ("Run cp $src/$dst now", "Then ${HOME}/$dir is used", "Use $foo$bar"):
+        parts = render_text(md)
+        assert shown(parts) == md and not entity_types(parts), shown(parts)
+
+
+def test_inline_formulas_are_still_math() -> None:
+    for md, math in (("so $x^2 + y^2$ holds", "x^2 + y^2"), ("where $x$ is the input", "x")):
+        [part] = render_text(md)
+        assert "$" not in part.text and math in part.text, part.text
+        assert "code" in entity_types([part])
+
+
+def test_a_list_items_code_block_starts_on_its_own_line() -> None:
+    """The converter glued an item's first block onto its text ('Install it:pip …')."""
+    md = (
+        "1. Install it 🚀:\n   ```bash\n   pip install parley\n   ```\n"
+        "2. Run it:\n   ```bash\n   parley run\n   ```\n3. Done."
+    )
+    [part] = render_text(md)
+    units = part.text.encode("utf-16-le")
+
+    def at(start: int, end: int) -> str:  # offsets are UTF-16 units (the emoji counts two)
+        return units[2 * start : 2 * end].decode("utf-16-le")
+
+    pres = [e for e in part.entities if e.type == "pre"]
+    assert [at(e.offset, e.offset + e.length) for e in pres] == ["pip install parley", "parley run"]
+    assert all(at(e.offset - 1, e.offset) == "\n" for e in pres), part.text
+
+
+def test_a_list_items_quote_starts_on_its_own_line() -> None:
+    [part] = render_text("- a\n  > quoted in list\n- b")
+    [quote] = [e for e in part.entities if e.type == "blockquote"]
+    assert part.text[quote.offset - 1] == "\n" and "aquoted" not in part.text, part.text
+    assert part.text[quote.offset :].startswith("quoted in list")
