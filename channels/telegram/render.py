@@ -420,6 +420,8 @@ def _blocks_on_own_lines(
     (``1. Install it:pip install parley``); a line break goes in before it, and
     the entities after (or around) it move by one UTF-16 unit.
     """
+    if not any(e.type in _BLOCKS for e in entities):
+        return text, entities  # most answers: nothing to look at
     off = _offsets(text)
     index = {u: i for i, u in enumerate(off)}
     glued = {
