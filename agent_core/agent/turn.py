@@ -36,6 +36,7 @@ from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
 from agent_core.agent.documents import Room, allowance, is_text, read_texts
 from agent_core.agent.executor import plan, run_many
+from agent_core.agent.fences import with_marker
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.images import AttachmentFetcher, fetch_images
 from agent_core.agent.interrupt import flag_is_newer, is_interrupt
@@ -449,7 +450,7 @@ class Turn:
         reply = self._reply
         if reply is not None and reply.ref is not None:
             with contextlib.suppress(ChannelError):
-                await reply.finish((reply.text + "\n\n" + tail).strip())
+                await reply.finish(with_marker(reply.text, tail))
 
     # -- interrupt -------------------------------------------------------------
     def may_stop(self, user: str) -> bool:

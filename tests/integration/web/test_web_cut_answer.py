@@ -43,3 +43,31 @@ async def test_an_answer_cut_off_by_a_model_error_stops_streaming(runtime: Any) 
     assert partial, msgs
     assert all(m.get("f", True) is not False for m in partial), partial
     assert any("cut off" in m.get("tx", "") for m in partial), partial
+
+
+async def test_a_cut_off_marker_goes_after_the_code_block_it_was_cut_in(runtime: Any) -> None:
+    from agent_core.llm import errors as llm_errors
+    from agent_core.llm.base import TextDelta
+    from agent_core.llm.demo import DemoProvider
+
+    class DiesInCode(DemoProvider):
+        async def stream(self, request: Any) -> AsyncIterator[Any]:
+            for piece in ("Here is the script:\n\n```python\n", "import os\n", "print(os"):
+                await asyncio.sleep(0.3)  # each piece is seen as a preview edit
+                yield TextDelta(piece)
+            raise llm_errors.Timeout("read timed out")
+
+    async with runtime("all", serve_web=True, llm=DiesInCode()) as rt:
+        await wait_up(rt.port)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rt.port}", timeout=10) as c:
+            await c.get("/")
+            await c.post("/api/messages", json={"text": "write me a script"})
+            deadline = time.monotonic() + 15
+            msgs: list[Any] = []
+            while time.monotonic() < deadline:
+                msgs = (await c.get("/api/history")).json()["messages"]
+                if any(m.get("n") for m in msgs):
+                    break
+                await asyncio.sleep(0.05)
+    [cut] = [m["tx"] for m in msgs if m["kind"] == "message" and not m.get("n")]
+    assert cut == "Here is the script:\n\n```python\nimport os\nprint(os\n```\n\n_(cut off)_"
