@@ -9,7 +9,8 @@ every element in Slack's syntax: headings become bold lines, list items ``•`` 
 (language tag dropped), raw HTML is shown as literal text, and links are only
 made for http(s)/mailto targets, so the text can never produce a mention.  Blank
 lines between blocks follow the source; emphasis is closed at each line end and a
-zero-width space marks a word boundary Slack needs but the source lacks (``x**y**``).
+zero-width space marks a word boundary Slack needs but the source lacks (``x**y**``),
+and breaks every run of 3+ backticks outside code blocks (Slack would open one).
 It never raises (on any internal error the text is only escaped: a plain fallback).
 """
 
@@ -42,9 +43,20 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _no_fence(text: str) -> str:
+    """Break each run of 3+ backticks with zero-width spaces: Slack would read a fence."""
+    return _FENCE_RUN.sub(lambda m: _ZWSP.join(m.group()), text)
+
+
 def _code(text: str) -> str:
     """Escaped code; a run of 3+ backticks inside would end Slack's block, so break it."""
-    return _FENCE_RUN.sub(lambda m: _ZWSP.join(m.group()), escape(text))
+    return _no_fence(escape(text))
+
+
+def _code_span(text: str) -> str:
+    """Inline code; a backtick at either end is kept apart from the wrapping ones."""
+    code = _code(text)
+    return f"`{_ZWSP * code.startswith('`')}{code}{_ZWSP * code.endswith('`')}`"
 
 
 def _link(url: str, label: str) -> str:
@@ -58,7 +70,7 @@ def _link(url: str, label: str) -> str:
     if not _URL_SCHEME.match(url):
         return escape(f"{label} ({url})" if label and label != url else url)
     target = url
-    for ch, enc in (("|", "%7C"), (">", "%3E"), ("<", "%3C"), (" ", "%20")):
+    for ch, enc in (("|", "%7C"), (">", "%3E"), ("<", "%3C"), (" ", "%20"), ("`", "%60")):
         target = target.replace(ch, enc)
     if not label or label == url:
         return f"<{target}>"
@@ -150,9 +162,11 @@ class _Writer:
                 mark[1] = True
         self.raw(s)
 
-    def end_line(self) -> None:
+    def end_line(self, fence: bool = False) -> None:
+        """Ends the line; backticks of text and code spans never form a fence there."""
         if self.line is not None:
-            self.lines.append("".join(self.line))
+            line = "".join(self.line)
+            self.lines.append(line if fence else _no_fence(line))
         self.line = None
 
     def block(self, start: int) -> None:
@@ -235,7 +249,7 @@ class _Writer:
                     text, self.code = "".join(self.code or []), None
                     for line in ["```", *_code(text.removesuffix("\n")).split("\n"), "```"]:
                         self.raw(line)
-                        self.end_line()
+                        self.end_line(fence=True)
                 self.end_line()
                 if name in ("BlockQuote", "Item"):
                     self.boxes.pop()
@@ -250,7 +264,7 @@ class _Writer:
                     self.raw(escape(part))
                     self.end_line()
             case {"Code": code} if self.label is None:
-                self.put(f"`{_code(code)}`")
+                self.put(_code_span(code))
             case {"Text": text} | {"Code": text} | {"InlineHtml": text}:
                 self.put(text if self.label is not None else escape(text))
 
@@ -275,7 +289,7 @@ def to_mrkdwn(md: str) -> str:
         return escape(md)
 
 
-def _outside(text: str, cut: int, floor: int) -> int:
+def _outside_token(text: str, cut: int, floor: int) -> int:
     """Move ``cut`` back before an unfinished ``<link>`` or ``&entity;`` (not down to ``floor``)."""
     lt = text.rfind("<", 0, cut)
     if lt > floor and text.rfind(">", 0, cut) < lt and text.find(">", cut) >= 0:
@@ -289,21 +303,106 @@ def _outside(text: str, cut: int, floor: int) -> int:
     return cut
 
 
+def _blank(ch: str) -> bool:
+    return not ch or ch.isspace() or ch == _ZWSP
+
+
+def _opens(line: str, i: int) -> bool:
+    """Does ``line[i]`` open inline code or emphasis (when no code is open)?"""
+    if line[i] == "`":
+        return line.find("`", i + 1) > i
+    return line[i] in "*_~" and not line[i - 1 : i].isalnum() and not _blank(line[i + 1 : i + 2])
+
+
+def _closes(line: str, i: int, code: bool) -> bool:
+    """Can ``line[i]`` close an open construct of its kind (in code: only a backtick)?"""
+    if code or line[i] == "`":
+        return code and line[i] == "`"
+    return line[i] in "*_~" and not _blank(line[i - 1 : i]) and not line[i + 1 : i + 2].isalnum()
+
+
+def _span(line: str, at: int) -> tuple[int, int] | None:
+    """(start, end) of the outermost inline code or emphasis of ``line`` around ``at``.
+
+    Read as Slack does: a backtick opens code when another follows on the line;
+    ``*``, ``_``, ``~`` open after a non-word character and before a non-space, and
+    close an open one after a non-space and before a non-word character; a
+    ``<link>`` is skipped whole.  None when no construct is open at ``at``.
+    """
+    stack: list[tuple[int, str]] = []  # open constructs: (start, marker)
+    depth = -1  # how many of them were open at ``at`` and still are (-1: not there yet)
+    found = None
+    i = 0
+    while i < len(line) and depth:
+        if depth < 0 and i >= at:
+            depth = len(stack)
+            continue
+        ch, code = line[i], bool(stack) and stack[-1][1] == "`"
+        if _closes(line, i, code) and any(m == ch for _, m in stack):
+            while stack[-1][1] != ch:
+                stack.pop()
+            start = stack.pop()[0]
+            if len(stack) < depth:  # open at ``at``: each later one is further out
+                found = (start, i + 1)
+                depth = len(stack)
+        elif code:
+            pass
+        elif _opens(line, i):
+            stack.append((i, ch))
+        elif ch == "<" and line.find(">", i) > i:
+            i = line.find(">", i)
+        i += 1
+    return found
+
+
+def _has_text(piece: str) -> bool:
+    """More than a code fence split_text reopened: a cut there makes progress."""
+    return bool(piece.replace("```", "").strip())
+
+
+def _before_span(text: str, cut: int, limit: int) -> int:
+    """Move ``cut`` before the inline code or emphasis it would split (to a space if any).
+
+    Kept when that construct is longer than ``limit`` or starts the text.
+    """
+    if text.count("```", 0, cut) % 2:  # in a code block: split_text closes and reopens it
+        return cut
+    start = text.rfind("\n", 0, cut) + 1
+    end = text.find("\n", cut)
+    found = _span(text[start : len(text) if end < 0 else end], cut - start)
+    if found is None:
+        return cut
+    span, close = start + found[0], start + found[1]
+    space = max(text.rfind(" ", 0, span), text.rfind("\n", 0, span)) + 1
+    new = space if _has_text(text[:space]) else len(text[:span].rstrip("`"))
+    return new if _has_text(text[:new]) and close - new <= limit else cut
+
+
+def _outside(text: str, cut: int, limit: int) -> int:
+    """Move ``cut`` back out of a token (link, entity, backticks) or an inline span."""
+    while True:
+        new = _before_span(text, _outside_token(text, cut, limit // 3), limit)
+        if new == cut:
+            return cut
+        cut = new
+
+
 def _cut_point(text: str, limit: int) -> int:
     """Best index <= limit to cut at: paragraph, line, sentence/word, else hard."""
     window = text[:limit]
     for sep in ("\n\n", "\n", " "):
         i = window.rfind(sep)
         if i >= limit // 3:
-            return _outside(text, i + len(sep), limit // 3)
-    return _outside(text, limit, limit // 3)
+            return _outside(text, i + len(sep), limit)
+    return _outside(text, limit, limit)
 
 
 def split_text(text: str, limit: int) -> list[str]:
     """Split mrkdwn into pieces of at most ``limit`` characters.
 
-    Cuts on paragraph, line or word boundaries, never inside a ``<link>`` or an
-    ``&amp;``-style escape (unless one alone is longer than a piece); a code block
+    Cuts on paragraph, line or word boundaries, never inside a ``<link>``, an
+    ``&amp;``-style escape, inline code or emphasis on one line (unless one alone
+    is longer than a piece, or for code or emphasis, starts the text); a code block
     that has to be cut is closed at the end of one piece and reopened at the start
     of the next.
     """

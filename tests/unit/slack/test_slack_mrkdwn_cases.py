@@ -60,3 +60,31 @@ def test_split_never_cuts_inside_a_link() -> None:
     assert len(pieces) > 1
     for p in pieces:
         assert p.count("<") == p.count(">"), (p[:60], p[-60:])
+
+
+def test_backticks_never_form_a_code_fence_outside_code_blocks() -> None:
+    # A code span of one backtick, `` ` ``, came out as ``` and opened a code block
+    # that swallowed the rest of the answer (split_text reopened it in the next post).
+    assert "```" not in to_mrkdwn("write `` ` `` here")
+    assert "```" not in to_mrkdwn("two: ``` `` ``` and text: \\`\\`\\` and \\`\\``x`")
+    para = "The quick brown fox jumps over the lazy dog near the river bank. " * 5
+    md = "To type a literal backtick in Markdown, write `` ` ``.\n\n" + "\n\n".join([para] * 14)
+    out = to_mrkdwn(md)
+    assert "```" not in out
+    posts = split_text(out, 3900)
+    assert len(posts) > 1
+    for p in posts:
+        assert p.count("```") % 2 == 0, (p[:40], p[-40:])
+
+
+def test_split_never_cuts_inside_inline_code_or_bold() -> None:
+    # The word-boundary cut landed on a space inside `git commit -m fix --amend` or a
+    # bold phrase: both halves then showed raw backticks / asterisks.
+    for construct, mark in (
+        ("`git commit -m fix --amend`", "`"),
+        ("**this is an important bold phrase that continues**", "*"),
+    ):
+        pieces = split_text(to_mrkdwn("word " * 595 + construct + " then " + "word " * 100), 3000)
+        assert len(pieces) == 2
+        for p in pieces:
+            assert p.count(mark) % 2 == 0, (p[:40], p[-40:])
