@@ -298,6 +298,10 @@ def doctor() -> None:
     from bots.ops import doctor as run_doctor
 
     s = _settings()
+    try:
+        s.require_shared_redis()  # refused as `parley run` and `parley release` refuse it
+    except ConfigError as exc:
+        _fail(exc.problems)
     out = Console(highlight=False, emoji=False)  # "openai:m: …" is no emoji code
 
     async def main() -> None:
@@ -506,6 +510,7 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
                 s.core.redis_url.get_secret_value(), tls_insecure=s.core.redis_tls_insecure
             )
         else:
+            s.require_shared_redis()  # on Heroku: REDIS_URL or nothing
             embedded = EmbeddedValkey(s.core.parley_data_dir)
             start = asyncio.ensure_future(embedded.start())
             try:

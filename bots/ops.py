@@ -40,6 +40,7 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
             clients = make_clients(url, tls_insecure=core.redis_tls_insecure)
             where = redact_url(url)
         else:
+            settings.require_shared_redis()  # on Heroku: REDIS_URL or nothing
             embedded = EmbeddedValkey(core.parley_data_dir)
             await embedded.start()
             clients = make_clients(embedded.url)

@@ -138,6 +138,7 @@ class Runtime:
             await check_reachable(self.clients)
             self.summary.redis = redact_url(url)
         else:
+            self.settings.require_shared_redis()  # not one private Redis per dyno
             self.embedded = EmbeddedValkey(core.parley_data_dir, watch=True)
             starting = asyncio.ensure_future(self.embedded.start())
             try:
