@@ -263,6 +263,10 @@ class CoreSettings(ParleySettings):
 
     redis_url: SecretStr | None = Field(default=None, description="Redis URL; unset = embedded")
     redis_tls_insecure: bool = False
+    # connections one process may open: the general pool, and the pool of blocking
+    # reads (a worker's consumer, each open web chat page); deploy/heroku.md
+    redis_max_connections: int = Field(default=200, ge=1, le=100_000)
+    redis_max_blocking_connections: int = Field(default=1000, ge=1, le=100_000)
     parley_data_dir: Path = Path(".parley")
     port: int = Field(default=8000, ge=1, le=65535)
     host: str = ""  # empty: 127.0.0.1, or 0.0.0.0 on Heroku ($DYNO set)
@@ -285,6 +289,13 @@ class CoreSettings(ParleySettings):
     dedup_ttl_secs: int = Field(default=86_400, ge=60, le=MAX_TTL_SECS)
     session_idle_ttl_secs: int = Field(default=30 * 86_400, ge=60, le=MAX_TTL_SECS)
     shutdown_grace_secs: float = Field(default=20.0, ge=0)
+
+    def pool_caps(self) -> dict[str, int]:
+        """``make_clients``' pool sizes."""
+        return {
+            "max_connections": self.redis_max_connections,
+            "max_blocking_connections": self.redis_max_blocking_connections,
+        }
 
     @field_validator("log_format")
     @classmethod

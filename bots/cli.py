@@ -507,7 +507,9 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
     try:
         if s.core.redis_url is not None:
             clients = make_clients(
-                s.core.redis_url.get_secret_value(), tls_insecure=s.core.redis_tls_insecure
+                s.core.redis_url.get_secret_value(),
+                tls_insecure=s.core.redis_tls_insecure,
+                **s.core.pool_caps(),
             )
         else:
             s.require_shared_redis()  # on Heroku: REDIS_URL or nothing
@@ -520,7 +522,7 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
                 with contextlib.suppress(Exception):
                     await start
                 raise
-            clients = make_clients(embedded.url)
+            clients = make_clients(embedded.url, **s.core.pool_caps())
         await check_reachable(clients)
         await fn(clients.redis)
     finally:
