@@ -231,16 +231,19 @@ def _env_name(cls: type[BaseSettings], loc: tuple[int | str, ...]) -> str:
     return ((field.alias if field and field.alias else None) or name).upper()
 
 
-def http_url(v: str, *, required: bool = True) -> str:
-    """``v`` stripped; ValueError unless it is an http(s) URL (the value is not echoed)."""
+def http_url(
+    v: str, *, required: bool = True, credentials: str = "put the key in its _API_KEY"
+) -> str:
+    """``v`` stripped; ValueError unless it is an http(s) URL (the value is not echoed).
+    ``credentials``: what to do instead of a ``user:password@`` in it."""
     v = v.strip()
     if not v and not required:
         return v
     if not v.lower().startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https://")
     if "@" in urlsplit(v).netloc:
-        # they would be sent beside the key's Authorization header, which fails
-        raise ValueError("must not carry credentials (user:password@); put the key in its _API_KEY")
+        # an LLM's would be sent beside the key's Authorization header, which fails
+        raise ValueError(f"must not carry credentials (user:password@); {credentials}")
     return v
 
 
@@ -263,6 +266,10 @@ class CoreSettings(ParleySettings):
 
     redis_url: SecretStr | None = Field(default=None, description="Redis URL; unset = embedded")
     redis_tls_insecure: bool = False
+    # connections one process may open: the general pool, and the pool of blocking
+    # reads (a worker's consumer, each open web chat page); deploy/heroku.md
+    redis_max_connections: int = Field(default=200, ge=1, le=100_000)
+    redis_max_blocking_connections: int = Field(default=1000, ge=1, le=100_000)
     parley_data_dir: Path = Path(".parley")
     port: int = Field(default=8000, ge=1, le=65535)
     host: str = ""  # empty: 127.0.0.1, or 0.0.0.0 on Heroku ($DYNO set)
@@ -285,6 +292,18 @@ class CoreSettings(ParleySettings):
     dedup_ttl_secs: int = Field(default=86_400, ge=60, le=MAX_TTL_SECS)
     session_idle_ttl_secs: int = Field(default=30 * 86_400, ge=60, le=MAX_TTL_SECS)
     shutdown_grace_secs: float = Field(default=20.0, ge=0)
+
+    def pool_caps(self) -> dict[str, int]:
+        """``make_clients``' pool sizes."""
+        return {
+            "max_connections": self.redis_max_connections,
+            "max_blocking_connections": self.redis_max_blocking_connections,
+        }
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str) -> str:
+        return http_url(v, required=False, credentials="remove them")
 
     @field_validator("log_format")
     @classmethod
@@ -392,7 +411,7 @@ class CoreSettings(ParleySettings):
 
     # --- proactive (issue 12) -------------------------------------------------
     heartbeat_enabled: bool = False
-    heartbeat_interval_secs: float = Field(default=1800.0, gt=0)
+    heartbeat_interval_secs: float = Field(default=1800.0, gt=0, le=MAX_TTL_SECS)  # claim: SET EX
     heartbeat_notify: str = ""  # a target: telegram:123456, slack:T01/C0123, web:<sid> ...
     heartbeat_file: Path = Path("HEARTBEAT.md")
     heartbeat_max_failures: int = Field(default=3, ge=1)

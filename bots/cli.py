@@ -298,6 +298,10 @@ def doctor() -> None:
     from bots.ops import doctor as run_doctor
 
     s = _settings()
+    try:
+        s.require_shared_redis()  # refused as `parley run` and `parley release` refuse it
+    except ConfigError as exc:
+        _fail(exc.problems)
     out = Console(highlight=False, emoji=False)  # "openai:m: …" is no emoji code
 
     async def main() -> None:
@@ -503,9 +507,12 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
     try:
         if s.core.redis_url is not None:
             clients = make_clients(
-                s.core.redis_url.get_secret_value(), tls_insecure=s.core.redis_tls_insecure
+                s.core.redis_url.get_secret_value(),
+                tls_insecure=s.core.redis_tls_insecure,
+                **s.core.pool_caps(),
             )
         else:
+            s.require_shared_redis()  # on Heroku: REDIS_URL or nothing
             embedded = EmbeddedValkey(s.core.parley_data_dir)
             start = asyncio.ensure_future(embedded.start())
             try:
@@ -515,7 +522,7 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
                 with contextlib.suppress(Exception):
                     await start
                 raise
-            clients = make_clients(embedded.url)
+            clients = make_clients(embedded.url, **s.core.pool_caps())
         await check_reachable(clients)
         await fn(clients.redis)
     finally:

@@ -15,7 +15,14 @@ from redis.exceptions import RedisError
 
 from agent_core.errors import ConfigError
 from agent_core.llm import errors as llm_errors
-from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
+from agent_core.store.client import (
+    RedisClients,
+    check_reachable,
+    connections_per_process,
+    make_clients,
+    redact_url,
+    server_max_clients,
+)
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.pacing import Pacer
 from bots import event_loop as loops
@@ -37,12 +44,13 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
     try:
         if core.redis_url is not None:
             url = core.redis_url.get_secret_value()
-            clients = make_clients(url, tls_insecure=core.redis_tls_insecure)
+            clients = make_clients(url, tls_insecure=core.redis_tls_insecure, **core.pool_caps())
             where = redact_url(url)
         else:
+            settings.require_shared_redis()  # on Heroku: REDIS_URL or nothing
             embedded = EmbeddedValkey(core.parley_data_dir)
             await embedded.start()
-            clients = make_clients(embedded.url)
+            clients = make_clients(embedded.url, **core.pool_caps())
             where = embedded.describe()
         await check_reachable(clients)
     except ConfigError as exc:
@@ -70,6 +78,47 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
         )
     except RedisError as exc:
         return clients, embedded, Check("redis", False, f"{where}: {type(exc).__name__}", "")
+
+
+# Processes counted against the server's connection limit: a web, a worker and one
+# more (the release phase, or a one-off such as `heroku run parley doctor`).
+COUNTED_PROCESSES = 3
+
+
+async def _connections(settings: Settings, clients: RedisClients) -> Check:
+    """The server's maxclients against what the pools may open (REDIS_MAX_CONNECTIONS,
+    REDIS_MAX_BLOCKING_CONNECTIONS): past it Redis refuses connections, and commands
+    fail instead of waiting for a pooled one."""
+    core = settings.core
+    per = connections_per_process(core.redis_max_connections, core.redis_max_blocking_connections)
+    need = COUNTED_PROCESSES * per
+    caps = (
+        f"each process may open {per:,} (REDIS_MAX_CONNECTIONS {core.redis_max_connections:,} "
+        f"+ REDIS_MAX_BLOCKING_CONNECTIONS {core.redis_max_blocking_connections:,} + 1 shared)"
+    )
+    limit = await server_max_clients(clients.redis)
+    if limit is None:
+        return Check(
+            "redis connections",
+            True,
+            f"the server's maxclients cannot be read (INFO and CONFIG say nothing); {caps}",
+            "check that your Redis plan's connection limit covers every process "
+            "(deploy/heroku.md, Redis connections)",
+        )
+    detail = (
+        f"the server accepts {limit:,}; {caps}; a web, a worker and one more process "
+        f"(release, heroku run): {need:,}"
+    )
+    if limit >= need:
+        return Check("redis connections", True, f"{detail}; each further dyno adds {per:,}")
+    return Check(
+        "redis connections",
+        False,
+        detail,
+        f"lower REDIS_MAX_CONNECTIONS and REDIS_MAX_BLOCKING_CONNECTIONS until every process "
+        f"together stays within {limit:,}, or take a Redis plan with more connections "
+        "(deploy/heroku.md, Redis connections)",
+    )
 
 
 def event_loop_check(settings: Settings) -> Check:
@@ -105,6 +154,8 @@ async def doctor(settings: Settings) -> list[Check]:
     clients, embedded, rc = await _redis(settings)
     checks.append(rc)
     try:
+        if clients is not None and rc.ok:
+            checks.append(await _connections(settings, clients))
         # platforms
         for name, (on, why) in settings.platform_status().items():
             if not on:

@@ -134,10 +134,13 @@ class Runtime:
         core = self.settings.core
         if core.redis_url is not None:
             url = core.redis_url.get_secret_value()
-            self.clients = make_clients(url, tls_insecure=core.redis_tls_insecure)
+            self.clients = make_clients(
+                url, tls_insecure=core.redis_tls_insecure, **core.pool_caps()
+            )
             await check_reachable(self.clients)
             self.summary.redis = redact_url(url)
         else:
+            self.settings.require_shared_redis()  # not one private Redis per dyno
             self.embedded = EmbeddedValkey(core.parley_data_dir, watch=True)
             starting = asyncio.ensure_future(self.embedded.start())
             try:
@@ -147,7 +150,7 @@ class Runtime:
                     await starting
                 await self.embedded.stop()
                 raise
-            self.clients = make_clients(self.embedded.url)
+            self.clients = make_clients(self.embedded.url, **core.pool_caps())
             await check_reachable(self.clients)
             self.summary.redis = self.embedded.describe()
         redis = self.clients.redis

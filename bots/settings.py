@@ -38,6 +38,13 @@ _OWN_PREFIXES = ("PARLEY_", "TELEGRAM_", "SLACK_", "DISCORD_", "LLM_")
 # read outside the settings classes (the last two by the tests)
 _OTHER_NAMES = frozenset({"PARLEY_ENV_FILE", "PARLEY_LONG", "PARLEY_CHROMIUM"})
 
+HEROKU_WITHOUT_REDIS = (
+    "REDIS_URL is not set: on Heroku every dyno would get its own private Redis "
+    "(the web dyno would accept messages no worker ever reads); add the add-on: "
+    "heroku addons:create heroku-redis:premium-0 (it sets REDIS_URL; deploy/heroku.md "
+    "says which plan)"
+)
+
 # Header names whose values are secrets (LLM_EXTRA_HEADERS), for log redaction.
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "password")
 
@@ -57,6 +64,13 @@ class Settings:
         $PORT alone proves nothing (a developer sets it on a laptop); other
         platforms say HOST=0.0.0.0 themselves (deploy/Dockerfile does)."""
         return bool(os.environ.get("DYNO"))
+
+    def require_shared_redis(self) -> None:
+        """Raise ConfigError on Heroku ($DYNO) when REDIS_URL is unset (the add-on is
+        missing or detached): each dyno would start its own embedded Valkey, and the
+        web dyno would acknowledge messages into a Redis no worker reads."""
+        if self.on_heroku and self.core.redis_url is None:
+            raise ConfigError([HEROKU_WITHOUT_REDIS])
 
     @property
     def hosted(self) -> bool:

@@ -82,6 +82,19 @@ def _make(
     )
 
 
+def _when(settings: LLMSettings, name: str) -> str:
+    """Why backend ``name`` is in use, for a line naming what it is missing: the
+    variable that chose it (the user may never have set LLM_BACKEND), or
+    LLM_FALLBACKS for a fallback on another backend."""
+    primary = settings.resolve_backend()[0]
+    if ALIASES.get(primary, primary) != name:
+        return f"for the {name} fallback (LLM_FALLBACKS)"
+    var = settings.chosen_by()
+    if var == "LLM_BACKEND":
+        return f"when LLM_BACKEND={name}"
+    return f"when {var} is set (the {name} {'preset' if name in PRESETS else 'backend'})"
+
+
 def backend_config(
     settings: LLMSettings, backend: str | None = None, model: str | None = None
 ) -> BackendConfig:
@@ -92,7 +105,7 @@ def backend_config(
     if name == "openai":
         key = _key(settings.openai_api_key)
         if not key:
-            problems.append("OPENAI_API_KEY: required when LLM_BACKEND=openai")
+            problems.append(f"OPENAI_API_KEY: required {_when(settings, name)}")
         cfg = _make(
             settings,
             name,
@@ -105,7 +118,7 @@ def backend_config(
     elif name == "anthropic":
         key = _key(settings.anthropic_api_key)
         if not key:
-            problems.append("ANTHROPIC_API_KEY: required when LLM_BACKEND=anthropic")
+            problems.append(f"ANTHROPIC_API_KEY: required {_when(settings, name)}")
         cfg = _make(
             settings,
             name,
@@ -128,11 +141,9 @@ def backend_config(
         )
     elif name == "openai_compatible":
         if not settings.llm_base_url.strip():
-            problems.append(
-                "LLM_BASE_URL: required by the openai_compatible backend (the server's URL)"
-            )
+            problems.append(f"LLM_BASE_URL: required {_when(settings, name)} (the server's URL)")
         if not (model or settings.llm_model):
-            problems.append("LLM_MODEL: required by the openai_compatible backend")
+            problems.append(f"LLM_MODEL: required {_when(settings, name)}")
         cfg = _make(
             settings,
             name,
@@ -146,9 +157,9 @@ def backend_config(
         url, var = PRESETS[name]
         key = _key(settings.preset_key(name))
         if not key:
-            problems.append(f"{var}: required when LLM_BACKEND={name}")
+            problems.append(f"{var}: required {_when(settings, name)}")
         if not (model or settings.llm_model):
-            problems.append(f"LLM_MODEL: required when LLM_BACKEND={name}")
+            problems.append(f"LLM_MODEL: required {_when(settings, name)}")
         cfg = _make(
             settings,
             name,

@@ -125,6 +125,28 @@ class LLMSettings(ParleySettings):
         """
         if self.llm_backend:
             return self.llm_backend, "LLM_BACKEND is set"
+        chosen = self._candidates()
+        if not chosen:
+            return "demo", "no LLM_BACKEND and no API key set"
+        backend, var = chosen[0]
+        # a preset uses LLM_BASE_URL / LLM_API_KEY too (as overrides), so they are not ignored
+        used = {backend, "openai_compatible"} if backend in PRESETS else {backend}
+        ignored = [v for b, v in chosen[1:] if b not in used]
+        if ignored:
+            return backend, f"{var} is set; {', '.join(ignored)} ignored (LLM_BACKEND chooses)"
+        return backend, f"{var} is set"
+
+    def chosen_by(self) -> str:
+        """The variable that chose the backend: LLM_BACKEND, the first key or URL
+        that applies (see :meth:`resolve_backend`), or "" (the demo)."""
+        if self.llm_backend:
+            return "LLM_BACKEND"
+        chosen = self._candidates()
+        return chosen[0][1] if chosen else ""
+
+    def _candidates(self) -> list[tuple[str, str]]:
+        """(backend, variable) for each variable set that would choose a backend, in
+        the order of precedence."""
         chosen: list[tuple[str, str]] = []
         if self.openai_api_key is not None:
             chosen.append(("openai", "OPENAI_API_KEY"))
@@ -141,15 +163,7 @@ class LLMSettings(ParleySettings):
             chosen.append(("ollama", "OLLAMA_BASE_URL"))
         elif "ollama_model" in self.model_fields_set:
             chosen.append(("ollama", "OLLAMA_MODEL"))
-        if not chosen:
-            return "demo", "no LLM_BACKEND and no API key set"
-        backend, var = chosen[0]
-        # a preset uses LLM_BASE_URL / LLM_API_KEY too (as overrides), so they are not ignored
-        used = {backend, "openai_compatible"} if backend in PRESETS else {backend}
-        ignored = [v for b, v in chosen[1:] if b not in used]
-        if ignored:
-            return backend, f"{var} is set; {', '.join(ignored)} ignored (LLM_BACKEND chooses)"
-        return backend, f"{var} is set"
+        return chosen
 
     def extra_headers(self) -> dict[str, str]:
         return parse_headers(self.llm_extra_headers)

@@ -19,6 +19,7 @@ redis-py's health check, and the connect timeout.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import ssl
@@ -115,9 +116,41 @@ class RedisClients:
         await self.blocking.connection_pool.disconnect()
 
 
+def connections_per_process(max_connections: int, max_blocking_connections: int) -> int:
+    """The most connections one process opens to Redis: both pools full, and the
+    connection the general client's round trips share (opened outside its pool)."""
+    return max_connections + max_blocking_connections + 1
+
+
+async def server_max_clients(redis: Any) -> int | None:
+    """The server's ``maxclients``: from ``INFO clients`` (Redis 7+, Valkey), else
+    ``CONFIG GET``; None when neither says (managed services often refuse CONFIG)."""
+    value: Any = None
+    with contextlib.suppress(RedisError):
+        value = (await redis.info("clients")).get("maxclients")
+    if value is None:
+        try:
+            value = (await redis.config_get("maxclients")).get("maxclients")
+        except RedisError:
+            return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def make_clients(
-    url: str, *, tls_insecure: bool = False, max_connections: int = 200
+    url: str,
+    *,
+    tls_insecure: bool = False,
+    max_connections: int = 200,
+    max_blocking_connections: int = 1000,
 ) -> RedisClients:
+    """The two clients (see the module docstring).  ``max_connections`` caps the
+    general pool (REDIS_MAX_CONNECTIONS), ``max_blocking_connections`` the pool of
+    blocking reads (REDIS_MAX_BLOCKING_CONNECTIONS: a worker's consumer holds one,
+    each open web chat page one on the web process); at a cap a command waits for a
+    free connection (up to POOL_WAIT) instead of opening another."""
     try:
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss", "unix"):
@@ -151,7 +184,7 @@ def make_clients(
             url,
             socket_timeout=None,
             socket_connect_timeout=SOCKET_TIMEOUT,
-            max_connections=max_connections * 5,  # SSE followers and consumers hold theirs
+            max_connections=max_blocking_connections,  # SSE followers, consumers
             timeout=POOL_WAIT,
             **kw,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, field_validator
 
-from agent_core.settings import ParleySettings
+from agent_core.settings import MAX_TTL_SECS, ParleySettings
 
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
 
@@ -25,7 +25,7 @@ class SlackSettings(ParleySettings):
     # Seconds between messages in one Slack channel, shared by every worker process.
     slack_channel_pace_secs: float = Field(default=1.0, ge=0.0)
     # How long Parley remembers a thread it takes part in (follow-ups need no mention).
-    slack_thread_ttl_secs: int = Field(default=7 * 86_400, ge=60)
+    slack_thread_ttl_secs: int = Field(default=7 * 86_400, ge=60, le=MAX_TTL_SECS)  # SET EX
     # Reaction shown on the user's message while a turn runs; empty disables it.
     slack_working_reaction: str = "eyes"
     # Socket Mode: ping interval in seconds; a socket without pong is replaced.

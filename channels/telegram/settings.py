@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
-from agent_core.settings import ParleySettings
+from agent_core.settings import ParleySettings, http_url
 
 _TOKEN_RE = re.compile(r"\d+:[A-Za-z0-9_-]+")
 _SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -63,6 +63,13 @@ class TelegramSettings(ParleySettings):
         if not _SECRET_RE.fullmatch(raw):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
         return SecretStr(raw)
+
+    @field_validator("telegram_api_base_url", "telegram_api_file_url")
+    @classmethod
+    def _urls(cls, v: str, info: ValidationInfo) -> str:
+        # the base URL has a default (an empty value is unset); the file URL may be ""
+        required = info.field_name == "telegram_api_base_url"
+        return http_url(v, required=required, credentials="remove them")
 
     @field_validator("telegram_mode")
     @classmethod

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_core.store.embedded import EmbeddedValkey
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -126,7 +128,7 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_release_on_heroku_without_public_url_says_how_telegram_gets_connected(
-    tmp_path: Path,
+    tmp_path: Path, valkey: EmbeddedValkey
 ) -> None:
     """app.json leaves PUBLIC_URL empty (the domain is known only after the app
     exists): the release log must say Telegram is not connected and how to fix it."""
@@ -134,6 +136,7 @@ def test_release_on_heroku_without_public_url_says_how_telegram_gets_connected(
         ["release"],
         {
             "PARLEY_DATA_DIR": str(tmp_path / "data"),
+            "REDIS_URL": valkey.url,
             "DYNO": "release.1",
             "TELEGRAM_BOT_TOKEN": "123456:ABCDEFabcdef",
         },
@@ -141,6 +144,34 @@ def test_release_on_heroku_without_public_url_says_how_telegram_gets_connected(
     assert r.returncode == 0, r.stderr[-600:]
     assert "polling mode (no PUBLIC_URL)" in r.stdout
     assert "heroku ps:scale gateway=1" in r.stdout and "PUBLIC_URL" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "dyno"),
+    [
+        (["run", "web"], "web.1"),
+        (["run", "worker"], "worker.1"),
+        (["release"], "release.1"),
+        (["doctor"], "run.1"),
+        (["pairing", "list"], "run.2"),
+    ],
+)
+def test_on_heroku_without_redis_url_every_command_refuses_to_start(
+    args: list[str], dyno: str, tmp_path: Path
+) -> None:
+    """REDIS_URL unset on Heroku (the add-on missing or detached): an embedded Valkey
+    per dyno would let web acknowledge messages into a Redis no worker reads.  Every
+    command refuses, naming the add-on, and starts no server."""
+    data = tmp_path / "d"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    r = parley(args, {"PARLEY_DATA_DIR": str(data), "DYNO": dyno, "PORT": port}, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stdout[-600:], r.stderr[-600:])
+    assert "Traceback" not in r.stderr
+    assert "REDIS_URL is not set" in r.stderr, r.stderr[-600:]
+    assert "heroku addons:create heroku-redis:" in r.stderr
+    assert not (data / "valkey.sock").exists()
 
 
 def test_ollama_at_its_default_context_is_refused_with_the_fix(tmp_path: Path) -> None:

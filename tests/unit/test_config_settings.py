@@ -347,6 +347,62 @@ def test_llm_url_without_scheme_is_refused_at_load(
     assert exc.value.problems[0] == f"{name}: must start with http:// or https://"
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        # was: the webhook registered at "parley.example/telegram/webhook", refused by
+        # Telegram at each release
+        ("PUBLIC_URL", "parley.example", "PUBLIC_URL: must start with http:// or https://"),
+        # was: every Bot API call failing at run time (UnsupportedProtocol)
+        (
+            "TELEGRAM_API_BASE_URL",
+            "api.telegram.org/bot",
+            "TELEGRAM_API_BASE_URL: must start with http:// or https://",
+        ),
+        (
+            "TELEGRAM_API_FILE_URL",
+            "api.telegram.org/file/bot",
+            "TELEGRAM_API_FILE_URL: must start with http:// or https://",
+        ),
+        (
+            "PUBLIC_URL",
+            "https://user:hunter2secret@parley.example",
+            "PUBLIC_URL: must not carry credentials (user:password@)",
+        ),
+        # was: accepted, then Valkey refusing the thread's SET EX at run time
+        (
+            "SLACK_THREAD_TTL_SECS",
+            "99999999999999999999",
+            "SLACK_THREAD_TTL_SECS: Input should be less than or equal to 315360000",
+        ),
+        # the same: the heartbeat's claim is a SET EX of twice the interval
+        (
+            "HEARTBEAT_INTERVAL_SECS",
+            "99999999999999999999",
+            "HEARTBEAT_INTERVAL_SECS: Input should be less than or equal to 315360000",
+        ),
+    ],
+)
+def test_channel_and_public_urls_and_the_slack_thread_ttl_are_checked_at_load(
+    name: str, value: str, line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bots.settings import load_settings
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert len(exc.value.problems) == 1, exc.value.problems
+    assert exc.value.problems[0].startswith(line), exc.value.problems
+    assert "hunter2secret" not in exc.value.problems[0]
+
+
+def test_the_slack_thread_ttl_may_be_ten_years(monkeypatch: pytest.MonkeyPatch) -> None:
+    from channels.slack.settings import SlackSettings
+
+    monkeypatch.setenv("SLACK_THREAD_TTL_SECS", str(10 * 365 * 86_400))
+    assert load(SlackSettings).slack_thread_ttl_secs == 10 * 365 * 86_400
+
+
 def test_secret_file_that_is_not_utf8_is_one_clear_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -83,7 +83,7 @@ def test_fallback_model_on_the_same_backend() -> None:
         ({"llm_backend": "claude"}, "ANTHROPIC_API_KEY: required when LLM_BACKEND=anthropic"),
         (
             {"llm_backend": "compatible", "llm_model": "m"},
-            "LLM_BASE_URL: required by the openai_compatible backend (the server's URL)",
+            "LLM_BASE_URL: required when LLM_BACKEND=openai_compatible (the server's URL)",
         ),
         (
             {"llm_backend": "groq", "llm_model": "llama-3.1-8b-instant"},
@@ -95,6 +95,38 @@ def test_missing_key_is_a_config_error(kw: dict[str, str], line: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_provider(make_settings(**kw))
     assert line in info.value.problems
+
+
+@pytest.mark.parametrize(
+    ("kw", "line"),
+    [
+        # LLM_BACKEND unset: the line names the variable that chose the backend
+        (
+            {"openrouter_api_key": KEY},
+            "LLM_MODEL: required when OPENROUTER_API_KEY is set (the openrouter preset)",
+        ),
+        (
+            {"llm_base_url": "https://host/v1", "llm_api_key": KEY},
+            "LLM_MODEL: required when LLM_BASE_URL is set (the openai_compatible backend)",
+        ),
+        (
+            {"llm_api_key": KEY},
+            "LLM_BASE_URL: required when LLM_API_KEY is set (the openai_compatible backend)",
+        ),
+        # LLM_BACKEND set: it is named
+        ({"llm_backend": "groq", "groq_api_key": KEY}, "LLM_MODEL: required when LLM_BACKEND=groq"),
+        # a fallback on another backend: LLM_FALLBACKS is named
+        (
+            {"openai_api_key": KEY, "llm_fallbacks": "together"},
+            "LLM_MODEL: required for the together fallback (LLM_FALLBACKS)",
+        ),
+    ],
+)
+def test_a_missing_setting_names_what_chose_the_backend(kw: dict[str, str], line: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_provider(make_settings(**kw))
+    assert any(p.startswith(line) for p in info.value.problems), info.value.problems
+    assert not any("LLM_BACKEND=" in p for p in info.value.problems if "llm_backend" not in kw)
 
 
 def test_bad_settings_are_readable() -> None:
