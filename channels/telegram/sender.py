@@ -11,6 +11,11 @@ for exactly ``retry_after`` and the call is retried.  Streamed (non-final)
 edits never wait for a slot: with none free they are skipped, so an approval
 prompt or a final answer is never queued behind them.
 
+An answer is sent as a reply to its question; if the question was deleted
+meanwhile and Telegram refuses the reply (it does in forum topics, whatever
+``allow_sending_without_reply`` says), it is sent again once without it, in the
+same chat and topic.
+
 A group that became a supergroup (``ChatMigrated``) is written to under its new
 id from then on (:mod:`channels.telegram.migration`): a send is made there, and
 an edit of a message in the old group, which can no longer be edited, becomes
@@ -23,6 +28,7 @@ import asyncio
 import contextlib
 import datetime as dtm
 import logging
+import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -103,6 +109,15 @@ class _NotModified(Exception):
 
 class _NotFound(Exception):
     pass
+
+
+class _ReplyGone(SendFailed):
+    """The message a send replies to is gone (the user deleted it): in a forum
+    topic Telegram refuses the reply even with ``allow_sending_without_reply``."""
+
+
+# Telegram's wordings over the years ("message to be replied not found" now).
+_REPLY_GONE = re.compile(r"(message to be replied|replied message|reply message) not found")
 
 
 class _Migrated(Exception):
@@ -242,6 +257,8 @@ class TelegramOutbox:
                     raise _NotModified from exc
                 if "message to edit not found" in msg:
                     raise _NotFound from exc
+                if _REPLY_GONE.search(msg):
+                    raise _ReplyGone(f"Telegram refused the reply: {exc.message}") from exc
                 if "entit" in msg:  # can't parse entities, ENTITIES_TOO_LONG, …
                     raise FormattingRejected(exc.message) from exc
                 raise SendFailed(f"Telegram refused the message: {exc.message}") from exc
@@ -342,14 +359,26 @@ class TelegramOutbox:
             )
             return int(sent["message_id"]) if isinstance(sent, dict) else 0
 
+        async def attempt(p: Part) -> int:
+            nonlocal reply
+            try:
+                return await self._call(chat_id, lambda: go(p), droppable=droppable)
+            except _ReplyGone:
+                if reply is None:
+                    raise
+                # The question was deleted meanwhile (in a forum topic Telegram
+                # ignores allow_sending_without_reply): the answer goes to the
+                # same chat and topic as a plain message.
+                log.info("telegram: message replied to in chat %s is gone; not replying", chat_id)
+                reply = None
+                return await self._call(chat_id, lambda: go(p), droppable=droppable)
+
         try:
-            message_id = await self._call(chat_id, lambda: go(part), droppable=droppable)
-            return message_id, part
+            return await attempt(part), part
         except FormattingRejected:
             log.warning("telegram refused formatting in chat %s; resending plain", chat_id)
             plain = part.plain()
-            message_id = await self._call(chat_id, lambda: go(plain), droppable=droppable)
-            return message_id, plain
+            return await attempt(plain), plain
 
     async def _edit_part(
         self,
