@@ -7,9 +7,13 @@ Pacing (shared by every worker through Redis, see ``agent_core.store.pacing``):
 * 30 per second per bot overall.
 
 A 429 pauses the chat's pace (all sends, when several chats are hit at once)
-for exactly ``retry_after`` and the call is retried.  Streamed (non-final)
-edits never wait for a slot: with none free they are skipped, so an approval
-prompt or a final answer is never queued behind them.
+for exactly ``retry_after`` and the call is retried after it, however long it
+is: anything sent to that chat waits as long (a failure notice included), so
+giving the answer up would not make anything sooner.  Only a send already held
+back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited).
+Streamed (non-final) edits never wait for a slot: with none free, or on a 429,
+they are skipped, so an approval prompt or a final answer is never queued
+behind them.
 
 An answer is sent as a reply to its question; if the question was deleted
 meanwhile and Telegram refuses the reply (it does in forum topics, whatever
@@ -244,9 +248,9 @@ class TelegramOutbox:
                 paused = await self._on_429(chat_id, secs)
                 if droppable:
                     raise _Skipped from exc
-                waited += secs
-                if waited > self.limits.max_retry_wait:
+                if waited >= self.limits.max_retry_wait:  # refused again after that long
                     raise SendRateLimited(secs, "Telegram flood control") from exc
+                waited += secs
                 await self._unclaim_for_retry()  # not created: claimed again after the wait
                 # Loop: the paused pace makes the next reserve wait exactly `secs`.
                 if not paused:
