@@ -6,7 +6,9 @@
   ``GROUP_REPLY=all``; ``@botname`` is stripped from the text.  A command is a
   ``bot_command`` entity at offset 0 or text that matches the command grammar
   (``/name`` or ``/name@bot`` followed by whitespace or the end): ``/etc/hosts``
-  is not one;
+  is not one.  A group command without ``@botname`` (nor a mention or a reply to
+  the bot) has ``mentions_bot=False``: it may be another bot's, and the agent
+  does not answer one it does not know;
 * an album (``media_group_id``) is one update per item and only the captioned
   item carries the mention: the other items of an album whose item was
   accepted are accepted too for :data:`ALBUM_MEMORY_SECS` (remembered in the
@@ -275,7 +277,8 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
     chat = msg.chat
     is_direct = chat.type == Chat.PRIVATE
     kind = EventKind.MESSAGE
-    mentioned = is_direct or _mentions(msg, ctx, raw_text)
+    mentioned = is_direct or _mentions(msg, ctx, raw_text)  # taken (passes a group's gate)
+    addressed = mentioned  # to Parley for sure (a group's other bots have commands too)
     text = raw_text
     command = _command(msg, raw_text)
     if command is not None:
@@ -283,14 +286,15 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         if target and ctx.username and target.lower() != ctx.username.lower():
             return None  # a command for another bot in this group
         kind = EventKind.COMMAND
-        mentioned = True
+        mentioned = True  # Parley's own commands work without @name
+        addressed = addressed or bool(target)
         text = cmd + rest
     album = msg.media_group_id
     if album and not is_direct:
         if mentioned or ctx.group_reply == "all":
             ctx.albums.remember(chat.id, album)
         elif ctx.albums.accepted(chat.id, album):
-            mentioned = True  # another item of an album that was addressed to the bot
+            mentioned = addressed = True  # another item of an album addressed to the bot
             ctx.albums.remember(chat.id, album)
     if not is_direct and not mentioned and ctx.group_reply != "all":
         return None
@@ -315,7 +319,7 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         user_name=user_name,
         text=text,
         is_direct=is_direct,
-        mentions_bot=mentioned and not is_direct,
+        mentions_bot=addressed and not is_direct,
         attachments=attachments,
         reply_ref=MessageRef(CHANNEL, str(chat.id), str(msg.message_id), thread),
         received_at=time.time(),
