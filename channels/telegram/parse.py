@@ -315,6 +315,8 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         cmd, target, rest = command
         if target and ctx.username and target.lower() != ctx.username.lower():
             return None  # a command for another bot in this group
+        if target and not ctx.username and not is_direct:
+            return None  # getMe has not answered: our @name is unknown, not taken for it
         kind = EventKind.COMMAND
         mentioned = True  # Parley's own commands work without @name
         addressed = addressed or bool(target)

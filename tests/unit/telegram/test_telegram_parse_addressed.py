@@ -55,3 +55,20 @@ def test_a_group_command_naming_the_bot_or_replying_to_it_is_addressed() -> None
 def test_a_private_command_is_direct() -> None:
     e = parse_update(upd({"chat": PRIVATE, "text": "/weather London"}), BOT)
     assert e is not None and e.kind == EventKind.COMMAND and e.is_direct
+
+
+def test_before_getme_answered_a_group_command_naming_a_bot_is_not_ours() -> None:
+    """Telegram unreachable at start: the bot's @name is unknown, so '/new@other_bot'
+    cannot be told from '/new@parley_bot' and must not reset Parley's conversation."""
+    nameless = ParseContext(bot_id="123456")
+    for text in ("/new@other_bot", "/new@parley_bot please"):
+        assert parse_update(upd({"chat": GROUP, "text": text}), nameless) is None
+        assert (
+            parse_update(upd({"chat": GROUP, "text": text, "entities": entity(text)}), nameless)
+            is None
+        )
+    e = parse_update(upd({"chat": GROUP, "text": "/new"}), nameless)  # no @: as always
+    assert e is not None and e.kind == EventKind.COMMAND
+    # a private chat holds no other bot: the command is this one's
+    e = parse_update(upd({"chat": PRIVATE, "text": "/new@parley_bot"}), nameless)
+    assert e is not None and (e.kind, e.text) == (EventKind.COMMAND, "/new")
