@@ -247,6 +247,9 @@ class Turn:
     async def run_command(self, head: InboundEvent, cmd: Command) -> str:
         spec = self.agent.commands.get(cmd.name)
         if spec is None:
+            if head.kind is EventKind.COMMAND and not (head.is_direct or head.mentions_bot):
+                log.debug("[%s] /%s: not ours, not addressed: ignored", self.thread, cmd.name)
+                return "unknown-command-ignored"  # another bot's, in a group
             await self.say_notice(self.agent.commands.unknown_hint(cmd.name))
             return "unknown-command"
         ctx = CommandContext(self.agent, self.session, head, turn=self)

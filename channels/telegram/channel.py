@@ -150,7 +150,8 @@ class TelegramChannel(Channel):
             # Not a setting's fault, and Slack and Discord in this process must not go
             # down with it: start, and learn the bot's @name once Telegram answers
             # (until then a group message naming the bot by @name is not taken for a
-            # mention; replies to it are).  A revoked token still stops here.
+            # mention, replies to it are, and a group command naming a bot is
+            # ignored).  A revoked token still stops here.
             log.warning(
                 "telegram: %s; starting anyway, asking again in %g s",
                 exc.problems[0].split(": ", 1)[1],

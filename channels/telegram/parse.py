@@ -6,7 +6,9 @@
   ``GROUP_REPLY=all``; ``@botname`` is stripped from the text.  A command is a
   ``bot_command`` entity at offset 0 or text that matches the command grammar
   (``/name`` or ``/name@bot`` followed by whitespace or the end): ``/etc/hosts``
-  is not one;
+  is not one.  A group command without ``@botname`` (nor a mention or a reply to
+  the bot) has ``mentions_bot=False``: it may be another bot's, and the agent
+  does not answer one it does not know;
 * an album (``media_group_id``) is one update per item and only the captioned
   item carries the mention: the other items of an album whose item was
   accepted are accepted too for :data:`ALBUM_MEMORY_SECS` (remembered in the
@@ -20,6 +22,9 @@
 * edited messages are ignored unless ``TELEGRAM_EDITED_MESSAGES=reply``;
 * photos / documents / voice / audio / video become attachments (file id, not
   downloaded);
+* a sticker, location, venue, contact, poll or dice is passed on in words
+  (``[location: 51.5, -0.12]``, ``[sticker 😀]``, ...): in a private chat, and in
+  a group only as a reply to the bot (even with ``GROUP_REPLY=all``);
 * a ``callback_query`` (inline keyboard press) is an action event whose
   ``reply_ref`` points at the pressed message and carries the callback query
   id in ``reply_ref.extra`` (see :mod:`channels.telegram.refs`);
@@ -159,6 +164,27 @@ def _attachments(msg: Message) -> tuple[Attachment, ...]:
     return tuple(out)
 
 
+def _shared(msg: Message) -> str:
+    """A message without text the agent can still answer, in words ("" if none)."""
+    if msg.sticker is not None:
+        return f"[sticker {msg.sticker.emoji}]" if msg.sticker.emoji else "[sticker]"
+    if msg.venue is not None:  # before location: a venue carries one too
+        v, at = msg.venue, msg.venue.location
+        return f"[venue: {v.title}, {v.address} ({at.latitude}, {at.longitude})]"
+    if msg.location is not None:
+        return f"[location: {msg.location.latitude}, {msg.location.longitude}]"
+    if msg.contact is not None:
+        c = msg.contact
+        name = " ".join(n for n in (c.first_name, c.last_name) if n)
+        return f"[contact: {name}, {c.phone_number}]"
+    if msg.poll is not None:
+        options = " / ".join(o.text for o in msg.poll.options)
+        return f"[poll: {msg.poll.question} (options: {options})]"
+    if msg.dice is not None:
+        return f"[dice {msg.dice.emoji}: {msg.dice.value}]"
+    return ""
+
+
 def _mentions(msg: Message, ctx: ParseContext, text: str) -> bool:
     ents = msg.entities or msg.caption_entities or ()
     for e in ents:
@@ -270,31 +296,41 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         return None  # never answer bots (loops)
     raw_text = msg.text or msg.caption or ""
     attachments = _attachments(msg)
-    if not raw_text.strip() and not attachments:
-        return None  # service messages, stickers, ...
     chat = msg.chat
     is_direct = chat.type == Chat.PRIVATE
+    # (not edits: a live location is one edit every few seconds)
+    shared = "" if raw_text.strip() or attachments or msg is not update.message else _shared(msg)
+    if shared:  # a sticker, location, ...: in a group only as a reply to the bot
+        if not (is_direct or _mentions(msg, ctx, "")):
+            return None
+        raw_text = shared
+    elif not raw_text.strip() and not attachments:
+        return None  # service messages, games, ...
     kind = EventKind.MESSAGE
-    mentioned = is_direct or _mentions(msg, ctx, raw_text)
+    mentioned = is_direct or _mentions(msg, ctx, raw_text)  # taken (passes a group's gate)
+    addressed = mentioned  # to Parley for sure (a group's other bots have commands too)
     text = raw_text
     command = _command(msg, raw_text)
     if command is not None:
         cmd, target, rest = command
         if target and ctx.username and target.lower() != ctx.username.lower():
             return None  # a command for another bot in this group
+        if target and not ctx.username and not is_direct:
+            return None  # getMe has not answered: our @name is unknown, not taken for it
         kind = EventKind.COMMAND
-        mentioned = True
+        mentioned = True  # Parley's own commands work without @name
+        addressed = addressed or bool(target)
         text = cmd + rest
     album = msg.media_group_id
     if album and not is_direct:
         if mentioned or ctx.group_reply == "all":
             ctx.albums.remember(chat.id, album)
         elif ctx.albums.accepted(chat.id, album):
-            mentioned = True  # another item of an album that was addressed to the bot
+            mentioned = addressed = True  # another item of an album addressed to the bot
             ctx.albums.remember(chat.id, album)
     if not is_direct and not mentioned and ctx.group_reply != "all":
         return None
-    text = _strip_mention(text, ctx)
+    text = text if shared else _strip_mention(text, ctx)
     if not text and not attachments:
         text = BARE_MENTION_TEXT  # "@bot" alone: answered, like a greeting
     thread = _thread_of(msg)
@@ -315,7 +351,7 @@ def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
         user_name=user_name,
         text=text,
         is_direct=is_direct,
-        mentions_bot=mentioned and not is_direct,
+        mentions_bot=addressed and not is_direct,
         attachments=attachments,
         reply_ref=MessageRef(CHANNEL, str(chat.id), str(msg.message_id), thread),
         received_at=time.time(),

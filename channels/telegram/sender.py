@@ -7,9 +7,18 @@ Pacing (shared by every worker through Redis, see ``agent_core.store.pacing``):
 * 30 per second per bot overall.
 
 A 429 pauses the chat's pace (all sends, when several chats are hit at once)
-for exactly ``retry_after`` and the call is retried.  Streamed (non-final)
-edits never wait for a slot: with none free they are skipped, so an approval
-prompt or a final answer is never queued behind them.
+for exactly ``retry_after`` and the call is retried after it, however long it
+is: anything sent to that chat waits as long (a failure notice included), so
+giving the answer up would not make anything sooner.  Only a send already held
+back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited).
+Streamed (non-final) edits never wait for a slot: with none free, or on a 429,
+they are skipped, so an approval prompt or a final answer is never queued
+behind them.
+
+An answer is sent as a reply to its question; if the question was deleted
+meanwhile and Telegram refuses the reply (it does in forum topics, whatever
+``allow_sending_without_reply`` says), it is sent again once without it, in the
+same chat and topic.
 
 A group that became a supergroup (``ChatMigrated``) is written to under its new
 id from then on (:mod:`channels.telegram.migration`): a send is made there, and
@@ -23,6 +32,7 @@ import asyncio
 import contextlib
 import datetime as dtm
 import logging
+import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -103,6 +113,15 @@ class _NotModified(Exception):
 
 class _NotFound(Exception):
     pass
+
+
+class _ReplyGone(SendFailed):
+    """The message a send replies to is gone (the user deleted it): in a forum
+    topic Telegram refuses the reply even with ``allow_sending_without_reply``."""
+
+
+# Telegram's wordings over the years ("message to be replied not found" now).
+_REPLY_GONE = re.compile(r"(message to be replied|replied message|reply message) not found")
 
 
 class _Migrated(Exception):
@@ -229,9 +248,9 @@ class TelegramOutbox:
                 paused = await self._on_429(chat_id, secs)
                 if droppable:
                     raise _Skipped from exc
-                waited += secs
-                if waited > self.limits.max_retry_wait:
+                if waited >= self.limits.max_retry_wait:  # refused again after that long
                     raise SendRateLimited(secs, "Telegram flood control") from exc
+                waited += secs
                 await self._unclaim_for_retry()  # not created: claimed again after the wait
                 # Loop: the paused pace makes the next reserve wait exactly `secs`.
                 if not paused:
@@ -242,6 +261,8 @@ class TelegramOutbox:
                     raise _NotModified from exc
                 if "message to edit not found" in msg:
                     raise _NotFound from exc
+                if _REPLY_GONE.search(msg):
+                    raise _ReplyGone(f"Telegram refused the reply: {exc.message}") from exc
                 if "entit" in msg:  # can't parse entities, ENTITIES_TOO_LONG, …
                     raise FormattingRejected(exc.message) from exc
                 raise SendFailed(f"Telegram refused the message: {exc.message}") from exc
@@ -342,14 +363,26 @@ class TelegramOutbox:
             )
             return int(sent["message_id"]) if isinstance(sent, dict) else 0
 
+        async def attempt(p: Part) -> int:
+            nonlocal reply
+            try:
+                return await self._call(chat_id, lambda: go(p), droppable=droppable)
+            except _ReplyGone:
+                if reply is None:
+                    raise
+                # The question was deleted meanwhile (in a forum topic Telegram
+                # ignores allow_sending_without_reply): the answer goes to the
+                # same chat and topic as a plain message.
+                log.info("telegram: message replied to in chat %s is gone; not replying", chat_id)
+                reply = None
+                return await self._call(chat_id, lambda: go(p), droppable=droppable)
+
         try:
-            message_id = await self._call(chat_id, lambda: go(part), droppable=droppable)
-            return message_id, part
+            return await attempt(part), part
         except FormattingRejected:
             log.warning("telegram refused formatting in chat %s; resending plain", chat_id)
             plain = part.plain()
-            message_id = await self._call(chat_id, lambda: go(plain), droppable=droppable)
-            return message_id, plain
+            return await attempt(plain), plain
 
     async def _edit_part(
         self,

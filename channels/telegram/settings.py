@@ -32,8 +32,9 @@ class TelegramSettings(ParleySettings):
     telegram_command_menu: bool = True
     telegram_max_body_bytes: int = Field(default=1_000_000, ge=1024)
     telegram_poll_timeout: int = Field(default=30, ge=0, le=50)
-    # A send that Telegram rate-limits is retried while the total wait stays
-    # under this; beyond it the sender raises SendRateLimited.
+    # A send that Telegram rate-limits waits each retry_after out (the chat is
+    # paused that long anyway); one refused again after waiting this long in all
+    # raises SendRateLimited.
     telegram_max_retry_wait: float = Field(default=60.0, ge=0)
     # Pacing, shared by every worker through Redis (Telegram's published limits
     # by default).  0 turns a pace off (test servers, local Bot API servers).

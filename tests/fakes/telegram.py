@@ -14,6 +14,10 @@ enforces what the real API enforces and Parley depends on:
 * editing without ``reply_markup`` removes the inline keyboard; editing to the
   same content -> 400 ``message is not modified``;
 * ``answerCallbackQuery`` only once per query;
+* a reply to a message that is gone (``forget``: the user deleted it) is sent
+  without the reply when ``allow_sending_without_reply`` is set, except in a
+  forum topic, where Telegram ignores that flag: 400 ``Bad Request: message to
+  be replied not found``;
 * a basic group upgraded to a supergroup (``migrate``): every call naming the
   old chat id is answered 400 ``Bad Request: group chat was upgraded to a
   supergroup chat`` with ``parameters.migrate_to_chat_id``; the old group's
@@ -263,6 +267,7 @@ class FakeTelegram:
         self._update_ids = itertools.count(1000)
         self._cq_ids = itertools.count(7000)
         self.migrated: dict[int, int] = {}  # basic group id -> its supergroup's id
+        self.gone: set[tuple[int, int]] = set()  # (chat, message) deleted by their senders
         # the bot's command lists: (scope type, language code) -> [{command, description}]
         self.commands: dict[tuple[str, str], list[dict[str, str]]] = {}
         self._supergroup_ids = itertools.count(1_234_567_890)
@@ -314,6 +319,7 @@ class FakeTelegram:
         self.messages.clear()
         self.pending.clear()
         self.migrated.clear()
+        self.gone.clear()
         self._failures.clear()
         self._last_chat_send.clear()
         self._global_window.clear()
@@ -404,6 +410,11 @@ class FakeTelegram:
                 else:
                     self.queue_update(update)
         return migration
+
+    def forget(self, chat_id: int, message_id: int) -> None:
+        """The user deleted their message ``message_id`` (e.g. the question)."""
+        self.gone.add((chat_id, message_id))
+        self.messages.pop((chat_id, message_id), None)
 
     def add_file(
         self, file_id: str, content: bytes, mime: str = "application/octet-stream"
@@ -702,10 +713,15 @@ class FakeTelegram:
             text, entities = self._validate_text(p)
             markup = self._json(p, "reply_markup")
             _check_markup(markup)
+            topic = self._int(p, "message_thread_id", required=False)
+            reply = self._json(p, "reply_parameters") or {}
+            if (chat_id, reply.get("message_id")) in self.gone and (
+                topic or not reply.get("allow_sending_without_reply")
+            ):
+                raise ApiError(400, "Bad Request: message to be replied not found")
             self._rate(chat_id)
             m = StoredMessage(
-                next(self._ids), chat_id, text, entities, markup or None,
-                self._int(p, "message_thread_id", required=False),
+                next(self._ids), chat_id, text, entities, markup or None, topic
             )  # fmt: skip
             self.messages[(chat_id, m.message_id)] = m
             return self._message_json(m)
