@@ -3,8 +3,8 @@
 A command is a function ``(ctx, args) -> reply text | None`` registered under
 its name with one help line.  Unknown commands get a one-line hint and never
 reach the LLM (no hint for a group command not addressed to the bot, which may
-be another bot's: ``Turn.run_command``).  Commands run inside a turn (the thread lock is held); their
-session changes are saved by the worker's completion script.
+be another bot's: ``Turn.run_command``).  Commands run inside a turn (the thread
+lock is held); their session changes are saved by the worker's completion script.
 """
 
 from __future__ import annotations
