@@ -32,16 +32,20 @@ class SlowAsk(Tool[SlowArgs]):
         return f"slow {args.label} done -> {n}"
 
 
-def add_slow_tool(w: World) -> None:
-    """Make every agent this world builds also offer ``slowask``."""
+def add_tool(w: World, tool: Tool[Any]) -> None:
+    """Make every agent this world builds also offer ``tool``."""
     orig = w.make_agent
 
     def make() -> Any:
         agent = orig()
-        agent.tools.add(SlowAsk())
+        agent.tools.add(tool)
         return agent
 
     w.make_agent = make  # type: ignore[method-assign]
+
+
+def add_slow_tool(w: World) -> None:
+    add_tool(w, SlowAsk())
 
 
 def press(thread: ThreadKey, token: str, user: str = "u1") -> Any:

@@ -16,7 +16,13 @@ from agent_core.agent.session import ThreadState
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion, CompletionRequest, TokenUsage, ToolCall
 from agent_core.store import keys
-from tests.integration.agent.approval_helpers import add_slow_tool, approval_id, counted, press
+from tests.integration.agent.approval_helpers import (
+    add_slow_tool,
+    add_tool,
+    approval_id,
+    counted,
+    press,
+)
 from tests.integration.agent.conftest import Counter, FnModel, user_event
 from tests.integration.agent.test_approval_decision_turn_lost_after_claim import (
     T as LOST_T,
@@ -171,14 +177,7 @@ class AsksEveryTime(Counter):
 async def test_a_tool_that_asks_every_time_never_offers_or_records_always(world: Any) -> None:
     t = ThreadKey("telegram", "bot1", "no-always")
     w = world(model({"count it": [("asks_every_time", {"label": "x"})]}))
-    orig = w.make_agent
-
-    def make() -> Any:
-        agent = orig()
-        agent.tools.add(AsksEveryTime())
-        return agent
-
-    w.make_agent = make
+    add_tool(w, AsksEveryTime())
     await w.start()
     await w.send(user_event(t, "count it"))
     await w.settle(t)

@@ -16,7 +16,7 @@ from typing import Any
 from agent_core.agent.session import ThreadState
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion, CompletionRequest
-from tests.integration.agent.approval_helpers import approval_id, press
+from tests.integration.agent.approval_helpers import add_tool, approval_id, press
 from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
 
 T = ThreadKey("telegram", "bot1", "lost")
@@ -100,14 +100,7 @@ async def test_always_on_a_tool_that_forbids_it_never_sticks_through_a_given_up_
         )
     )
     w = world(model, turn_timeout_secs=1.0)
-    make = w.make_agent
-
-    def with_tool() -> Any:
-        agent = make()
-        agent.tools.add(NoAlways())
-        return agent
-
-    w.make_agent = with_tool
+    add_tool(w, NoAlways())
     await w.start()
     await w.send(user_event(T, "count it"))
     await w.settle(T)

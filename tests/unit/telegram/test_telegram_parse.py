@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from telegram import Update
 
@@ -13,17 +11,7 @@ from agent_core.settings import load
 from channels.telegram import refs, status
 from channels.telegram.parse import ParseContext, parse_update
 from channels.telegram.settings import TelegramSettings
-
-BOT = ParseContext(bot_id="123456", username="parley_bot")
-USER = {"id": 42, "is_bot": False, "first_name": "Ada", "last_name": "L"}
-PRIVATE = {"id": 42, "type": "private", "first_name": "Ada"}
-GROUP = {"id": -100500, "type": "supergroup", "title": "Team"}
-FORUM = {"id": -100777, "type": "supergroup", "title": "Forum", "is_forum": True}
-
-
-def upd(msg: dict[str, Any], update_id: int = 1, key: str = "message") -> Update:
-    base = {"message_id": 10, "date": 1700000000, "from": USER}
-    return Update.de_json({"update_id": update_id, key: base | msg}, None)
+from tests.unit.telegram.updates import BOT, FORUM, GROUP, PRIVATE, USER, upd
 
 
 def test_private_message() -> None:

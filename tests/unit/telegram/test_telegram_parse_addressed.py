@@ -5,27 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from telegram import Update
-
 from agent_core.events import EventKind
 from channels.telegram.parse import ParseContext, parse_update
+from tests.unit.telegram.updates import BOT, GROUP, PRIVATE, from_bot, upd
 
-BOT = ParseContext(bot_id="123456", username="parley_bot")
-USER = {"id": 42, "is_bot": False, "first_name": "Ada"}
-PRIVATE = {"id": 42, "type": "private", "first_name": "Ada"}
-GROUP = {"id": -100500, "type": "supergroup", "title": "Team"}
-FROM_BOT = {
-    "message_id": 9,
-    "date": 1700000000,
-    "chat": GROUP,
-    "from": {"id": 123456, "is_bot": True, "first_name": "Parley"},
-    "text": "earlier answer",
-}
-
-
-def upd(msg: dict[str, Any]) -> Update:
-    base = {"message_id": 10, "date": 1700000000, "from": USER}
-    return Update.de_json({"update_id": 1, "message": base | msg}, None)
+FROM_BOT = from_bot("earlier answer")
 
 
 def entity(text: str) -> list[dict[str, Any]]:

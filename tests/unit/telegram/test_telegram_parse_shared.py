@@ -11,19 +11,10 @@ from telegram import Update
 
 from agent_core.events import EventKind
 from channels.telegram.parse import ParseContext, parse_update
+from tests.unit.telegram.updates import BOT, GROUP, PRIVATE, USER, from_bot, upd
 
-BOT = ParseContext(bot_id="123456", username="parley_bot")
 ALL = ParseContext(bot_id="123456", username="parley_bot", group_reply="all")
-USER = {"id": 42, "is_bot": False, "first_name": "Ada"}
-PRIVATE = {"id": 42, "type": "private", "first_name": "Ada"}
-GROUP = {"id": -100500, "type": "supergroup", "title": "Team"}
-FROM_BOT = {
-    "message_id": 9,
-    "date": 1700000000,
-    "chat": GROUP,
-    "from": {"id": 123456, "is_bot": True, "first_name": "Parley"},
-    "text": "where are you?",
-}
+FROM_BOT = from_bot("where are you?")
 LOC = {"latitude": 51.500729, "longitude": -0.124625}
 STICKER = {
     "file_id": "s1",
@@ -71,11 +62,6 @@ SHARED = [
     ),
     ({"dice": {"emoji": "🎲", "value": 4}}, "[dice 🎲: 4]"),
 ]
-
-
-def upd(msg: dict[str, Any]) -> Update:
-    base = {"message_id": 10, "date": 1700000000, "from": USER}
-    return Update.de_json({"update_id": 1, "message": base | msg}, None)
 
 
 @pytest.mark.parametrize(("content", "text"), SHARED)
