@@ -263,3 +263,47 @@ async def test_one_message_that_cannot_be_rendered_never_blanks_the_history(
         )
         texts = await page.locator("#messages li.msg.bot").all_inner_texts()
         assert texts == ["before", "BOOM **here**", "after"]  # shown as plain text
+
+
+async def test_a_press_while_new_conversation_loads_goes_to_the_prompts_conversation(
+    served: Any, open_chat: Any
+) -> None:
+    """A button sends the conversation its prompt is in, not the one the page is
+    switching to: Approve pressed while New conversation loads decides the approval
+    it was shown with (before, it went to the new conversation and the real one
+    stayed pending)."""
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "demo an approval")
+        approve = page.locator("#messages .buttons button", has_text="Approve")
+        await approve.wait_for()
+        old = await page.evaluate("thread")
+
+        async def slow(route: Any) -> None:
+            await asyncio.sleep(2)
+            await route.continue_()
+
+        await page.route("**/api/history*", slow)
+        await page.locator("#new").click()
+        await page.wait_for_function("(old) => thread !== old", arg=old)
+        async with page.expect_request("**/api/actions") as pressed:
+            await approve.click()
+        body = (await pressed.value).post_data_json
+        assert body["thread"] == old, body
+        await page.unroute("**/api/history*")
+        await wait_final(page, "Started a new conversation")
+        # the approval was decided in its own conversation
+        for _ in range(100):
+            shown = await page.evaluate(
+                "(t) => fetch('/api/history?thread=' + encodeURIComponent(t)).then(r => r.json())",
+                old,
+            )
+            if any("the demo action ran" in m["tx"] for m in shown["messages"]):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the approval never ran: {shown}")
+        assert await page.locator("#messages", has_text="demo action").count() == 0
+        assert _unexpected(page.problems) == []

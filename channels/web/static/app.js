@@ -9,7 +9,8 @@ const $ = (id) => document.getElementById(id);
 const list = $("messages");
 const byId = new Map();
 let last = "0-0";       // last stream entry seen: the SSE resumes after it
-let thread = "";        // the conversation this page shows
+let thread = "";        // the conversation this page shows (or is switching to)
+let shown = "";         // the conversation whose messages the list holds
 let source = null;
 let retryTimer = 0;
 
@@ -150,6 +151,9 @@ function upsert(m) {
     row.className = "buttons";
     row.setAttribute("role", "group");
     row.setAttribute("aria-label", "Your decision");
+    // A press goes to the conversation this prompt is in, even if the page is already
+    // switching to another one (New conversation pressed, its history still loading).
+    row.dataset.thread = shown;
     for (const [label, payload, style] of m.b) {
       const b = document.createElement("button");
       b.type = "button"; b.textContent = label;
@@ -246,7 +250,7 @@ async function press(payload, row) {
   row.setAttribute("aria-busy", "true");
   $("input").focus();
   setTyping(true);
-  try { await api("/api/actions", { token: payload, thread }); }
+  try { await api("/api/actions", { token: payload, thread: row.dataset.thread || thread }); }
   catch (e) {
     setTyping(false);
     buttons.forEach((b) => (b.disabled = false));
@@ -277,8 +281,10 @@ function connect() {
 }
 
 async function loadHistory() {
-  const h = await api("/api/history?" + param("thread", thread));
+  const asked = thread;
+  const h = await api("/api/history?" + param("thread", asked));
   list.replaceChildren(); byId.clear();
+  shown = h.thread || asked;
   for (const m of h.messages) {
     // one message that cannot be shown never keeps the others (or the page) from showing
     try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }); }
