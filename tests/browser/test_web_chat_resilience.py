@@ -307,3 +307,39 @@ async def test_a_press_while_new_conversation_loads_goes_to_the_prompts_conversa
             raise AssertionError(f"the approval never ran: {shown}")
         assert await page.locator("#messages", has_text="demo action").count() == 0
         assert _unexpected(page.problems) == []
+
+
+# ---------------------------------------------------------------- cookie gone
+async def test_a_tab_whose_cookie_is_gone_starts_again_and_says_so(
+    served: Any, open_chat: Any
+) -> None:
+    """Cookies cleared (or expired) while the tab stayed open: it still said
+    "connected" but every send failed ("no session") and a press said "token
+    required", for good.  Now the page starts a new session at once, says the
+    earlier conversation is gone for this tab, and keeps the text to send again."""
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "demo an approval")
+        approve = page.locator("#messages .buttons button", has_text="Approve")
+        await approve.wait_for()
+        before = await page.evaluate("thread")
+        await page.context.clear_cookies()
+        await approve.click()
+        notice = page.locator("#messages li.msg.info[role=status]", has_text="session")
+        await notice.wait_for()
+        assert "choice was not sent" in await notice.inner_text()
+        assert await page.evaluate("thread") != before
+        await connected(page)
+
+        await page.context.clear_cookies()
+        await say(page, "after the cookie went")
+        notice = page.locator("#messages li.msg.info[role=status]", has_text="still in the box")
+        await notice.wait_for()
+        assert await page.locator("#input").input_value() == "after the cookie went"
+        await connected(page)
+        await page.locator("#input").press("Enter")
+        await wait_final(page, "You said: after the cookie went")
+        assert await page.locator("#messages li.msg.error").count() == 0
+        assert [p for p in page.problems if "status of 400" not in p] == []

@@ -222,6 +222,7 @@ async function api(path, body) {
   if (!r.ok) {
     const err = new Error(data.error || ("HTTP " + r.status));
     err.status = r.status;
+    err.noSession = data.no_session === true;  // the cookie is gone: start() makes a new one
     throw err;
   }
   return data;
@@ -244,6 +245,17 @@ async function replaced(what) {
            + "this is the current one. " + what);
 }
 
+// The cookie is gone (cleared, or expired while this tab stayed open): nothing can be
+// sent until the page has a session again. GET /api/me makes one, for a new
+// conversation (the earlier one belonged to the old cookie); if a token is set, the
+// page asks for it. The request that failed never got through, so nothing is lost.
+async function sessionLost(what) {
+  thread = "";
+  await start();
+  showInfo("This page's session had ended (its cookie was cleared or expired), "
+           + "so this is a new conversation. " + what);
+}
+
 async function press(payload, row) {
   const buttons = row.querySelectorAll("button");
   buttons.forEach((b) => (b.disabled = true));
@@ -256,7 +268,11 @@ async function press(payload, row) {
     buttons.forEach((b) => (b.disabled = false));
     row.removeAttribute("aria-busy");
     if (e.status === 409) replaced("Your choice was not sent.").catch(() => boot(1000));
-    else showError("Could not send your choice: " + e.message);
+    else if (e.noSession) sessionLost("Your choice was not sent.").catch(() => boot(1000));
+    else {
+      showError("Could not send your choice: " + e.message);
+      if (e.status === 401) start().catch(() => {});
+    }
   }
 }
 
@@ -366,6 +382,7 @@ async function send(text) {
 
 function notSent(err, what, whenReplaced) {
   if (err.status === 409) replaced(whenReplaced).catch(() => boot(1000));
+  else if (err.noSession) sessionLost(whenReplaced).catch(() => boot(1000));
   else {
     showError(what + " " + err.message);
     if (err.status === 401) start().catch(() => {});
