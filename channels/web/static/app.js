@@ -25,21 +25,25 @@ function inline(text, parent) {
   // token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
   // / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
   // `code`, before a letter) the backslash is plain text.
-  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?(?<!\\)\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)|((?<![A-Za-z0-9_])_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])|(\\[!-\/:-@\[-`{-~])/;
+  // No lookbehind (Safari before 16.4 cannot even parse one, and the whole script would
+  // fail there): an _italic_ captures the character before its '_' (group 7) instead,
+  // which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
+  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]*?[^*\n\\]\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)|((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])|(\\[!-\/:-@\[-`{-~])/;
   while (text.length) {
     const m = re.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
-    if (m.index) parent.appendChild(document.createTextNode(text.slice(0, m.index)));
-    const tok = m[0];
+    let at = m.index, tok = m[0];
+    if (m[7] !== undefined) { at += m[7].length; tok = m[8]; }  // _italic_: not its prefix
+    if (at) parent.appendChild(document.createTextNode(text.slice(0, at)));
     let el;
     if (m[1]) { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
     else if (m[2]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
     else if (m[3]) el = link(m[4], tok.slice(1, tok.indexOf("](")));
-    else if (m[7]) el = link(tok, tok);
-    else if (m[8]) el = document.createTextNode(tok[1]);
+    else if (m[9]) el = link(tok, tok);
+    else if (m[10]) el = document.createTextNode(tok[1]);
     else { el = document.createElement("em"); inline(tok.slice(1, -1), el); }
     parent.appendChild(el);
-    text = text.slice(m.index + tok.length);
+    text = text.slice(at + tok.length);
   }
 }
 
@@ -402,7 +406,8 @@ $("composer").addEventListener("submit", async (e) => {
   }
 });
 $("input").addEventListener("keydown", (e) => {
-  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+  // .click() on the submit button: the form method for this needs Safari 16
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("send").click(); }
 });
 $("new").addEventListener("click", () => {
   send("/new").catch((err) => notSent(err, "Could not start a new conversation:",
