@@ -177,6 +177,32 @@ async def test_new_starts_a_fresh_conversation_and_it_stays_after_refresh(
         assert len(texts) == 2
 
 
+async def test_the_typing_line_goes_away_after_new_even_when_history_is_slow(
+    served: Any, open_chat: Any
+) -> None:
+    """The agent can finish /new before the page has read the new conversation's
+    history: its "done" is then behind the entry the page follows from, never
+    arrives, and "Parley is typing…" stayed for its 12 s timeout."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+
+        async def slow(route: Any) -> None:
+            await asyncio.sleep(0.3)
+            await route.continue_()
+
+        await page.route("**/api/history*", slow)
+        await page.locator("#new").click()
+        await wait_final(page, "Started a new conversation")
+        await asyncio.sleep(1.0)
+        assert await page.locator("#typing").is_hidden()
+        # a turn that is still running turns it on again with its next ping
+        await page.unroute("**/api/history*")
+        await say(page, "and now something else")
+        await page.locator("#typing").wait_for(state="visible")
+        await wait_final(page, "You said: and now something else")
+        await page.locator("#typing").wait_for(state="hidden")
+
+
 async def test_errors_are_shown_in_the_conversation(served: Any, open_chat: Any) -> None:
     class FailingDemo(DemoProvider):
         async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:

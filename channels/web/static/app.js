@@ -305,6 +305,10 @@ async function loadHistory() {
   const h = await api("/api/history?" + param("thread", asked));
   list.replaceChildren(); byId.clear();
   shown = h.thread || asked;
+  // A turn that ended before this read (an answer faster than the history, as /new's
+  // often is) sends its "done" before `last`, so it never arrives here: start without
+  // the typing line; a turn still running turns it on again with its next ping.
+  setTyping(false);
   for (const m of h.messages) {
     // one message that cannot be shown never keeps the others (or the page) from showing
     try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }); }
