@@ -125,7 +125,17 @@ function scrollDown() {
   main.scrollTop = main.scrollHeight;
 }
 
-function upsert(m) {
+// Whether the reader is at (or near) the bottom: only then does new content pull the
+// view down. Measured before the change: someone who scrolled up to read stays put.
+function nearBottom() {
+  const main = list.parentElement;
+  return main.scrollHeight - main.scrollTop - main.clientHeight < 80;
+}
+
+// follow: undefined = follow the bottom if the reader is there; false = do not scroll
+// (loadHistory draws many messages and scrolls once, without a layout per message).
+function upsert(m, follow) {
+  if (follow === undefined) follow = nearBottom();
   let li = m.id ? byId.get(m.id) : null;
   if (!li) {
     list.querySelector(".hint")?.remove();
@@ -170,7 +180,7 @@ function upsert(m) {
   } else if (hadFocus) {
     $("input").focus();  // the buttons went away under the keyboard: back to the input
   }
-  scrollDown();
+  if (follow) scrollDown();
 }
 
 function showError(text) {
@@ -185,8 +195,12 @@ function setTyping(on) {
   // The worker repeats "typing" every few seconds while a turn runs; if that stops
   // without a "done" (a refused or duplicate message), the indicator goes away.
   clearTimeout(typingTimer);
-  $("typing").hidden = !on;
-  if (on) { typingTimer = setTimeout(() => setTyping(false), 12000); scrollDown(); }
+  if (on) {
+    const follow = $("typing").hidden && nearBottom();
+    $("typing").hidden = false;
+    if (follow) scrollDown();
+    typingTimer = setTimeout(() => setTyping(false), 12000);
+  } else $("typing").hidden = true;
 }
 
 function handle(ev) {
@@ -311,7 +325,7 @@ async function loadHistory() {
   setTyping(false);
   for (const m of h.messages) {
     // one message that cannot be shown never keeps the others (or the page) from showing
-    try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }); }
+    try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }, false); }
     catch (_) {}
   }
   last = h.last || "0-0";
@@ -321,6 +335,7 @@ async function loadHistory() {
     li.textContent = "A new conversation. Write a message below; /help lists the commands.";
     list.appendChild(li);
   }
+  scrollDown();  // once, at the end
 }
 
 async function showThread() {
@@ -376,6 +391,7 @@ function boot(after = 0) {
 async function send(text) {
   const body = { text, id: newId(), thread };
   let r;
+  scrollDown();  // the reader sent something: show the bottom, where it and the answer go
   setTyping(true);  // before the request: the answer can beat the response here
   try { r = await api("/api/messages", body); }
   catch (err) {
