@@ -235,7 +235,10 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
             """() => ["_a ".repeat(40000), " _".repeat(60000), "[".repeat(120000),
                       "[a".repeat(60000), "_` _` x ".repeat(15000),
                       "*a" + "\\\\*".repeat(60000), "\\\\".repeat(120000),
-                      "````\\n" + "```\\n".repeat(60000)].map((src) => {
+                      "````\\n" + "```\\n".repeat(60000), "**a *".repeat(30000),
+                      "**`".repeat(40000), "***a".repeat(30000), "** `a` *".repeat(20000),
+                      "**a `".repeat(30000), "**`" + "a \\\\**".repeat(30000),
+                      "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000)].map((src) => {
                  const d = document.createElement('div'); const t0 = performance.now();
                  renderMarkdown(src, d); return performance.now() - t0; })"""
         )

@@ -17,30 +17,53 @@ let retryTimer = 0;
 // ---------------------------------------------------------------- markdown
 const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 
+// The inline patterns, in the order they are tried at one position. Each part stops at
+// its own delimiter (an _italic_ may hold `code` with '_' in it; **bold** holds *italic*
+// and `code` with '*' in it, but never a bare '**'), and what a part may hold
+// splits into its pieces only one way, so no pattern rescans a long line from every
+// start, nor backtracks through the ways to split it: linear on thousands of '_', '*',
+// '[' or '`'.
+// A backslash before ASCII punctuation makes it literal (CommonMark): the escape is a
+// token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
+// / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
+// `code`, before a letter) the backslash is plain text.
+// No lookbehind (Safari before 16.4 cannot even parse one, and the whole script would
+// fail there): an _italic_ captures the character before its '_' (group 8) instead,
+// which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
+const INLINE = new RegExp([
+  /(`[^`\n]+`)/,                                                        // 1 `code`
+  // 2 ***both***, 3 **bold**: pieces are `code`, a '`' that no other closes, a character
+  // other than '*' and '`', or (in bold) a '*' that is not part of '**'; the last one
+  // before the closing '***' / '**' is no space nor '\'
+  /(\*\*\*(?=[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n])*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*\*)/,
+  /(\*\*(?=[^*\s]|\*[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n]|\*(?!\*))*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*)/,
+  /(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))/,                           // 4 [label](5 url)
+  /(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)/,                       // 6 *italic*
+  // 7 _italic_, after 8 (no letter, digit, '_' or '\'): 9 the span itself
+  /((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))/,
+  /(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/,                          // 10 a bare link
+  /(\\[!-\/:-@\[-`{-~])/,                                               // 11 an escape
+].map((r) => r.source).join("|"));
+
 function inline(text, parent) {
-  // **bold**, *italic* / _italic_, `code`, [label](http…), bare http(s) links
-  // Each part stops at its own delimiter (an _italic_ may hold `code` with '_' in it), so
-  // no pattern rescans a long line from every start: linear on thousands of '_' or '['.
-  // A backslash before ASCII punctuation makes it literal (CommonMark): the escape is a
-  // token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
-  // / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
-  // `code`, before a letter) the backslash is plain text.
-  // No lookbehind (Safari before 16.4 cannot even parse one, and the whole script would
-  // fail there): an _italic_ captures the character before its '_' (group 7) instead,
-  // which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
-  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]*?[^*\n\\]\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)|((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])|(\\[!-\/:-@\[-`{-~])/;
+  // **bold**, *italic* / _italic_, ***both***, `code`, [label](http…), bare http(s) links
   while (text.length) {
-    const m = re.exec(text);
+    const m = INLINE.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
     let at = m.index, tok = m[0];
-    if (m[7] !== undefined) { at += m[7].length; tok = m[8]; }  // _italic_: not its prefix
+    if (m[8] !== undefined) { at += m[8].length; tok = m[9]; }  // _italic_: not its prefix
     if (at) parent.appendChild(document.createTextNode(text.slice(0, at)));
     let el;
     if (m[1]) { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
-    else if (m[2]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
-    else if (m[3]) el = link(m[4], tok.slice(1, tok.indexOf("](")));
-    else if (m[9]) el = link(tok, tok);
-    else if (m[10]) el = document.createTextNode(tok[1]);
+    else if (m[2]) {
+      el = document.createElement("em");
+      el.appendChild(document.createElement("strong"));
+      inline(tok.slice(3, -3), el.firstChild);
+    }
+    else if (m[3]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
+    else if (m[4]) el = link(m[5], tok.slice(1, tok.indexOf("](")));
+    else if (m[10]) el = link(tok, tok);
+    else if (m[11]) el = document.createTextNode(tok[1]);
     else { el = document.createElement("em"); inline(tok.slice(1, -1), el); }
     parent.appendChild(el);
     text = text.slice(at + tok.length);
@@ -64,6 +87,53 @@ const closesFence = (line, open) => {
   return t.length >= open.length && t === open[0].repeat(t.length);
 };
 const MAX_QUOTE_DEPTH = 8;  // deeper '>' levels show as text (no recursion without end)
+const HEADING = /^(#{1,6})\s+(.*)$/;  // always a block of its own, even mid-paragraph
+const MAX_LIST_DEPTH = 8;  // deeper indented items stay in the deepest list
+
+// Consecutive list items, from lines[i]: an item indented at least two more than the
+// one above goes in a list inside it; one indented less goes back out to the list
+// whose items start where it does (or the nearest one further in). An item of the
+// other kind (- or 1.) starts a list of its own at its level. Returns the next line.
+function renderList(lines, i, into) {
+  const levels = [];  // {indent, ordered, list, item}: the lists open, outermost first
+  let closed = null;  // the level most recently left: an item at its depth goes back in
+  const open = (ordered, line, parent) => {
+    const list = document.createElement(ordered ? "ol" : "ul");
+    if (ordered) list.start = parseInt(line, 10) || 1;
+    parent.appendChild(list);
+    return list;
+  };
+  while (i < lines.length && LIST_ITEM.test(lines[i])) {
+    const line = lines[i++];
+    const indent = /^[ \t]*/.exec(line)[0].replace(/\t/g, "    ").length;
+    const ordered = /^\s*\d/.test(line);
+    while (levels.length > 1 && levels[levels.length - 1].indent > indent + 1) {
+      closed = levels.pop();
+    }
+    let top = levels[levels.length - 1];
+    if (!top) {
+      top = { indent, ordered, list: open(ordered, line, into), item: null };
+      levels.push(top);
+    } else if (indent >= top.indent + 2 && levels.length < MAX_LIST_DEPTH) {
+      if (closed && closed.list.parentNode === top.item && closed.ordered === ordered) {
+        top = closed;  // back into the list this item's siblings are in
+        top.indent = Math.min(top.indent, indent);
+      } else {
+        top = { indent, ordered, list: open(ordered, line, top.item), item: null };
+      }
+      levels.push(top);
+    } else if (top.ordered !== ordered) {
+      top.list = open(ordered, line, top.list.parentNode);
+      top.ordered = ordered;
+    }
+    closed = null;
+    const li = document.createElement("li");
+    inline(line.replace(LIST_ITEM, ""), li);
+    top.list.appendChild(li);
+    top.item = li;
+  }
+  return i;
+}
 
 function renderMarkdown(src, into, depth = 0) {
   into.replaceChildren();
@@ -85,18 +155,7 @@ function renderMarkdown(src, into, depth = 0) {
       into.appendChild(pre);
       continue;
     }
-    if (LIST_ITEM.test(line)) {
-      const ordered = /^\s*\d/.test(line);
-      const ul = document.createElement(ordered ? "ol" : "ul");
-      if (ordered) ul.start = parseInt(line, 10) || 1;
-      while (i < lines.length && LIST_ITEM.test(lines[i])) {
-        const li = document.createElement("li");
-        inline(lines[i].replace(LIST_ITEM, ""), li);
-        ul.appendChild(li); i++;
-      }
-      into.appendChild(ul);
-      continue;
-    }
+    if (LIST_ITEM.test(line)) { i = renderList(lines, i, into); continue; }
     if (quote(line)) {
       const q = document.createElement("blockquote");
       const body = [];
@@ -106,14 +165,20 @@ function renderMarkdown(src, into, depth = 0) {
       continue;
     }
     if (!line.trim()) { i++; continue; }
+    const h = HEADING.exec(line);
+    if (h) {  // "# Title" is h3 (the page's own title is the h1)
+      const el = document.createElement("h" + Math.min(h[1].length + 2, 6));
+      inline(h[2], el);
+      into.appendChild(el); i++;
+      continue;
+    }
     const para = [];
-    while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i])
+    while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i]) && !HEADING.test(lines[i])
            && !LIST_ITEM.test(lines[i]) && !quote(lines[i])) para.push(lines[i++]);
-    const h = /^(#{1,6})\s+(.*)$/.exec(para[0]);
-    const p = document.createElement(h ? "h" + Math.min(h[1].length + 2, 6) : "p");
+    const p = document.createElement("p");
     para.forEach((l, k) => {
       if (k) p.appendChild(document.createElement("br"));
-      inline(h && k === 0 ? h[2] : l, p);
+      inline(l, p);
     });
     into.appendChild(p);
   }
