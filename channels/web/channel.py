@@ -193,11 +193,15 @@ class WebChannel(Channel):
 
     def _existing(self, request: Request) -> dict[str, Any] | None:
         """The cookie session, or None when the page was never loaded."""
-        data, _ = self.sessions.read(request)
+        return self._existing_signed(request)[0]
+
+    def _existing_signed(self, request: Request) -> tuple[dict[str, Any] | None, bool]:
+        """(the cookie session or None, whether the cookie should be signed again)."""
+        data, dirty = self.sessions.read(request)
         if not isinstance(data.get("sid"), str):
-            return None
+            return None, False
         data.setdefault("uid", data["sid"])
-        return data
+        return data, dirty
 
     def _next_sid(self, uid: str, client_id: str | None) -> str:
         """The conversation id ``/new`` moves to.
@@ -314,11 +318,12 @@ class WebChannel(Channel):
             return JSONResponse({"messages": messages, "last": last, "thread": str(thread)})
 
         async def post_message(request: Request) -> Response:
-            data = self._existing(request)
+            data, dirty = self._existing_signed(request)
             if data is None:
-                return _error(400, "no session; load the page first")
+                return _no_session()
             if not self._logged_in(data):
                 return _error(401, "token required")
+            signed = data  # the session as the cookie holds it
             body = await json_body(request)
             if isinstance(body, Response):
                 return body
@@ -362,11 +367,15 @@ class WebChannel(Channel):
             resp = await self._submit(ingest, event, record=True)
             if new_conversation and resp.status_code < 300:
                 self.sessions.write(request, resp, data)
+            elif dirty:  # a tab in use keeps its cookie alive, as the page and /api/me do
+                self.sessions.write(request, resp, signed)
             return resp
 
         async def post_action(request: Request) -> Response:
-            data = self._existing(request)
-            if data is None or not self._logged_in(data):
+            data, dirty = self._existing_signed(request)
+            if data is None:
+                return _no_session()
+            if not self._logged_in(data):
                 return _error(401, "token required")
             body = await json_body(request)
             if isinstance(body, Response):
@@ -389,12 +398,15 @@ class WebChannel(Channel):
                 user_name="you",
                 action=Action(token),
             )
-            return await self._submit(ingest, event, record=False)
+            resp = await self._submit(ingest, event, record=False)
+            if dirty:
+                self.sessions.write(request, resp, data)
+            return resp
 
         async def events(request: Request) -> Response:
             data = self._existing(request)
             if data is None:
-                return _error(400, "no session")
+                return _no_session()
             if not self._logged_in(data):
                 return _error(401, "token required")
             resumed = request.headers.get("last-event-id")
@@ -526,6 +538,12 @@ class WebChannel(Channel):
         except RedisError:
             return False
         return not first or _entry_key(first[0][0].decode()) > _entry_key(after)
+
+
+def _no_session() -> JSONResponse:
+    # The cookie is gone (cleared, or older than COOKIE_MAX_AGE): the page starts again
+    # (GET /api/me makes a new session) when it sees ``no_session``.
+    return _error(400, "no session; load the page first", no_session=True)
 
 
 def _maybe_json(v: bytes) -> Any:

@@ -8,8 +8,9 @@ matches the *current* token: setting a token logs out every browser (no cookie
 has a ``tk`` while none is set), and changing it logs out every old login.
 
 The server refuses a cookie signed more than :data:`COOKIE_MAX_AGE` ago, even
-if a browser kept it.  Opening the page signs it again (at most once a day), so
-a browser that comes back within that time keeps its conversation and login.
+if a browser kept it.  Opening the page, a message or a button press signs it
+again (at most once a day), so a browser that comes back within that time, or a
+tab left open and in use, keeps its conversation and login.
 
 Wrong tokens are counted per client address in Redis: after
 :data:`LOGIN_MAX_FAILURES` attempts in :data:`LOGIN_WINDOW_SECS` the login

@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_core.events import OutboundMessage, ThreadKey
+from agent_core.llm.demo import DemoProvider
 from tests.browser.test_web_chat_browser import approvals_landed
 from tests.integration.conftest import free_port
 from tests.integration.inbox import ever_published
@@ -234,7 +235,10 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
             """() => ["_a ".repeat(40000), " _".repeat(60000), "[".repeat(120000),
                       "[a".repeat(60000), "_` _` x ".repeat(15000),
                       "*a" + "\\\\*".repeat(60000), "\\\\".repeat(120000),
-                      "````\\n" + "```\\n".repeat(60000)].map((src) => {
+                      "````\\n" + "```\\n".repeat(60000), "**a *".repeat(30000),
+                      "**`".repeat(40000), "***a".repeat(30000), "** `a` *".repeat(20000),
+                      "**a `".repeat(30000), "**`" + "a \\\\**".repeat(30000),
+                      "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000)].map((src) => {
                  const d = document.createElement('div'); const t0 = performance.now();
                  renderMarkdown(src, d); return performance.now() - t0; })"""
         )
@@ -263,3 +267,164 @@ async def test_one_message_that_cannot_be_rendered_never_blanks_the_history(
         )
         texts = await page.locator("#messages li.msg.bot").all_inner_texts()
         assert texts == ["before", "BOOM **here**", "after"]  # shown as plain text
+
+
+async def test_a_press_while_new_conversation_loads_goes_to_the_prompts_conversation(
+    served: Any, open_chat: Any
+) -> None:
+    """A button sends the conversation its prompt is in, not the one the page is
+    switching to: Approve pressed while New conversation loads decides the approval
+    it was shown with (before, it went to the new conversation and the real one
+    stayed pending)."""
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "demo an approval")
+        approve = page.locator("#messages .buttons button", has_text="Approve")
+        await approve.wait_for()
+        old = await page.evaluate("thread")
+
+        async def slow(route: Any) -> None:
+            await asyncio.sleep(2)
+            await route.continue_()
+
+        await page.route("**/api/history*", slow)
+        await page.locator("#new").click()
+        await page.wait_for_function("(old) => thread !== old", arg=old)
+        async with page.expect_request("**/api/actions") as pressed:
+            await approve.click()
+        body = (await pressed.value).post_data_json
+        assert body["thread"] == old, body
+        await page.unroute("**/api/history*")
+        await wait_final(page, "Started a new conversation")
+        # the approval was decided in its own conversation
+        for _ in range(100):
+            shown = await page.evaluate(
+                "(t) => fetch('/api/history?thread=' + encodeURIComponent(t)).then(r => r.json())",
+                old,
+            )
+            if any("the demo action ran" in m["tx"] for m in shown["messages"]):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the approval never ran: {shown}")
+        assert await page.locator("#messages", has_text="demo action").count() == 0
+        assert _unexpected(page.problems) == []
+
+
+# ---------------------------------------------------------------- cookie gone
+async def test_a_tab_whose_cookie_is_gone_starts_again_and_says_so(
+    served: Any, open_chat: Any
+) -> None:
+    """Cookies cleared (or expired) while the tab stayed open: it still said
+    "connected" but every send failed ("no session") and a press said "token
+    required", for good.  Now the page starts a new session at once, says the
+    earlier conversation is gone for this tab, and keeps the text to send again."""
+    if not approvals_landed():
+        pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "demo an approval")
+        approve = page.locator("#messages .buttons button", has_text="Approve")
+        await approve.wait_for()
+        before = await page.evaluate("thread")
+        await page.context.clear_cookies()
+        await approve.click()
+        notice = page.locator("#messages li.msg.info[role=status]", has_text="session")
+        await notice.wait_for()
+        assert "choice was not sent" in await notice.inner_text()
+        assert await page.evaluate("thread") != before
+        await connected(page)
+
+        await page.context.clear_cookies()
+        await say(page, "after the cookie went")
+        notice = page.locator("#messages li.msg.info[role=status]", has_text="still in the box")
+        await notice.wait_for()
+        assert await page.locator("#input").input_value() == "after the cookie went"
+        await connected(page)
+        await page.locator("#input").press("Enter")
+        await wait_final(page, "You said: after the cookie went")
+        assert await page.locator("#messages li.msg.error").count() == 0
+        assert [p for p in page.problems if "status of 400" not in p] == []
+
+
+# ---------------------------------------------------------------- scrolling
+def _gap_below(page: Any) -> Any:
+    return page.evaluate(
+        "(() => { const m = document.querySelector('main');"
+        " return m.scrollHeight - m.scrollTop - m.clientHeight; })()"
+    )
+
+
+async def test_a_streaming_answer_follows_the_bottom_only_while_the_reader_is_there(
+    served: Any, open_chat: Any
+) -> None:
+    """Every edit of a streamed answer (and every typing ping) scrolled to the bottom:
+    someone who scrolled up to read was pulled back down a few times a second."""
+    async with served(llm=DemoProvider(delay=0.005)) as rt:
+        page = await open_chat(base_of(rt), width=360, height=640)
+        thread = ThreadKey.parse(await page.evaluate("thread"))
+        out = rt.channels["web"].outbox()
+        for i in range(15):
+            await out.send(thread, OutboundMessage(f"earlier message {i}\n\nwith two lines"))
+        await page.locator("#messages li.msg.bot", has_text="earlier message 14").wait_for()
+        assert await _gap_below(page) < 80  # at the bottom: new messages are followed
+        await say(page, "long")
+        streaming = page.locator("#messages li.msg.bot.streaming")
+        await streaming.wait_for()
+        # while the reader stays at the bottom, the growing answer is followed
+        await page.wait_for_function(
+            "() => document.querySelector('#messages li.msg.bot.streaming')"
+            "?.getBoundingClientRect().height > 800"
+        )
+        assert await _gap_below(page) < 80
+        await page.evaluate("document.querySelector('main').scrollTop = 0")
+        tops = []
+        for _ in range(8):
+            await asyncio.sleep(0.25)
+            tops.append(await page.evaluate("document.querySelector('main').scrollTop"))
+        assert await streaming.count() == 1, "the answer ended before the check"
+        assert max(tops) < 80, f"the view was pulled down while the reader was above: {tops}"
+        await streaming.wait_for(state="detached", timeout=30_000)  # the answer is complete
+        await page.locator("#typing").wait_for(state="hidden")
+        assert await page.evaluate("document.querySelector('main').scrollTop") < 80
+
+
+async def test_a_long_history_scrolls_once_and_ends_at_the_bottom(
+    served: Any, open_chat: Any
+) -> None:
+    """Loading 1,000 messages scrolled after each one (a forced layout per message):
+    ten times slower than drawing them.  Now the view moves once, at the end."""
+    text = "\n\n".join(
+        f"## Part {i}\n\nSome **bold** text with `code` and a list:\n\n- one\n- two"
+        for i in range(3)
+    )
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        thread = ThreadKey.parse(await page.evaluate("thread"))
+        out = rt.channels["web"].outbox()
+        await asyncio.gather(*(out.send(thread, OutboundMessage(text)) for _ in range(1000)))
+        await page.locator("#messages li.msg.bot").nth(999).wait_for()
+        counts = await page.evaluate(
+            """async () => {
+                 // count what the page does to the scrolling element, not how long it takes
+                 const main = document.querySelector('main');
+                 const top = Object.getOwnPropertyDescriptor(Element.prototype, 'scrollTop');
+                 const height = Object.getOwnPropertyDescriptor(Element.prototype, 'scrollHeight');
+                 const n = {writes: 0, reads: 0};
+                 Object.defineProperty(main, 'scrollTop', {configurable: true,
+                   get() { n.reads++; return top.get.call(this); },
+                   set(v) { n.writes++; top.set.call(this, v); }});
+                 Object.defineProperty(main, 'scrollHeight', {configurable: true,
+                   get() { n.reads++; return height.get.call(this); }});
+                 main.scrollTop = 0; n.writes = 0; n.reads = 0;
+                 await loadHistory();
+                 delete main.scrollTop; delete main.scrollHeight;
+                 return n;
+               }"""
+        )
+        assert await page.locator("#messages li.msg.bot").count() == 1000
+        assert counts["writes"] == 1, counts
+        assert counts["reads"] <= 2, counts  # no layout forced per message
+        assert await _gap_below(page) < 80

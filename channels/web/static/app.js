@@ -9,36 +9,64 @@ const $ = (id) => document.getElementById(id);
 const list = $("messages");
 const byId = new Map();
 let last = "0-0";       // last stream entry seen: the SSE resumes after it
-let thread = "";        // the conversation this page shows
+let thread = "";        // the conversation this page shows (or is switching to)
+let shown = "";         // the conversation whose messages the list holds
 let source = null;
 let retryTimer = 0;
 
 // ---------------------------------------------------------------- markdown
 const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 
+// The inline patterns, in the order they are tried at one position. Each part stops at
+// its own delimiter (an _italic_ may hold `code` with '_' in it; **bold** holds *italic*
+// and `code` with '*' in it, but never a bare '**'), and what a part may hold
+// splits into its pieces only one way, so no pattern rescans a long line from every
+// start, nor backtracks through the ways to split it: linear on thousands of '_', '*',
+// '[' or '`'.
+// A backslash before ASCII punctuation makes it literal (CommonMark): the escape is a
+// token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
+// / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
+// `code`, before a letter) the backslash is plain text.
+// No lookbehind (Safari before 16.4 cannot even parse one, and the whole script would
+// fail there): an _italic_ captures the character before its '_' (group 8) instead,
+// which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
+const INLINE = new RegExp([
+  /(`[^`\n]+`)/,                                                        // 1 `code`
+  // 2 ***both***, 3 **bold**: pieces are `code`, a '`' that no other closes, a character
+  // other than '*' and '`', or (in bold) a '*' that is not part of '**'; the last one
+  // before the closing '***' / '**' is no space nor '\'
+  /(\*\*\*(?=[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n])*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*\*)/,
+  /(\*\*(?=[^*\s]|\*[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n]|\*(?!\*))*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*)/,
+  /(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))/,                           // 4 [label](5 url)
+  /(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)/,                       // 6 *italic*
+  // 7 _italic_, after 8 (no letter, digit, '_' or '\'): 9 the span itself
+  /((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))/,
+  /(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/,                          // 10 a bare link
+  /(\\[!-\/:-@\[-`{-~])/,                                               // 11 an escape
+].map((r) => r.source).join("|"));
+
 function inline(text, parent) {
-  // **bold**, *italic* / _italic_, `code`, [label](http…), bare http(s) links
-  // Each part stops at its own delimiter (an _italic_ may hold `code` with '_' in it), so
-  // no pattern rescans a long line from every start: linear on thousands of '_' or '['.
-  // A backslash before ASCII punctuation makes it literal (CommonMark): the escape is a
-  // token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
-  // / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
-  // `code`, before a letter) the backslash is plain text.
-  const re = /(`[^`\n]+`)|(\*\*(?=\S)[^*\n]+?(?<!\\)\*\*)|(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))|(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)|((?<![A-Za-z0-9_])_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_]))|(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])|(\\[!-\/:-@\[-`{-~])/;
+  // **bold**, *italic* / _italic_, ***both***, `code`, [label](http…), bare http(s) links
   while (text.length) {
-    const m = re.exec(text);
+    const m = INLINE.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
-    if (m.index) parent.appendChild(document.createTextNode(text.slice(0, m.index)));
-    const tok = m[0];
+    let at = m.index, tok = m[0];
+    if (m[8] !== undefined) { at += m[8].length; tok = m[9]; }  // _italic_: not its prefix
+    if (at) parent.appendChild(document.createTextNode(text.slice(0, at)));
     let el;
     if (m[1]) { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
-    else if (m[2]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
-    else if (m[3]) el = link(m[4], tok.slice(1, tok.indexOf("](")));
-    else if (m[7]) el = link(tok, tok);
-    else if (m[8]) el = document.createTextNode(tok[1]);
+    else if (m[2]) {
+      el = document.createElement("em");
+      el.appendChild(document.createElement("strong"));
+      inline(tok.slice(3, -3), el.firstChild);
+    }
+    else if (m[3]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
+    else if (m[4]) el = link(m[5], tok.slice(1, tok.indexOf("](")));
+    else if (m[10]) el = link(tok, tok);
+    else if (m[11]) el = document.createTextNode(tok[1]);
     else { el = document.createElement("em"); inline(tok.slice(1, -1), el); }
     parent.appendChild(el);
-    text = text.slice(m.index + tok.length);
+    text = text.slice(at + tok.length);
   }
 }
 
@@ -59,6 +87,53 @@ const closesFence = (line, open) => {
   return t.length >= open.length && t === open[0].repeat(t.length);
 };
 const MAX_QUOTE_DEPTH = 8;  // deeper '>' levels show as text (no recursion without end)
+const HEADING = /^(#{1,6})\s+(.*)$/;  // always a block of its own, even mid-paragraph
+const MAX_LIST_DEPTH = 8;  // deeper indented items stay in the deepest list
+
+// Consecutive list items, from lines[i]: an item indented at least two more than the
+// one above goes in a list inside it; one indented less goes back out to the list
+// whose items start where it does (or the nearest one further in). An item of the
+// other kind (- or 1.) starts a list of its own at its level. Returns the next line.
+function renderList(lines, i, into) {
+  const levels = [];  // {indent, ordered, list, item}: the lists open, outermost first
+  let closed = null;  // the level most recently left: an item at its depth goes back in
+  const open = (ordered, line, parent) => {
+    const list = document.createElement(ordered ? "ol" : "ul");
+    if (ordered) list.start = parseInt(line, 10) || 1;
+    parent.appendChild(list);
+    return list;
+  };
+  while (i < lines.length && LIST_ITEM.test(lines[i])) {
+    const line = lines[i++];
+    const indent = /^[ \t]*/.exec(line)[0].replace(/\t/g, "    ").length;
+    const ordered = /^\s*\d/.test(line);
+    while (levels.length > 1 && levels[levels.length - 1].indent > indent + 1) {
+      closed = levels.pop();
+    }
+    let top = levels[levels.length - 1];
+    if (!top) {
+      top = { indent, ordered, list: open(ordered, line, into), item: null };
+      levels.push(top);
+    } else if (indent >= top.indent + 2 && levels.length < MAX_LIST_DEPTH) {
+      if (closed && closed.list.parentNode === top.item && closed.ordered === ordered) {
+        top = closed;  // back into the list this item's siblings are in
+        top.indent = Math.min(top.indent, indent);
+      } else {
+        top = { indent, ordered, list: open(ordered, line, top.item), item: null };
+      }
+      levels.push(top);
+    } else if (top.ordered !== ordered) {
+      top.list = open(ordered, line, top.list.parentNode);
+      top.ordered = ordered;
+    }
+    closed = null;
+    const li = document.createElement("li");
+    inline(line.replace(LIST_ITEM, ""), li);
+    top.list.appendChild(li);
+    top.item = li;
+  }
+  return i;
+}
 
 function renderMarkdown(src, into, depth = 0) {
   into.replaceChildren();
@@ -80,18 +155,7 @@ function renderMarkdown(src, into, depth = 0) {
       into.appendChild(pre);
       continue;
     }
-    if (LIST_ITEM.test(line)) {
-      const ordered = /^\s*\d/.test(line);
-      const ul = document.createElement(ordered ? "ol" : "ul");
-      if (ordered) ul.start = parseInt(line, 10) || 1;
-      while (i < lines.length && LIST_ITEM.test(lines[i])) {
-        const li = document.createElement("li");
-        inline(lines[i].replace(LIST_ITEM, ""), li);
-        ul.appendChild(li); i++;
-      }
-      into.appendChild(ul);
-      continue;
-    }
+    if (LIST_ITEM.test(line)) { i = renderList(lines, i, into); continue; }
     if (quote(line)) {
       const q = document.createElement("blockquote");
       const body = [];
@@ -101,14 +165,20 @@ function renderMarkdown(src, into, depth = 0) {
       continue;
     }
     if (!line.trim()) { i++; continue; }
+    const h = HEADING.exec(line);
+    if (h) {  // "# Title" is h3 (the page's own title is the h1)
+      const el = document.createElement("h" + Math.min(h[1].length + 2, 6));
+      inline(h[2], el);
+      into.appendChild(el); i++;
+      continue;
+    }
     const para = [];
-    while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i])
+    while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i]) && !HEADING.test(lines[i])
            && !LIST_ITEM.test(lines[i]) && !quote(lines[i])) para.push(lines[i++]);
-    const h = /^(#{1,6})\s+(.*)$/.exec(para[0]);
-    const p = document.createElement(h ? "h" + Math.min(h[1].length + 2, 6) : "p");
+    const p = document.createElement("p");
     para.forEach((l, k) => {
       if (k) p.appendChild(document.createElement("br"));
-      inline(h && k === 0 ? h[2] : l, p);
+      inline(l, p);
     });
     into.appendChild(p);
   }
@@ -120,7 +190,17 @@ function scrollDown() {
   main.scrollTop = main.scrollHeight;
 }
 
-function upsert(m) {
+// Whether the reader is at (or near) the bottom: only then does new content pull the
+// view down. Measured before the change: someone who scrolled up to read stays put.
+function nearBottom() {
+  const main = list.parentElement;
+  return main.scrollHeight - main.scrollTop - main.clientHeight < 80;
+}
+
+// follow: undefined = follow the bottom if the reader is there; false = do not scroll
+// (loadHistory draws many messages and scrolls once, without a layout per message).
+function upsert(m, follow) {
+  if (follow === undefined) follow = nearBottom();
   let li = m.id ? byId.get(m.id) : null;
   if (!li) {
     list.querySelector(".hint")?.remove();
@@ -150,6 +230,9 @@ function upsert(m) {
     row.className = "buttons";
     row.setAttribute("role", "group");
     row.setAttribute("aria-label", "Your decision");
+    // A press goes to the conversation this prompt is in, even if the page is already
+    // switching to another one (New conversation pressed, its history still loading).
+    row.dataset.thread = shown;
     for (const [label, payload, style] of m.b) {
       const b = document.createElement("button");
       b.type = "button"; b.textContent = label;
@@ -162,7 +245,7 @@ function upsert(m) {
   } else if (hadFocus) {
     $("input").focus();  // the buttons went away under the keyboard: back to the input
   }
-  scrollDown();
+  if (follow) scrollDown();
 }
 
 function showError(text) {
@@ -177,8 +260,12 @@ function setTyping(on) {
   // The worker repeats "typing" every few seconds while a turn runs; if that stops
   // without a "done" (a refused or duplicate message), the indicator goes away.
   clearTimeout(typingTimer);
-  $("typing").hidden = !on;
-  if (on) { typingTimer = setTimeout(() => setTyping(false), 12000); scrollDown(); }
+  if (on) {
+    const follow = $("typing").hidden && nearBottom();
+    $("typing").hidden = false;
+    if (follow) scrollDown();
+    typingTimer = setTimeout(() => setTyping(false), 12000);
+  } else $("typing").hidden = true;
 }
 
 function handle(ev) {
@@ -218,6 +305,7 @@ async function api(path, body) {
   if (!r.ok) {
     const err = new Error(data.error || ("HTTP " + r.status));
     err.status = r.status;
+    err.noSession = data.no_session === true;  // the cookie is gone: start() makes a new one
     throw err;
   }
   return data;
@@ -240,19 +328,34 @@ async function replaced(what) {
            + "this is the current one. " + what);
 }
 
+// The cookie is gone (cleared, or expired while this tab stayed open): nothing can be
+// sent until the page has a session again. GET /api/me makes one, for a new
+// conversation (the earlier one belonged to the old cookie); if a token is set, the
+// page asks for it. The request that failed never got through, so nothing is lost.
+async function sessionLost(what) {
+  thread = "";
+  await start();
+  showInfo("This page's session had ended (its cookie was cleared or expired), "
+           + "so this is a new conversation. " + what);
+}
+
 async function press(payload, row) {
   const buttons = row.querySelectorAll("button");
   buttons.forEach((b) => (b.disabled = true));
   row.setAttribute("aria-busy", "true");
   $("input").focus();
   setTyping(true);
-  try { await api("/api/actions", { token: payload, thread }); }
+  try { await api("/api/actions", { token: payload, thread: row.dataset.thread || thread }); }
   catch (e) {
     setTyping(false);
     buttons.forEach((b) => (b.disabled = false));
     row.removeAttribute("aria-busy");
     if (e.status === 409) replaced("Your choice was not sent.").catch(() => boot(1000));
-    else showError("Could not send your choice: " + e.message);
+    else if (e.noSession) sessionLost("Your choice was not sent.").catch(() => boot(1000));
+    else {
+      showError("Could not send your choice: " + e.message);
+      if (e.status === 401) start().catch(() => {});
+    }
   }
 }
 
@@ -277,11 +380,17 @@ function connect() {
 }
 
 async function loadHistory() {
-  const h = await api("/api/history?" + param("thread", thread));
+  const asked = thread;
+  const h = await api("/api/history?" + param("thread", asked));
   list.replaceChildren(); byId.clear();
+  shown = h.thread || asked;
+  // A turn that ended before this read (an answer faster than the history, as /new's
+  // often is) sends its "done" before `last`, so it never arrives here: start without
+  // the typing line; a turn still running turns it on again with its next ping.
+  setTyping(false);
   for (const m of h.messages) {
     // one message that cannot be shown never keeps the others (or the page) from showing
-    try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }); }
+    try { upsert(m.kind === "user" ? { kind: "user", id: m.id, tx: m.tx } : { kind: "bot", ...m }, false); }
     catch (_) {}
   }
   last = h.last || "0-0";
@@ -291,6 +400,7 @@ async function loadHistory() {
     li.textContent = "A new conversation. Write a message below; /help lists the commands.";
     list.appendChild(li);
   }
+  scrollDown();  // once, at the end
 }
 
 async function showThread() {
@@ -346,6 +456,7 @@ function boot(after = 0) {
 async function send(text) {
   const body = { text, id: newId(), thread };
   let r;
+  scrollDown();  // the reader sent something: show the bottom, where it and the answer go
   setTyping(true);  // before the request: the answer can beat the response here
   try { r = await api("/api/messages", body); }
   catch (err) {
@@ -360,6 +471,7 @@ async function send(text) {
 
 function notSent(err, what, whenReplaced) {
   if (err.status === 409) replaced(whenReplaced).catch(() => boot(1000));
+  else if (err.noSession) sessionLost(whenReplaced).catch(() => boot(1000));
   else {
     showError(what + " " + err.message);
     if (err.status === 401) start().catch(() => {});
@@ -379,7 +491,8 @@ $("composer").addEventListener("submit", async (e) => {
   }
 });
 $("input").addEventListener("keydown", (e) => {
-  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+  // .click() on the submit button: the form method for this needs Safari 16
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("send").click(); }
 });
 $("new").addEventListener("click", () => {
   send("/new").catch((err) => notSent(err, "Could not start a new conversation:",

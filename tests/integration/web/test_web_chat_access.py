@@ -153,6 +153,45 @@ async def test_the_server_refuses_a_cookie_older_than_its_lifetime(runtime: Any)
         assert "oldsession1234" not in (await client.get("/api/me")).json()["thread"]
 
 
+async def test_a_request_without_a_session_says_so_and_sends_sign_the_cookie_again(
+    runtime: Any,
+) -> None:
+    """No cookie (cleared, or expired while a tab stayed open): a message and a press
+    both answer 400 "no session" (a press answered 401 "token required" with no token
+    configured, so the page never knew to start again).  A message or a press with a
+    cookie older than a day signs it again, like the page and /api/me, so a tab left
+    open and in use is not cut off after 30 days."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        r = await client.post("/api/actions", json={"token": "ap:x:a", "thread": "web:local:x:"})
+        assert r.status_code == 400, r.text
+        assert r.json()["no_session"] is True and "no session" in r.json()["error"]
+        r = await client.post("/api/messages", json={"text": "hi"})
+        assert r.status_code == 400 and r.json()["no_session"] is True, r.text
+
+        secret = rt.channels["web"]._secret.decode()
+
+        class TwoDaysAgo(TimestampSigner):
+            def get_timestamp(self) -> int:
+                return int(time.time()) - 2 * 86_400
+
+        old = URLSafeTimedSerializer(secret, salt=SALT, signer=TwoDaysAgo)
+        data = {"sid": "oldsession1234", "uid": "olduser12345"}
+        client.cookies.set(COOKIE, old.dumps(data))
+        r = await client.post("/api/messages", json={"text": "hi"})
+        assert r.status_code == 202, r.text
+        assert COOKIE in r.headers.get("set-cookie", ""), r.headers
+        again = await client.post("/api/messages", json={"text": "hi again"})
+        assert again.status_code == 202 and "set-cookie" not in again.headers  # fresh now
+        client.cookies.clear()
+        client.cookies.set(COOKIE, old.dumps(data))
+        r = await client.post(
+            "/api/actions", json={"token": "ap:x:a", "thread": "web:local:oldsession1234:"}
+        )
+        assert r.status_code == 202, r.text
+        assert COOKIE in r.headers.get("set-cookie", ""), r.headers
+        assert (await client.get("/api/me")).json()["thread"] == "web:local:oldsession1234:"
+
+
 async def test_a_cookie_from_before_timestamps_keeps_its_conversation_not_its_login(
     runtime: Any,
 ) -> None:
