@@ -4,7 +4,11 @@
   (``SLACK_CHANNEL_PACE_SECS``, all worker processes together); a streamed
   (non-final) edit that would have to wait is skipped, never queued.
 * 429s: the SDK retry handler honours ``Retry-After`` once and pauses the
-  channel's pace; a second 429 raises :class:`SendRateLimited`.
+  channel's pace; a second 429 raises :class:`SendRateLimited` from
+  :meth:`SlackOutbox._call`.  A message the answer needs (its first post, the
+  final edit, the rest of a long answer) waits the ``Retry-After`` out again,
+  up to ``_TAIL_MAX_WAIT`` in all (:meth:`SlackOutbox._call_waiting`); only a
+  streamed preview is skipped.
 * A long answer is several messages in the thread; its MessageRef is the
   first one, ``extra`` listing the others, so a later edit updates them all.
 * Slash commands used where the bot is not a member: the answer goes back
@@ -23,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -43,7 +48,7 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
-from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
+from agent_core.outbox import current_part, on_wire, wire_claim, wire_created, wire_retry
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
@@ -66,7 +71,7 @@ _NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
 _MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
-_TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
+_TAIL_MAX_WAIT = 60.0  # rate-limit wait for one message an answer needs (not a preview)
 _RESPONSE_URL_USES = 5  # posts Slack takes through one response_url (in 30 minutes)
 _CUT_NOTE = (
     "_(The rest did not fit: Slack lets me answer privately only a few times. "
@@ -305,7 +310,9 @@ class SlackOutbox:
             if part is not None:  # how a rerun finds the part if its sender dies (find.py)
                 args["metadata"] = part_metadata(part, i)
             if not sent:
-                resp = await self._call("chat.postMessage", channel, **args, **post.kwargs())
+                resp = await self._call_waiting(
+                    "chat.postMessage", channel, **args, **post.kwargs()
+                )
                 assert resp is not None
                 sent.append(str(resp["ts"]))
                 wire_created()  # the head is showing: the claim stays whatever follows
@@ -317,29 +324,52 @@ class SlackOutbox:
                 break
         return sent
 
+    async def _call_waiting(
+        self, method: str, channel: str, **kwargs: Any
+    ) -> AsyncSlackResponse | None:
+        """:meth:`_call` for a message the answer needs (not a droppable preview):
+        a 429 that slack_sdk's one retry did not get past is waited out and the
+        call made again, up to ``_TAIL_MAX_WAIT`` in all, then SendRateLimited.
+        chat.update is limited per workspace (~50 a minute, every conversation
+        together), so a busy workspace 429s a final edit twice readily.  A post
+        gives its part claim back during the wait (nothing was created) and
+        claims again before the next try."""
+        waited = 0.0
+        while True:
+            try:
+                return await self._call(method, channel, **kwargs)
+            except SendRateLimited as exc:
+                wait = max(exc.retry_after, 1.0)  # a Retry-After of 0 must not spin
+                waited += wait
+                if waited > _TAIL_MAX_WAIT:
+                    raise
+                log.info("Slack %s rate limited; trying again in %.0f s", method, wait)
+                if method == "chat.postMessage":
+                    try:
+                        await wire_retry()  # no-op once a message of the part exists
+                    except RedisError:
+                        log.warning("could not take back a part claim (claimed again)")
+                # the channel's pace is paused as long (all processes); this
+                # process sleeps it too, pacing on or off
+                await asyncio.sleep(wait)
+
     async def _tail(self, method: str, channel: str, post: SlackPost, args: dict[str, Any]) -> str:
         """One message after the head of a multi-message answer (its ts, or UNKNOWN_TS).
 
         The head is already showing, so the rest must follow: a refused format is
-        sent again as text only, a rate limit is waited out (up to
-        ``_TAIL_MAX_WAIT`` in all; the pacer holds the channel meanwhile), a
-        request whose answer was lost counts as posted (never repeated).
+        sent again as text only, a rate limit is waited out (:meth:`_call_waiting`),
+        a request whose answer was lost counts as posted (never repeated).
         """
-        waited = 0.0
         text_only = False
         while True:
             try:
-                resp = await self._call(method, channel, **args, **post.kwargs())
+                resp = await self._call_waiting(method, channel, **args, **post.kwargs())
                 return str(resp["ts"]) if resp is not None else UNKNOWN_TS
             except FormattingRejected:
                 if text_only:
                     raise
                 log.warning("Slack refused the formatting of a later message; text only")
                 post, text_only = _text_only(post), True
-            except SendRateLimited as exc:
-                waited += max(exc.retry_after, 1.0)  # a Retry-After of 0 must not spin
-                if waited > _TAIL_MAX_WAIT:
-                    raise
             except SendUnconfirmed:
                 return str(args.get("ts", UNKNOWN_TS))
 
@@ -410,8 +440,8 @@ class SlackOutbox:
             else:
                 args = {"thread_ts": ref.thread or None, "unfurl_links": False}
                 method = "chat.postMessage"
-            if i == 0:
-                await self._call(method, ref.conversation, **args, **post.kwargs())
+            if i == 0:  # the final text's head: waited out, never skipped
+                await self._call_waiting(method, ref.conversation, **args, **post.kwargs())
                 tss.append(existing[0])
                 continue
             try:
