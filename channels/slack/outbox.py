@@ -284,10 +284,13 @@ class SlackOutbox:
                     wire_created()  # partly shown: a failure of the rest keeps the claim
                 return MessageRef(CHANNEL, channel, "", thread=thread.thread, extra=extra)
             raise
-        root = thread.thread or sent[0]
-        if not is_dm(channel):
+        # Parley takes part in the thread it answered in.  An answer in the channel's
+        # own conversation (/parley) is top level: the thread people may open under
+        # it is not one Parley joined (replies there need a mention, which starts
+        # that thread's own conversation; they would not continue the channel's).
+        if thread.thread and not is_dm(channel):
             try:
-                await self.state.remember(join=(thread.tenant, channel, root))
+                await self.state.remember(join=(thread.tenant, channel, thread.thread))
             except Exception as exc:  # follow-ups without mention suffer, the answer is out
                 log.warning(
                     "[%s] could not record the Slack thread: %s", thread, type(exc).__name__
