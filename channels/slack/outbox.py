@@ -126,7 +126,6 @@ class SlackOutbox:
         self.pace_secs = pace_secs
         self.reaction = reaction
         self._last_edit: dict[str, float] = {}
-        self._reacted: dict[tuple[str, str], float] = {}
         self._files = SlackFiles(session, bot_token, file_origins(api_base_url))
         self._names = SlackNames(web)
         self._reader: AsyncWebClient | None = None  # for find_part
@@ -470,11 +469,10 @@ class SlackOutbox:
             return
         try:
             target = await self.state.last_message(thread)
-            if target is None or target in self._reacted:
-                return
-            if len(self._reacted) > _MEMO_MAX:
-                self._reacted.clear()
-            self._reacted[target] = time.monotonic()
+            # recorded in Redis first: whoever ends the turn takes off every reaction
+            # put on (a message merged into the running turn is the thread's newest)
+            if target is None or not await self.state.reacting(thread, target):
+                return  # put on already in this turn (by any worker)
             await self.web.reactions_add(channel=target[0], timestamp=target[1], name=self.reaction)
         except SlackApiError as exc:
             if exc.response is None or exc.response.get("error") != "already_reacted":
@@ -487,22 +485,31 @@ class SlackOutbox:
             log.debug("[%s] Slack working reaction failed: %s", thread, type(exc).__name__)
 
     async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
+        """Take the working reaction off the turn's message and off every other
+        message it was put on during the turn (messages merged into it)."""
         if not self.reaction:
             return
+        targets: list[tuple[str, str]] = []
         try:
-            target: tuple[str, str] | None = None
             if (
                 event is not None
                 and event.kind != EventKind.ACTION
                 and event.reply_ref
                 and event.reply_ref.message_id
             ):
-                target = (event.reply_ref.conversation, event.reply_ref.message_id)
+                targets.append((event.reply_ref.conversation, event.reply_ref.message_id))
             else:
-                target = await self.state.last_message(thread)
-            if target is None:
-                return
-            self._reacted.pop(target, None)
+                last = await self.state.last_message(thread)
+                if last is not None:
+                    targets.append(last)
+            targets += [t for t in await self.state.take_reacted(thread) if t not in targets]
+        except Exception as exc:  # Redis: the head's reaction still goes
+            log.debug("[%s] reading the Slack reactions failed: %s", thread, type(exc).__name__)
+        for target in targets:
+            await self._unreact(thread, target)
+
+    async def _unreact(self, thread: ThreadKey, target: tuple[str, str]) -> None:
+        try:
             await self.web.reactions_remove(
                 channel=target[0], timestamp=target[1], name=self.reaction
             )

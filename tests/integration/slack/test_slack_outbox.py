@@ -416,3 +416,41 @@ async def test_a_first_post_rate_limited_twice_claims_again_and_goes_out_once(
         assert await delivery.sent_ref(thread, "e1:0") == ref
     finally:
         await ch.shutdown()
+
+
+async def test_every_working_reaction_of_a_turn_is_taken_off_by_whoever_ends_it(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], redis: Redis
+) -> None:
+    """A message merged into a running turn is the thread's newest: it gets the
+    reaction too.  The turn's end takes off both, also when another worker
+    process ends it (a rerun after the first one died)."""
+    a, b = channel_factory(), channel_factory()
+    await a.initialize()
+    await b.initialize()
+    try:
+        thread = ThreadKey("slack", TEAM, "D3", "")
+        first = fake_slack.add_user_message("D3", "hi")
+        second = fake_slack.add_user_message("D3", "and this")
+        state = SlackState(redis, 60)
+        await state.remember(last=(thread, f"D3 {first.ts}"))
+        await a.outbox().typing(thread)
+        await state.remember(last=(thread, f"D3 {second.ts}"))  # merged into the turn
+        await a.outbox().typing(thread)
+        assert first.reactions == {"eyes"} and second.reactions == {"eyes"}
+        head = InboundEvent(
+            "m:D3:" + first.ts,
+            EventKind.MESSAGE,
+            "slack",
+            thread,
+            "U1",
+            reply_ref=MessageRef("slack", "D3", first.ts),
+        )
+        await b.outbox().turn_finished(thread, head)
+        assert first.reactions == set() and second.reactions == set()
+        # the next turn's reaction is put on again (the memo was cleared)
+        await a.outbox().turn_finished(thread, head)
+        await a.outbox().typing(thread)
+        assert second.reactions == {"eyes"}
+    finally:
+        await a.shutdown()
+        await b.shutdown()
