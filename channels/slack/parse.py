@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from agent_core.events import Action, Attachment, EventKind, InboundEvent, MessageRef, ThreadKey
@@ -90,11 +91,14 @@ def plain_text(text: str, bot_user_id: str = "") -> str:
 
     def special(m: re.Match[str]) -> str:
         kind, ident, label = m.group(1), m.group(2), m.group(3)
-        if kind == "@":
-            return "@" + (label or ident)
-        if kind == "#":
-            return "#" + (label or ident)
-        return "@" + (label or ident.split("^")[0])  # <!here>, <!channel>, <!subteam^S1>
+        name, _, rest = ident.partition("^")
+        if kind == "!" and name == "date":  # <!date^epoch^format|fallback>: plain text
+            return label or _utc_date(rest.partition("^")[0]) or ident
+        if kind == "!" and name == "subteam":  # <!subteam^S1|@devs>: the group
+            name = rest or name
+        text = label or (name if kind == "!" else ident)
+        sign = "#" if kind == "#" else "@"
+        return text if text.startswith(sign) else sign + text  # a label may carry its sign
 
     text = _SPECIAL.sub(special, text)
     text = _LINK.sub(
@@ -102,6 +106,14 @@ def plain_text(text: str, bot_user_id: str = "") -> str:
     )
     text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
     return text.strip()
+
+
+def _utc_date(epoch: str) -> str:
+    """A ``<!date^...>`` token's time, when Slack sent no fallback text."""
+    try:
+        return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (ValueError, OverflowError, OSError):
+        return ""
 
 
 def _attachments(files: Any) -> tuple[Attachment, ...]:
