@@ -53,7 +53,7 @@ from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
 from .client import SafeConnectionErrorRetryHandler, channel_pace, current_channel
-from .files import SlackFiles, file_origins
+from .files import SlackFiles, complete, file_origins
 from .find import find_part, part_metadata, reader
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
@@ -530,6 +530,13 @@ class SlackOutbox:
     async def name_mentions(self, text: str) -> str:
         """``text`` with mentioned people's names (MentionNamer): users.info, cached."""
         return await self._names.mentions(text)
+
+    async def complete_attachments(
+        self, attachments: tuple[Attachment, ...]
+    ) -> tuple[Attachment, ...]:
+        """Files Slack sent as their id only (Slack Connect), looked up with
+        files.info (AttachmentCompleter; channels/slack/files.py)."""
+        return await complete(self.web, attachments)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A user's file for the agent (AttachmentFetcher), at most ``max_bytes``;

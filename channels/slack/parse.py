@@ -116,7 +116,9 @@ def _utc_date(epoch: str) -> str:
         return ""
 
 
-def _attachments(files: Any) -> tuple[Attachment, ...]:
+def file_attachments(files: Any) -> tuple[Attachment, ...]:
+    """Slack file objects (an event's ``files[]``, a ``files.info`` answer's ``file``)
+    -> Attachments; a Slack Connect file is its id only (``ref``, see files.py)."""
     out: list[Attachment] = []
     for f in files if isinstance(files, list) else ():
         if not isinstance(f, dict) or f.get("mode") == "tombstone":
@@ -147,7 +149,7 @@ def _shared(items: Any) -> tuple[list[str], tuple[Attachment, ...]]:
         if not isinstance(att, dict) or not (att.get("is_share") or att.get("is_msg_unfurl")):
             continue  # link previews and app attachments are not the user's words
         body = plain_text(_loose(att, "text") or _loose(att, "fallback"))
-        files.extend(_attachments(att.get("files")))
+        files.extend(file_attachments(att.get("files")))
         if not body:
             continue
         author = _loose(att, "author_name") or _loose(att, "author_subname")
@@ -237,7 +239,7 @@ def parse_event(
         direct, mentions = False, False
 
     text = plain_text(raw_text, bot)
-    attachments = _attachments(ev.get("files"))
+    attachments = file_attachments(ev.get("files"))
     quotes, shared_files = _shared(ev.get("attachments"))
     text = "\n\n".join([text, *quotes] if text else quotes)
     attachments += shared_files
