@@ -1,4 +1,4 @@
-"""Who said it, and who they mention: people's names for the model.
+"""Who said it, who they mention, and what they attached: details for the model.
 
 In a group the model reads each message as ``<name>: <text>``
 (:func:`agent_core.agent.agent.user_message_text`), so that it can tell people
@@ -7,8 +7,10 @@ apart.  Some platforms leave the name out of their events (Slack's
 optional :class:`NameResolver` is asked for it then.  Some write the people a
 message mentions as ids the model cannot read (Slack: ``@U0123ABCD``); a
 channel whose outbox implements :class:`MentionNamer` puts names in their place,
-in any conversation.  Both within :data:`NAME_TIMEOUT_SECS` together (the turn
-never waits longer for names, and goes on without them if a lookup fails).
+in any conversation.  Some send a file as its id only (Slack Connect); a channel
+whose outbox implements :class:`AttachmentCompleter` fills in its name, type, size
+and address.  All within :data:`NAME_TIMEOUT_SECS` together (the turn never waits
+longer for them, and goes on without them if a lookup fails).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import dataclasses
 import logging
 from typing import Protocol, runtime_checkable
 
-from agent_core.events import InboundEvent
+from agent_core.events import Attachment, InboundEvent
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,20 @@ class MentionNamer(Protocol):
     async def name_mentions(self, text: str) -> str: ...
 
 
+@runtime_checkable
+class AttachmentCompleter(Protocol):
+    """Optional: an Outbox whose platform may leave out what a file is; the
+    attachments with what the platform tells when asked (each unchanged if not)."""
+
+    async def complete_attachments(
+        self, attachments: tuple[Attachment, ...]
+    ) -> tuple[Attachment, ...]: ...
+
+
 async def named(outbox: object, event: InboundEvent) -> InboundEvent:
-    """``event`` with its author's name filled in where a group needs it, and the
-    people it mentions named where the platform wrote ids."""
+    """``event`` with its author's name filled in where a group needs it, the
+    people it mentions named where the platform wrote ids, and its files
+    completed where the platform sent ids only."""
     author = (
         not event.is_direct
         and not event.user_name
@@ -50,9 +63,10 @@ async def named(outbox: object, event: InboundEvent) -> InboundEvent:
         and isinstance(outbox, NameResolver)
     )
     mentions = "@" in event.text and isinstance(outbox, MentionNamer)
-    if not author and not mentions:
+    files = bool(event.attachments) and isinstance(outbox, AttachmentCompleter)
+    if not author and not mentions and not files:
         return event  # most messages: nothing to look up, no task started
-    user_name, text = event.user_name, event.text
+    user_name, text, attachments = event.user_name, event.text, event.attachments
 
     async def name_author() -> None:
         nonlocal user_name
@@ -64,13 +78,19 @@ async def named(outbox: object, event: InboundEvent) -> InboundEvent:
         assert isinstance(outbox, MentionNamer)
         text = await outbox.name_mentions(event.text)
 
-    jobs = [job() for job, wanted in ((name_author, author), (name_mentioned, mentions)) if wanted]
+    async def complete_files() -> None:
+        nonlocal attachments
+        assert isinstance(outbox, AttachmentCompleter)
+        attachments = await outbox.complete_attachments(event.attachments)
+
+    wanted = ((name_author, author), (name_mentioned, mentions), (complete_files, files))
+    jobs = [job() for job, want in wanted if want]
     results = await asyncio.gather(
         *(asyncio.wait_for(job, NAME_TIMEOUT_SECS) for job in jobs), return_exceptions=True
     )
     for result in results:
         if isinstance(result, BaseException):
-            log.info("[%s] names not looked up: %s", event.thread, type(result).__name__)
-    if (user_name, text) == (event.user_name, event.text):
+            log.info("[%s] names or files not looked up: %s", event.thread, type(result).__name__)
+    if (user_name, text, attachments) == (event.user_name, event.text, event.attachments):
         return event
-    return dataclasses.replace(event, user_name=user_name, text=text)
+    return dataclasses.replace(event, user_name=user_name, text=text, attachments=attachments)

@@ -269,7 +269,8 @@ class Turn:
         return self.session.model or self.profile().model
 
     async def user_message(self, event: InboundEvent) -> ChatMessage:
-        text = user_message_text(await named(self.writer.outbox, event))
+        event = await named(self.writer.outbox, event)  # names, and files completed
+        text = user_message_text(event)
         if not event.attachments:  # most messages: no tasks to start
             return ChatMessage("user", text)
         (images, missing), (blocks, unread) = await asyncio.gather(

@@ -17,20 +17,29 @@ most :data:`MAX_HOPS` times: Enterprise Grid workspaces answer ``files.slack.com
 with a 302 to ``files-origin.slack.com`` (an HTTP client drops the token on such a
 cross-host redirect, and Slack then serves its sign-in page).  A redirect
 anywhere else is not followed; the reason names where it pointed.
+
+A file shared from another organisation (Slack Connect) arrives as its id only,
+``{"id": "F…", "mode": "file_access", "file_access": "check_file_info"}``:
+:func:`complete` asks ``files.info`` (scope ``files:read``) for its name, type,
+size and address before the model is told about it or it is downloaded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
 import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
 from channels.download import Redirected, fetch_capped, origin
 
+from .parse import file_attachments
 from .settings import DEFAULT_API_BASE_URL
 
 log = logging.getLogger(__name__)
@@ -108,3 +117,35 @@ class SlackFiles:
             "Add it (OAuth & Permissions, or the manifest in deploy/) and reinstall "
             "the app; until then photos are not shown to the model (docs/slack.md)"
         )
+
+
+def needs_info(attachment: Attachment) -> bool:
+    """A file Slack sent as its id only (no address): Slack Connect's check_file_info."""
+    return bool(attachment.ref) and "://" not in attachment.ref
+
+
+async def complete(
+    web: AsyncWebClient, attachments: tuple[Attachment, ...]
+) -> tuple[Attachment, ...]:
+    """``attachments`` with every id-only file looked up with ``files.info`` (all at
+    once); one that cannot be looked up stays as it is (the model is told what
+    little is known)."""
+    if not any(needs_info(a) for a in attachments):
+        return attachments
+
+    async def one(a: Attachment) -> Attachment:
+        if not needs_info(a):
+            return a
+        try:
+            resp = await web.files_info(file=a.ref)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else ""
+            log.info("Slack files.info failed for a shared file: %s", error or "error")
+            return a
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("Slack files.info failed for a shared file: %s", type(exc).__name__)
+            return a
+        found = file_attachments([resp.get("file")])
+        return found[0] if found else a
+
+    return tuple(await asyncio.gather(*(one(a) for a in attachments)))

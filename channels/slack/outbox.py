@@ -4,7 +4,11 @@
   (``SLACK_CHANNEL_PACE_SECS``, all worker processes together); a streamed
   (non-final) edit that would have to wait is skipped, never queued.
 * 429s: the SDK retry handler honours ``Retry-After`` once and pauses the
-  channel's pace; a second 429 raises :class:`SendRateLimited`.
+  channel's pace; a second 429 raises :class:`SendRateLimited` from
+  :meth:`SlackOutbox._call`.  A message the answer needs (its first post, the
+  final edit, the rest of a long answer) waits the ``Retry-After`` out again,
+  up to ``_TAIL_MAX_WAIT`` in all (:meth:`SlackOutbox._call_waiting`); only a
+  streamed preview is skipped.
 * A long answer is several messages in the thread; its MessageRef is the
   first one, ``extra`` listing the others, so a later edit updates them all.
 * Slash commands used where the bot is not a member: the answer goes back
@@ -23,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -43,12 +48,12 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
-from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
+from agent_core.outbox import current_part, on_wire, wire_claim, wire_created, wire_retry
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
 from .client import SafeConnectionErrorRetryHandler, channel_pace, current_channel
-from .files import SlackFiles, file_origins
+from .files import SlackFiles, complete, file_origins
 from .find import find_part, part_metadata, reader
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
@@ -66,7 +71,7 @@ _NOT_MEMBER = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
 _MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"})
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
-_TAIL_MAX_WAIT = 60.0  # rate-limit wait for the rest of an answer whose head is out
+_TAIL_MAX_WAIT = 60.0  # rate-limit wait for one message an answer needs (not a preview)
 _RESPONSE_URL_USES = 5  # posts Slack takes through one response_url (in 30 minutes)
 _CUT_NOTE = (
     "_(The rest did not fit: Slack lets me answer privately only a few times. "
@@ -121,7 +126,6 @@ class SlackOutbox:
         self.pace_secs = pace_secs
         self.reaction = reaction
         self._last_edit: dict[str, float] = {}
-        self._reacted: dict[tuple[str, str], float] = {}
         self._files = SlackFiles(session, bot_token, file_origins(api_base_url))
         self._names = SlackNames(web)
         self._reader: AsyncWebClient | None = None  # for find_part
@@ -279,10 +283,13 @@ class SlackOutbox:
                     wire_created()  # partly shown: a failure of the rest keeps the claim
                 return MessageRef(CHANNEL, channel, "", thread=thread.thread, extra=extra)
             raise
-        root = thread.thread or sent[0]
-        if not is_dm(channel):
+        # Parley takes part in the thread it answered in.  An answer in the channel's
+        # own conversation (/parley) is top level: the thread people may open under
+        # it is not one Parley joined (replies there need a mention, which starts
+        # that thread's own conversation; they would not continue the channel's).
+        if thread.thread and not is_dm(channel):
             try:
-                await self.state.remember(join=(thread.tenant, channel, root))
+                await self.state.remember(join=(thread.tenant, channel, thread.thread))
             except Exception as exc:  # follow-ups without mention suffer, the answer is out
                 log.warning(
                     "[%s] could not record the Slack thread: %s", thread, type(exc).__name__
@@ -305,7 +312,9 @@ class SlackOutbox:
             if part is not None:  # how a rerun finds the part if its sender dies (find.py)
                 args["metadata"] = part_metadata(part, i)
             if not sent:
-                resp = await self._call("chat.postMessage", channel, **args, **post.kwargs())
+                resp = await self._call_waiting(
+                    "chat.postMessage", channel, **args, **post.kwargs()
+                )
                 assert resp is not None
                 sent.append(str(resp["ts"]))
                 wire_created()  # the head is showing: the claim stays whatever follows
@@ -317,29 +326,52 @@ class SlackOutbox:
                 break
         return sent
 
+    async def _call_waiting(
+        self, method: str, channel: str, **kwargs: Any
+    ) -> AsyncSlackResponse | None:
+        """:meth:`_call` for a message the answer needs (not a droppable preview):
+        a 429 that slack_sdk's one retry did not get past is waited out and the
+        call made again, up to ``_TAIL_MAX_WAIT`` in all, then SendRateLimited.
+        chat.update is limited per workspace (~50 a minute, every conversation
+        together), so a busy workspace 429s a final edit twice readily.  A post
+        gives its part claim back during the wait (nothing was created) and
+        claims again before the next try."""
+        waited = 0.0
+        while True:
+            try:
+                return await self._call(method, channel, **kwargs)
+            except SendRateLimited as exc:
+                wait = max(exc.retry_after, 1.0)  # a Retry-After of 0 must not spin
+                waited += wait
+                if waited > _TAIL_MAX_WAIT:
+                    raise
+                log.info("Slack %s rate limited; trying again in %.0f s", method, wait)
+                if method == "chat.postMessage":
+                    try:
+                        await wire_retry()  # no-op once a message of the part exists
+                    except RedisError:
+                        log.warning("could not take back a part claim (claimed again)")
+                # the channel's pace is paused as long (all processes); this
+                # process sleeps it too, pacing on or off
+                await asyncio.sleep(wait)
+
     async def _tail(self, method: str, channel: str, post: SlackPost, args: dict[str, Any]) -> str:
         """One message after the head of a multi-message answer (its ts, or UNKNOWN_TS).
 
         The head is already showing, so the rest must follow: a refused format is
-        sent again as text only, a rate limit is waited out (up to
-        ``_TAIL_MAX_WAIT`` in all; the pacer holds the channel meanwhile), a
-        request whose answer was lost counts as posted (never repeated).
+        sent again as text only, a rate limit is waited out (:meth:`_call_waiting`),
+        a request whose answer was lost counts as posted (never repeated).
         """
-        waited = 0.0
         text_only = False
         while True:
             try:
-                resp = await self._call(method, channel, **args, **post.kwargs())
+                resp = await self._call_waiting(method, channel, **args, **post.kwargs())
                 return str(resp["ts"]) if resp is not None else UNKNOWN_TS
             except FormattingRejected:
                 if text_only:
                     raise
                 log.warning("Slack refused the formatting of a later message; text only")
                 post, text_only = _text_only(post), True
-            except SendRateLimited as exc:
-                waited += max(exc.retry_after, 1.0)  # a Retry-After of 0 must not spin
-                if waited > _TAIL_MAX_WAIT:
-                    raise
             except SendUnconfirmed:
                 return str(args.get("ts", UNKNOWN_TS))
 
@@ -410,8 +442,8 @@ class SlackOutbox:
             else:
                 args = {"thread_ts": ref.thread or None, "unfurl_links": False}
                 method = "chat.postMessage"
-            if i == 0:
-                await self._call(method, ref.conversation, **args, **post.kwargs())
+            if i == 0:  # the final text's head: waited out, never skipped
+                await self._call_waiting(method, ref.conversation, **args, **post.kwargs())
                 tss.append(existing[0])
                 continue
             try:
@@ -437,11 +469,10 @@ class SlackOutbox:
             return
         try:
             target = await self.state.last_message(thread)
-            if target is None or target in self._reacted:
-                return
-            if len(self._reacted) > _MEMO_MAX:
-                self._reacted.clear()
-            self._reacted[target] = time.monotonic()
+            # recorded in Redis first: whoever ends the turn takes off every reaction
+            # put on (a message merged into the running turn is the thread's newest)
+            if target is None or not await self.state.reacting(thread, target):
+                return  # put on already in this turn (by any worker)
             await self.web.reactions_add(channel=target[0], timestamp=target[1], name=self.reaction)
         except SlackApiError as exc:
             if exc.response is None or exc.response.get("error") != "already_reacted":
@@ -454,22 +485,31 @@ class SlackOutbox:
             log.debug("[%s] Slack working reaction failed: %s", thread, type(exc).__name__)
 
     async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
+        """Take the working reaction off the turn's message and off every other
+        message it was put on during the turn (messages merged into it)."""
         if not self.reaction:
             return
+        targets: list[tuple[str, str]] = []
         try:
-            target: tuple[str, str] | None = None
             if (
                 event is not None
                 and event.kind != EventKind.ACTION
                 and event.reply_ref
                 and event.reply_ref.message_id
             ):
-                target = (event.reply_ref.conversation, event.reply_ref.message_id)
+                targets.append((event.reply_ref.conversation, event.reply_ref.message_id))
             else:
-                target = await self.state.last_message(thread)
-            if target is None:
-                return
-            self._reacted.pop(target, None)
+                last = await self.state.last_message(thread)
+                if last is not None:
+                    targets.append(last)
+            targets += [t for t in await self.state.take_reacted(thread) if t not in targets]
+        except Exception as exc:  # Redis: the head's reaction still goes
+            log.debug("[%s] reading the Slack reactions failed: %s", thread, type(exc).__name__)
+        for target in targets:
+            await self._unreact(thread, target)
+
+    async def _unreact(self, thread: ThreadKey, target: tuple[str, str]) -> None:
+        try:
             await self.web.reactions_remove(
                 channel=target[0], timestamp=target[1], name=self.reaction
             )
@@ -490,6 +530,13 @@ class SlackOutbox:
     async def name_mentions(self, text: str) -> str:
         """``text`` with mentioned people's names (MentionNamer): users.info, cached."""
         return await self._names.mentions(text)
+
+    async def complete_attachments(
+        self, attachments: tuple[Attachment, ...]
+    ) -> tuple[Attachment, ...]:
+        """Files Slack sent as their id only (Slack Connect), looked up with
+        files.info (AttachmentCompleter; channels/slack/files.py)."""
+        return await complete(self.web, attachments)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A user's file for the agent (AttachmentFetcher), at most ``max_bytes``;

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from agent_core.events import Action, Attachment, EventKind, InboundEvent, MessageRef, ThreadKey
@@ -90,11 +91,14 @@ def plain_text(text: str, bot_user_id: str = "") -> str:
 
     def special(m: re.Match[str]) -> str:
         kind, ident, label = m.group(1), m.group(2), m.group(3)
-        if kind == "@":
-            return "@" + (label or ident)
-        if kind == "#":
-            return "#" + (label or ident)
-        return "@" + (label or ident.split("^")[0])  # <!here>, <!channel>, <!subteam^S1>
+        name, _, rest = ident.partition("^")
+        if kind == "!" and name == "date":  # <!date^epoch^format|fallback>: plain text
+            return label or _utc_date(rest.partition("^")[0]) or ident
+        if kind == "!" and name == "subteam":  # <!subteam^S1|@devs>: the group
+            name = rest or name
+        text = label or (name if kind == "!" else ident)
+        sign = "#" if kind == "#" else "@"
+        return text if text.startswith(sign) else sign + text  # a label may carry its sign
 
     text = _SPECIAL.sub(special, text)
     text = _LINK.sub(
@@ -104,7 +108,17 @@ def plain_text(text: str, bot_user_id: str = "") -> str:
     return text.strip()
 
 
-def _attachments(files: Any) -> tuple[Attachment, ...]:
+def _utc_date(epoch: str) -> str:
+    """A ``<!date^...>`` token's time, when Slack sent no fallback text."""
+    try:
+        return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (ValueError, OverflowError, OSError):
+        return ""
+
+
+def file_attachments(files: Any) -> tuple[Attachment, ...]:
+    """Slack file objects (an event's ``files[]``, a ``files.info`` answer's ``file``)
+    -> Attachments; a Slack Connect file is its id only (``ref``, see files.py)."""
     out: list[Attachment] = []
     for f in files if isinstance(files, list) else ():
         if not isinstance(f, dict) or f.get("mode") == "tombstone":
@@ -135,7 +149,7 @@ def _shared(items: Any) -> tuple[list[str], tuple[Attachment, ...]]:
         if not isinstance(att, dict) or not (att.get("is_share") or att.get("is_msg_unfurl")):
             continue  # link previews and app attachments are not the user's words
         body = plain_text(_loose(att, "text") or _loose(att, "fallback"))
-        files.extend(_attachments(att.get("files")))
+        files.extend(file_attachments(att.get("files")))
         if not body:
             continue
         author = _loose(att, "author_name") or _loose(att, "author_subname")
@@ -225,7 +239,7 @@ def parse_event(
         direct, mentions = False, False
 
     text = plain_text(raw_text, bot)
-    attachments = _attachments(ev.get("files"))
+    attachments = file_attachments(ev.get("files"))
     quotes, shared_files = _shared(ev.get("attachments"))
     text = "\n\n".join([text, *quotes] if text else quotes)
     attachments += shared_files

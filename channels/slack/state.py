@@ -4,6 +4,10 @@
   this thread: plain replies in it are follow-ups (no mention needed). TTL.
 * ``parley:slack:last:<thread key>`` -- "<channel> <ts>" of the newest user
   message of a thread, so the worker can put the working reaction on it. TTL.
+* ``parley:slack:reacted:<thread key>`` -- set of "<channel> <ts>": every message
+  the working reaction was put on during the thread's turn (a message merged into
+  a running turn gets it too), all taken off when the turn ends, by whichever
+  worker ends it. TTL.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ def thread_key(team: str, channel: str, thread_ts: str) -> str:
 
 def last_key(thread: ThreadKey) -> str:
     return f"{PREFIX}last:{thread}"
+
+
+def reacted_key(thread: ThreadKey) -> str:
+    return f"{PREFIX}reacted:{thread}"
 
 
 class SlackState:
@@ -50,3 +58,28 @@ class SlackState:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         channel, _, ts = text.partition(" ")
         return (channel, ts) if ts else None
+
+    async def reacting(self, thread: ThreadKey, target: tuple[str, str]) -> bool:
+        """Record that the working reaction goes on ``target`` (before it is put
+        on); False if it was recorded already in this turn."""
+        key = reacted_key(thread)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(key, f"{target[0]} {target[1]}".encode())
+            pipe.expire(key, LAST_TTL_SECS)
+            added, _ = await pipe.execute()
+        return bool(added)
+
+    async def take_reacted(self, thread: ThreadKey) -> list[tuple[str, str]]:
+        """Every message the working reaction was put on in ``thread``, forgotten."""
+        key = reacted_key(thread)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.smembers(key)
+            pipe.delete(key)
+            members, _ = await pipe.execute()
+        out: list[tuple[str, str]] = []
+        for raw in sorted(members):
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            channel, _, ts = text.partition(" ")
+            if ts:
+                out.append((channel, ts))
+        return out

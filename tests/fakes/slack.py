@@ -5,7 +5,8 @@ slack_sdk AsyncWebClient (``base_url=fake.api_url``) and Parley's Socket Mode
 loop talk to.  It behaves like Slack where Parley depends on it:
 
 * ``auth.test``, ``chat.postMessage`` / ``update`` / ``delete`` /
-  ``postEphemeral``, ``reactions.add`` / ``remove``, ``users.info``,
+  ``postEphemeral``, ``reactions.add`` / ``remove``, ``users.info``, ``files.info``
+  (Slack Connect files: :mod:`tests.fakes.slack_files`),
   ``apps.connections.open`` (app token; returns this server's websocket URL);
 * block limits: 50 blocks, section text 3,000, button value 2,000, action_id
   255, button text 75, 25 elements per actions block, text 40,000;
@@ -47,6 +48,7 @@ import httpx
 import orjson
 from aiohttp import WSMsgType, web
 
+from tests.fakes.slack_files import files_info
 from tests.fakes.slack_history import listing
 
 SIGNING_SECRET = "fake-signing-secret"
@@ -180,6 +182,7 @@ class FakeSlack:
         self.not_member: set[str] = set()  # channels where chat.postMessage -> not_in_channel
         self.acks: dict[str, dict[str, Any]] = {}
         self.files: dict[str, FakeFile] = {}
+        self.file_objects: dict[str, dict[str, Any]] = {}  # files.info answers
         self.file_gets: list[FileGet] = []
         self.files_read = True  # False: the bot token lacks the files:read scope
         self.login_page_as = "redirect"  # or "html": how files_read=False shows
@@ -279,7 +282,7 @@ class FakeSlack:
         f = FakeFile(f"F{next(self._ids):08d}", name, mimetype, data)
         self.files[f.id] = f
         base = f"{self.url}/files-pri/{self.team}-{f.id}"
-        return {
+        obj = self.file_objects[f.id] = {
             "id": f.id,
             "created": int(time.time()),
             "timestamp": int(time.time()),
@@ -298,6 +301,7 @@ class FakeSlack:
             "url_private_download": f"{base}/download/{name}",
             "permalink": f"{self.url}/files/{user}/{f.id}/{name}",
         }
+        return obj
 
     def _next_ts(self) -> str:
         return f"{int(time.time())}.{next(self._ts):06d}"
@@ -371,6 +375,9 @@ class FakeSlack:
             "conversations.replies": self._m_conversations_replies,
             "reactions.add": self._m_reactions_add,
             "reactions.remove": self._m_reactions_remove,
+            "files.info": lambda args, _request: files_info(
+                self.file_objects, args, files_read=self.files_read, fault=SlackApiFault
+            ),
         }
 
     def _m_auth_test(self, args: dict[str, Any], request: web.Request) -> dict[str, Any]:

@@ -212,6 +212,37 @@ async def test_slash_command_is_acked_ephemerally_and_published(
     assert len(await published()) == 1
 
 
+async def test_replies_under_a_slash_command_answer_need_a_mention(
+    fake_slack: FakeSlack,
+    slack: SlackChannel,
+    app: httpx.AsyncClient,
+    redis: Redis,
+    published: Published,
+) -> None:
+    """/parley answers in the channel's own conversation, at top level.  People
+    replying in the thread under that answer talk among themselves unless they
+    mention Parley (as in any channel thread it did not start); a mention there
+    starts that thread's own conversation, which then needs no mention."""
+    await fake_slack.deliver(app, fake_slack.command("C9", "summarise the incident"), form=True)
+    [cmd] = await published()
+    ref = await slack.outbox().send(
+        cmd.thread, OutboundMessage("Here is the summary"), reply_to=cmd.reply_ref
+    )
+    assert ref.thread == "" and ref.message_id
+    chat = fake_slack.message("C9", "lol that's wrong, it was the DB", thread_ts=ref.message_id)
+    await fake_slack.deliver(app, chat)
+    assert len(await published()) == 1  # not answered: nobody addressed Parley
+    ask = fake_slack.message(
+        "C9", "<@UBOT> was it the DB?", kind="app_mention", thread_ts=ref.message_id
+    )
+    await fake_slack.deliver(app, ask)
+    follow = fake_slack.message("C9", "and when?", thread_ts=ref.message_id)
+    await fake_slack.deliver(app, follow)
+    events = await published()
+    assert [e.text for e in events[1:]] == ["was it the DB?", "and when?"]
+    assert {e.thread for e in events[1:]} == {ThreadKey("slack", TEAM, "C9", ref.message_id)}
+
+
 async def test_button_press_is_acked_and_published_as_action(
     fake_slack: FakeSlack,
     slack: SlackChannel,

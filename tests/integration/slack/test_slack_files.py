@@ -23,6 +23,7 @@ from channels.slack.outbox import SlackOutbox
 from channels.slack.settings import DEFAULT_API_BASE_URL, SlackSettings
 from tests.fakes.llm_servers import FakeLLMServer
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_files import connect_stub
 from tests.integration.slack.conftest import runtime_settings, serving
 
 PNG = base64.b64decode(
@@ -195,10 +196,18 @@ def _settings(valkey: EmbeddedValkey, slack: SlackSettings, llm: FakeLLMServer) 
 
 
 async def _dm_with_photo(
-    valkey: EmbeddedValkey, fake: FakeSlack, slack: SlackSettings, llm: FakeLLMServer
+    valkey: EmbeddedValkey,
+    fake: FakeSlack,
+    slack: SlackSettings,
+    llm: FakeLLMServer,
+    *,
+    connect: bool = False,
 ) -> dict[str, Any]:
-    """Post 'what is this?' with a PNG in a DM; the user turn the model was sent."""
+    """Post 'what is this?' with a PNG in a DM; the user turn the model was sent
+    (``connect``: the photo as a Slack Connect event carries it, its id only)."""
     photo = fake.add_file(PNG, "image/png", "cat.png")
+    if connect:
+        photo = connect_stub(photo)
     async with serving(_settings(valkey, slack, llm)) as client:
         body = fake.message("D1", "what is this?", subtype="file_share", files=[photo])
         assert (await fake.deliver(client, body)).status_code == 200
@@ -254,3 +263,34 @@ async def test_an_html_file_is_a_file_not_the_sign_in_page(
     with caplog.at_level(logging.INFO):
         assert await _outbox(slack).fetch_attachment(att, 10**6) == page
     assert _missing_scope_warnings(caplog) == []
+
+
+# -- Slack Connect: a file arrives as its id only (file_access: check_file_info) -----
+async def test_a_slack_connect_file_is_looked_up_with_files_info(
+    fake_slack: FakeSlack, slack: SlackChannel, app: httpx.AsyncClient, published: Published
+) -> None:
+    shared = connect_stub(fake_slack.add_file(PNG, "image/png", "cat.png"))
+    ev = await _posted(fake_slack, app, published, shared)
+    [stub] = ev.attachments
+    assert (stub.name, stub.ref) == ("", shared["id"])  # all Slack said in the event
+    [att] = await _outbox(slack).complete_attachments(ev.attachments)
+    assert (att.kind, att.name, att.mime, att.size) == ("image", "cat.png", "image/png", len(PNG))
+    assert await _outbox(slack).fetch_attachment(att, 10**6) == PNG
+    assert [c.args.get("file") for c in fake_slack.calls_to("files.info")] == [shared["id"]]
+    # a file Slack described in full is not looked up; a failed look-up keeps the stub
+    plain = Attachment("image", "a.png", "image/png", 3, "https://files.slack.com/a.png")
+    fake_slack.files_read = False
+    assert await _outbox(slack).complete_attachments((plain, stub)) == (plain, stub)
+    assert len(fake_slack.calls_to("files.info", ok=None)) == 2
+
+
+async def test_a_slack_connect_photo_reaches_the_vision_model_with_its_name(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    async with FakeLLMServer() as llm:
+        turn = await _dm_with_photo(valkey, fake_slack, slack_settings, llm, connect=True)
+    parts = turn["content"]
+    assert isinstance(parts, list), parts
+    assert f"[attached: image cat.png (image/png, {len(PNG)} bytes)]" in parts[0]["text"]
+    urls = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
+    assert urls == ["data:image/png;base64," + base64.b64encode(PNG).decode()]

@@ -172,10 +172,15 @@ async def test_429_honours_retry_after_and_pauses_the_channel(
     # key itself lasts the pause, here 0 s, plus the pace, so it is not checked: under
     # load it may be gone already, which failed CI once)
     assert paused == [channel_pace("C4")]
-    # still limited after the retry: a clear transient error
+    # still limited after slack_sdk's retry: waited out again, the answer goes out
+    fake_slack.rate_limit("chat.postMessage", times=2, retry_after=0)
+    await slack.outbox().send(thread, OutboundMessage("again"))
+    assert [m.text for m in fake_slack.thread("C4", thread.thread)] == ["after a 429", "again"]
+    # limited for longer than _TAIL_MAX_WAIT: a clear transient error
+    monkeypatch.setattr("channels.slack.outbox._TAIL_MAX_WAIT", 0.5)
     fake_slack.rate_limit("chat.postMessage", times=2, retry_after=0)
     with pytest.raises(SendRateLimited):
-        await slack.outbox().send(thread, OutboundMessage("again"))
+        await slack.outbox().send(thread, OutboundMessage("once more"))
 
 
 async def test_pacing_is_shared_between_processes(
@@ -382,3 +387,70 @@ async def test_a_private_answer_whose_reply_was_lost_is_not_posted_again(
     assert ref.message_id == ""
     assert [r["text"] for r in fake_slack.responses] == ["The answer is 4"]
     assert await delivery.sent_ref(thread, "e1:0") == ref
+
+
+@pytest.mark.parametrize("pace", [0.0, 0.2])
+async def test_a_first_post_rate_limited_twice_claims_again_and_goes_out_once(
+    fake_slack: FakeSlack,
+    channel_factory: Callable[..., SlackChannel],
+    redis_clients: RedisClients,
+    pace: float,
+) -> None:
+    """The first message of an answer 429'd past slack_sdk's one retry: its part
+    claim is given back for the wait, made again, and the message posted once."""
+    ch = channel_factory(slack_channel_pace_secs=pace)
+    await ch.initialize()
+    try:
+        delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+        thread = ThreadKey("slack", TEAM, "D1", "")
+        await redis_clients.redis.set(keys.lock(thread), "w1")
+        fake_slack.rate_limit("chat.postMessage", times=2, retry_after=0)
+        writer = ReplyWriter(ch.outbox(), delivery, thread, "e1", {}, LockGuard(owner="w1"))
+        ref = await writer.say(OutboundMessage("hello"))
+        assert [c.status for c in fake_slack.calls_to("chat.postMessage", ok=None)] == [
+            429,
+            429,
+            200,
+        ]
+        assert [m.text for m in fake_slack.thread("D1")] == ["hello"]
+        assert await delivery.sent_ref(thread, "e1:0") == ref
+    finally:
+        await ch.shutdown()
+
+
+async def test_every_working_reaction_of_a_turn_is_taken_off_by_whoever_ends_it(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], redis: Redis
+) -> None:
+    """A message merged into a running turn is the thread's newest: it gets the
+    reaction too.  The turn's end takes off both, also when another worker
+    process ends it (a rerun after the first one died)."""
+    a, b = channel_factory(), channel_factory()
+    await a.initialize()
+    await b.initialize()
+    try:
+        thread = ThreadKey("slack", TEAM, "D3", "")
+        first = fake_slack.add_user_message("D3", "hi")
+        second = fake_slack.add_user_message("D3", "and this")
+        state = SlackState(redis, 60)
+        await state.remember(last=(thread, f"D3 {first.ts}"))
+        await a.outbox().typing(thread)
+        await state.remember(last=(thread, f"D3 {second.ts}"))  # merged into the turn
+        await a.outbox().typing(thread)
+        assert first.reactions == {"eyes"} and second.reactions == {"eyes"}
+        head = InboundEvent(
+            "m:D3:" + first.ts,
+            EventKind.MESSAGE,
+            "slack",
+            thread,
+            "U1",
+            reply_ref=MessageRef("slack", "D3", first.ts),
+        )
+        await b.outbox().turn_finished(thread, head)
+        assert first.reactions == set() and second.reactions == set()
+        # the next turn's reaction is put on again (the memo was cleared)
+        await a.outbox().turn_finished(thread, head)
+        await a.outbox().typing(thread)
+        assert second.reactions == {"eyes"}
+    finally:
+        await a.shutdown()
+        await b.shutdown()

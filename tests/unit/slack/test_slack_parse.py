@@ -88,6 +88,24 @@ def test_plain_text() -> None:
     )
 
 
+def test_labelled_mentions_keep_their_label_as_shown() -> None:
+    """Slack's label is what it shows: one that starts with "@" gets no second
+    one; a date's label is plain text."""
+    cases = {
+        "<!subteam^S1|@devs> please": "@devs please",
+        "<!subteam^S1> please": "@S1 please",  # no label: the group's id
+        "<!here|@here> now": "@here now",
+        "<!here|here> now": "@here now",
+        "<!channel> <!everyone>": "@channel @everyone",
+        "<!date^1392734382^{date_short}|Feb 18, 2014> ok": "Feb 18, 2014 ok",
+        "<!date^1392734382^{date_short}> ok": "2014-02-18 14:39 UTC ok",
+        "<@U2|bob> and <@U3|@carol>": "@bob and @carol",
+        "<#C1|general> <#C2|#ops>": "#general #ops",
+    }
+    for wire, shown in cases.items():
+        assert plain_text(wire, "UBOT") == shown, wire
+
+
 def test_action() -> None:
     payload = {
         "type": "block_actions",
