@@ -195,11 +195,18 @@ async def test_the_typing_line_goes_away_after_new_even_when_history_is_slow(
         await wait_final(page, "Started a new conversation")
         await asyncio.sleep(1.0)
         assert await page.locator("#typing").is_hidden()
-        # a turn that is still running turns it on again with its next ping
+        # the line still works for the next message: shown while it runs (seen by an
+        # observer: a fast answer can hide it again before a poll would look), then gone
         await page.unroute("**/api/history*")
+        await page.evaluate(
+            """() => { window.typingSeen = false;
+                 const t = document.getElementById("typing");
+                 new MutationObserver(() => { if (!t.hidden) window.typingSeen = true; })
+                   .observe(t, {attributes: true}); }"""
+        )
         await say(page, "and now something else")
-        await page.locator("#typing").wait_for(state="visible")
         await wait_final(page, "You said: and now something else")
+        assert await page.evaluate("window.typingSeen")
         await page.locator("#typing").wait_for(state="hidden")
 
 
