@@ -285,18 +285,20 @@ async def test_a_press_while_new_conversation_loads_goes_to_the_prompts_conversa
         await approve.wait_for()
         old = await page.evaluate("thread")
 
-        async def slow(route: Any) -> None:
-            await asyncio.sleep(2)
+        release = asyncio.Event()  # the new conversation's history waits for the press
+
+        async def held(route: Any) -> None:
+            await release.wait()
             await route.continue_()
 
-        await page.route("**/api/history*", slow)
+        await page.route("**/api/history*", held)
         await page.locator("#new").click()
         await page.wait_for_function("(old) => thread !== old", arg=old)
         async with page.expect_request("**/api/actions") as pressed:
             await approve.click()
         body = (await pressed.value).post_data_json
+        release.set()  # the history goes on, and any later one passes at once
         assert body["thread"] == old, body
-        await page.unroute("**/api/history*")
         await wait_final(page, "Started a new conversation")
         # the approval was decided in its own conversation
         for _ in range(100):
@@ -405,7 +407,8 @@ async def test_a_long_history_scrolls_once_and_ends_at_the_bottom(
         thread = ThreadKey.parse(await page.evaluate("thread"))
         out = rt.channels["web"].outbox()
         await asyncio.gather(*(out.send(thread, OutboundMessage(text)) for _ in range(1000)))
-        await page.locator("#messages li.msg.bot").nth(999).wait_for()
+        # 1,000 live arrivals, each drawn: ample time on a loaded machine
+        await page.locator("#messages li.msg.bot").nth(999).wait_for(timeout=60_000)
         counts = await page.evaluate(
             """async () => {
                  // count what the page does to the scrolling element, not how long it takes

@@ -56,16 +56,46 @@ def group_event(thread: ThreadKey, text: str, user: str, **kw: Any) -> Any:
     return user_event(thread, text, user, is_direct=False, **kw)
 
 
+class Gated(FnModel):
+    """Answers only once ``gate`` is set: the test decides what arrives meanwhile."""
+
+    def __init__(self, inner: FnModel) -> None:
+        super().__init__(inner.rule)
+        self.gate = asyncio.Event()
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        self.requests.append(request)
+        await self.gate.wait()
+        return self.rule(request)
+
+
+async def _until(check: Any, what: str) -> None:
+    for _ in range(400):
+        if await check():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"never: {what}")
+
+
 async def test_an_ok_sent_before_the_prompt_approves_nothing(world: Any) -> None:
     t = ThreadKey("telegram", "bot1", "early-ok")
-    m = model({"count it": [("counter", {"label": "x"})]})
-    m.delay = 1.0
+    m = Gated(model({"count it": [("counter", {"label": "x"})]}))
     w = world(m)
     await w.start()
     await w.send(user_event(t, "count it"))
-    await asyncio.sleep(0.4)  # the model is still thinking: no prompt yet
+
+    async def thinking() -> bool:
+        return len(m.requests) == 1
+
+    await _until(thinking, "the turn asks the model")  # no prompt yet
     assert not w.prompts(t)
     await w.send(user_event(t, "ok"))  # an acknowledgement, not a decision
+
+    async def arrived() -> bool:
+        return await w.redis.get(keys.seq(t)) == b"2"
+
+    await _until(arrived, "the ok is taken in")
+    m.gate.set()  # only now the model answers, with the call that needs the prompt
     await w.settle(t, 15)
     assert await w.counter("x") == 0
     assert any("came before I asked about **counter**" in x for x in w.texts(t))
@@ -129,10 +159,11 @@ async def test_a_call_an_always_covers_is_not_run_again_by_a_rerun(world: Any) -
     await w.send(user_event(t, "post both"))
     await w.settle(t)
     await w.send(press(t, f"ap:{approval_id(w, t)}:w"))  # b then runs without asking
-    for _ in range(250):
-        if await w.redis.get("test:started:b"):
-            break
-        await asyncio.sleep(0.02)
+
+    async def b_started() -> bool:
+        return bool(await w.redis.get("test:started:b"))
+
+    await _until(b_started, "b starts")
     await w.stop()  # a shutdown past its grace while b runs: the press is rerun
     await w.start()
     await w.settle(t, 15)
