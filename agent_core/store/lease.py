@@ -4,6 +4,12 @@ Used for the gateway connections (one Discord shard set, one Telegram poller) an
 the scheduler.  The holder renews every ttl/3 with its owner token (compare and
 PEXPIRE in Lua); a holder that cannot renew (Redis gone, lease taken) learns it
 through :attr:`Lease.lost` and must stop what the lease protects.
+
+The holder counts the lease from when it *sent* the SET / renewal (Redis starts the
+TTL later, when it runs it), and every renewal must answer before that count runs
+out less a margin (ttl/5) left for stopping the connection: a Redis that stalls
+(a partition, no error, no answer; the client has no read timeout) sets ``lost``
+before the key can expire and another process take it, never after.
 """
 
 from __future__ import annotations
@@ -31,9 +37,14 @@ class Lease:
         self._renew = redis.register_script(scripts.RENEW)
         self._release = redis.register_script(scripts.RELEASE)
         self._task: asyncio.Task[None] | None = None
+        self._valid_until = 0.0  # loop time by which our hold surely ended, if not renewed
 
     async def try_acquire(self) -> bool:
-        return bool(await self.redis.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+        sent = asyncio.get_running_loop().time()
+        if await self.redis.set(self.key, self.owner, nx=True, px=self.ttl_ms):
+            self._valid_until = sent + self.ttl_ms / 1000
+            return True
+        return False
 
     async def holder(self) -> str | None:
         raw = await self.redis.get(self.key)
@@ -65,17 +76,31 @@ class Lease:
         return False
 
     async def _keep(self) -> None:
-        failures = 0
+        loop = asyncio.get_running_loop()
+        ttl = self.ttl_ms / 1000
+        margin = ttl / 5  # left to the holder to close its connection before expiry
         while True:
-            await asyncio.sleep(self.ttl_ms / 3000)
-            try:
-                ok = await self._renew(keys=[self.key], args=[self.owner, self.ttl_ms])
-                failures = 0
-            except (RedisError, OSError):
-                failures += 1
-                ok = failures < 2  # one missed renewal still leaves 2/3 of the TTL
+            await asyncio.sleep(ttl / 3)
+            sent = loop.time()
+            budget = self._valid_until - margin - sent
+            ok = False
+            if budget > 0:
+                try:
+                    renewed = await asyncio.wait_for(
+                        self._renew(keys=[self.key], args=[self.owner, self.ttl_ms]), budget
+                    )
+                    if not renewed:  # expired or taken: someone else may hold it now
+                        log.warning("lease %s lost", self.name)
+                        self.lost.set()
+                        return
+                    self._valid_until = sent + ttl
+                    continue
+                except (TimeoutError, RedisError, OSError) as exc:
+                    log.warning("lease %s: renewal failed (%s)", self.name, type(exc).__name__)
+                # another try only if it can still answer in time
+                ok = loop.time() + ttl / 3 < self._valid_until - margin
             if not ok:
-                log.warning("lease %s lost", self.name)
+                log.warning("lease %s lost (Redis did not answer in time)", self.name)
                 self.lost.set()
                 return
 
@@ -85,5 +110,8 @@ class Lease:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        with contextlib.suppress(RedisError, OSError):
-            await self._release(keys=[self.key], args=[self.owner])
+        # bounded: a stalled Redis must not hold up a shutdown (the key then expires)
+        with contextlib.suppress(TimeoutError, RedisError, OSError):
+            await asyncio.wait_for(
+                self._release(keys=[self.key], args=[self.owner]), self.ttl_ms / 3000
+            )

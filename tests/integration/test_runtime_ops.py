@@ -59,3 +59,71 @@ async def test_a_holder_that_loses_its_lease_is_told(redis: Any) -> None:
     await asyncio.wait_for(lease.lost.wait(), 2)
     await lease.release()
     assert await redis.get("parley:lease:gateway:x") == b"someone-else"
+
+
+class _StallingProxy:
+    """A TCP proxy to the test server that can stop forwarding (a Redis that stalls:
+    a partition, a paused or overloaded server; no reset, the socket just hangs)."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{port}"
+
+    async def _conn(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        ur, uw = await asyncio.open_unix_connection(self.socket_path)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                await self.flowing.wait()
+                dst.write(data)
+                await dst.drain()
+
+        try:
+            await asyncio.gather(pipe(r, uw), pipe(ur, w))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            w.close()
+            uw.close()
+
+    async def aclose(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_a_holder_whose_redis_stalls_gives_up_before_the_lease_can_be_taken(
+    redis: Any, valkey: Any
+) -> None:
+    """The holder's Redis hangs (no error, no answer) while the other process still
+    reaches it: the holder must consider the lease lost (and stop its connection)
+    before the key expires and the other process takes it, never after."""
+    from agent_core.store.client import make_clients
+
+    proxy = _StallingProxy(str(valkey.socket_path))
+    url = await proxy.start()
+    cut_off = make_clients(url)
+    try:
+        stop = asyncio.Event()
+        first = Lease(cut_off.redis, "gateway:stall", "one", ttl=0.9)
+        second = Lease(redis, "gateway:stall", "two", ttl=0.9)
+        assert await first.acquire(stop)
+        await asyncio.sleep(0.1)
+        proxy.flowing.clear()  # the holder's Redis stops answering
+        assert await second.acquire(stop, poll=0.02)
+        assert first.lost.is_set(), (
+            "the other process took the lease while the stalled holder still believed "
+            "it held it (two gateway connections at once)"
+        )
+        await second.release()
+    finally:
+        proxy.flowing.set()
+        await asyncio.wait_for(first.release(), 5)
+        await cut_off.close()
+        await proxy.aclose()
