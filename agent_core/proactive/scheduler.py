@@ -3,7 +3,7 @@
 Every worker process runs :meth:`Scheduler.run`; only the holder of the
 ``scheduler`` lease (:class:`~agent_core.store.lease.Lease`, renewed every
 ttl/3) ticks.  When the holder dies its lease expires and another process takes
-over within ``SCHEDULER_LEASE_SECS``.
+over within ``SCHEDULER_LEASE_SECS`` plus a fifteenth of it.
 
 Each tick (every ``SCHEDULER_TICK_SECS``):
 

@@ -127,3 +127,40 @@ async def test_a_holder_whose_redis_stalls_gives_up_before_the_lease_can_be_take
         await asyncio.wait_for(first.release(), 5)
         await cut_off.close()
         await proxy.aclose()
+
+
+async def test_a_dead_holders_lease_is_taken_over_within_ttl_and_a_fifteenth(redis: Any) -> None:
+    """deploy/scaling.md: a standby takes over within 16 s (TTL 15 s + 1 s) of the
+    holder's death; the standby's polling must not add a third of the TTL."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    ttl = 1.5
+    first = Lease(redis, "gateway:dead", "one", ttl=ttl)
+    second = Lease(redis, "gateway:dead", "two", ttl=ttl)
+    assert await first.acquire(stop)
+    died = loop.time()
+    assert first._task is not None
+    first._task.cancel()  # SIGKILL: no more renewals, no release
+    await asyncio.sleep(ttl - 0.1)  # the standby's first look just misses the expiry
+    assert await asyncio.wait_for(second.acquire(stop), 5)
+    took = loop.time() - died
+    assert took <= ttl + ttl / 15 + 0.15, f"taken over {took:.2f} s after the holder died"
+    await second.release()
+
+
+async def test_a_released_lease_is_taken_over_within_a_fifteenth_of_the_ttl(redis: Any) -> None:
+    """A SIGTERMed holder releases its lease; the standby takes it within TTL/15 (1 s
+    for the gateway), not at its next look a third of the TTL later."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    first = Lease(redis, "gateway:bye", "one", ttl=3.0)
+    second = Lease(redis, "gateway:bye", "two", ttl=3.0)
+    assert await first.acquire(stop)
+    waiter = asyncio.create_task(second.acquire(stop))
+    await asyncio.sleep(0.05)  # the standby looked and found it held
+    await first.release()
+    released = loop.time()
+    assert await asyncio.wait_for(waiter, 5)
+    took = loop.time() - released
+    assert took <= 3.0 / 15 + 0.15, f"taken over {took:.2f} s after the release"
+    await second.release()
