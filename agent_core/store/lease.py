@@ -52,11 +52,16 @@ class Lease:
             return None
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between a standby's looks: TTL/15 (1 s for the gateway's 15 s)."""
+        return self.ttl_ms / 15000
+
     async def acquire(self, stop: asyncio.Event, *, poll: float | None = None) -> bool:
         """Wait until the lease is ours (True) or ``stop`` is set (False).  Looks every
         TTL/15 (1 s for 15 s; one SET NX): a dead holder's lease is taken within
         TTL + TTL/15 of its last renewal, a released one within TTL/15."""
-        interval = poll if poll is not None else self.ttl_ms / 15000
+        interval = poll if poll is not None else self.poll_interval
         told = False
         while not stop.is_set():
             try:
