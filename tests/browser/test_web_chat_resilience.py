@@ -269,6 +269,14 @@ async def test_one_message_that_cannot_be_rendered_never_blanks_the_history(
         assert texts == ["before", "BOOM **here**", "after"]  # shown as plain text
 
 
+async def _approval_prompt(page: Any) -> Any:
+    """Ask the demo model for an approval; its Approve button, once shown."""
+    await say(page, "demo an approval")
+    approve = page.locator("#messages .buttons button", has_text="Approve")
+    await approve.wait_for()
+    return approve
+
+
 async def test_a_press_while_new_conversation_loads_goes_to_the_prompts_conversation(
     served: Any, open_chat: Any
 ) -> None:
@@ -280,9 +288,7 @@ async def test_a_press_while_new_conversation_loads_goes_to_the_prompts_conversa
         pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
     async with served() as rt:
         page = await open_chat(base_of(rt))
-        await say(page, "demo an approval")
-        approve = page.locator("#messages .buttons button", has_text="Approve")
-        await approve.wait_for()
+        approve = await _approval_prompt(page)
         old = await page.evaluate("thread")
 
         release = asyncio.Event()  # the new conversation's history waits for the press
@@ -327,9 +333,7 @@ async def test_a_tab_whose_cookie_is_gone_starts_again_and_says_so(
         pytest.skip("approvals are not in the agent core yet (no agent_core/tools)")
     async with served() as rt:
         page = await open_chat(base_of(rt))
-        await say(page, "demo an approval")
-        approve = page.locator("#messages .buttons button", has_text="Approve")
-        await approve.wait_for()
+        approve = await _approval_prompt(page)
         before = await page.evaluate("thread")
         await page.context.clear_cookies()
         await approve.click()

@@ -39,16 +39,21 @@ async def _wait_for(cond: Any, within: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_dm_over_http_and_mention_over_socket_are_answered_once(
-    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
-) -> None:
-    settings = Settings(
+def _demo_settings(valkey: EmbeddedValkey, slack_settings: SlackSettings) -> Settings:
+    """A whole Parley on Slack with the demo model, DMs open to anyone."""
+    return Settings(
         core=CoreSettings(redis_url=valkey.url, sweep_interval_secs=0.2, dm_policy="open"),  # type: ignore[arg-type]
         llm=LLMSettings(llm_backend="demo"),
         web=WebSettings(web_chat_enabled=False),
         platforms={"slack": slack_settings},
         modules={"slack": channels.slack},
     )
+
+
+async def test_dm_over_http_and_mention_over_socket_are_answered_once(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    settings = _demo_settings(valkey, slack_settings)
     # the demo streams a word every 0.1 s, so the turn outlasts TYPING_DELAY and the
     # working reaction is shown (and taken off again)
     async with Runtime(settings, "all", llm=DemoProvider(delay=0.1)) as rt:
@@ -167,13 +172,7 @@ async def test_a_message_merged_into_a_running_turn_loses_its_reaction_too(
         return msg is not None and "eyes" in msg.reactions
 
     model = _WaitsForSecondMessage(second_has_eyes)
-    settings = Settings(
-        core=CoreSettings(redis_url=valkey.url, sweep_interval_secs=0.2, dm_policy="open"),  # type: ignore[arg-type]
-        llm=LLMSettings(llm_backend="demo"),
-        web=WebSettings(web_chat_enabled=False),
-        platforms={"slack": slack_settings},
-        modules={"slack": channels.slack},
-    )
+    settings = _demo_settings(valkey, slack_settings)
     async with Runtime(settings, "all", llm=model) as rt:
         stop = asyncio.Event()
         port = free_port()
