@@ -48,6 +48,7 @@ import httpx
 import orjson
 from aiohttp import WSMsgType, web
 
+from tests.fakes.slack_blocks import SlackApiFault, _check_blocks, block_actions
 from tests.fakes.slack_files import files_info
 from tests.fakes.slack_history import listing
 
@@ -112,47 +113,6 @@ MANIFEST_SCOPES = [
     "users:read",
     "commands",
 ]
-
-
-class SlackApiFault(Exception):
-    def __init__(self, error: str) -> None:
-        self.error = error
-
-
-def _check_blocks(blocks: Any) -> None:
-    if blocks in (None, "", []):
-        return
-    if isinstance(blocks, str):
-        blocks = orjson.loads(blocks)
-    if not isinstance(blocks, list) or len(blocks) > 50:
-        raise SlackApiFault("invalid_blocks")
-    for b in blocks:
-        if not isinstance(b, dict) or "type" not in b:
-            raise SlackApiFault("invalid_blocks")
-        if b.get("block_id") is not None and len(str(b["block_id"])) > 255:
-            raise SlackApiFault("invalid_blocks")
-        if b["type"] == "section":
-            text = (b.get("text") or {}).get("text", "")
-            if not text or len(text) > 3000:
-                raise SlackApiFault("invalid_blocks")
-        elif b["type"] == "actions":
-            els = b.get("elements") or []
-            if not els or len(els) > 25:
-                raise SlackApiFault("invalid_blocks")
-            ids = set()
-            for el in els:
-                aid = str(el.get("action_id", ""))
-                if len(aid) > 255 or aid in ids:
-                    raise SlackApiFault("invalid_blocks")
-                ids.add(aid)
-                if el.get("type") == "button":
-                    if len(str(el.get("value", ""))) > 2000:
-                        raise SlackApiFault("invalid_blocks")
-                    label = (el.get("text") or {}).get("text", "")
-                    if not label or len(label) > 75:
-                        raise SlackApiFault("invalid_blocks")
-                    if el.get("style") not in (None, "primary", "danger"):
-                        raise SlackApiFault("invalid_blocks")
 
 
 class FakeSlack:
@@ -744,50 +704,15 @@ class FakeSlack:
     def press(self, channel: str, ts: str, label: str, *, user: str = "U1") -> dict[str, Any]:
         """The block_actions payload for pressing the button ``label`` on a stored message."""
         m = self.messages[(channel, ts)]
-        for block in m.blocks:
-            for el in block.get("elements", ()) if block.get("type") == "actions" else ():
-                if el.get("text", {}).get("text") == label:
-                    return {
-                        "type": "block_actions",
-                        "user": {
-                            "id": user,
-                            "username": user.lower(),
-                            "name": user.lower(),
-                            "team_id": self.team,
-                        },
-                        "api_app_id": "A0FAKE",
-                        "team": {"id": self.team, "domain": "fake"},
-                        "container": {
-                            "type": "message",
-                            "message_ts": ts,
-                            "channel_id": channel,
-                            "is_ephemeral": False,
-                            **({"thread_ts": m.thread_ts} if m.thread_ts else {}),
-                        },
-                        "trigger_id": f"trig-{next(self._ids)}",
-                        "channel": {"id": channel, "name": "somewhere"},
-                        "message": {
-                            "type": "message",
-                            "ts": ts,
-                            "text": m.text,
-                            "blocks": m.blocks,
-                            "user": m.user,
-                            **({"thread_ts": m.thread_ts} if m.thread_ts else {}),
-                        },
-                        "response_url": self.response_url(),
-                        "actions": [
-                            {
-                                "action_id": el["action_id"],
-                                "block_id": block.get("block_id", ""),
-                                "text": el["text"],
-                                "value": el.get("value", ""),
-                                "style": el.get("style", ""),
-                                "type": "button",
-                                "action_ts": f"{time.time():.6f}",
-                            }
-                        ],
-                    }
-        raise KeyError(f"no button {label!r} on {channel}/{ts}")
+        return block_actions(
+            m,
+            channel,
+            label,
+            user=user,
+            team=self.team,
+            trigger_id=f"trig-{next(self._ids)}",
+            response_url=self.response_url(),
+        )
 
     def command(
         self, channel: str, text: str, *, user: str = "U1", command: str = "/parley"
