@@ -44,7 +44,7 @@ from agent_core.proactive.service import Proactive
 from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
 from agent_core.store.delivery import Delivery
 from agent_core.store.embedded import EmbeddedValkey
-from agent_core.store.lease import Lease
+from agent_core.store.lease import Lease, run_under_lease
 from agent_core.store.pacing import Pacer
 from agent_core.worker import Worker, worker_name
 from bots.settings import Settings
@@ -299,31 +299,19 @@ class Runtime:
             await self._flush_metrics()
 
     async def _run_gateway(self, ch: Channel, stop: asyncio.Event) -> None:
-        """Hold the channel's gateway lease (one holder across processes), then run it."""
+        """Run the channel's gateway while holding its lease (one holder across
+        processes); a lost lease stops it within the lease's margin, then waits."""
         assert self.clients is not None and self.ingest is not None
-        lease = Lease(self.clients.redis, f"gateway:{ch.gateway_lease}", worker_name(), ttl=15.0)
-        if not await lease.acquire(stop):
-            return
-        log.info("gateway %s: lease acquired, connecting", ch.name)
-        inner = asyncio.Event()
+        redis, ingest = self.clients.redis, self.ingest
 
-        async def relay() -> None:
-            stop_wait = asyncio.create_task(stop.wait())
-            lost_wait = asyncio.create_task(lease.lost.wait())
-            await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-            lost_wait.cancel()
-            inner.set()
+        def lease() -> Lease:
+            return Lease(redis, f"gateway:{ch.gateway_lease}", worker_name(), ttl=15.0)
 
-        relay_task = asyncio.create_task(relay())
-        try:
-            await ch.run_gateway(self.ingest, inner)
-        finally:
-            relay_task.cancel()
-            await lease.release()
-        if lease.lost.is_set() and not stop.is_set():
-            log.warning("gateway %s lost its lease; waiting to take it back", ch.name)
-            await self._run_gateway(ch, stop)
+        async def run(inner: asyncio.Event) -> None:
+            log.info("gateway %s: lease acquired, connecting", ch.name)
+            await ch.run_gateway(ingest, inner)
+
+        await run_under_lease(lease, run, stop)
 
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse(

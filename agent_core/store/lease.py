@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -53,6 +54,12 @@ class Lease:
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     @property
+    def margin(self) -> float:
+        """Seconds between :attr:`lost` being set and the earliest moment another
+        process can take the lease: TTL/5 (3 s for 15 s)."""
+        return self.ttl_ms / 5000
+
+    @property
     def poll_interval(self) -> float:
         """Seconds between a standby's looks: TTL/15 (1 s for the gateway's 15 s)."""
         return self.ttl_ms / 15000
@@ -85,7 +92,7 @@ class Lease:
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
         ttl = self.ttl_ms / 1000
-        margin = ttl / 5  # left to the holder to close its connection before expiry
+        margin = self.margin  # left to the holder to close its connection before expiry
         while True:
             await asyncio.sleep(ttl / 3)
             sent = loop.time()
@@ -122,3 +129,52 @@ class Lease:
             await asyncio.wait_for(
                 self._release(keys=[self.key], args=[self.owner]), self.ttl_ms / 3000
             )
+
+
+async def run_under_lease(
+    make_lease: Callable[[], Lease],
+    run: Callable[[asyncio.Event], Awaitable[None]],
+    stop: asyncio.Event,
+) -> None:
+    """Run ``run(inner_stop)`` only while holding a lease, until ``stop``.
+
+    Waits for the lease, runs, and when the lease is lost sets ``inner_stop`` and
+    gives ``run`` most of :attr:`Lease.margin` to return before cancelling it: the
+    connection it holds must be gone before another process can take the lease, or
+    two gateways (two pollers) would run at once.  Then waits to take the lease back.
+    On ``stop`` the run is told the same way and may take the time it needs (the
+    process's shutdown bounds it).  An exception from ``run`` is raised.
+    """
+    while not stop.is_set():
+        lease = make_lease()
+        if not await lease.acquire(stop):
+            return
+        inner = asyncio.Event()
+        task = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
+        waits = {
+            asyncio.create_task(stop.wait()),
+            asyncio.create_task(lease.lost.wait()),
+        }
+        try:
+            await asyncio.wait({task, *waits}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        inner.set()
+        try:
+            if lease.lost.is_set() and not task.done():
+                done, _ = await asyncio.wait({task}, timeout=lease.margin * 0.8)
+                if not done:
+                    log.warning(
+                        "lease %s lost and its holder did not stop in %.1f s: cancelled",
+                        lease.name,
+                        lease.margin * 0.8,
+                    )
+                    task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            await lease.release()
+        if not lease.lost.is_set() or stop.is_set():
+            return
+        log.warning("lease %s lost; waiting to take it back", lease.name)

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from agent_core.metrics import Metrics
-from agent_core.store.lease import Lease
+from agent_core.store.lease import Lease, run_under_lease
 from bots.metrics import render
 
 
@@ -166,3 +166,64 @@ async def test_a_released_lease_is_taken_over_within_a_fifteenth_of_the_ttl(redi
     took = loop.time() - released
     assert took <= 1.2, f"taken over {took:.2f} s after the release"
     await second.release()
+
+
+async def test_a_gateway_that_ignores_its_stop_is_cancelled_when_the_lease_is_lost(
+    redis: Any,
+) -> None:
+    """The lease is taken from under a gateway whose connection does not stop when
+    told (a hung close): it is cancelled, so it cannot run alongside the new
+    holder's, and once the lease is free again it is taken back and run again."""
+    stop = asyncio.Event()
+    runs: list[str] = []
+    cancelled = asyncio.Event()
+    second_run = asyncio.Event()
+    leases: list[Lease] = []
+
+    def make() -> Lease:
+        leases.append(Lease(redis, "gateway:stuck", "me", ttl=0.6))
+        return leases[-1]
+
+    async def run(inner: asyncio.Event) -> None:
+        runs.append("run")
+        if len(runs) == 2:
+            second_run.set()
+            await inner.wait()
+            return
+        try:
+            await asyncio.Event().wait()  # ignores ``inner``
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    holder = asyncio.create_task(run_under_lease(make, run, stop))
+    while not runs:
+        await asyncio.sleep(0.01)
+    await redis.set("parley:lease:gateway:stuck", "someone-else")  # taken over
+    await asyncio.wait_for(cancelled.wait(), 10)
+    assert not second_run.is_set()
+    await redis.delete("parley:lease:gateway:stuck")  # the other holder goes away
+    await asyncio.wait_for(second_run.wait(), 10)
+    assert len(leases) == 2 and leases[0].lost.is_set()
+    stop.set()
+    await asyncio.wait_for(holder, 10)
+    assert await redis.get("parley:lease:gateway:stuck") is None  # released on stop
+
+
+async def test_a_gateway_that_fails_raises_and_releases_its_lease(redis: Any) -> None:
+    """A gateway that crashes is not retried here: the error reaches the runtime,
+    which restarts the process; the lease is released for the next holder."""
+
+    async def run(inner: asyncio.Event) -> None:
+        raise RuntimeError("gateway crashed")
+
+    def make() -> Lease:
+        return Lease(redis, "gateway:crash", "me", ttl=5.0)
+
+    try:
+        await asyncio.wait_for(run_under_lease(make, run, asyncio.Event()), 10)
+    except RuntimeError as exc:
+        assert str(exc) == "gateway crashed"
+    else:
+        raise AssertionError("the gateway's error was swallowed")
+    assert await redis.get("parley:lease:gateway:crash") is None
