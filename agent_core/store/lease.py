@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -133,7 +134,7 @@ class Lease:
 
 async def run_under_lease(
     make_lease: Callable[[], Lease],
-    run: Callable[[asyncio.Event], Awaitable[None]],
+    run: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
     stop: asyncio.Event,
 ) -> None:
     """Run ``run(inner_stop)`` only while holding a lease, until ``stop``.
@@ -150,7 +151,7 @@ async def run_under_lease(
         if not await lease.acquire(stop):
             return
         inner = asyncio.Event()
-        task = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
+        task: asyncio.Task[None] = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
         waits = {
             asyncio.create_task(stop.wait()),
             asyncio.create_task(lease.lost.wait()),
