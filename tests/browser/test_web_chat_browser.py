@@ -435,6 +435,25 @@ MARKDOWN_CASES = [
     # fences close on the same character, at least as long, with nothing else on the line
     ("~~~\n```\nx\n~~~", '<pre tabindex="0"><code>```\nx</code></pre>'),
     ("```\na\n``` not a close\n  ```  ", '<pre tabindex="0"><code>a\n``` not a close</code></pre>'),
+    # thematic breaks (before list items: "- - -" is a rule), GFM tables
+    ("a\n\n---\nb", "<p>a</p><hr><p>b</p>"),
+    ("- a\n* * *\n- b", "<ul><li>a</li></ul><hr><ul><li>b</li></ul>"),
+    (
+        "Intro\n| Name | Size |\n|:---|---:|\n| `a|b` | **2** |\n| c \\| d |\nafter",
+        '<p>Intro</p><div class="table" tabindex="0"><table><thead><tr>'
+        '<th style="text-align: left;">Name</th><th style="text-align: right;">Size</th>'
+        '</tr></thead><tbody><tr><td style="text-align: left;"><code>a|b</code></td>'
+        '<td style="text-align: right;"><strong>2</strong></td></tr>'
+        '<tr><td style="text-align: left;">c | d</td><td style="text-align: right;"></td>'
+        "</tr></tbody></table></div><p>after</p>",
+    ),
+    (
+        "a | b\n--- | ---",
+        '<div class="table" tabindex="0"><table><thead><tr><th>a</th>'
+        "<th>b</th></tr></thead></table></div>",
+    ),
+    ("a | b\n|---|", "<p>a | b<br>|---|</p>"),  # the delimiter row must match the header
+    ("x || y", "<p>x || y</p>"),
     (
         "[[[a](https://e.com/)",
         '<p>[[<a href="https://e.com/" rel="noopener noreferrer nofollow" '

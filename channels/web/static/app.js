@@ -89,6 +89,65 @@ const closesFence = (line, open) => {
 const MAX_QUOTE_DEPTH = 8;  // deeper '>' levels show as text (no recursion without end)
 const HEADING = /^(#{1,6})\s+(.*)$/;  // always a block of its own, even mid-paragraph
 const MAX_LIST_DEPTH = 8;  // deeper indented items stay in the deepest list
+const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;  // ---, ***, _ _ _: a thematic break
+// A GFM table: a header row, then a delimiter row (|---|:--:|) with as many cells;
+// rows end at the first line without a '|'. A '|' inside `code` or after '\' is text.
+const TABLE_DELIM = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+const MAX_TABLE_COLUMNS = 20;
+
+function cells(line) {
+  const out = [];
+  let cur = "", code = false;
+  const t = line.trim().replace(/^\|/, "");
+  for (let k = 0; k < t.length; k++) {
+    const ch = t[k];
+    if (ch === "\\" && t[k + 1] === "|") { cur += "|"; k++; continue; }
+    if (ch === "`") code = !code;
+    if (ch === "|" && !code) { out.push(cur.trim()); cur = ""; continue; }
+    cur += ch;
+  }
+  if (cur.trim() || !/\|\s*$/.test(t)) out.push(cur.trim());
+  return out;
+}
+
+// Whether lines[i] and lines[i + 1] start a table.
+function tableAt(lines, i) {
+  if (i + 1 >= lines.length || !lines[i].includes("|") || !TABLE_DELIM.test(lines[i + 1])) {
+    return false;
+  }
+  const n = cells(lines[i]).length;
+  return n === cells(lines[i + 1]).length && n <= MAX_TABLE_COLUMNS;
+}
+
+// The table at lines[i] (tableAt): renders it, returns the next line.
+function renderTable(lines, i, into) {
+  const head = cells(lines[i]), delim = cells(lines[i + 1]);
+  const align = delim.map((d) => (d.startsWith(":") && d.endsWith(":") ? "center"
+    : d.endsWith(":") ? "right" : d.startsWith(":") ? "left" : ""));
+  const table = document.createElement("table");
+  const row = (values, tag, parent) => {
+    const tr = document.createElement("tr");
+    head.forEach((_, k) => {
+      const td = document.createElement(tag);
+      if (align[k]) td.style.textAlign = align[k];
+      inline(values[k] || "", td);
+      tr.appendChild(td);
+    });
+    parent.appendChild(tr);
+  };
+  const thead = document.createElement("thead");
+  row(head, "th", thead);
+  table.appendChild(thead);
+  i += 2;
+  const tbody = document.createElement("tbody");
+  while (i < lines.length && lines[i].trim() && lines[i].includes("|")) row(cells(lines[i++]), "td", tbody);
+  if (tbody.firstChild) table.appendChild(tbody);
+  const wrap = document.createElement("div");  // a wide table scrolls, not the page
+  wrap.className = "table"; wrap.tabIndex = 0;
+  wrap.appendChild(table);
+  into.appendChild(wrap);
+  return i;
+}
 
 // Consecutive list items, from lines[i]: an item indented at least two more than the
 // one above goes in a list inside it; one indented less goes back out to the list
@@ -103,7 +162,7 @@ function renderList(lines, i, into) {
     parent.appendChild(list);
     return list;
   };
-  while (i < lines.length && LIST_ITEM.test(lines[i])) {
+  while (i < lines.length && LIST_ITEM.test(lines[i]) && !RULE.test(lines[i])) {
     const line = lines[i++];
     const indent = /^[ \t]*/.exec(line)[0].replace(/\t/g, "    ").length;
     const ordered = /^\s*\d/.test(line);
@@ -155,6 +214,7 @@ function renderMarkdown(src, into, depth = 0) {
       into.appendChild(pre);
       continue;
     }
+    if (RULE.test(line)) { into.appendChild(document.createElement("hr")); i++; continue; }
     if (LIST_ITEM.test(line)) { i = renderList(lines, i, into); continue; }
     if (quote(line)) {
       const q = document.createElement("blockquote");
@@ -165,6 +225,7 @@ function renderMarkdown(src, into, depth = 0) {
       continue;
     }
     if (!line.trim()) { i++; continue; }
+    if (tableAt(lines, i)) { i = renderTable(lines, i, into); continue; }
     const h = HEADING.exec(line);
     if (h) {  // "# Title" is h3 (the page's own title is the h1)
       const el = document.createElement("h" + Math.min(h[1].length + 2, 6));
@@ -174,7 +235,10 @@ function renderMarkdown(src, into, depth = 0) {
     }
     const para = [];
     while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i]) && !HEADING.test(lines[i])
-           && !LIST_ITEM.test(lines[i]) && !quote(lines[i])) para.push(lines[i++]);
+           && !LIST_ITEM.test(lines[i]) && !quote(lines[i]) && !RULE.test(lines[i])
+           && !tableAt(lines, i)) {
+      para.push(lines[i++]);
+    }
     const p = document.createElement("p");
     para.forEach((l, k) => {
       if (k) p.appendChild(document.createElement("br"));
