@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import aiohttp
 import discord
 from discord.http import Route
+from redis.exceptions import RedisError
 
 from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
@@ -71,7 +72,9 @@ class DiscordChannel(Channel):
     async def initialize(self) -> None:
         """Check the token and whether the Message Content intent is enabled."""
         http = ParleyHTTPClient(
-            asyncio.get_running_loop(), api_base=self.settings.discord_api_base_url
+            asyncio.get_running_loop(),
+            api_base=self.settings.discord_api_base_url,
+            request_timeout=self.settings.discord_http_timeout,
         )
         try:
             await http.static_login(self._token())
@@ -82,8 +85,8 @@ class DiscordChannel(Channel):
             )
         except discord.LoginFailure:
             raise ConfigError([BAD_TOKEN]) from None
-        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-            log.warning(
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.warning(  # RateLimited (a long 429) included
                 "Discord: cannot check the bot token now (%s); will retry", type(exc).__name__
             )
         finally:
@@ -106,6 +109,7 @@ class DiscordChannel(Channel):
             asyncio.get_running_loop(),
             api_base=self.settings.discord_api_base_url,
             max_ratelimit_timeout=self.settings.discord_max_retry_wait,
+            request_timeout=self.settings.discord_http_timeout,
         )
         try:
             await http.static_login(self._token())
@@ -188,12 +192,11 @@ class DiscordChannel(Channel):
                 log.warning(NO_CONTENT_INTENT)
                 content = False
                 continue
-            except (
-                discord.HTTPException,
-                discord.ConnectionClosed,
-                aiohttp.ClientError,
-                OSError,
-            ) as exc:
+            except (discord.DiscordException, aiohttp.ClientError, OSError, RedisError) as exc:
+                # Anything else Discord or Redis can fail with is passing: GatewayNotFound
+                # (a failed GET /gateway/bot with DISCORD_SHARDS=auto), RateLimited (a
+                # long 429 on login), ConnectionClosed, a RedisError from loading the
+                # state in setup_hook.  Retried; only the two above are configuration.
                 log.error(
                     "Discord gateway stopped (%s); reconnecting in %.0fs", exc, RECONNECT_DELAY
                 )

@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any, cast
 
+import aiohttp
 import discord
 from discord.http import Route
 from redis.exceptions import RedisError
@@ -68,6 +69,11 @@ log = logging.getLogger(__name__)
 PRESS_SUBMIT_TIMEOUT = 2.0  # the deferral must reach Discord within 3 s
 SUBMIT_RETRY_SECS = 30.0  # how long a message is retried while Redis is down
 FAILED_PRESS_TEXT = "Sorry, I could not record that just now. Please press again in a moment."
+# What one REST call through discord.py can raise when Discord or the connection
+# fails: its own errors (RateLimited included), and aiohttp's, which its
+# HTTPClient lets through unless they are OSErrors (ServerDisconnectedError, a
+# payload cut short).  TimeoutError is an OSError.
+REST_ERRORS = (discord.DiscordException, aiohttp.ClientError, OSError)
 
 
 def gateway_intents(message_content: bool) -> discord.Intents:
@@ -292,7 +298,7 @@ class GatewayClient(discord.AutoShardedClient):
                 name=name,
                 auto_archive_duration=self.settings.discord_thread_archive_minutes,  # type: ignore[arg-type]
             )
-        except (discord.DiscordException, OSError) as exc:  # RateLimited included
+        except REST_ERRORS as exc:
             log.warning(
                 "[%s] could not open a thread (%s); answering in the channel", event.thread, exc
             )
@@ -339,7 +345,7 @@ class GatewayClient(discord.AutoShardedClient):
                 ),
                 json=body,
             )
-        except discord.HTTPException as exc:
+        except REST_ERRORS as exc:
             log.warning("[%s] could not defer press %s: %s", event.thread, event.event_id, exc)
 
     # --- slash commands -------------------------------------------------------
@@ -402,10 +408,19 @@ class GatewayClient(discord.AutoShardedClient):
                 continue
             self._tracked.add(channel_id)
             try:
-                messages = await self._fetch_after(channel_id, last_id)
-            except (discord.DiscordException, OSError) as exc:  # RateLimited included
+                messages, skipped = await self._fetch_recent(channel_id, last_id)
+            except REST_ERRORS as exc:
                 log.warning("discord catch-up: cannot read channel %s: %s", channel_id, exc)
                 continue
+            if skipped:
+                log.warning(
+                    "discord catch-up: channel %s had more than %d new messages; the newest "
+                    "%d are re-read, %s older one(s) skipped",
+                    channel_id,
+                    len(messages),
+                    len(messages),
+                    f"at least {skipped}" if skipped >= 100 else skipped,
+                )
             for raw in messages:
                 if guild_id:
                     raw["guild_id"] = guild_id
@@ -419,21 +434,36 @@ class GatewayClient(discord.AutoShardedClient):
             )
         self.catchups += 1
 
-    async def _fetch_after(self, channel_id: str, after: str) -> list[RawMessage]:
+    async def _fetch_recent(self, channel_id: str, after: str) -> tuple[list[RawMessage], int]:
+        """The newest DISCORD_CATCHUP_MAX_MESSAGES messages of ``channel_id`` newer
+        than ``after``, oldest first, and how many newer than ``after`` were left
+        out before them (counted on one more page: 100 means "100 or more").
+
+        Read from the newest backwards: when more was said during the outage than
+        is re-read, the recent messages (what people still wait for) are answered.
+        """
         out: list[RawMessage] = []
         limit = self.settings.discord_catchup_max_messages
-        while len(out) < limit:
-            page: list[Any] = await self.http.logs_from(
-                channel_id, min(100, limit - len(out)), after=after
+        before: str | None = None
+        while True:
+            room = limit - len(out)
+            want = min(100, room) if room > 0 else 100
+            page: list[Any] = await self.http.logs_from(channel_id, want, before=before)
+            newer = sorted(
+                (m for m in page if _snowflake(m["id"]) > _snowflake(after)),
+                key=lambda m: _snowflake(m["id"]),
             )
-            if not page:
-                break
-            page.sort(key=lambda m: (len(m["id"]), m["id"]))
-            out.extend(cast(list[RawMessage], page))
-            after = page[-1]["id"]
-            if len(page) < 100:
-                break
-        return out
+            if room <= 0:
+                return out, len(newer)  # the page beyond the limit: what is skipped
+            out[:0] = cast(list[RawMessage], newer)
+            if len(newer) < len(page) or len(page) < want:
+                return out, 0  # reached ``after`` (or the channel's first message)
+            before = str(newer[0]["id"])
+
+
+def _snowflake(message_id: Any) -> tuple[int, str]:
+    text = str(message_id or "")
+    return len(text), text
 
 
 async def wait_first(*aws: Any) -> None:

@@ -43,6 +43,20 @@ FOLLOWUP_TOO_EARLY = frozenset({10015, 10062})
 FOLLOWUP_WAIT_SECS = 4.0
 # Where Discord serves the files people post (``attachments[].url`` / ``proxy_url``).
 CDN_ORIGINS = frozenset({"https://cdn.discordapp.com", "https://media.discordapp.net"})
+# Discord's "Unknown Message": the message was deleted (by a person or a moderator).
+UNKNOWN_MESSAGE = 10008
+# A streamed edit waits at most this long (or the stream interval, if longer) for
+# its request: discord.py would otherwise sleep through a 429 (up to
+# DISCORD_MAX_RETRY_WAIT) and then send the stale text.
+STREAMED_EDIT_WAIT = 1.0
+
+
+class _Skipped(Exception):
+    """A streamed edit was given up (rate-limited or slow): the old text stays."""
+
+
+class _Gone(Exception):
+    """The message to edit no longer exists (404, code 10008)."""
 
 
 def channel_pace(channel_id: str) -> str:
@@ -86,6 +100,8 @@ class DiscordOutbox:
         self._file_origins = CDN_ORIGINS | (
             {origin(api)} if api.rstrip("/") != DEFAULT_API_BASE_URL else set()
         )
+        # streamed edits given up on while discord.py still held them (see _patch)
+        self._abandoned: set[asyncio.Task[Any]] = set()
 
     # --- client -------------------------------------------------------------
 
@@ -274,15 +290,17 @@ class DiscordOutbox:
                     continue
                 if not await self._pace(dest, droppable=droppable):
                     return ref if k == 0 else self._ref(ref, ids + old[len(ids) :])
-                await self._call(
-                    Route(
-                        "PATCH",
-                        "/channels/{channel_id}/messages/{message_id}",
-                        channel_id=dest,
-                        message_id=old[k],
-                    ),
-                    json=payload,
-                )
+                try:
+                    await self._patch(dest, old[k], payload, droppable=droppable)
+                except _Skipped:
+                    return ref if k == 0 else self._ref(ref, ids + old[len(ids) :])
+                except _Gone:
+                    # Deleted (a moderator, the user): this part is posted anew.  Its
+                    # nonce comes from the deleted message, so a rerun of this edit
+                    # after a crash (the new id not recorded yet) finds the same
+                    # message instead of posting a second one.
+                    log.info("discord: message %s in %s is gone; posting it anew", old[k], dest)
+                    ids[-1] = await self._create(dest, k, payload, part=f"~{old[k]}")
             else:
                 if not await self._pace(dest, droppable=droppable):
                     return self._ref(ref, ids)
@@ -301,6 +319,52 @@ class DiscordOutbox:
                 except ChannelError:
                     log.warning("could not delete surplus part %s in %s", extra_id, dest)
         return self._ref(ref, ids)
+
+    async def _patch(
+        self, dest: str, message_id: str, payload: dict[str, Any], *, droppable: bool
+    ) -> None:
+        """Edit one message.  Raises _Gone if it was deleted, and, for a streamed
+        (droppable) edit, _Skipped if it is rate-limited or does not come back
+        within the stream interval: a later edit carries newer text anyway, and
+        waiting would hold the answer up.  A final edit waits and lands."""
+        route = Route(
+            "PATCH",
+            "/channels/{channel_id}/messages/{message_id}",
+            channel_id=dest,
+            message_id=message_id,
+        )
+        try:
+            if not droppable:
+                await self._call(route, json=payload)
+                return
+            task = asyncio.ensure_future(self._call(route, json=payload))
+            done, _ = await asyncio.wait({task}, timeout=self._streamed_edit_wait())
+            if not done:
+                # Not awaited: discord.py may still be in its rate-limit bookkeeping
+                # (a sleep it does even when cancelled).  The stale edit is not sent.
+                task.cancel()
+                self._abandoned.add(task)
+                task.add_done_callback(self._forget)
+                log.debug("discord: streamed edit of %s skipped (slow or rate-limited)", message_id)
+                raise _Skipped
+            task.result()
+        except SendRateLimited as exc:
+            if droppable:
+                raise _Skipped from exc
+            raise
+        except SendFailed as exc:
+            cause = exc.__cause__
+            if isinstance(cause, discord.HTTPException) and cause.code == UNKNOWN_MESSAGE:
+                raise _Gone from exc
+            raise
+
+    def _streamed_edit_wait(self) -> float:
+        return max(STREAMED_EDIT_WAIT, self.stream_interval or 0.0)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an abandoned edit's error is of no interest
 
     @staticmethod
     def _ref(ref: MessageRef, ids: list[str]) -> MessageRef:

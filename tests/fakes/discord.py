@@ -452,7 +452,8 @@ class FakeDiscord:
     ) -> None:
         """The next ``times`` calls matching (method, path regex) answer ``status``
         (``after``: once the call has been carried out; ``skip``: after that many
-        matching calls have been served normally)."""
+        matching calls have been served normally).  ``status`` 0: the connection
+        is closed with no answer (aiohttp's ServerDisconnectedError)."""
         self.scripts.append(
             Script(
                 method.upper(),
@@ -806,6 +807,8 @@ class FakeDiscord:
                 script.times -= 1
                 if script.after:
                     await self._serve(request, method, path, body)
+                if script.status == 0 and request.transport is not None:
+                    request.transport.close()  # hang up: nothing comes back
                 raise _Error(script.status, script.body, script.headers)
         return await self._serve(request, method, path, body)
 

@@ -8,11 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from discord_harness import Gateway, wait_client_ready
+from discord_harness import Gateway, ready_gateway, wait_client_ready
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_core.errors import ConfigError
 from agent_core.events import OutboundMessage
+from channels.discord import channel as discord_channel
 from channels.discord.channel import BAD_TOKEN
+from channels.discord.state import DiscordState
 from tests.fakes.discord import ALICE, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord
 
 
@@ -241,3 +244,87 @@ async def test_two_shards_in_one_process(
         assert sorted(e.text for e in events) == ["dm", "guild"]
     finally:
         await gw.halt()
+
+
+# --- passing failures while connecting are retried, not fatal -------------------------
+
+
+async def test_failed_gateway_bot_request_is_retried_not_fatal(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With DISCORD_SHARDS=auto discord.py asks GET /gateway/bot and turns any error
+    there into GatewayNotFound; one 503 must not stop the whole process."""
+    monkeypatch.setattr(discord_channel, "RECONNECT_DELAY", 0.1)
+    fake_discord.fail("GET", r"/gateway/bot$", 503)
+    gw = make_gateway()
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        assert gw.task is not None and not gw.task.done()
+        assert [c.status for c in fake_discord.calls_to("GET", r"/gateway/bot$")][:2] == [503, 200]
+    finally:
+        await gw.halt()
+
+
+async def test_redis_down_while_loading_the_state_is_retried_not_fatal(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(discord_channel, "RECONNECT_DELAY", 0.1)
+    load = DiscordState.load
+    failures = [RedisConnectionError("Redis is restarting")]
+
+    async def flaky(self: DiscordState) -> None:
+        if failures:
+            raise failures.pop()
+        await load(self)
+
+    monkeypatch.setattr(DiscordState, "load", flaky)
+    gw = make_gateway()
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        assert not failures and gw.task is not None and not gw.task.done()
+    finally:
+        await gw.halt()
+
+
+# --- catch-up of a busy channel ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cap", "chatter"), [(5, 8), (150, 160)])
+async def test_catch_up_of_a_busy_channel_reads_the_newest_messages_and_says_so(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    caplog: pytest.LogCaptureFixture,
+    cap: int,
+    chatter: int,
+) -> None:
+    """More was said during the outage than DISCORD_CATCHUP_MAX_MESSAGES: the newest
+    messages are re-read (the recent mention is answered), and the older ones left
+    out are counted in a log line, not skipped in silence."""
+    async with ready_gateway(make_gateway, discord_catchup_max_messages=cap) as gw:
+        await fake_discord.user_message(CHANNEL_ID, "hello", mention=True)
+        await gw.wait_published(1)
+        client = gw.channel.client
+        assert client is not None
+        catchups = client.catchups
+        for i in range(chatter):
+            await fake_discord.user_message(CHANNEL_ID, f"chatter {i}", dispatch=False)
+        missed = await fake_discord.user_message(
+            CHANNEL_ID, "are you there?", mention=True, dispatch=False
+        )
+        with caplog.at_level(logging.WARNING, logger="channels.discord.gateway"):
+            await fake_discord.invalidate_sessions()
+            await fake_discord.wait(lambda: client.catchups > catchups, 10, "catch-up")
+        events = await gw.wait_published(2)
+        assert events[1].event_id == missed["id"]
+        skipped = chatter + 1 - cap
+        assert any(
+            f"{CHANNEL_ID} had more than {cap} new messages" in r.getMessage()
+            and f", {skipped} older one(s) skipped" in r.getMessage()
+            for r in caplog.records
+        ), [r.getMessage() for r in caplog.records]

@@ -419,3 +419,60 @@ async def test_a_create_that_kept_getting_server_errors_is_asked_once_more(
         200,
     ]
     assert [m["id"] for m in fake_discord.messages[CHANNEL_ID].values()] == [ref.message_id]
+
+
+# --- a deleted preview, a rate-limited streamed edit -----------------------------------
+
+
+async def test_final_answer_is_posted_anew_when_its_preview_was_deleted(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """A moderator deleted the streamed preview: the final edit gets 404 Unknown
+    Message (10008) and posts the answer as a new message instead of failing."""
+    ref = await outbox.send(THREAD, OutboundMessage("partial...", final=False))
+    del fake_discord.messages[CHANNEL_ID][ref.message_id]
+    new = await outbox.edit(ref, OutboundMessage("the whole answer"))
+    store = fake_discord.messages[CHANNEL_ID]
+    assert new.message_id != ref.message_id
+    assert [m["content"] for m in store.values()] == ["the whole answer"]
+    # the same edit again from the old ref (a rerun after a crash before the new
+    # id was recorded): the nonce of the re-post finds it, no second copy
+    again = await outbox.edit(ref, OutboundMessage("the whole answer"))
+    assert again.message_id == new.message_id
+    assert list(store) == [new.message_id]
+
+
+async def test_streamed_answer_whose_preview_was_deleted_reaches_the_user_and_is_recorded(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis_clients: RedisClients
+) -> None:
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    await redis_clients.redis.set(keys.lock(THREAD), "w1")
+    writer = ReplyWriter(outbox, delivery, THREAD, "e1", {}, LockGuard(owner="w1"))
+    stream = writer.stream()
+    await stream.feed("partial...")
+    assert stream.ref is not None
+    del fake_discord.messages[CHANNEL_ID][stream.ref.message_id]
+    final = await stream.finish("the whole answer")
+    assert final is not None
+    assert fake_discord.messages[CHANNEL_ID][final.message_id]["content"] == "the whole answer"
+    # recorded: a rerun converges on the new message instead of the deleted one
+    assert await delivery.sent_ref(THREAD, "e1:0") == final
+
+
+async def test_streamed_edit_is_skipped_not_slept_through_a_429(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """docs/discord.md: streamed edits are skipped, not queued.  discord.py alone
+    would sleep the 429's retry_after and then send the stale text."""
+    ref = await outbox.send(THREAD, OutboundMessage("partial...", final=False))
+    route = rf"/channels/{CHANNEL_ID}/messages/"
+    fake_discord.rate_limit("PATCH", route, 2.5)
+    started = time.monotonic()
+    same = await outbox.edit(ref, OutboundMessage("partial... more", final=False))
+    assert time.monotonic() - started < 1.8
+    assert same == ref
+    # the final edit waits the 429 out and lands; the stale edit is never sent
+    await outbox.edit(ref, OutboundMessage("the whole answer"))
+    await asyncio.sleep(0.3)
+    assert [c.status for c in fake_discord.calls_to("PATCH", route)] == [429, 200]
+    assert fake_discord.messages[CHANNEL_ID][ref.message_id]["content"] == "the whole answer"

@@ -6,14 +6,17 @@ is caught up after a reconnect."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 
+import pytest
 from discord_harness import Gateway, ready_gateway
 from redis.asyncio import Redis
 
 from agent_core.events import (
     Action,
+    Button,
     EventKind,
     InboundEvent,
     MessageRef,
@@ -167,3 +170,63 @@ async def test_one_long_429_during_catch_up_does_not_abandon_every_conversation(
     ids = {e.event_id for e in await gateway.published()}
     assert ids & {missed_dm["id"], missed["id"]}, "no conversation was caught up"
     assert client.catchups > catchups
+
+
+# --- a connection dropped mid-request -------------------------------------------------
+# discord.py's HTTPClient lets aiohttp's errors that are not OSErrors through
+# (ServerDisconnectedError: Discord or a proxy closed the connection with no answer).
+
+
+async def test_dropped_connection_on_auto_thread_still_answers_in_the_channel(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    async with ready_gateway(make_gateway, discord_auto_thread=True) as gw:
+        fake_discord.fail("POST", r"/threads$", 0)  # hang up, no answer
+        msg = await fake_discord.user_message(CHANNEL_ID, "help me", mention=True)
+        (event,) = await gw.wait_published(1, within=3.0)
+        assert event.event_id == msg["id"]
+        assert event.thread == THREAD, "answered in the channel, no thread"
+
+
+async def test_dropped_connection_reading_one_channel_does_not_abandon_the_catch_up(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    await fake_discord.user_message(DM_CHANNEL_ID, "first")
+    await fake_discord.user_message(CHANNEL_ID, "in the channel", mention=True)
+    await gateway.wait_published(2)
+    client = gateway.channel.client
+    assert client is not None
+    catchups = client.catchups
+    missed_dm = await fake_discord.user_message(DM_CHANNEL_ID, "still there?", dispatch=False)
+    missed = await fake_discord.user_message(
+        CHANNEL_ID, "did you see this?", mention=True, dispatch=False
+    )
+    # the first channel read hangs up (twice: aiohttp repeats an idempotent GET once)
+    fake_discord.fail("GET", r"/messages$", 0, times=2)
+    await fake_discord.invalidate_sessions()
+    await fake_discord.wait_ready(2)
+    await fake_discord.wait(lambda: client.catchups > catchups, 10, "catch-up")
+    await asyncio.sleep(0.3)
+    ids = {e.event_id for e in await gateway.published()}
+    assert len(ids & {missed_dm["id"], missed["id"]}) == 1, "only the unread one is skipped"
+
+
+async def test_dropped_connection_deferring_a_press_is_logged_not_raised(
+    gateway: Gateway, fake_discord: FakeDiscord, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The press is published either way; the failed deferral is one warning line,
+    not an exception escaping into discord.py's view dispatch."""
+    prompt = await gateway.channel.outbox().send(
+        THREAD, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:1:y"),))
+    )
+    fake_discord.fail("POST", r"/callback$", 0)
+    with caplog.at_level(logging.WARNING):
+        await fake_discord.press(prompt.message_id, "parley:ap:1:y")
+        (event,) = await gateway.wait_published(1)
+        assert event.action is not None and event.action.token == "ap:1:y"
+        await fake_discord.wait(
+            lambda: any("could not defer press" in r.getMessage() for r in caplog.records),
+            3,
+            "the warning",
+        )
+    assert not [r for r in caplog.records if r.exc_info], "an exception escaped on_press"
