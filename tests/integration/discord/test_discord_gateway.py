@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import discord
 import pytest
 from discord_harness import Gateway, ready_gateway, wait_client_ready
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -15,6 +16,7 @@ from agent_core.errors import ConfigError
 from agent_core.events import OutboundMessage
 from channels.discord import channel as discord_channel
 from channels.discord.channel import BAD_TOKEN
+from channels.discord.gateway import GatewayClient
 from channels.discord.state import DiscordState
 from tests.fakes.discord import ALICE, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord
 
@@ -283,6 +285,36 @@ async def test_redis_down_while_loading_the_state_is_retried_not_fatal(
         await load(self)
 
     monkeypatch.setattr(DiscordState, "load", flaky)
+    gw = make_gateway()
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        assert not failures and gw.task is not None and not gw.task.done()
+    finally:
+        await gw.halt()
+
+
+async def test_long_429_on_gateway_login_is_retried_not_fatal(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 429 on login longer than DISCORD_MAX_RETRY_WAIT is discord.RateLimited (not
+    an HTTPException): waited out like any passing failure."""
+    monkeypatch.setattr(discord_channel, "RECONNECT_DELAY", 0.1)
+    login = GatewayClient.login
+    failures = [discord.RateLimited(120.0)]
+
+    async def limited(self: GatewayClient, token: str) -> None:
+        if failures:  # discord.py's login asks GET /users/@me through its HTTPClient
+
+            async def refused(token: str) -> Any:
+                raise failures.pop()
+
+            monkeypatch.setattr(self.http, "static_login", refused)
+        await login(self, token)
+
+    monkeypatch.setattr(GatewayClient, "login", limited)
     gw = make_gateway()
     await gw.start()
     try:
