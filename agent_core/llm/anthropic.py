@@ -305,18 +305,21 @@ class AnthropicProvider(HTTPBackend):
         body = self.build_body(request, stream=True)
         text: list[str] = []
         blocks: dict[int, dict[str, str]] = {}  # index -> tool_use id, name, json so far
+        closed: set[int] = set()  # indexes of blocks that got their content_block_stop
         usage: dict[str, Any] = {}
         model = str(body["model"])
         finish = ""
         stopped = False
         async with self.sse("messages", body) as events:
             async for event in events:
-                if not event.data.strip():
-                    continue
+                if not event.data.strip() or event.data.strip() == "[DONE]":
+                    continue  # "[DONE]": a compatible proxy's OpenAI-style end
                 try:
                     data = orjson.loads(event.data)
                 except orjson.JSONDecodeError:
                     raise InvalidResponse(f"{self.name}: a stream event is not JSON") from None
+                if not isinstance(data, dict):
+                    continue
                 kind = data.get("type") or event.event
                 if kind == "error":
                     raise self._error_event(data.get("error"))
@@ -344,19 +347,26 @@ class AnthropicProvider(HTTPBackend):
                         slot = blocks.get(int(data.get("index", -1)))
                         if slot is not None:
                             slot["json"] += str(delta.get("partial_json") or "")
+                elif kind == "content_block_stop":
+                    closed.add(int(data.get("index", -1)))
                 elif kind == "message_delta":
                     finish = str((data.get("delta") or {}).get("stop_reason") or finish)
                     merge_usage(usage, data.get("usage"))
                 elif kind == "message_stop":
-                    stopped = True  # keep reading to the end: the connection is reused
+                    stopped = True
+                    break
+            if stopped:  # the answer is whole, whatever the connection does now
+                await self.drain(events)
         if not stopped:
             raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
+        # a block that got its content_block_stop with no input_json_delta is a
+        # whole call without arguments ({}), even in an answer cut by max_tokens
         calls = [
             (
                 ToolCall(b["id"], b["name"], parse_arguments(b["json"])),
-                arguments_complete(b["json"]),
+                arguments_complete(b["json"]) or (n in closed and not b["json"].strip()),
             )
-            for _, b in sorted(blocks.items())
+            for n, b in sorted(blocks.items())
         ]
         whole, kept, note = drop_cut_calls("".join(text), calls, finish)
         if note:

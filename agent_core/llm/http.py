@@ -10,6 +10,8 @@ far cheaper in CPU per request than httpx's own transport.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import email.utils
 import logging
 import time
@@ -57,6 +59,9 @@ _CONTEXT_MARKERS = (
     # Anthropic: "input length and `max_tokens` exceed context limit: N + M > W"
     "exceed context limit",
 )
+# after an answer's final event: how long to wait for the body to end properly
+# (normally it already has, and the connection goes back to the pool)
+DRAIN_SECS = 0.5
 _MODEL_MARKERS = (
     "model_not_found",
     "does not exist",
@@ -412,7 +417,23 @@ class HTTPBackend:
         except httpx.HTTPError as exc:
             raise self.error(exc) from exc
         finally:
-            await response.aclose()
+            # a body cut short or held open only closes the connection
+            with contextlib.suppress(httpx.HTTPError):
+                await response.aclose()
+
+    async def drain(self, events: AsyncIterator[ServerSentEvent]) -> None:
+        """Read what follows an answer's final event (``[DONE]``, ``message_stop``).
+
+        Normally only the end of the body, so the connection goes back to the
+        pool.  The answer is whole by now: a connection dropped without a proper
+        end, or a body kept open past :data:`DRAIN_SECS`, is no failure (the
+        connection is then closed instead of reused), and events after it are
+        ignored.
+        """
+        with contextlib.suppress(LLMError, TimeoutError):
+            async with asyncio.timeout(DRAIN_SECS):
+                async for _ in events:
+                    pass
 
     async def _events(self, response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
         try:

@@ -38,14 +38,23 @@ NO_VISION_NOTE = "[an image was attached, but this model cannot see images]"
 
 
 def _text_of(content: Any) -> str:
-    """Message content as text: a string, or the text parts of a list."""
+    """Message content as text: a string, or the text (and refusal) parts of a list."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+            str(p.get(p["type"]) or "")
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "refusal")
         )
     return ""
+
+
+def _answer_of(message: dict[str, Any]) -> str:
+    """The text of a message or a stream delta: its content, or the model's
+    refusal (``refusal``, sent instead of content), which the user must see."""
+    refusal = message.get("refusal")
+    return _text_of(message.get("content")) + (refusal if isinstance(refusal, str) else "")
 
 
 class OpenAIProvider(HTTPBackend):
@@ -133,7 +142,8 @@ class OpenAIProvider(HTTPBackend):
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise InvalidResponse(f"{self.name}: the answer has no choices")
-        msg = choices[0].get("message") or {}
+        msg = choices[0].get("message")
+        msg = msg if isinstance(msg, dict) else {}
         finish = str(choices[0].get("finish_reason") or "")
         calls = []
         for tc in msg.get("tool_calls") or ():
@@ -141,7 +151,7 @@ class OpenAIProvider(HTTPBackend):
             raw = fn.get("arguments")
             call = ToolCall(tc.get("id") or "", fn.get("name") or "", parse_arguments(raw))
             calls.append((call, arguments_complete(raw)))
-        text, kept, _ = drop_cut_calls(_text_of(msg.get("content")), calls, finish)
+        text, kept, _ = drop_cut_calls(_answer_of(msg), calls, finish)
         return Completion(
             text=text,
             tool_calls=fix_tool_calls(kept, (t.name for t in request.tools)),
@@ -172,13 +182,9 @@ class OpenAIProvider(HTTPBackend):
         done = False
         async with self.sse("chat/completions", body) as events:
             async for event in events:
-                # Read to the end of the body after [DONE] (normally nothing) so
-                # the keep-alive connection goes back to the pool, not closed.
-                if done:
-                    continue
                 if event.data.strip() == "[DONE]":
                     done = True
-                    continue
+                    break
                 if not event.data.strip():
                     continue
                 try:
@@ -194,7 +200,7 @@ class OpenAIProvider(HTTPBackend):
                     usage = chunk["usage"]
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
-                    piece = _text_of(delta.get("content"))
+                    piece = _answer_of(delta)
                     if piece:
                         text.append(piece)
                         yield TextDelta(piece)
@@ -203,6 +209,8 @@ class OpenAIProvider(HTTPBackend):
                             calls.merge(tc)
                     if choice.get("finish_reason"):
                         finish = str(choice["finish_reason"])
+            if done:  # the answer is whole, whatever the connection does now
+                await self.drain(events)
         if not done and not finish:
             raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
         assembled = [

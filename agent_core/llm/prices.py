@@ -1,9 +1,11 @@
 """Price table: USD per token for each known model, and its context window.
 
 Lookups strip routing prefixes (``openai/gpt-4o`` -> ``gpt-4o``) and match the
-longest known prefix (``gpt-4o-2024-08-06`` -> ``gpt-4o``).  Local models
-(llama, mistral, phi, gemma, qwen, deepseek, codellama ... and anything served
-by Ollama) cost nothing.  Unknown models get :data:`DEFAULT_PRICE`, with one
+longest known prefix (``gpt-4o-2024-08-06`` -> ``gpt-4o``).  Models on a local
+backend (Ollama, the demo model) cost nothing, whatever their name.  Everything
+else, open models included (``llama-3.3-70b-versatile`` on Groq,
+``deepseek/deepseek-chat`` on OpenRouter, ``mistral-large-latest``, a vLLM
+server), is paid for: unknown models get :data:`DEFAULT_PRICE`, with one
 warning per model.  ``LLM_PRICES_FILE`` (TOML or JSON) adds or overrides models::
 
     [models."my-model"]
@@ -101,8 +103,10 @@ _TABLE: tuple[ModelInfo, ...] = (
 # Unknown paid models: priced like a mid-range frontier model so budgets err high.
 DEFAULT_PRICE = _m("default", 3.0, 15.0, ctx=128_000, vision=False)
 
-LOCAL_PREFIXES = ("llama", "mistral", "mixtral", "phi", "gemma", "qwen", "deepseek", "codellama")
-_LOCAL_CTX = (
+# Open models (any backend may serve them): what their names say of their
+# context window and vision.  Not of their price: that depends on the backend.
+OPEN_PREFIXES = ("llama", "mistral", "mixtral", "phi", "gemma", "qwen", "deepseek", "codellama")
+_OPEN_CTX = (
     ("llama3.1", 131_072),
     ("llama3.2", 131_072),
     ("llama3.3", 131_072),
@@ -114,7 +118,7 @@ _LOCAL_CTX = (
     ("gemma3", 131_072),
     ("deepseek", 65_536),
 )
-_LOCAL_VISION = ("llava", "vision", "gemma3", "qwen2.5vl", "qwen2-vl", "minicpm-v", "bakllava")
+_OPEN_VISION = ("llava", "vision", "gemma3", "qwen2.5vl", "qwen2-vl", "minicpm-v", "bakllava")
 _PREFIXES = ("models/", "openai/", "anthropic/", "azure/", "openrouter/")
 
 
@@ -126,10 +130,6 @@ def strip_prefix(model: str) -> str:
     if "/" in m:
         m = m.rsplit("/", 1)[1]
     return m
-
-
-def is_local(model: str) -> bool:
-    return strip_prefix(model).startswith(LOCAL_PREFIXES)
 
 
 class PriceTable:
@@ -159,11 +159,11 @@ class PriceTable:
                 exact = self._known[max(candidates, key=len)]
         if exact is not None and not local:
             return replace(exact, name=model)
-        if local or is_local(model):
-            ctx = next((c for p, c in _LOCAL_CTX if bare.startswith(p)), 8_192)
+        ctx = next((c for p, c in _OPEN_CTX if bare.startswith(p)), 8_192)
+        vision = any(v in bare for v in _OPEN_VISION)
+        if local:  # Ollama, the demo model: free, whatever the name
             if exact is not None:
                 ctx = exact.context_window
-            vision = any(v in bare for v in _LOCAL_VISION)
             return ModelInfo(name=model, context_window=ctx, supports_vision=vision)
         if model not in self._warned:
             self._warned.add(model)
@@ -174,6 +174,8 @@ class PriceTable:
                 DEFAULT_PRICE.input_cost_per_token / M,
                 DEFAULT_PRICE.output_cost_per_token / M,
             )
+        if bare.startswith(OPEN_PREFIXES):  # hosted (Groq, OpenRouter...): paid for
+            return replace(DEFAULT_PRICE, name=model, context_window=ctx, supports_vision=vision)
         return replace(DEFAULT_PRICE, name=model)
 
 

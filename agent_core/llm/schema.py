@@ -12,7 +12,8 @@
 * :func:`sanitize_tool_messages` — tool results whose call is not in the history
   (after switching provider mid-conversation) become plain user text.
 * :func:`drop_cut_calls` — an answer cut by the output limit keeps only the tool
-  calls that arrived whole; the text says which call was cut and not run.
+  calls that arrived whole; the text says which call was cut and not run, or,
+  for an answer of text only, that it was cut (:data:`LENGTH_NOTE`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from agent_core.agent.fences import open_fence
 from agent_core.llm.base import ChatMessage, ToolCall
 
 # keywords OpenAI strict mode rejects
@@ -212,17 +214,26 @@ def cut_note(names: Sequence[str]) -> str:
     )
 
 
+# the end of an answer of text only that a token limit cut short (the style of
+# the turn's _(cut off)_ and _(stopped)_ markers)
+LENGTH_NOTE = "_(cut off: the answer reached the length limit)_"
+
+
 def drop_cut_calls(
     text: str, calls: Sequence[tuple[ToolCall, bool]], finish: str
 ) -> tuple[str, list[ToolCall], str]:
     """(text, calls, note) of an answer: when ``finish`` says a token limit cut it,
     the calls not marked whole are dropped (never run with half their arguments)
-    and ``note`` (also appended to ``text``) says so; otherwise all are kept and
-    ``note`` is empty."""
-    if finish not in CUT_REASONS or all(whole for _, whole in calls):
+    and ``note`` (also appended to ``text``) says so; an answer of text only
+    gets :data:`LENGTH_NOTE` (after closing a code block it was cut in).
+    Otherwise all calls are kept and ``note`` is empty."""
+    if finish not in CUT_REASONS or (calls and all(whole for _, whole in calls)):
         return text, [c for c, _ in calls], ""
-    note = cut_note([c.name for c, whole in calls if not whole])
-    if text.strip():
+    note = cut_note([c.name for c, whole in calls if not whole]) if calls else LENGTH_NOTE
+    closing = open_fence(text)
+    if closing:
+        note = ("" if text.endswith("\n") else "\n") + closing + "\n\n" + note
+    elif text.strip():
         newlines = len(text) - len(text.rstrip("\n"))
         note = "\n" * max(0, 2 - newlines) + note
     return text + note, [c for c, whole in calls if whole], note

@@ -93,7 +93,10 @@ def normalize_usage(raw: Mapping[str, Any] | None) -> TokenUsage:
     write = _first(raw, CACHE_WRITE_SEPARATE) or 0
 
     prompt_all = prompt or 0
-    if included is not None and separate is None:
+    if included is not None:
+        # OpenAI-style: the cached part is inside the prompt count.  Proxies
+        # (LiteLLM) add Anthropic's separate field beside it for the same
+        # tokens: it is not a second share, nothing is added.
         cache_read = included
         uncached = max(prompt_all - included, 0)
     else:

@@ -9,7 +9,8 @@ By default it answers every request with ``echo: <last user text>`` in the
 format asked for (streaming when the body says ``"stream": true``).  Tests
 script exact replies with :meth:`FakeLLMServer.push` — status, headers, a JSON
 body, raw bytes (malformed JSON), SSE events, latency before the answer and
-between events, and a connection cut mid-stream.  Every request is recorded
+between events, a body kept open after its events, and a connection cut
+mid-stream.  Every request is recorded
 (``server.requests``).  Anthropic requests the real API would refuse (a blank
 text block, a malformed tool id, a ``tool_result`` without its ``tool_use``,
 more than 4 ``cache_control`` breakpoints, an unknown cache type) get its 400
@@ -52,6 +53,7 @@ class Reply:
     delay: float = 0.0  # seconds before the status line
     event_delay: float = 0.0  # seconds between SSE events
     cut: bool = False  # drop the connection after the events, mid-body
+    linger: float = 0.0  # seconds to keep the body open after the events (then end or cut it)
     # Anthropic: the server fills in input_tokens / cache_read_input_tokens /
     # cache_creation_input_tokens from the request and its prompt cache
     measure: bool = False
@@ -527,6 +529,12 @@ class FakeLLMServer:
             await resp.write(frame.encode())
             if reply.event_delay:
                 await asyncio.sleep(reply.event_delay)
+        if reply.linger:  # until then, or until the client hangs up
+            end = asyncio.get_running_loop().time() + reply.linger
+            while asyncio.get_running_loop().time() < end:
+                if request.transport is None or request.transport.is_closing():
+                    return resp
+                await asyncio.sleep(0.05)
         if reply.cut:
             assert request.transport is not None
             request.transport.close()

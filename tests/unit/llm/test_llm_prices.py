@@ -1,4 +1,4 @@
-"""Price lookups: prefixes, dated names, local models, unknown models, overrides."""
+"""Price lookups: prefixes, dated names, local backends, unknown models, overrides."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import pytest
 
 from agent_core.errors import ConfigError
 from agent_core.llm.base import TokenUsage
+from agent_core.llm.config import backend_config
+from agent_core.llm.ollama import OllamaProvider
+from agent_core.llm.openai import OpenAIProvider
 from agent_core.llm.prices import DEFAULT_PRICE, PriceTable, strip_prefix
+from tests.fakes.llm_servers import FakeLLMServer
+from tests.unit.llm.conftest import KEY, config_for, make_settings
 
 MILLION = TokenUsage(input=1_000_000, output=1_000_000)
 
@@ -83,26 +88,48 @@ def test_context_windows() -> None:
     assert t.lookup("gpt-4.1").context_window > 1_000_000
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        "llama3.2",
-        "meta-llama/llama-3.1-8b-instruct",
-        "mistral-7b",
-        "phi3",
-        "gemma2:9b",
-        "qwen2.5",
-        "deepseek-r1",
-        "codellama:13b",
-    ],
-)
-def test_local_models_are_free(model: str) -> None:
-    assert PriceTable().lookup(model).cost(MILLION) == 0.0
+OPEN_MODELS = [
+    "llama3.2",
+    "meta-llama/llama-3.1-8b-instruct",
+    "llama-3.3-70b-versatile",  # Groq
+    "deepseek/deepseek-chat",  # OpenRouter
+    "mistral-large-latest",  # Mistral's API
+    "mistral-7b",
+    "phi3",
+    "gemma2:9b",
+    "qwen2.5",
+    "deepseek-r1",
+    "codellama:13b",
+]
+
+
+@pytest.mark.parametrize("model", OPEN_MODELS)
+def test_open_models_served_by_a_hosted_backend_are_paid_for(model: str) -> None:
+    """An open model's name says nothing about who serves it: on Groq, OpenRouter
+    or Mistral's API it costs money, so it gets the default price (budgets work)."""
+    info = PriceTable().lookup(model)
+    assert info.cost(MILLION) == DEFAULT_PRICE.cost(MILLION) > 0
+
+
+@pytest.mark.parametrize("model", OPEN_MODELS)
+def test_open_models_on_ollama_are_free(model: str) -> None:
+    assert PriceTable().lookup(model, local=True).cost(MILLION) == 0.0
 
 
 def test_anything_on_ollama_is_free() -> None:
     assert PriceTable().lookup("gpt-4o", local=True).cost(MILLION) == 0.0
     assert PriceTable().lookup("my-finetune", local=True).cost(MILLION) == 0.0
+
+
+def test_the_backend_decides_what_is_free(server: FakeLLMServer) -> None:
+    groq = OpenAIProvider(
+        backend_config(
+            make_settings(llm_backend="groq", groq_api_key=KEY, llm_model="llama-3.3-70b-versatile")
+        )
+    )
+    assert groq.model_info().cost(MILLION) > 0
+    ollama = OllamaProvider(config_for(server, "ollama", ollama_model="llama3.3"))
+    assert ollama.model_info().cost(MILLION) == 0.0
 
 
 def test_unknown_model_default_price_warns_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -158,5 +185,5 @@ def test_cached_tokens_without_a_known_cache_price_are_billed_as_input() -> None
     assert info.cache_read_cost_per_token == 0
     u = TokenUsage(input=100, output=0, cache_read=900, cache_write=0)
     assert info.cost(u) == pytest.approx(1000 * info.input_cost_per_token)
-    local = PriceTable().lookup("llama3")
+    local = PriceTable().lookup("llama3", local=True)
     assert local.cost(u) == 0

@@ -113,3 +113,19 @@ def test_prompt_is_every_prompt_token() -> None:
         {"input_tokens": 10, "cache_read_input_tokens": 200, "cache_creation_input_tokens": 30}
     )
     assert u.prompt == 240
+
+
+def test_cached_tokens_reported_both_ways_count_once() -> None:
+    """LiteLLM-style proxies report the cached part inside prompt_tokens
+    (prompt_tokens_details.cached_tokens) and again in Anthropic's separate field:
+    the same 1,920 tokens, subtracted from the prompt once, never added to it."""
+    u = normalize_usage(
+        {
+            "prompt_tokens": 2006,
+            "completion_tokens": 50,
+            "total_tokens": 2056,
+            "prompt_tokens_details": {"cached_tokens": 1920},
+            "cache_read_input_tokens": 1920,
+        }
+    )
+    assert (u.input, u.cache_read, u.prompt, u.output, u.total) == (86, 1920, 2006, 50, 2056)

@@ -1,0 +1,265 @@
+"""How answers end on the wire, and what the user reads at the end:
+
+* a stream whose final event (``[DONE]``, ``message_stop``) arrived keeps its
+  answer when the connection then drops without a proper end or stays open;
+* OpenAI refusals are the answer's text, streamed or not;
+* an answer of text only cut by the output limit ends with a note, after
+  closing a code block it was cut in;
+* an Anthropic tool call with no arguments that got its ``content_block_stop``
+  is whole, even when the answer hit ``max_tokens``;
+* Anthropic stream events that are ``[DONE]`` or JSON but not an object are
+  skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agent_core.llm.anthropic import AnthropicProvider
+from agent_core.llm.base import (
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    StreamItem,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
+from agent_core.llm.openai import OpenAIProvider
+from agent_core.llm.prices import PriceTable
+from agent_core.llm.schema import LENGTH_NOTE, drop_cut_calls
+from tests.fakes.llm_servers import (
+    FakeLLMServer,
+    Reply,
+    anthropic_stream,
+    anthropic_text,
+    openai_stream,
+)
+from tests.unit.llm.conftest import config_for
+
+HELLO = CompletionRequest((ChatMessage("user", "hello"),))
+LIST = ToolSpec("list_files", "list the files", {"type": "object", "properties": {}})
+
+
+async def _provider(server: FakeLLMServer, backend: str, **kw: Any) -> Any:
+    cls = AnthropicProvider if backend == "anthropic" else OpenAIProvider
+    p = cls(config_for(server, backend, **kw), PriceTable())
+    await p.initialize()
+    return p
+
+
+async def _items(p: Any, request: CompletionRequest = HELLO) -> list[StreamItem]:
+    return [i async for i in p.stream(request)]
+
+
+def _final(items: list[StreamItem]) -> Completion:
+    final = items[-1]
+    assert isinstance(final, Completion)
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == final.text
+    return final
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[str, dict[str, Any]]:
+    choice: dict[str, Any] = {"index": 0, "delta": delta}
+    if finish:
+        choice["finish_reason"] = finish
+    return ("", {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [choice]})
+
+
+def _finished_stream(backend: str) -> Reply:
+    if backend == "anthropic":
+        return anthropic_stream(["Hello ", "world"])
+    return openai_stream(["Hello ", "world"])
+
+
+# --- 1. a finished answer survives what the connection does afterwards ---------------
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+async def test_a_connection_dropped_after_the_final_event_keeps_the_answer(
+    server: FakeLLMServer, backend: str
+) -> None:
+    """The server sends every event, [DONE] / message_stop included, then drops the
+    connection without ending the body ("Response payload is not completed")."""
+    reply = _finished_stream(backend)
+    reply.cut = True
+    server.push(reply)
+    p = await _provider(server, backend)
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "Hello world"
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+async def test_a_body_kept_open_after_the_final_event_does_not_wait_for_the_timeout(
+    server: FakeLLMServer, backend: str
+) -> None:
+    """The body stays open after the final event: the answer arrives at once (not
+    after the read timeout as a Timeout), and its connection is not held (one
+    connection in the pool: a held one would make the next call wait)."""
+    reply = _finished_stream(backend)
+    reply.linger = 20.0
+    server.push(reply)
+    p = await _provider(server, backend, llm_timeout_secs=10.0, llm_pool_size=1)
+    try:
+        final = _final(await asyncio.wait_for(_items(p), 3.0))
+        assert final.text == "Hello world"
+        out = await asyncio.wait_for(p.complete(HELLO), 3.0)
+        assert out.text == "echo: hello"
+    finally:
+        await p.shutdown()
+
+
+# --- 7. OpenAI refusals ----------------------------------------------------------------
+async def test_an_openai_refusal_is_the_answer(server: FakeLLMServer) -> None:
+    refusal = "I'm sorry, I can't help with that."
+    server.push(
+        Reply(
+            json={
+                "model": "gpt-4o",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": None, "refusal": refusal},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 9},
+            }
+        )
+    )
+    p = await _provider(server, "openai")
+    try:
+        out = await p.complete(HELLO)
+    finally:
+        await p.shutdown()
+    assert out.text == refusal
+
+
+async def test_an_openai_streamed_refusal_arrives_as_text(server: FakeLLMServer) -> None:
+    server.push(
+        Reply(
+            events=[
+                _chunk({"role": "assistant", "content": None, "refusal": ""}),
+                _chunk({"refusal": "I'm sorry, "}),
+                _chunk({"refusal": "I can't help with that."}),
+                _chunk({}, "stop"),
+                ("", "[DONE]"),
+            ]
+        )
+    )
+    p = await _provider(server, "openai")
+    try:
+        items = await _items(p)
+    finally:
+        await p.shutdown()
+    assert [i.text for i in items if isinstance(i, TextDelta)] == [
+        "I'm sorry, ",
+        "I can't help with that.",
+    ]
+    assert _final(items).text == "I'm sorry, I can't help with that."
+
+
+# --- 8. an answer of text only cut by the output limit says so -----------------------
+async def test_an_openai_text_answer_cut_by_the_limit_ends_with_a_note(
+    server: FakeLLMServer,
+) -> None:
+    server.push(
+        Reply(
+            events=[
+                _chunk({"role": "assistant", "content": "The three reasons are"}),
+                _chunk({"content": " first, that"}),
+                _chunk({}, "length"),
+                ("", "[DONE]"),
+            ]
+        )
+    )
+    p = await _provider(server, "openai")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.finish_reason == "length"
+    assert final.text == f"The three reasons are first, that\n\n{LENGTH_NOTE}"
+
+
+async def test_an_anthropic_answer_cut_inside_a_code_block_closes_it_before_the_note(
+    server: FakeLLMServer,
+) -> None:
+    reply = anthropic_text("Here it is:\n\n```python\nprint(")
+    reply.json["stop_reason"] = "max_tokens"
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        out = await p.complete(HELLO)
+    finally:
+        await p.shutdown()
+    assert out.text == f"Here it is:\n\n```python\nprint(\n```\n\n{LENGTH_NOTE}"
+
+
+def test_the_length_note_only_for_an_answer_cut_by_a_token_limit() -> None:
+    assert drop_cut_calls("All done.", [], "stop") == ("All done.", [], "")
+    assert drop_cut_calls("Cut\n", [], "max_tokens")[2] == f"\n{LENGTH_NOTE}"
+    assert drop_cut_calls("", [], "length")[0] == LENGTH_NOTE
+    whole = ToolCall("c1", "list_files", {})
+    assert drop_cut_calls("", [(whole, True)], "length") == ("", [whole], "")
+
+
+# --- 9. an Anthropic tool call without arguments is whole -----------------------------
+async def test_an_anthropic_call_without_arguments_is_kept_when_the_answer_hit_max_tokens(
+    server: FakeLLMServer,
+) -> None:
+    reply = anthropic_stream(["Listing."], tool_uses=[("toolu_1", "list_files", "")])
+    assert reply.events is not None
+    reply.events = [
+        (name, data)
+        for name, data in reply.events
+        if not (name == "content_block_delta" and data["delta"]["type"] == "input_json_delta")
+    ]
+    for name, data in reply.events:
+        if name == "message_delta":
+            data["delta"]["stop_reason"] = "max_tokens"
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        final = _final(
+            await _items(p, CompletionRequest((ChatMessage("user", "ls"),), tools=(LIST,)))
+        )
+    finally:
+        await p.shutdown()
+    assert final.tool_calls == (ToolCall("toolu_1", "list_files", {}),)
+    assert final.text == "Listing."
+
+
+# --- 10. Anthropic events that are no event object -------------------------------------
+async def test_anthropic_stream_skips_non_object_events_and_done(server: FakeLLMServer) -> None:
+    reply = anthropic_stream(["Hello ", "world"])
+    assert reply.events is not None
+    reply.events.insert(1, ("", 1))
+    reply.events.insert(3, ("", "[1, 2]"))
+    reply.events.append(("", "[DONE]"))
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "Hello world"
+
+
+async def test_anthropic_done_after_message_stop_is_no_error(server: FakeLLMServer) -> None:
+    """A proxy ending an Anthropic stream OpenAI-style, in the same read as
+    message_stop."""
+    reply = anthropic_stream(["Hi"])
+    assert reply.events is not None
+    reply.events.append(("", "[DONE]"))
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "Hi"
