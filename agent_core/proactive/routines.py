@@ -40,6 +40,7 @@ ACTIONS = ("light", "full")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 ROUTINE_OK = "ROUTINE_OK"
 MAX_WINDOW_SECS = 30 * 86_400  # cooldown / dedup windows: at most 30 days
+MIN_WINDOW_SECS = 0.001  # ... and, when set, at least 1 ms (Redis SET PX >= 1)
 
 
 class RoutineError(ValueError):
@@ -166,6 +167,11 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
     for what, secs in (("cooldown", r.cooldown_secs), ("dedup", r.dedup_secs)):
         if not math.isfinite(secs) or not 0 <= secs <= MAX_WINDOW_SECS:
             raise RoutineError(f"the {what} window must be 0 to {MAX_WINDOW_SECS:,} seconds")
+        if 0 < secs < MIN_WINDOW_SECS:  # Redis keeps a key 1 ms at least (SET PX)
+            raise RoutineError(
+                f"the {what} window must be 0 (none) or at least {MIN_WINDOW_SECS:g} s "
+                f"(1 ms); {secs:g} s is too short"
+            )
     if r.max_concurrent < 1:
         raise RoutineError("max concurrent runs must be at least 1")
     return r

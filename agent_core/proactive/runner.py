@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import secrets
 import time
@@ -217,6 +218,12 @@ class RoutineRunner:
         )
 
 
+def _window_ms(secs: float) -> int:
+    """A window in milliseconds for SET PX: at least 1 (a routine stored before
+    windows under 1 ms were refused must not make Redis refuse the SET)."""
+    return max(1, math.ceil(secs * 1000))
+
+
 def new_fire_id(prefix: str) -> str:
     return f"{prefix}{int(time.time() * 1000)}{secrets.token_hex(2)}"
 
@@ -266,14 +273,22 @@ class EventTriggers:
             return None
         try:
             await self._learn_tenant(event)
-            for r, rx in await self._load():
+        except RedisError as exc:  # a nicety for short targets; the triggers go on
+            log.warning("event triggers: tenant not recorded (%s)", type(exc).__name__)
+        try:
+            routines = await self._load()
+        except RedisError as exc:  # a trigger must never block a message
+            log.warning("event triggers: Redis error (%s)", type(exc).__name__)
+            return None
+        for r, rx in routines:  # one routine failing never keeps the others from their turn
+            try:
                 if r.channel not in ("*", event.channel) or not rx.search(event.text or ""):
                     continue
                 await self._maybe_queue(r, event)
-        except RedisError as exc:  # a trigger must never block a message
-            log.warning("event triggers: Redis error (%s)", type(exc).__name__)
-        except Exception:  # nor may a bad routine
-            log.exception("event triggers: a routine failed on this message; ignored")
+            except RedisError as exc:
+                log.warning("event triggers: routine %s: Redis error (%s)", r.name, exc)
+            except Exception:  # nor may a bad routine
+                log.exception("event triggers: routine %s failed on this message; ignored", r.name)
         return None
 
     async def _maybe_queue(self, r: Routine, event: InboundEvent) -> None:
@@ -288,11 +303,11 @@ class EventTriggers:
                 return
         cd = keys.routine_cooldown(r.name)
         if r.cooldown_secs > 0 and not await self.redis.set(
-            cd, b"1", nx=True, px=int(r.cooldown_secs * 1000)
+            cd, b"1", nx=True, px=_window_ms(r.cooldown_secs)
         ):
             log.info("routine %s: in cooldown; message not acted on", r.name)
             return
-        if key and not await self.redis.set(key, b"1", nx=True, px=int(r.dedup_secs * 1000)):
+        if key and not await self.redis.set(key, b"1", nx=True, px=_window_ms(r.dedup_secs)):
             # the same text got in just now through another process
             if r.cooldown_secs > 0:
                 await self.redis.delete(cd)
