@@ -112,7 +112,11 @@ class RoutineRunner:
             if not await self.take_slot(r, fire_id):
                 outcome = f"skipped: {r.max_concurrent} run(s) already in flight"
             elif r.action == "full":
-                outcome = await self._submit(r, fire_id, context)
+                try:
+                    outcome = await self._submit(r, fire_id, context)
+                except BaseException:  # not submitted: no turn will free the slot
+                    await self.free_slot(r.name, fire_id)
+                    raise
             else:
                 try:
                     outcome = await self._light(r, fire_id, context)

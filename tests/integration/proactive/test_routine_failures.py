@@ -63,3 +63,25 @@ async def test_one_routine_failing_on_a_message_leaves_the_others_their_turn(
     res = await w.ingest.submit(user_event(ThreadKey("telegram", "bot1", "77"), "hello"))
     assert res.value == "accepted"
     assert len(await w.redis.lrange(keys.ROUTINE_QUEUE, 0, -1)) == 1
+
+
+# --- a full job that cannot be submitted ----------------------------------------
+async def test_a_full_job_that_fails_to_submit_frees_its_slot(pworld: Any) -> None:
+    """slack:C0123 with no team known: resolving the target raises TargetError.  The
+    slot taken for the run was kept (~11 minutes), so the next fire was recorded
+    'skipped: 1 run(s) already in flight' instead of failing for its real reason."""
+    w = pworld(FnModel(lambda req: Completion("echo")))
+    await w.start()
+    p = w.proactive()
+    r = validate(
+        Routine(name="full1", trigger="manual", action="full", prompt="x", notify="slack:C0123")
+    )
+    assert await p.store.add(r)
+    for _ in range(2):
+        await p.store.queue_run("full1")
+        await p.scheduler.tick()
+        await p.scheduler.wait_idle()
+    outcomes = [x.outcome for x in await p.store.runs("full1")]
+    assert len(outcomes) == 2
+    assert all(o.startswith("error: TargetError") for o in outcomes), outcomes
+    assert await w.redis.zcard(keys.routine_running("full1")) == 0
