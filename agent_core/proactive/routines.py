@@ -334,6 +334,7 @@ class RoutineStore:
         await self.save(r)
         if enabled:  # the schedule resumes from now: a paused week is not a missed run
             await self.set_last_fire(name, time.time())
+            await self.reset_send_failures(name)  # a fresh start after the target is fixed
         return r
 
     async def state(self, name: str) -> RoutineState:
@@ -349,6 +350,13 @@ class RoutineStore:
 
     async def set_last_fire(self, name: str, at: float) -> None:
         await self.redis.hset(keys.routine_state(name), "last_fire", repr(at))
+
+    async def count_send_failure(self, name: str) -> int:
+        """One more permanent send failure in a row; the count so far."""
+        return int(await self.redis.hincrby(keys.routine_state(name), "send_failures", 1))
+
+    async def reset_send_failures(self, name: str) -> None:
+        await self.redis.hdel(keys.routine_state(name), "send_failures")
 
     async def record(self, name: str, run: RunRecord) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:

@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused
+from agent_core.errors import SendFailed, SendUnconfirmed
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
@@ -59,6 +60,7 @@ LIGHT_SYSTEM = (
     "answer with the short message to send them."
 )
 LIGHT_SLOT_SECS = 300.0  # how long a light run may hold its concurrency slot
+MAX_SEND_FAILURES = 3  # permanent send failures in a row before a routine is paused
 
 
 def is_ok(text: str, token: str) -> bool:
@@ -125,6 +127,10 @@ class RoutineRunner:
         except Exception as exc:
             log.warning("routine %s (%s) failed: %s: %s", r.name, trigger, type(exc).__name__, exc)
             outcome = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+            if isinstance(exc, SendFailed) and not isinstance(exc, SendUnconfirmed):
+                outcome += await self._send_failed(r)
+        if outcome == "sent":
+            await self._send_ok(r)
         duration = time.perf_counter() - t0
         try:
             await self.store.record(r.name, RunRecord(started, trigger, outcome, duration))
@@ -132,6 +138,33 @@ class RoutineRunner:
             log.warning("routine %s: could not record its run (%s)", r.name, type(exc).__name__)
         log.info("routine %s (%s): %s in %.2f s", r.name, trigger, outcome, duration)
         return outcome
+
+    async def _send_failed(self, r: Routine) -> str:
+        """Count a permanent send failure; at the limit, pause the routine (its chat is
+        gone or the bot was removed: every fire would pay for a call nobody receives)
+        and tell the admins.  Returns what to add to the outcome."""
+        try:
+            failures = await self.store.count_send_failure(r.name)
+            if failures < MAX_SEND_FAILURES:
+                return ""
+            if await self.store.set_enabled(r.name, False) is None:
+                return ""  # removed meanwhile
+        except RedisError as exc:
+            log.warning("routine %s: send failure not counted (%s)", r.name, type(exc).__name__)
+            return ""
+        log.error("routine %s: %d sends in a row failed; paused", r.name, failures)
+        await self.agent.notify_admins(
+            f"⚠️ Routine {r.name} is paused: its last {failures} messages to {r.notify} "
+            "could not be sent (the chat was deleted or the bot removed?). Fix the target, "
+            f"then /routine resume {r.name}."
+        )
+        return f"; paused after {failures} failed sends in a row"
+
+    async def _send_ok(self, r: Routine) -> None:
+        try:
+            await self.store.reset_send_failures(r.name)
+        except RedisError as exc:
+            log.warning("routine %s: send failures not reset (%s)", r.name, type(exc).__name__)
 
     async def _light(self, r: Routine, fire_id: str, context: str) -> str:
         system = LIGHT_SYSTEM.format(name=self.settings.agent_name, routine=r.name)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agent_core.errors import SendFailed
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion
 from agent_core.proactive.routines import Routine, RoutineError, RoutineStore, parse_add, validate
@@ -85,3 +86,71 @@ async def test_a_full_job_that_fails_to_submit_frees_its_slot(pworld: Any) -> No
     assert len(outcomes) == 2
     assert all(o.startswith("error: TargetError") for o in outcomes), outcomes
     assert await w.redis.zcard(keys.routine_running("full1")) == 0
+
+
+# --- a target chat that is gone ---------------------------------------------------
+async def test_a_routine_whose_chat_is_gone_is_paused_after_three_failed_sends(
+    pworld: Any,
+) -> None:
+    """The bot was removed from chat 500: every send fails for good.  The routine kept
+    firing (and paying for a model call) forever; now the third failure in a row pauses
+    it, says why in its outcome and tells the admins."""
+    calls: list[int] = []
+
+    def rule(req: Any) -> Completion:
+        calls.append(1)
+        return Completion("something to say")
+
+    w = pworld(FnModel(rule), admin_ids="telegram:admin")
+    await w.start()
+    admin_dm = "telegram:bot1:admin-dm:"
+    await w.redis.set(keys.admin_thread("telegram:admin"), admin_dm)
+    p = w.proactive()
+    real_send = w.outbox.send
+
+    async def send(thread: ThreadKey, msg: Any) -> Any:
+        if thread.conversation == "500":
+            raise SendFailed("the bot cannot write to chat 500 (removed from the group)")
+        return await real_send(thread, msg)
+
+    w.outbox.send = send  # type: ignore[method-assign]
+    r = validate(Routine(name="l1", trigger="manual", prompt="x", notify="telegram:500"))
+    assert await p.store.add(r)
+    for _ in range(3):
+        await p.store.queue_run("l1")
+        await p.scheduler.tick()
+        await p.scheduler.wait_idle()
+    outcomes = [x.outcome for x in await p.store.runs("l1")][::-1]
+    assert len(outcomes) == 3 and len(calls) == 3
+    assert all(o.startswith("error: SendFailed") for o in outcomes)
+    assert outcomes[-1].endswith("paused after 3 failed sends in a row"), outcomes
+    assert "paused" not in outcomes[1]
+    stored = await p.store.get("l1")
+    assert stored is not None and not stored.enabled
+    notices = [s.message.text for s in w.outbox.sends(admin_dm)]
+    assert len(notices) == 1 and "Routine l1 is paused" in notices[0], notices
+    # resumed (target fixed): the count starts again
+    await p.store.set_enabled("l1", True)
+    assert (await p.store.state("l1")).runs == 3
+    assert not await w.redis.hexists(keys.routine_state("l1"), "send_failures")
+
+
+async def test_a_send_that_works_resets_the_failure_count(pworld: Any) -> None:
+    w = pworld(FnModel(lambda req: Completion("hello")))
+    await w.start()
+    p = w.proactive()
+    fail = [True, True, False, True, True]
+    real_send = w.outbox.send
+
+    async def send(thread: ThreadKey, msg: Any) -> Any:
+        if fail.pop(0):
+            raise SendFailed("refused")
+        return await real_send(thread, msg)
+
+    w.outbox.send = send  # type: ignore[method-assign]
+    r = validate(Routine(name="l2", trigger="manual", prompt="x", notify="telegram:500"))
+    assert await p.store.add(r)
+    for i in range(5):
+        await p.runner.run(r, "manual", f"f{i}")
+    stored = await p.store.get("l2")
+    assert stored is not None and stored.enabled  # never 3 in a row
