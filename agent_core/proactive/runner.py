@@ -23,6 +23,7 @@ they hold across every web / gateway process).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -124,6 +125,12 @@ class RoutineRunner:
                     outcome = await self._light(r, fire_id, context)
                 finally:
                     await self.free_slot(r.name, fire_id)
+        except asyncio.CancelledError:  # the worker is stopping (past the drain's grace)
+            outcome = "interrupted: the worker stopped"
+            if trigger == "cron":
+                outcome += "; this fire runs again after the restart"
+            await self._record(r, RunRecord(started, trigger, outcome, time.perf_counter() - t0))
+            raise
         except Exception as exc:
             log.warning("routine %s (%s) failed: %s: %s", r.name, trigger, type(exc).__name__, exc)
             outcome = f"error: {type(exc).__name__}: {str(exc)[:200]}"
@@ -131,13 +138,15 @@ class RoutineRunner:
                 outcome += await self._send_failed(r)
         if outcome == "sent":
             await self._send_ok(r)
-        duration = time.perf_counter() - t0
+        await self._record(r, RunRecord(started, trigger, outcome, time.perf_counter() - t0))
+        return outcome
+
+    async def _record(self, r: Routine, run: RunRecord) -> None:
         try:
-            await self.store.record(r.name, RunRecord(started, trigger, outcome, duration))
+            await self.store.record(r.name, run)
         except RedisError as exc:
             log.warning("routine %s: could not record its run (%s)", r.name, type(exc).__name__)
-        log.info("routine %s (%s): %s in %.2f s", r.name, trigger, outcome, duration)
-        return outcome
+        log.info("routine %s (%s): %s in %.2f s", r.name, run.trigger, run.outcome, run.duration)
 
     async def _send_failed(self, r: Routine) -> str:
         """Count a permanent send failure; at the limit, pause the routine (its chat is

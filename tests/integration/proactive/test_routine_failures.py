@@ -3,6 +3,7 @@ submitted, a target chat that is gone, a cron fire cut off by a stopping worker.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from agent_core.llm.base import Completion
 from agent_core.proactive.routines import Routine, RoutineError, RoutineStore, parse_add, validate
 from agent_core.proactive.runner import EventTriggers
 from agent_core.store import keys
+from tests.fakes.llm_servers import FakeClock
 from tests.integration.agent.conftest import FnModel, user_event
+from tests.integration.proactive.test_scheduler import TG, texts_to
 
 
 # --- a cooldown / dedup window under 1 ms ---------------------------------------
@@ -154,3 +157,55 @@ async def test_a_send_that_works_resets_the_failure_count(pworld: Any) -> None:
         await p.runner.run(r, "manual", f"f{i}")
     stored = await p.store.get("l2")
     assert stored is not None and stored.enabled  # never 3 in a row
+
+
+# --- a cron fire cut off by a stopping worker -------------------------------------
+async def test_a_cron_fire_cut_off_at_shutdown_is_recorded_and_runs_after_restart(
+    pworld: Any,
+) -> None:
+    """A deploy stops the leader while its hourly fire waits on the model: the drain's
+    grace ends, the run is cancelled.  Its last fire and claim were already written, so
+    the fire was lost with no record.  Now it is recorded as interrupted and the next
+    leader runs that due time once (and only once)."""
+    w = pworld(FnModel(lambda req: Completion("report")))
+    await w.start()
+    clock = FakeClock(start=1_767_225_600.0)  # 2026-01-01 00:00 UTC
+    p = w.proactive(clock, owner="a")
+    r = validate(
+        Routine(
+            name="hourly",
+            trigger="cron",
+            cron="0 * * * *",
+            prompt="x",
+            notify="telegram:500",
+            created_at=clock(),
+        )
+    )
+    assert await p.store.add(r)
+    gate = asyncio.Event()  # never set: the model call hangs
+    real_light = p.runner._light
+
+    async def slow_light(*a: Any, **k: Any) -> str:
+        await gate.wait()
+        return await real_light(*a, **k)
+
+    p.runner._light = slow_light  # type: ignore[method-assign]
+    clock.advance(3600 + 1)
+    assert await p.scheduler.tick() == ["hourly"]
+    await asyncio.sleep(0.05)
+    await p.scheduler._drain(grace=0.1)  # the worker stops: grace, then cancel
+    runs = await p.store.runs("hourly")
+    assert [x.outcome for x in runs] == [
+        "interrupted: the worker stopped; this fire runs again after the restart"
+    ]
+    assert await w.redis.zcard(keys.routine_running("hourly")) == 0
+
+    q = w.proactive(clock, owner="b")  # the next leader
+    clock.advance(60)
+    assert await q.scheduler.tick() == ["hourly"]
+    await q.scheduler.wait_idle()
+    assert await q.scheduler.tick() == []  # once, not again
+    assert (await q.store.runs("hourly"))[0].outcome == "sent"
+    assert texts_to(w, TG) == ["report"]
+    # the rerun was claimed for that due time like any fire
+    assert await w.redis.get(keys.routine_fire("hourly", 1_767_229_200)) == b"b"
