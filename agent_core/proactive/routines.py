@@ -180,7 +180,7 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
 # --- parsing `/routine add` and `parley routines add` ---------------------------
 ADD_USAGE = (
     "NAME (--cron 'EXPR' [--tz ZONE] | --event REGEX [--channel CH] [--cooldown S] "
-    "[--max N] [--dedup S] | --manual) [--full] --notify TARGET PROMPT..."
+    "[--max N] [--dedup S] | --manual) [--full] --notify TARGET [--] PROMPT..."
 )
 
 _FLAGS = {
@@ -193,6 +193,9 @@ _FLAGS = {
     "--dedup": "dedup_secs",
     "--notify": "notify",
 }
+
+
+KNOWN_FLAGS = (*_FLAGS, "--manual", "--full", "--light")
 
 
 def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine:
@@ -211,6 +214,9 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
     i = 1
     while i < len(words):
         w = words[i]
+        if w == "--":  # the flags end here: the rest is the prompt, even '--…'
+            prompt += words[i + 1 :]
+            break
         if w in _FLAGS:
             if i + 1 >= len(words):
                 raise RoutineError(f"{w} needs a value")
@@ -227,6 +233,11 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
             d["action"] = "full"
         elif w == "--light":
             d["action"] = "light"
+        elif w.startswith("--") and not prompt:  # a mistyped flag, not the prompt's start
+            raise RoutineError(
+                f"unknown option {w}; the options are {', '.join(KNOWN_FLAGS)} "
+                "(a prompt that starts with -- goes after a lone --)"
+            )
         else:
             prompt.append(w)
         i += 1
