@@ -64,6 +64,13 @@ LIGHT_SLOT_SECS = 300.0  # how long a light run may hold its concurrency slot
 MAX_SEND_FAILURES = 3  # permanent send failures in a row before a routine is paused
 
 
+def billed_to(r: Routine) -> str:
+    """The budget account of a light routine's calls: the person who created it from a
+    chat (``telegram:42``), else ``routine`` (created with ``parley routines add``,
+    whose ``created_by`` is ``cli``, or by an older version with none)."""
+    return r.created_by if ":" in r.created_by else ROUTINE_ACCOUNT
+
+
 def is_ok(text: str, token: str) -> bool:
     """True if the model's answer means 'nothing to report' (``token``, maybe decorated)."""
     t = text.strip().strip("*_`.!\"' \n")
@@ -181,7 +188,7 @@ class RoutineRunner:
         req = CompletionRequest(
             (ChatMessage("system", system), ChatMessage("user", prompt)), temperature=0.2
         )
-        account = r.created_by or ROUTINE_ACCOUNT
+        account = billed_to(r)
         try:
             completion, _ = await metered.complete(
                 self.agent.cheap_llm(), req, self.agent.meter(account)
