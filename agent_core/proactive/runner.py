@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import re
 import secrets
 import time
@@ -274,7 +273,7 @@ class RoutineRunner:
 def _window_ms(secs: float) -> int:
     """A window in milliseconds for SET PX: at least 1 (a routine stored before
     windows under 1 ms were refused must not make Redis refuse the SET)."""
-    return max(1, math.ceil(secs * 1000))
+    return max(1, round(secs * 1000))
 
 
 def new_fire_id(prefix: str) -> str:
@@ -326,12 +325,12 @@ class EventTriggers:
             return None
         try:
             await self._learn_tenant(event)
-        except RedisError as exc:  # a nicety for short targets; the triggers go on
+        except Exception as exc:  # a nicety for short targets; the triggers go on
             log.warning("event triggers: tenant not recorded (%s)", type(exc).__name__)
         try:
             routines = await self._load()
-        except RedisError as exc:  # a trigger must never block a message
-            log.warning("event triggers: Redis error (%s)", type(exc).__name__)
+        except Exception as exc:  # a trigger must never block a message
+            log.warning("event triggers: routines not loaded (%s)", type(exc).__name__)
             return None
         for r, rx in routines:  # one routine failing never keeps the others from their turn
             try:
