@@ -422,6 +422,16 @@ class CoreSettings(ParleySettings):
     routine_timezone: str = "UTC"  # default timezone of cron routines
     routine_run_history: int = Field(default=20, ge=1, le=1000)
 
+    @field_validator("heartbeat_notify")
+    @classmethod
+    def _heartbeat_target(cls, v: str) -> str:
+        from agent_core.proactive.targets import parse_target
+
+        v = v.strip()
+        if v:  # tenants are placeholders: whether they are known is checked when sending
+            parse_target(v, {"telegram": "x", "slack": "x"})  # TargetError: a ValueError
+        return v
+
     @field_validator("routine_timezone")
     @classmethod
     def _tz(cls, v: str) -> str:

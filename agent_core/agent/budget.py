@@ -110,9 +110,10 @@ class BudgetGuard:
         )
 
     async def record(self, user: str, reservation: str, cost_usd: float) -> list[str]:
-        """Book the real cost; returns the scopes that just crossed 80 % (once per day)."""
-        if not self.enabled:
-            return []
+        """Book the real cost; returns the scopes that just crossed 80 % (once per day).
+
+        Booked with no limit set too: /cost shows it, and a budget set mid-day counts
+        what was spent that day."""
         day = self.day()
         cost = micro(cost_usd)
         res: Any = await self._record(
@@ -172,7 +173,7 @@ class Meter:
         try:
             yield bill
         finally:
-            if reservation:
+            if reservation or bill.cost_usd:  # no reservation: no limit set
                 crossed = await self.guard.record(self.user, reservation, bill.cost_usd)
                 if crossed and self.warn is not None:
                     await self.warn(crossed)

@@ -40,6 +40,7 @@ ACTIONS = ("light", "full")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 ROUTINE_OK = "ROUTINE_OK"
 MAX_WINDOW_SECS = 30 * 86_400  # cooldown / dedup windows: at most 30 days
+MIN_WINDOW_SECS = 0.001  # ... and, when set, at least 1 ms (Redis SET PX >= 1)
 
 
 class RoutineError(ValueError):
@@ -166,6 +167,11 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
     for what, secs in (("cooldown", r.cooldown_secs), ("dedup", r.dedup_secs)):
         if not math.isfinite(secs) or not 0 <= secs <= MAX_WINDOW_SECS:
             raise RoutineError(f"the {what} window must be 0 to {MAX_WINDOW_SECS:,} seconds")
+        if 0 < secs < MIN_WINDOW_SECS:  # Redis keeps a key 1 ms at least (SET PX)
+            raise RoutineError(
+                f"the {what} window must be 0 (none) or at least {MIN_WINDOW_SECS:g} s "
+                f"(1 ms); {secs:g} s is too short"
+            )
     if r.max_concurrent < 1:
         raise RoutineError("max concurrent runs must be at least 1")
     return r
@@ -174,7 +180,7 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
 # --- parsing `/routine add` and `parley routines add` ---------------------------
 ADD_USAGE = (
     "NAME (--cron 'EXPR' [--tz ZONE] | --event REGEX [--channel CH] [--cooldown S] "
-    "[--max N] [--dedup S] | --manual) [--full] --notify TARGET PROMPT..."
+    "[--max N] [--dedup S] | --manual) [--full] --notify TARGET [--] PROMPT..."
 )
 
 _FLAGS = {
@@ -187,6 +193,9 @@ _FLAGS = {
     "--dedup": "dedup_secs",
     "--notify": "notify",
 }
+
+
+KNOWN_FLAGS = (*_FLAGS, "--manual", "--full", "--light")
 
 
 def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine:
@@ -205,6 +214,9 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
     i = 1
     while i < len(words):
         w = words[i]
+        if w == "--":  # the flags end here: the rest is the prompt, even '--…'
+            prompt += words[i + 1 :]
+            break
         if w in _FLAGS:
             if i + 1 >= len(words):
                 raise RoutineError(f"{w} needs a value")
@@ -221,6 +233,11 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
             d["action"] = "full"
         elif w == "--light":
             d["action"] = "light"
+        elif w.startswith("--") and not prompt:  # a mistyped flag, not the prompt's start
+            raise RoutineError(
+                f"unknown option {w}; the options are {', '.join(KNOWN_FLAGS)} "
+                "(a prompt that starts with -- goes after a lone --)"
+            )
         else:
             prompt.append(w)
         i += 1
@@ -328,6 +345,7 @@ class RoutineStore:
         await self.save(r)
         if enabled:  # the schedule resumes from now: a paused week is not a missed run
             await self.set_last_fire(name, time.time())
+            await self.reset_send_failures(name)  # a fresh start after the target is fixed
         return r
 
     async def state(self, name: str) -> RoutineState:
@@ -343,6 +361,13 @@ class RoutineStore:
 
     async def set_last_fire(self, name: str, at: float) -> None:
         await self.redis.hset(keys.routine_state(name), "last_fire", repr(at))
+
+    async def count_send_failure(self, name: str) -> int:
+        """One more permanent send failure in a row; the count so far."""
+        return int(await self.redis.hincrby(keys.routine_state(name), "send_failures", 1))
+
+    async def reset_send_failures(self, name: str) -> None:
+        await self.redis.hdel(keys.routine_state(name), "send_failures")
 
     async def record(self, name: str, run: RunRecord) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:

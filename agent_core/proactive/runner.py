@@ -23,6 +23,7 @@ they hold across every web / gateway process).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -36,6 +37,7 @@ from redis.exceptions import RedisError
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused
+from agent_core.errors import SendFailed, SendUnconfirmed
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
@@ -58,6 +60,14 @@ LIGHT_SYSTEM = (
     "answer with the short message to send them."
 )
 LIGHT_SLOT_SECS = 300.0  # how long a light run may hold its concurrency slot
+MAX_SEND_FAILURES = 3  # permanent send failures in a row before a routine is paused
+
+
+def billed_to(r: Routine) -> str:
+    """The budget account of a light routine's calls: the person who created it from a
+    chat (``telegram:42``), else ``routine`` (created with ``parley routines add``,
+    whose ``created_by`` is ``cli``, or by an older version with none)."""
+    return r.created_by if ":" in r.created_by else ROUTINE_ACCOUNT
 
 
 def is_ok(text: str, token: str) -> bool:
@@ -111,22 +121,65 @@ class RoutineRunner:
             if not await self.take_slot(r, fire_id):
                 outcome = f"skipped: {r.max_concurrent} run(s) already in flight"
             elif r.action == "full":
-                outcome = await self._submit(r, fire_id, context)
+                try:
+                    outcome = await self._submit(r, fire_id, context)
+                except BaseException:  # not submitted: no turn will free the slot
+                    await self.free_slot(r.name, fire_id)
+                    raise
             else:
                 try:
                     outcome = await self._light(r, fire_id, context)
                 finally:
                     await self.free_slot(r.name, fire_id)
+        except asyncio.CancelledError:  # the worker is stopping (past the drain's grace)
+            outcome = "interrupted: the worker stopped"
+            if trigger == "cron":
+                outcome += "; this fire runs again after the restart"
+            await self._record(r, RunRecord(started, trigger, outcome, time.perf_counter() - t0))
+            raise
         except Exception as exc:
             log.warning("routine %s (%s) failed: %s: %s", r.name, trigger, type(exc).__name__, exc)
             outcome = f"error: {type(exc).__name__}: {str(exc)[:200]}"
-        duration = time.perf_counter() - t0
+            if isinstance(exc, SendFailed) and not isinstance(exc, SendUnconfirmed):
+                outcome += await self._send_failed(r)
+        if outcome == "sent":
+            await self._send_ok(r)
+        await self._record(r, RunRecord(started, trigger, outcome, time.perf_counter() - t0))
+        return outcome
+
+    async def _record(self, r: Routine, run: RunRecord) -> None:
         try:
-            await self.store.record(r.name, RunRecord(started, trigger, outcome, duration))
+            await self.store.record(r.name, run)
         except RedisError as exc:
             log.warning("routine %s: could not record its run (%s)", r.name, type(exc).__name__)
-        log.info("routine %s (%s): %s in %.2f s", r.name, trigger, outcome, duration)
-        return outcome
+        log.info("routine %s (%s): %s in %.2f s", r.name, run.trigger, run.outcome, run.duration)
+
+    async def _send_failed(self, r: Routine) -> str:
+        """Count a permanent send failure; at the limit, pause the routine (its chat is
+        gone or the bot was removed: every fire would pay for a call nobody receives)
+        and tell the admins.  Returns what to add to the outcome."""
+        try:
+            failures = await self.store.count_send_failure(r.name)
+            if failures < MAX_SEND_FAILURES:
+                return ""
+            if await self.store.set_enabled(r.name, False) is None:
+                return ""  # removed meanwhile
+        except RedisError as exc:
+            log.warning("routine %s: send failure not counted (%s)", r.name, type(exc).__name__)
+            return ""
+        log.error("routine %s: %d sends in a row failed; paused", r.name, failures)
+        await self.agent.notify_admins(
+            f"⚠️ Routine {r.name} is paused: its last {failures} messages to {r.notify} "
+            "could not be sent (the chat was deleted or the bot removed?). Fix the target, "
+            f"then /routine resume {r.name}."
+        )
+        return f"; paused after {failures} failed sends in a row"
+
+    async def _send_ok(self, r: Routine) -> None:
+        try:
+            await self.store.reset_send_failures(r.name)
+        except RedisError as exc:
+            log.warning("routine %s: send failures not reset (%s)", r.name, type(exc).__name__)
 
     async def _light(self, r: Routine, fire_id: str, context: str) -> str:
         system = LIGHT_SYSTEM.format(name=self.settings.agent_name, routine=r.name)
@@ -134,7 +187,7 @@ class RoutineRunner:
         req = CompletionRequest(
             (ChatMessage("system", system), ChatMessage("user", prompt)), temperature=0.2
         )
-        account = r.created_by or ROUTINE_ACCOUNT
+        account = billed_to(r)
         try:
             completion, _ = await metered.complete(
                 self.agent.cheap_llm(), req, self.agent.meter(account)
@@ -217,6 +270,12 @@ class RoutineRunner:
         )
 
 
+def _window_ms(secs: float) -> int:
+    """A window in milliseconds for SET PX: at least 1 (a routine stored before
+    windows under 1 ms were refused must not make Redis refuse the SET)."""
+    return max(1, round(secs * 1000))
+
+
 def new_fire_id(prefix: str) -> str:
     return f"{prefix}{int(time.time() * 1000)}{secrets.token_hex(2)}"
 
@@ -266,14 +325,22 @@ class EventTriggers:
             return None
         try:
             await self._learn_tenant(event)
-            for r, rx in await self._load():
+        except Exception as exc:  # a nicety for short targets; the triggers go on
+            log.warning("event triggers: tenant not recorded (%s)", type(exc).__name__)
+        try:
+            routines = await self._load()
+        except Exception as exc:  # a trigger must never block a message
+            log.warning("event triggers: routines not loaded (%s)", type(exc).__name__)
+            return None
+        for r, rx in routines:  # one routine failing never keeps the others from their turn
+            try:
                 if r.channel not in ("*", event.channel) or not rx.search(event.text or ""):
                     continue
                 await self._maybe_queue(r, event)
-        except RedisError as exc:  # a trigger must never block a message
-            log.warning("event triggers: Redis error (%s)", type(exc).__name__)
-        except Exception:  # nor may a bad routine
-            log.exception("event triggers: a routine failed on this message; ignored")
+            except RedisError as exc:
+                log.warning("event triggers: routine %s: Redis error (%s)", r.name, exc)
+            except Exception:  # nor may a bad routine
+                log.exception("event triggers: routine %s failed on this message; ignored", r.name)
         return None
 
     async def _maybe_queue(self, r: Routine, event: InboundEvent) -> None:
@@ -288,11 +355,11 @@ class EventTriggers:
                 return
         cd = keys.routine_cooldown(r.name)
         if r.cooldown_secs > 0 and not await self.redis.set(
-            cd, b"1", nx=True, px=int(r.cooldown_secs * 1000)
+            cd, b"1", nx=True, px=_window_ms(r.cooldown_secs)
         ):
             log.info("routine %s: in cooldown; message not acted on", r.name)
             return
-        if key and not await self.redis.set(key, b"1", nx=True, px=int(r.dedup_secs * 1000)):
+        if key and not await self.redis.set(key, b"1", nx=True, px=_window_ms(r.dedup_secs)):
             # the same text got in just now through another process
             if r.cooldown_secs > 0:
                 await self.redis.delete(cd)

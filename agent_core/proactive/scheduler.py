@@ -18,7 +18,9 @@ Each tick (every ``SCHEDULER_TICK_SECS``):
 * **heartbeat**: a tick when one is due.
 
 Runs are asyncio tasks (a slow model call never delays the next tick); on stop
-they get a short grace, then are cancelled.
+they get a short grace, then are cancelled: the run records 'interrupted' and a
+cron fire is given back (last fire and claim rolled back) so the next leader
+runs it once.  A SIGKILLed leader gives nothing back: that fire is lost.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agent_core.proactive.heartbeat import Heartbeat
-from agent_core.proactive.routines import RoutineStore
+from agent_core.proactive.routines import Routine, RoutineStore
 from agent_core.proactive.runner import RoutineRunner, new_fire_id
 from agent_core.store import keys
 from agent_core.store.lease import Lease
@@ -138,13 +140,34 @@ class Scheduler:
                 continue  # another leader fired this one
             if due < now - 2 * self.tick_secs - 60:
                 log.info("routine %s: missed its %s fire while down; running it once", r.name, due)
-            self._spawn(r.name, self.runner.run(r, "cron", str(int(due))))
+            self._spawn(r.name, self._fire(r, due, st.last_fire, now, claim))
             started.append(r.name)
         started += await self._drain_queue()
         if self.heartbeat is not None and await self.heartbeat.due(now):
             self._spawn("heartbeat", self.heartbeat.tick(now))
             started.append("heartbeat")
         return started
+
+    async def _fire(self, r: Routine, due: float, prev: float, now: float, claim: str) -> str:
+        """Run a cron fire; cut off by a stopping worker, give the fire back: the last
+        fire goes back to what it was and the claim is released, so the next leader
+        runs this due time once (the run itself records 'interrupted')."""
+        try:
+            return await self.runner.run(r, "cron", str(int(due)))
+        except asyncio.CancelledError:
+            try:
+                state = keys.routine_state(r.name)
+                if await self.redis.hget(state, "last_fire") == repr(now).encode():
+                    if prev:
+                        await self.store.set_last_fire(r.name, prev)
+                    else:
+                        await self.redis.hdel(state, "last_fire")
+                if await self.redis.get(claim) == self.owner.encode():
+                    await self.redis.delete(claim)
+                log.warning("routine %s: fire %d interrupted; it runs again", r.name, due)
+            except RedisError as exc:
+                log.warning("routine %s: interrupted fire not given back (%s)", r.name, exc)
+            raise
 
     async def _drain_queue(self) -> list[str]:
         started: list[str] = []

@@ -146,3 +146,21 @@ def test_a_mistyped_setting_is_named_with_the_closest_one(
         "PARLEY_SOMETHING_ELSE is not a Parley setting; it is ignored",
         "TELEGRAM_TOKEN is not a Parley setting; it is ignored (did you mean TELEGRAM_BOT_TOKEN?)",
     ]
+
+
+@pytest.mark.parametrize("bad", ["telgram:123", "telegram", "slack:T01//C1", "web:a/b"])
+def test_a_mistyped_heartbeat_target_stops_startup_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv("HEARTBEAT_NOTIFY", bad)
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings)
+    assert len(exc.value.problems) == 1
+    line = exc.value.problems[0]
+    assert line.startswith("HEARTBEAT_NOTIFY: target ") and "\n" not in line, line
+
+
+@pytest.mark.parametrize("good", ["", "telegram:123", "slack:C0123", "slack:T01/C1", "web:s1"])
+def test_heartbeat_targets_that_load(monkeypatch: pytest.MonkeyPatch, good: str) -> None:
+    monkeypatch.setenv("HEARTBEAT_NOTIFY", good)
+    assert load(CoreSettings).heartbeat_notify == good

@@ -9,7 +9,8 @@ from typing import Any
 from agent_core.agent.budget import BudgetGuard
 from agent_core.agent.interrupt import interrupt_filter
 from agent_core.events import ThreadKey
-from agent_core.llm.base import Completion, ModelInfo
+from agent_core.llm.base import Completion, ModelInfo, TokenUsage
+from agent_core.settings import CoreSettings
 from tests.integration.agent.conftest import FnModel, user_event
 
 
@@ -32,3 +33,21 @@ async def test_interrupted_model_calls_still_count_against_the_budget(world: Any
     assert 3 * 0.02 < spend.user_usd < 3 * 0.5, spend
     assert spend.day_usd == spend.user_usd
     assert (await w.session(T)).cost_usd == spend.user_usd
+
+
+async def test_spend_is_counted_with_no_budget_set_and_cost_says_so(world: Any) -> None:
+    """With no limit set, nothing was booked: /cost said "$0.0000 by you, $0.0000 by
+    everyone" after paid calls, and a budget set mid-day started from zero."""
+    T = ThreadKey("telegram", "bot", "dm-nobudget")
+    info = ModelInfo("p", input_cost_per_token=0.0, output_cost_per_token=0.001)
+    model = FnModel(lambda req: Completion("hi", usage=TokenUsage(output=100)), info)
+    w = world(model)  # no DAILY_BUDGET_USD, USER_DAILY_BUDGET_USD, HOURLY_ACTION_LIMIT
+    await w.start()
+    await w.send(user_event(T, "hello"))
+    await w.settle(T)
+    await w.send(user_event(T, "/cost"))
+    await w.settle(T)
+    assert "Today (UTC): $0.1000 by you, $0.1000 by everyone." in w.texts(T)[-1], w.texts(T)
+    later = BudgetGuard(w.redis, CoreSettings(daily_budget_usd=1.0))  # set mid-day
+    spend = await later.spend("telegram:u1")
+    assert abs(spend.day_usd - 0.1) < 1e-9 and abs(spend.user_usd - 0.1) < 1e-9

@@ -10,7 +10,7 @@ from typing import Any
 
 from agent_core.agent.budget import BudgetGuard
 from agent_core.llm.base import Completion, ModelInfo, TokenUsage
-from agent_core.proactive.routines import Routine, validate
+from agent_core.proactive.routines import Routine, parse_add, validate
 from agent_core.settings import CoreSettings
 from agent_core.store import keys
 from tests.integration.agent.conftest import FnModel
@@ -75,3 +75,19 @@ async def test_admins_are_warned_in_words_that_fit_a_scheduled_account(pworld: A
         "⚠️ The heartbeat account (scheduled model calls) has used 80 % of the "
         "per-person daily AI budget ($0.12)."
     ], warnings
+
+
+async def test_a_routine_added_from_the_shell_is_billed_to_the_routine_account(
+    pworld: Any,
+) -> None:
+    """`parley routines add` stores created_by='cli'; its calls were booked to an
+    account 'cli', where the docs say `routine` (not created from a chat)."""
+    w = pworld(priced("Backup done."), user_daily_budget_usd=1.0)
+    await w.start()
+    p = w.proactive()
+    r = validate(parse_add("nightly --manual --notify telegram:500 check", created_by="cli"))
+    assert await p.store.add(r)
+    assert await p.runner.run(r, "manual", "f1") == "sent"
+    guard = BudgetGuard(w.redis, CoreSettings(user_daily_budget_usd=1.0))
+    assert abs((await guard.spend("routine")).user_usd - 0.10) < 1e-9
+    assert (await guard.spend("cli")).user_usd == 0

@@ -138,3 +138,30 @@ def test_retarget_names_the_new_conversation_in_the_form_it_was_written() -> Non
     sold, snew = ThreadKey("slack", "T1", "C1"), ThreadKey("slack", "T1", "C2")
     assert retarget("slack:T1/C1", sold, snew) == "slack:T1/C2"
     assert retarget("slack:C1", sold, snew) == "slack:C2"
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (
+            "daily --cron '0 9 * * *' --timezone Europe/Paris --notify telegram:1 Remind me",
+            "--timezone",
+        ),
+        ("alarm --event down --chanel slack --notify telegram:1 look", "--chanel"),
+        ("x --manual --notfy telegram:1 hello", "--notfy"),
+    ],
+)
+def test_a_mistyped_flag_is_refused_not_put_in_the_prompt(args: str, flag: str) -> None:
+    """--timezone was taken as the prompt's start (tz stayed UTC, the prompt became
+    '--timezone Europe/Paris Remind me'); --chanel left the channel at '*'."""
+    with pytest.raises(RoutineError, match=f"unknown option {flag}") as exc:
+        parse_add(args, created_by="cli")
+    assert "--tz" in str(exc.value) and "--channel" in str(exc.value)
+
+
+def test_a_prompt_may_start_with_dashes_after_a_lone_double_dash() -> None:
+    r = parse_add("x --manual --notify web:s -- --verbose output, please --tz", created_by="cli")
+    assert r.prompt == "--verbose output, please --tz" and r.tz == "UTC"
+    # once the prompt has begun, a word with dashes in it is just a word
+    r = parse_add("y --manual --notify web:s check the --dry-run flag", created_by="cli")
+    assert r.prompt == "check the --dry-run flag"
