@@ -374,6 +374,7 @@ class Runtime:
         for t, r in zip(tasks, results, strict=True):
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 log.error("%s stopped with %s: %s", t.get_name(), type(r).__name__, r)
+        await self._flush_metrics()  # what the drained turns counted (their spend too)
 
     async def _until_stop_or_crash(
         self, stop: asyncio.Event, tasks: list[asyncio.Task[Any]]

@@ -12,6 +12,7 @@ window is a per-user sorted set.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -22,7 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from agent_core.metrics import METRICS
 from agent_core.settings import CoreSettings
 from agent_core.store import keys, scripts
 
@@ -110,10 +113,7 @@ class BudgetGuard:
         )
 
     async def record(self, user: str, reservation: str, cost_usd: float) -> list[str]:
-        """Book the real cost; returns the scopes that just crossed 80 % (once per day).
-
-        Booked with no limit set too: /cost shows it, and a budget set mid-day counts
-        what was spent that day."""
+        """Book the real cost; returns the scopes that just crossed 80 % (once per day)."""
         day = self.day()
         cost = micro(cost_usd)
         res: Any = await self._record(
@@ -140,7 +140,18 @@ class BudgetGuard:
                     crossed.append(scope)
         return crossed
 
+    def book_later(self, user: str, cost_usd: float) -> None:
+        """With no limit set, a call's cost is still counted (/cost shows it, and a
+        budget set mid-day counts what was spent that day), but with this process's
+        next metrics flush (every 5 s, and before :meth:`spend` reads), not in a
+        round trip of its own on every turn."""
+        day, cost = self.day(), micro(cost_usd)
+        METRICS.add_to(keys.budget_day(day), cost, DAY_TTL)
+        METRICS.add_to(keys.budget_user(day, user), cost, DAY_TTL)
+
     async def spend(self, user: str) -> Spend:
+        with contextlib.suppress(RedisError, OSError):  # what this process booked later
+            await METRICS.flush(self.redis)
         day = self.day()
         d, u = await self.redis.mget(keys.budget_day(day), keys.budget_user(day, user))
         return Spend(int(d or 0) / MICRO, int(u or 0) / MICRO)
@@ -173,7 +184,9 @@ class Meter:
         try:
             yield bill
         finally:
-            if reservation or bill.cost_usd:  # no reservation: no limit set
+            if reservation:
                 crossed = await self.guard.record(self.user, reservation, bill.cost_usd)
                 if crossed and self.warn is not None:
                     await self.warn(crossed)
+            elif bill.cost_usd:  # no limit set: counted all the same
+                self.guard.book_later(self.user, bill.cost_usd)

@@ -11,6 +11,7 @@ from agent_core.agent.interrupt import interrupt_filter
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion, ModelInfo, TokenUsage
 from agent_core.settings import CoreSettings
+from agent_core.store import keys
 from tests.integration.agent.conftest import FnModel, user_event
 
 
@@ -45,6 +46,9 @@ async def test_spend_is_counted_with_no_budget_set_and_cost_says_so(world: Any) 
     await w.start()
     await w.send(user_event(T, "hello"))
     await w.settle(T)
+    # no round trip of its own on every turn: booked with the next metrics flush
+    day = BudgetGuard(w.redis, CoreSettings()).day()
+    assert await w.redis.get(keys.budget_user(day, "telegram:u1")) is None
     await w.send(user_event(T, "/cost"))
     await w.settle(T)
     assert "Today (UTC): $0.1000 by you, $0.1000 by everyone." in w.texts(T)[-1], w.texts(T)
