@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
@@ -136,6 +137,7 @@ class Turn:
         self.guard = guard
         self.consumed = 1
         self.started_ms = int(time.time() * 1000)
+        self.turn_id = secrets.token_hex(8)  # this turn's model calls stay on one provider
         self.user = ""
         self.head: InboundEvent | None = None
         self.iteration = 0
@@ -631,6 +633,8 @@ class Turn:
             tools=tuple(tools),
             model=model,
             session_id=self.session.thread,
+            turn_id=self.turn_id,
+            model_chosen=bool(model and model == self.session.model),  # /model's
         )
         info = self.agent.llm.model_info(model)
         est_in = estimate(messages, self.session.token_ratio)
