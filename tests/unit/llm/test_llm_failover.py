@@ -15,7 +15,13 @@ from agent_core.llm.errors import (
     Timeout,
 )
 from agent_core.llm.failover import Failover
-from tests.fakes.llm_servers import FakeClock, ScriptedProvider
+from tests.fakes.llm_servers import (
+    FakeClock,
+    FakeLLMServer,
+    ScriptedProvider,
+    openai_error,
+    openai_stream,
+)
 
 REQ = CompletionRequest((ChatMessage("user", "hi"),))
 
@@ -194,3 +200,37 @@ def test_model_info_comes_from_the_provider_that_serves_the_model(clock: FakeClo
     assert f.model_info("gpt-4o-2024-08-06").output_cost_per_token == 0.00001
     assert f.model_info("llama3.2").output_cost_per_token == 0.0
     assert f.model_info(None).name == "llama3.2"  # the primary's by default
+
+
+async def test_the_whole_chain_over_the_wire_turns_back_to_the_primary(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """build_provider's chain against a fake OpenAI server: a 503 moves one turn to the
+    fallback model; the next turn asks the primary again with the /model choice; a
+    mistyped /model (404 model_not_found) is raised, not answered by the fallback."""
+    from agent_core.llm.factory import build_provider
+    from tests.unit.llm.conftest import KEY, make_settings
+
+    s = make_settings(
+        llm_backend="openai",
+        openai_api_key=KEY,
+        openai_base_url=server.openai_url,
+        llm_fallback_model="gpt-4o-mini",
+        llm_max_retries=0,
+    )
+    chain = build_provider(s, sleep=clock.sleep, clock=clock)
+    await chain.initialize()
+    msgs = (ChatMessage("user", "implement a parser, please"),)
+    first = CompletionRequest(msgs, model="gpt-4.1", model_chosen=True, session_id="s", turn_id="1")
+    server.push(openai_error(503, "", "overloaded", kind="server_error"), openai_stream(["b"]))
+    assert [i async for i in chain.stream(first)][-1].text == "b"
+    server.push(openai_stream(["a"]))
+    assert [i async for i in chain.stream(replace(first, turn_id="2"))][-1].text == "a"
+    models = [r.body["model"] for r in server.requests if r.path.endswith("/completions")]
+    assert models == ["gpt-4.1", "gpt-4o-mini", "gpt-4.1"]
+    server.push(openai_error(404, "model_not_found", "The model `gpt-4.l` does not exist"))
+    with pytest.raises(ModelNotAvailable):
+        _ = [i async for i in chain.stream(replace(first, model="gpt-4.l", turn_id="3"))]
+    models = [r.body["model"] for r in server.requests if r.path.endswith("/completions")]
+    assert models[3:] == ["gpt-4.l"]  # no fallback call
+    await chain.shutdown()
