@@ -87,7 +87,7 @@ async def call_once(
     self.streamed_chars = 0
     async with self.meter().call(est_usd) as bill:
         try:
-            final = await self.interruptible(stream_reply(self, request))
+            final = await self.interruptible(self._stream(request))  # bench hooks it
         except (Interrupted, asyncio.CancelledError, llm_errors.LLMError) as exc:
             # Cut off (/interrupt, the turn's timeout) or failed after text: the
             # provider had the whole prompt and bills what it streamed.

@@ -606,6 +606,7 @@ class Turn:
         return self.agent.tools.specs(self.offered())
 
     call_llm = llm_call.call_llm
+    _stream = llm_call.stream_reply
 
     def meter(self) -> Meter:
         """This turn's person against the budgets (model calls and summary calls)."""
