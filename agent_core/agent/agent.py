@@ -98,6 +98,13 @@ def friendly_llm_error(exc: Exception) -> str:
         )
     if isinstance(exc, llm_errors.ContextLengthExceeded):
         return "This conversation is too long for the model. Send /new to start a fresh one."
+    if isinstance(exc, llm_errors.BadRequest):
+        # permanent: asking again sends the same request (its history, its tool
+        # rounds) and is refused again; the provider's body stays in the log
+        return (
+            "The AI model's provider refused this request, possibly over something in "
+            "this conversation's history. Send /new to start a fresh conversation."
+        )
     if isinstance(exc, llm_errors.CircuitOpen):
         return (
             "The AI model is failing right now, so I paused calls to it. Please try again shortly."

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from agent_core.llm.base import Completion, ModelInfo, TokenUsage
 from agent_core.metrics import METRICS
 from agent_core.settings import CoreSettings
 from agent_core.store import keys, scripts
@@ -157,11 +159,37 @@ class BudgetGuard:
         return Spend(int(d or 0) / MICRO, int(u or 0) / MICRO)
 
 
+CHARS_PER_TOKEN = 4
+
+
+def estimated_cost(info: ModelInfo, prompt_tokens: int, answer_chars: int) -> float:
+    """A call's cost when the provider did not report it: the prompt, and
+    4 characters a token of the answer."""
+    return (
+        prompt_tokens * info.input_cost_per_token
+        + (answer_chars / CHARS_PER_TOKEN) * info.output_cost_per_token
+    )
+
+
+def unreported(final: Completion) -> bool:
+    """No usage on a completed call (a server that sends none); a response-cache
+    hit reports none because it cost nothing."""
+    return final.usage == TokenUsage() and not final.provider.startswith("cache(")
+
+
+def answer_chars(final: Completion, streamed: int) -> int:
+    """The answer's length for an estimate: its text (or what streamed, if more) and
+    its tool calls' names and arguments."""
+    calls = sum(len(c.name) + len(orjson.dumps(c.arguments)) for c in final.tool_calls)
+    return max(streamed, len(final.text)) + calls
+
+
 @dataclass
 class Bill:
-    """What a metered call really cost: set once the answer is in; for a call cut off
-    by /interrupt or a timeout, an estimate (the prompt, and 4 characters a token of
-    what streamed); 0 if it failed (a refused request is not billed)."""
+    """What a metered call really cost: set once the answer is in.  An estimate
+    (:func:`estimated_cost`) for a call whose provider reported no usage, and for a
+    call cut off (/interrupt, a timeout) or failed after text streamed; 0 if it
+    failed before any text (a refused request is not billed)."""
 
     cost_usd: float = 0.0
 

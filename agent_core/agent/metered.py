@@ -9,7 +9,7 @@ ends, exactly like a turn's calls (:class:`agent_core.agent.budget.Meter`).
 
 from __future__ import annotations
 
-from agent_core.agent.budget import Meter
+from agent_core.agent.budget import Meter, answer_chars, estimated_cost, unreported
 from agent_core.agent.tokens import estimate
 from agent_core.llm.base import Completion, CompletionRequest, LLMProvider
 
@@ -32,5 +32,10 @@ async def complete(
     )
     async with meter.call(est_usd) as bill:
         result = await provider.complete(req)
-        bill.cost_usd = provider.model_info(result.model or None).cost(result.usage)
+        priced = provider.model_info(result.model or None)
+        if unreported(result):  # no usage from the server: the prompt and the answer
+            prompt = estimate(list(req.messages))
+            bill.cost_usd = estimated_cost(priced, prompt, answer_chars(result, 0))
+        else:
+            bill.cost_usd = priced.cost(result.usage)
     return result, bill.cost_usd

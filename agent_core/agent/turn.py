@@ -25,11 +25,13 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from agent_core.agent import approvals as ap
+from agent_core.agent import llm_call
 from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused, Meter
@@ -72,14 +74,10 @@ from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import (
     ChatMessage,
     Completion,
-    CompletionRequest,
     ImagePart,
-    ModelInfo,
-    TextDelta,
     ToolCall,
     ToolSpec,
 )
-from agent_core.llm.prices import DEFAULT_PRICE
 from agent_core.store import keys
 from agent_core.store.delivery import TurnState
 from agent_core.store.scripting import Call
@@ -90,7 +88,6 @@ log = logging.getLogger(__name__)
 TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
 
 T = TypeVar("T")
-OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
 # An album's items come as separate events: the first model call waits until none
 # has arrived for BATCH_QUIET seconds (at most BATCH_MAX after the first item).
 BATCH_QUIET = 0.5
@@ -136,6 +133,7 @@ class Turn:
         self.guard = guard
         self.consumed = 1
         self.started_ms = int(time.time() * 1000)
+        self.turn_id = secrets.token_hex(8)  # this turn's model calls stay on one provider
         self.user = ""
         self.head: InboundEvent | None = None
         self.iteration = 0
@@ -156,6 +154,7 @@ class Turn:
         self._typing: asyncio.Task[None] | None = None
         self._text_room: Room | None = None  # text files' and PDFs' share, this turn
         self._reply: StreamingReply | None = None
+        self.streamed_chars = 0  # text the current model call streamed
         self._profile: Profile | None = None
 
     # -- entry -------------------------------------------------------------
@@ -606,91 +605,12 @@ class Turn:
             pass
         return self.agent.tools.specs(self.offered())
 
-    async def call_llm(self, messages: list[ChatMessage], tools: Sequence[ToolSpec]) -> Completion:
-        try:
-            return await self._call_llm_once(messages, tools)
-        except llm_errors.ContextLengthExceeded:
-            log.info("[%s] context length exceeded; compacting and retrying once", self.thread)
-            history = self.session.history
-            await self.agent.compactor.compact(
-                self.session,
-                history,
-                self.agent.window_for(self.model() or None),
-                force="summarise",
-                meter=self.meter(),
-            )
-            prompt = await self.before_llm_call(history)
-            return await self._call_llm_once(prompt, tools)
-
-    async def _call_llm_once(
-        self, messages: list[ChatMessage], tools: Sequence[ToolSpec]
-    ) -> Completion:
-        model = self.model() or None
-        request = CompletionRequest(
-            messages=tuple(messages),
-            tools=tuple(tools),
-            model=model,
-            session_id=self.session.thread,
-        )
-        info = self.agent.llm.model_info(model)
-        est_in = estimate(messages, self.session.token_ratio)
-        est_usd = (
-            est_in * info.input_cost_per_token
-            + OUTPUT_ALLOWANCE_TOKENS * info.output_cost_per_token
-        )
-        async with self.meter().call(est_usd) as bill:
-            try:
-                final = await self.interruptible(self._stream(request))
-            except (Interrupted, asyncio.CancelledError):
-                # Cut off (/interrupt, the turn's timeout): the provider had the whole
-                # prompt and bills what it streamed, so the budgets count an estimate.
-                streamed = len(self._reply.text) if self._reply is not None else 0
-                bill.cost_usd = (
-                    est_in * info.input_cost_per_token + (streamed / 4) * info.output_cost_per_token
-                )
-                self.session.cost_usd += bill.cost_usd
-                raise
-            bill.cost_usd = cost = self._price(final, info).cost(final.usage)
-        self.session.usage = self.session.usage + final.usage
-        self.session.cost_usd += cost
-        prompt_tokens = final.usage.prompt
-        if prompt_tokens > 0 and est_in > 0:
-            raw = estimate(messages)
-            if raw > 0:
-                self.session.token_ratio = max(0.3, min(3.0, prompt_tokens / raw))
-            self.session.last_prompt_tokens = prompt_tokens
-        return final
-
-    async def _stream(self, request: CompletionRequest) -> Completion:
-        reply = self.writer.stream()
-        self._reply = reply
-        final: Completion | None = None
-        async for item in self.agent.llm.stream(request):
-            if isinstance(item, TextDelta):
-                await reply.feed(item.text)
-            else:
-                final = item
-        if final is None:
-            raise llm_errors.InvalidResponse("stream ended without a final message")
-        if final.tool_calls and reply.ref is not None:
-            await reply.finish()  # keep the streamed preamble as sent
-        return final
+    call_llm = llm_call.call_llm
+    _stream = llm_call.stream_reply
 
     def meter(self) -> Meter:
         """This turn's person against the budgets (model calls and summary calls)."""
         return self.agent.meter(self.user)
-
-    def _price(self, final: Completion, asked: ModelInfo) -> ModelInfo:
-        """Prices of the model that answered (a cheap route, a failover) when known;
-        else those of the model asked for (a server may echo a name of its own)."""
-        if not final.model or final.model == asked.name:
-            return asked
-        info = self.agent.llm.model_info(final.model)
-        unknown = (info.input_cost_per_token, info.output_cost_per_token) == (
-            DEFAULT_PRICE.input_cost_per_token,
-            DEFAULT_PRICE.output_cost_per_token,
-        )
-        return asked if unknown else info
 
     async def handle_text(self, completion: Completion) -> None:
         reply = self._reply

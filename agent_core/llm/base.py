@@ -111,8 +111,13 @@ class CompletionRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     stop: tuple[str, ...] = ()
-    # opaque routing hint: a conversation sticks to one provider while healthy
+    # opaque routing hints for failover: the conversation, and one turn of it (the
+    # calls of a turn's tool loop stay on one provider while it is healthy)
     session_id: str = ""
+    turn_id: str = ""
+    # ``model`` was named by the user (/model): a provider that does not know it is
+    # the request's problem (ModelNotAvailable raised), not a reason to fail over
+    model_chosen: bool = False
 
 
 @dataclass(frozen=True, slots=True)

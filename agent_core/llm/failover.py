@@ -2,15 +2,24 @@
 
 A provider with ``threshold`` consecutive retryable failures is skipped for
 ``cooldown_secs``.  If every provider is cooling down, the one that started
-cooling first is used anyway: failover never blocks entirely.  A conversation
-(``CompletionRequest.session_id``) stays on the provider it started on while that
-provider is healthy.  When a conversation moves to another provider, tool
-results whose call is not in the history are rewritten as plain user text, and
-the request's model override is dropped (each fallback uses its own model).
+cooling first is used anyway: failover never blocks entirely.
+
+Health is this class's cooldown (per provider); the circuit breaker sits above
+failover (factory.CHAIN) and opens only when the chain as a whole keeps failing.
+Every turn (``CompletionRequest.turn_id``) starts with the first healthy provider
+in order, so one transient failure of the primary moves that turn only: the
+conversation's next turn is the primary's again, with the model chosen for it.
+Within a turn (its tool loop) the calls stay on the provider that answered while
+it is healthy: its prompt cache is warm and the turn's tool calls are its own.
+When a conversation (``session_id``) moves to another provider, tool results
+whose call is not in the history are rewritten as plain user text, and a
+fallback gets no model override (each fallback uses its own model).
 
 A permanent error about the request itself (prompt too long, bad request) is
-raised at once; a permanent error about the provider (bad key, unknown model)
-moves on to the next provider without cooling the first one down.
+raised at once, and so is an unknown model the user chose
+(``CompletionRequest.model_chosen``): the user is told, rather than answered by
+another model.  A permanent error about the provider (bad key, the operator's
+model unknown) moves on to the next provider without cooling the first one down.
 """
 
 from __future__ import annotations
@@ -63,7 +72,8 @@ class Failover:
         self.cooldown_secs = cooldown_secs
         self._clock = clock
         self._health = [_Health() for _ in self.providers]
-        self._sessions: OrderedDict[str, int] = OrderedDict()
+        self._sessions: OrderedDict[str, int] = OrderedDict()  # last provider that served
+        self._turns: OrderedDict[str, int] = OrderedDict()  # a turn's provider
 
     @property
     def name(self) -> str:
@@ -97,10 +107,11 @@ class Failover:
     def cooling(self, index: int) -> bool:
         return self._health[index].cooling_until > self._clock()
 
-    def order(self, session_id: str = "") -> list[int]:
-        """Indexes to try, best first."""
+    def order(self, turn_id: str = "") -> list[int]:
+        """Indexes to try, best first: the healthy ones in order, the one this turn
+        already uses (if healthy) first."""
         healthy = [i for i in range(len(self.providers)) if not self.cooling(i)]
-        sticky = self._sessions.get(session_id) if session_id else None
+        sticky = self._turns.get(turn_id) if turn_id else None
         if sticky is not None and sticky in healthy:
             healthy.remove(sticky)
             healthy.insert(0, sticky)
@@ -123,13 +134,14 @@ class Failover:
         return attempt > 0 or (previous is not None and previous != index)
 
     # --- bookkeeping -------------------------------------------------------
-    def _ok(self, index: int, session_id: str) -> None:
+    def _ok(self, index: int, request: CompletionRequest) -> None:
         self._health[index].failures = 0
-        if session_id:
-            self._sessions[session_id] = index
-            self._sessions.move_to_end(session_id)
-            while len(self._sessions) > MAX_SESSIONS:
-                self._sessions.popitem(last=False)
+        for key, table in ((request.session_id, self._sessions), (request.turn_id, self._turns)):
+            if key:
+                table[key] = index
+                table.move_to_end(key)
+                while len(table) > MAX_SESSIONS:
+                    table.popitem(last=False)
 
     def _failed(self, index: int, exc: BaseException) -> None:
         if not is_retryable(exc):
@@ -148,12 +160,14 @@ class Failover:
                 self.cooldown_secs,
             )
 
-    def _can_move_on(self, exc: BaseException) -> bool:
+    def _can_move_on(self, exc: BaseException, sent: CompletionRequest) -> bool:
+        if isinstance(exc, ModelNotAvailable) and sent.model_chosen and sent.model:
+            return False  # the user's choice, not the provider's fault: they are told
         return is_retryable(exc) or isinstance(exc, _PROVIDER_PROBLEMS)
 
     # --- calls -------------------------------------------------------------
     async def complete(self, request: CompletionRequest) -> Completion:
-        order = self.order(request.session_id)
+        order = self.order(request.turn_id)
         last: BaseException | None = None
         for attempt, index in enumerate(order):
             sub = self._request_for(index, request, self._moved(index, request.session_id, attempt))
@@ -161,19 +175,19 @@ class Failover:
                 result = await self.providers[index].complete(sub)
             except Exception as exc:
                 self._failed(index, exc)
-                if not self._can_move_on(exc):
+                if not self._can_move_on(exc, sub):
                     raise
                 last = exc
                 if attempt + 1 < len(order):
                     log.warning("%s; trying the next provider", exc)
                 continue
-            self._ok(index, request.session_id)
+            self._ok(index, request)
             return result
         assert last is not None
         raise last
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
-        order = self.order(request.session_id)
+        order = self.order(request.turn_id)
         for attempt, index in enumerate(order):
             sub = self._request_for(index, request, self._moved(index, request.session_id, attempt))
             shown = False
@@ -183,12 +197,12 @@ class Failover:
                     if isinstance(item, TextDelta) and item.text:
                         shown = True
                     if isinstance(item, Completion):
-                        self._ok(index, request.session_id)
+                        self._ok(index, request)
                     yield item
                 return
             except Exception as exc:
                 self._failed(index, exc)
-                if shown or not self._can_move_on(exc) or attempt + 1 == len(order):
+                if shown or not self._can_move_on(exc, sub) or attempt + 1 == len(order):
                     raise
                 log.warning("%s; trying the next provider", exc)
             finally:

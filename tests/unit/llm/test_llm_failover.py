@@ -1,13 +1,27 @@
-"""Failover: order, cooldown, never blocking, sticky conversations, tool-message repair."""
+"""Failover: order, cooldown, never blocking, sticky turns, tool-message repair."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, TextDelta, ToolCall
-from agent_core.llm.errors import AuthFailed, ContextLengthExceeded, RequestFailed, Timeout
+from agent_core.llm.errors import (
+    AuthFailed,
+    ContextLengthExceeded,
+    ModelNotAvailable,
+    RequestFailed,
+    Timeout,
+)
 from agent_core.llm.failover import Failover
-from tests.fakes.llm_servers import FakeClock, ScriptedProvider
+from tests.fakes.llm_servers import (
+    FakeClock,
+    FakeLLMServer,
+    ScriptedProvider,
+    openai_error,
+    openai_stream,
+)
 
 REQ = CompletionRequest((ChatMessage("user", "hi"),))
 
@@ -88,15 +102,60 @@ async def test_fallbacks_use_their_own_model(clock: FakeClock) -> None:
     assert b.calls[0].model is None
 
 
-async def test_conversation_sticks_to_its_provider_while_healthy(clock: FakeClock) -> None:
+async def test_a_turn_sticks_to_its_provider_the_next_turn_tries_the_primary(
+    clock: FakeClock,
+) -> None:
+    """One 503 moves a turn's calls to the fallback (its tool loop stays there, for the
+    fallback's prompt cache); the conversation's next turn is the primary's again, with
+    the model chosen for it."""
     f, a, _b, _ = three(clock)
-    a.outcomes.append(RequestFailed("500"))
-    req = CompletionRequest(REQ.messages, session_id="s1")
-    assert (await f.complete(req)).text == "b"
-    # a is healthy again for new conversations, but s1 stays on b
-    assert (await f.complete(CompletionRequest(REQ.messages, session_id="s2"))).text == "a"
-    assert (await f.complete(req)).text == "b"
-    assert (await f.complete(req)).text == "b"
+    a.outcomes.append(RequestFailed("503"))
+    t1 = CompletionRequest(REQ.messages, model="chosen", session_id="s1", turn_id="t1")
+    assert (await f.complete(t1)).text == "b"
+    assert (await f.complete(t1)).text == "b"  # the same turn: stays on b
+    assert len(a.calls) == 1
+    t2 = replace(t1, turn_id="t2")
+    assert (await f.complete(t2)).text == "a"
+    assert a.calls[-1].model == "chosen"
+    # a conversation with no turn id is never pinned either
+    a.outcomes.append(RequestFailed("503"))
+    plain = CompletionRequest(REQ.messages, model="chosen", session_id="s3")
+    assert (await f.complete(plain)).text == "b"
+    assert (await f.complete(plain)).text == "a"
+    assert a.calls[-1].model == "chosen"
+
+
+async def test_a_cooling_primary_is_skipped_by_the_next_turn(clock: FakeClock) -> None:
+    f, a, _b, _ = three(clock)
+    a.outcomes.extend([RequestFailed("503")] * 3)
+    for i in range(3):
+        req = CompletionRequest(REQ.messages, session_id="s1", turn_id=f"t{i}")
+        assert (await f.complete(req)).text == "b"
+    calls = len(a.calls)
+    assert (await f.complete(CompletionRequest(REQ.messages, session_id="s1"))).text == "b"
+    assert len(a.calls) == calls
+    clock.advance(301)
+    assert (await f.complete(CompletionRequest(REQ.messages, session_id="s1"))).text == "a"
+
+
+async def test_an_unknown_model_the_user_chose_is_not_failed_over(clock: FakeClock) -> None:
+    """A mistyped /model is the request's problem: raised, not hidden behind a fallback
+    and not pinning the conversation there."""
+    f, a, b, _ = three(clock)
+    a.outcomes.append(ModelNotAvailable("The model `gpt-4o-mnii` does not exist"))
+    typo = CompletionRequest(
+        REQ.messages, model="gpt-4o-mnii", model_chosen=True, session_id="s1", turn_id="t1"
+    )
+    with pytest.raises(ModelNotAvailable):
+        await f.complete(typo)
+    a.outcomes.append([ModelNotAvailable("no such model")])
+    with pytest.raises(ModelNotAvailable):
+        _ = [i async for i in f.stream(replace(typo, turn_id="t2"))]
+    assert b.calls == []
+    assert (await f.complete(CompletionRequest(REQ.messages, session_id="s1"))).text == "a"
+    # the operator's own model that a provider does not know is still failed over
+    a.outcomes.append(ModelNotAvailable("404"))
+    assert (await f.complete(CompletionRequest(REQ.messages, model="cfg"))).text == "b"
 
 
 async def test_switching_mid_conversation_rewrites_orphaned_tool_results(clock: FakeClock) -> None:
@@ -141,3 +200,37 @@ def test_model_info_comes_from_the_provider_that_serves_the_model(clock: FakeClo
     assert f.model_info("gpt-4o-2024-08-06").output_cost_per_token == 0.00001
     assert f.model_info("llama3.2").output_cost_per_token == 0.0
     assert f.model_info(None).name == "llama3.2"  # the primary's by default
+
+
+async def test_the_whole_chain_over_the_wire_turns_back_to_the_primary(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """build_provider's chain against a fake OpenAI server: a 503 moves one turn to the
+    fallback model; the next turn asks the primary again with the /model choice; a
+    mistyped /model (404 model_not_found) is raised, not answered by the fallback."""
+    from agent_core.llm.factory import build_provider
+    from tests.unit.llm.conftest import KEY, make_settings
+
+    s = make_settings(
+        llm_backend="openai",
+        openai_api_key=KEY,
+        openai_base_url=server.openai_url,
+        llm_fallback_model="gpt-4o-mini",
+        llm_max_retries=0,
+    )
+    chain = build_provider(s, sleep=clock.sleep, clock=clock)
+    await chain.initialize()
+    msgs = (ChatMessage("user", "implement a parser, please"),)
+    first = CompletionRequest(msgs, model="gpt-4.1", model_chosen=True, session_id="s", turn_id="1")
+    server.push(openai_error(503, "", "overloaded", kind="server_error"), openai_stream(["b"]))
+    assert [i async for i in chain.stream(first)][-1].text == "b"
+    server.push(openai_stream(["a"]))
+    assert [i async for i in chain.stream(replace(first, turn_id="2"))][-1].text == "a"
+    models = [r.body["model"] for r in server.requests if r.path.endswith("/completions")]
+    assert models == ["gpt-4.1", "gpt-4o-mini", "gpt-4.1"]
+    server.push(openai_error(404, "model_not_found", "The model `gpt-4.l` does not exist"))
+    with pytest.raises(ModelNotAvailable):
+        _ = [i async for i in chain.stream(replace(first, model="gpt-4.l", turn_id="3"))]
+    models = [r.body["model"] for r in server.requests if r.path.endswith("/completions")]
+    assert models[3:] == ["gpt-4.l"]  # no fallback call
+    await chain.shutdown()

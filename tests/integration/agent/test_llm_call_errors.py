@@ -1,0 +1,128 @@
+"""A model call that ends badly: what the user sees and what the budgets count.
+
+A context-length error after text streamed is a cut-off, not a second answer; a call
+whose provider reported no usage, or that failed after streaming, is billed an
+estimate (the prompt, and 4 characters a token of the answer); a refused request
+(400) says so and suggests /new."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+
+from agent_core.agent.budget import BudgetGuard
+from agent_core.agent.fences import with_marker
+from agent_core.events import ThreadKey
+from agent_core.llm import errors as llm_errors
+from agent_core.llm.base import Completion, CompletionRequest, ModelInfo, TextDelta, TokenUsage
+from tests.integration.agent.conftest import FnModel, user_event
+
+PRICED = ModelInfo("p", input_cost_per_token=0.001, output_cost_per_token=0.001)
+
+
+class Streams(FnModel):
+    """Each stream call plays the next script (TextDelta / Completion / exception);
+    ``complete`` (summaries) answers 'summary'."""
+
+    def __init__(self, *scripts: list[Any], info: ModelInfo = PRICED) -> None:
+        super().__init__(lambda req: Completion("summary"), info)
+        self.scripts: deque[list[Any]] = deque(scripts)
+        self.streams: list[CompletionRequest] = []
+
+    async def stream(self, request: CompletionRequest) -> Any:
+        self.streams.append(request)
+        for item in self.scripts.popleft():
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+async def _turn(model: Any, world: Any, name: str, **settings: Any) -> tuple[Any, ThreadKey]:
+    t = ThreadKey("telegram", "bot", name)
+    w = world(model, **settings)
+    w.outbox.stream_interval = 0.0  # a channel that shows the answer as it streams
+    await w.start()
+    await w.send(user_event(t, "tell me about the sea " + "please " * 20))
+    await w.settle(t)
+    return w, t
+
+
+async def test_context_length_after_text_is_a_cut_off_not_a_second_answer(world: Any) -> None:
+    partial = "The sea covers most of the planet, and "
+    model = Streams(
+        [TextDelta(partial), llm_errors.ContextLengthExceeded("prompt is too long")],
+        [TextDelta("A whole new answer."), Completion("A whole new answer.")],
+    )
+    w, t = await _turn(model, world, "dm-ctx-cut")
+    texts = w.texts(t)
+    assert len(model.streams) == 1, texts  # not asked again
+    assert not any("A whole new answer" in x for x in texts), texts
+    assert texts[0] == with_marker(partial, "_(cut off)_"), texts
+    assert "too long for the model" in texts[-1]
+
+
+async def test_a_completed_call_without_usage_is_billed_an_estimate(world: Any) -> None:
+    answer = "The sea is large. " * 20
+    model = Streams([TextDelta(answer), Completion(answer)])  # no usage reported
+    w, t = await _turn(model, world, "dm-no-usage", user_daily_budget_usd=5.0)
+    assert w.texts(t)[-1] == answer.strip()
+    spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
+    # a prompt of some tens of tokens and ~90 answer tokens, at $0.001 a token
+    assert 0.1 < spend.user_usd < 1.0, spend
+    assert (await w.session(t)).cost_usd == pytest.approx(spend.user_usd)
+
+
+async def test_real_usage_and_cache_hits_are_billed_as_reported(world: Any) -> None:
+    model = Streams(
+        [TextDelta("a"), Completion("a", usage=TokenUsage(100, 10))],
+        [TextDelta("b"), Completion("b", provider="cache(fn:model)")],  # a hit costs 0
+    )
+    w, t = await _turn(model, world, "dm-usage", user_daily_budget_usd=5.0)
+    await w.send(user_event(t, "again"))
+    await w.settle(t)
+    spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
+    assert abs(spend.user_usd - 0.11) < 1e-6, spend
+
+
+async def test_a_call_that_fails_after_text_is_billed_an_estimate(world: Any) -> None:
+    partial = "The sea covers most of the planet. " * 10
+    model = Streams([TextDelta(partial), llm_errors.RequestFailed("connection reset")])
+    w, t = await _turn(model, world, "dm-cut-billed", user_daily_budget_usd=5.0)
+    assert w.texts(t)[0].endswith("_(cut off)_")
+    spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
+    assert 0.1 < spend.user_usd < 1.0, spend
+    assert (await w.session(t)).cost_usd == pytest.approx(spend.user_usd)
+
+
+async def test_a_call_refused_before_any_text_is_not_billed(world: Any) -> None:
+    model = Streams([llm_errors.RequestFailed("503")])
+    w, _t = await _turn(model, world, "dm-refused-free", user_daily_budget_usd=5.0)
+    spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
+    assert spend.user_usd == 0
+
+
+async def test_a_refused_request_suggests_new_and_shows_no_provider_body(world: Any) -> None:
+    body = "invalid_request_error: messages.3: tool_use ids were found ... key sk-abcdefgh12345678"
+    model = Streams([llm_errors.BadRequest(body)])
+    w, t = await _turn(model, world, "dm-bad-request")
+    said = w.texts(t)[-1]
+    assert "/new" in said, said
+    assert "try again in a moment" not in said
+    assert "sk-" not in said and "tool_use" not in said
+
+
+async def test_a_summary_call_without_usage_is_billed_an_estimate(redis: Any) -> None:
+    from agent_core.agent import metered
+    from agent_core.agent.budget import Meter
+    from agent_core.llm.base import ChatMessage
+    from agent_core.settings import CoreSettings
+
+    settings = CoreSettings(user_daily_budget_usd=5.0)
+    guard = BudgetGuard(redis, settings)
+    model = FnModel(lambda req: Completion("a summary " * 40), PRICED)
+    req = CompletionRequest((ChatMessage("user", "summarise " * 100),))
+    _result, cost = await metered.complete(model, req, Meter(guard, "web:summary-user"))
+    assert 0.1 < cost < 1.0
+    assert (await guard.spend("web:summary-user")).user_usd == pytest.approx(cost)
