@@ -53,8 +53,6 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[str, float] = defaultdict(float)
-        # key -> (amount, ttl): INCRBY / EXPIRE in the next flush (see add_to)
-        self._counters: dict[str, tuple[int, int]] = {}
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         with self._lock:
@@ -69,41 +67,25 @@ class Metrics:
             self._pending[_field(name + "_sum", labels)] += seconds
             self._pending[_field(name + "_count", labels)] += 1
 
-    def add_to(self, key: str, amount: int, ttl_s: int) -> None:
-        """Add ``amount`` to the integer at ``key`` (and give it ``ttl_s``) with the
-        next flush: a count nobody needs the answer of now costs no round trip of
-        its own (the daily spend when no budget limit is set)."""
-        with self._lock:
-            old = self._counters.get(key, (0, 0))[0]
-            self._counters[key] = (old + amount, ttl_s)
-
     def take(self) -> dict[str, float]:
         with self._lock:
             out, self._pending = dict(self._pending), defaultdict(float)
         return out
 
     async def flush(self, redis: Redis) -> None:
-        """Add this process's deltas to the shared hash and its counters to their
-        keys, in one pipeline (put them back on failure)."""
+        """Add this process's deltas to the shared hash (put them back on failure)."""
         deltas = self.take()
-        with self._lock:
-            counters, self._counters = self._counters, {}
-        if not deltas and not counters:
+        if not deltas:
             return
         try:
             async with redis.pipeline(transaction=False) as pipe:
                 for field, v in deltas.items():
                     pipe.hincrbyfloat(keys.METRICS, field, v)
-                for key, (amount, ttl) in counters.items():
-                    pipe.incrby(key, amount)
-                    pipe.expire(key, ttl)
                 await pipe.execute()
         except Exception:
             with self._lock:
                 for field, v in deltas.items():
                     self._pending[field] += v
-                for key, (amount, ttl) in counters.items():
-                    self._counters[key] = (self._counters.get(key, (0, 0))[0] + amount, ttl)
             raise
 
 

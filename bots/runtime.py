@@ -285,10 +285,13 @@ class Runtime:
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _flush_metrics(self) -> None:
+        """The metrics, and the spend counted with no budget limit set."""
         if self.clients is None:
             return
         try:
             await METRICS.flush(self.clients.redis)
+            if self.agent is not None:
+                await self.agent.budget.flush()
         except (RedisError, OSError) as exc:
             log.debug("metrics flush failed: %s", type(exc).__name__)
 

@@ -27,7 +27,6 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agent_core.llm.base import Completion, ModelInfo, TokenUsage
-from agent_core.metrics import METRICS
 from agent_core.settings import CoreSettings
 from agent_core.store import keys, scripts
 
@@ -59,6 +58,7 @@ class BudgetGuard:
         self.redis = redis
         self.s = settings
         self.clock = clock
+        self._unbooked: dict[str, int] = {}  # key -> micro-dollars (book_later)
         self._reserve = redis.register_script(scripts.BUDGET_RESERVE)
         self._record = redis.register_script(scripts.BUDGET_RECORD)
 
@@ -145,15 +145,32 @@ class BudgetGuard:
     def book_later(self, user: str, cost_usd: float) -> None:
         """With no limit set, a call's cost is still counted (/cost shows it, and a
         budget set mid-day counts what was spent that day), but with this process's
-        next metrics flush (every 5 s, and before :meth:`spend` reads), not in a
-        round trip of its own on every turn."""
+        next :meth:`flush` (the runtime's metrics flush, every 5 s and at shutdown,
+        and before :meth:`spend` reads), not in a round trip of its own on every turn."""
         day, cost = self.day(), micro(cost_usd)
-        METRICS.add_to(keys.budget_day(day), cost, DAY_TTL)
-        METRICS.add_to(keys.budget_user(day, user), cost, DAY_TTL)
+        for key in (keys.budget_day(day), keys.budget_user(day, user)):
+            self._unbooked[key] = self._unbooked.get(key, 0) + cost
+
+    async def flush(self) -> None:
+        """Add what :meth:`book_later` counted to the day's counters (one pipeline;
+        kept for the next flush if Redis fails)."""
+        pending, self._unbooked = self._unbooked, {}
+        if not pending:
+            return
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key, amount in pending.items():
+                    pipe.incrby(key, amount)
+                    pipe.expire(key, DAY_TTL)
+                await pipe.execute()
+        except BaseException:
+            for key, amount in pending.items():
+                self._unbooked[key] = self._unbooked.get(key, 0) + amount
+            raise
 
     async def spend(self, user: str) -> Spend:
         with contextlib.suppress(RedisError, OSError):  # what this process booked later
-            await METRICS.flush(self.redis)
+            await self.flush()
         day = self.day()
         d, u = await self.redis.mget(keys.budget_day(day), keys.budget_user(day, user))
         return Spend(int(d or 0) / MICRO, int(u or 0) / MICRO)
