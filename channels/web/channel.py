@@ -47,7 +47,7 @@ from pydantic import SecretStr
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
@@ -81,6 +81,22 @@ from channels.web.session import (
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
+
+
+def _page() -> bytes:
+    """index.html with each ``/static/<file>?v=…`` link versioned by that file's
+    content: a browser that cached an older script or stylesheet fetches the new
+    one (no version number to remember to bump)."""
+
+    def versioned(m: re.Match[str]) -> str:
+        digest = hashlib.sha256((STATIC / m.group(1)).read_bytes()).hexdigest()[:12]
+        return f"/static/{m.group(1)}?v={digest}"
+
+    html = (STATIC / "index.html").read_text(encoding="utf-8")
+    return re.sub(r"/static/([\w.-]+)\?v=[\w]*", versioned, html).encode()
+
+
+PAGE = _page()
 MAX_TEXT = 16_000
 SECRET_KEY = keys.PREFIX + "web:cookie-secret"
 SSE_BLOCK_MS = 1_000
@@ -252,7 +268,7 @@ class WebChannel(Channel):
     def routes(self, ingest: Ingest) -> list[BaseRoute]:
         async def page(request: Request) -> Response:
             data, dirty = self._session(request)
-            resp = FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+            resp = Response(PAGE, media_type="text/html", headers={"Cache-Control": "no-store"})
             if dirty:
                 self.sessions.write(request, resp, data)
             return resp

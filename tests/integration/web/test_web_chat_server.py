@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -48,6 +49,17 @@ async def test_every_response_carries_the_security_headers(runtime: Any) -> None
         assert "<script>" not in page and " on" + "click=" not in page  # no inline script
         r = await client.post("/api/messages", json={"text": "x"})  # errors too
         assert r.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_the_page_links_its_script_and_stylesheet_by_their_content(runtime: Any) -> None:
+    """A browser that cached an older app.js must fetch the new one: the page (never
+    cached) links each file with a version taken from its content."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        page = (await client.get("/")).text
+        for name in ("app.js", "style.css"):
+            body = (await client.get(f"/static/{name}")).content
+            digest = hashlib.sha256(body).hexdigest()[:12]
+            assert f'"/static/{name}?v={digest}"' in page, (name, page)
 
 
 async def test_new_gives_the_browser_a_fresh_thread_and_leaves_the_old_one(
