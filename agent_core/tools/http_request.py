@@ -50,12 +50,13 @@ def _credential(header: str) -> bool:
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
-    u = urlsplit(url)
+    """(scheme, host, port); a URL that does not parse is an origin of its own
+    (counted as another host; :func:`check_url` refuses it before any request)."""
     try:
-        port = u.port
+        u = urlsplit(url)
+        return (u.scheme.lower(), (u.hostname or "").lower(), u.port)
     except ValueError:
-        port = None
-    return (u.scheme.lower(), (u.hostname or "").lower(), port)
+        return ("", url, None)
 
 
 async def _read_body(resp: httpx.Response) -> bytearray:
@@ -169,6 +170,13 @@ class HttpRequest(Tool[HttpArgs]):
                 # No keep-alive: pooled connections are keyed by address, and one
                 # whose TLS was verified for one name must not carry another's request.
                 limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
+                # Never through HTTP(S)_PROXY / ALL_PROXY (nor .netrc): the SSRF check
+                # pins the connection to the address it approved, and a proxy would
+                # both reach what it likes and see the pinned IP as the TLS host name
+                # (every https site then fails certificate verification).
+                trust_env=False,
+                # ...but SSL_CERT_FILE / SSL_CERT_DIR (a private CA bundle) still count
+                verify=httpx.create_ssl_context(trust_env=True),
             )
         return self._client
 
