@@ -21,7 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.ssrf import Refused, check_url
@@ -34,6 +34,8 @@ Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 class HttpArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     method: Method = Field(default="GET", description="HTTP method")
     url: str = Field(description="absolute http(s) URL", max_length=4000)
     headers: dict[str, str] = Field(default_factory=dict, description="request headers")

@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
 
@@ -85,6 +85,8 @@ def _descendants(root: int) -> list[int]:
 
 
 class ShellArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     command: str = Field(description="a shell command line", min_length=1, max_length=4000)
 
 
