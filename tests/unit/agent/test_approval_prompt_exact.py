@@ -133,3 +133,22 @@ def test_discord_shows_the_command(command: str) -> None:
     payloads = discord_render(OutboundMessage(_prompt(command)))
     text = "".join(p["content"] for p in payloads).replace("\u200b", "")
     assert f"```\n{command}\n```" in text, text
+
+
+def _blocks(text: str) -> list[str]:
+    return re.findall(r"^```\n(.*?)\n```$", text, re.DOTALL | re.MULTILINE)
+
+
+@pytest.mark.parametrize("command", [MAX_LEN, "echo a; " * 499 + "id"])
+def test_slack_splits_a_command_longer_than_a_message_losing_nothing(command: str) -> None:
+    posts = slack_render(
+        OutboundMessage(_prompt(command), buttons=ap.buttons("AAAAAAAAAAAA", always=False))
+    )
+    assert len(posts) >= 2
+    pieces = []
+    for p in posts:
+        text = p.text.replace("\u200b", "")
+        text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        pieces += _blocks(text)
+    assert "".join(pieces) == command
+    assert posts[-1].blocks[-1]["type"] == "actions"  # the buttons on the last one
