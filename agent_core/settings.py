@@ -368,7 +368,7 @@ class CoreSettings(ParleySettings):
     http_tool_allowed_hosts: str = ""  # hosts exempt from the private-address refusal
     http_tool_timeout_secs: float = Field(default=20.0, gt=0)
     enable_shell_tool: bool = False
-    shell_tool_workdir: str = ""  # '' = the process's working directory
+    shell_tool_workdir: str = ""  # '' = PARLEY_DATA_DIR/shell (made empty, mode 0700)
     shell_tool_timeout_secs: float = Field(default=30.0, gt=0)
     shell_tool_env: str = ""  # extra environment variable names the shell may see
     max_undo_checkpoints: int = Field(default=20, ge=1, le=500)

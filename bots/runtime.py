@@ -19,6 +19,7 @@ import contextlib
 import errno
 import gc
 import logging
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from agent_core.store.delivery import Delivery
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.lease import Lease, run_under_lease
 from agent_core.store.pacing import Pacer
+from agent_core.tools.shell import make_undumpable
 from agent_core.worker import Worker, worker_name
 from bots.settings import Settings
 from channels.base import Channel, ChannelDeps
@@ -64,6 +66,24 @@ class Summary:
     channels: list[tuple[str, bool, str]] = field(default_factory=list)
     role: str = ""
     url: str = ""
+
+
+def protect_secrets(shell_enabled: bool) -> None:
+    """Before any tool can run: this process's /proc files (its environment, with
+    every token and key) become readable by root only, not by a shell command
+    running as the same user (:func:`make_undumpable`)."""
+    undumpable = make_undumpable()
+    if shell_enabled and hasattr(os, "geteuid") and os.geteuid() == 0:
+        log.warning(
+            "ENABLE_SHELL_TOOL=true while Parley runs as root: a command can read Parley's "
+            "tokens and keys (/proc/<pid>/environ, its files). Run Parley as a non-root "
+            "user, or in a container or sandbox of its own"
+        )
+    elif shell_enabled and not undumpable:
+        log.warning(
+            "ENABLE_SHELL_TOOL=true: could not make this process non-dumpable (not Linux?); "
+            "a command may be able to read Parley's environment"
+        )
 
 
 def build_llm(settings: Settings, clients: RedisClients | None) -> LLMProvider:
@@ -132,6 +152,7 @@ class Runtime:
 
     async def _start(self) -> None:
         core = self.settings.core
+        protect_secrets(core.enable_shell_tool)
         if core.redis_url is not None:
             url = core.redis_url.get_secret_value()
             self.clients = make_clients(

@@ -138,6 +138,52 @@ def buttons(approval_id: str, *, always: bool = True) -> tuple[Button, ...]:
 
 
 # --- readable summaries -----------------------------------------------------
+# Arguments shown in a code block of their own, with their length, rather than cut
+# to MAX_VALUE_CHARS on one line: (limit, redacted).  run_shell's command is code
+# that runs as given: shown whole and exactly (limit None, never redacted: a hidden
+# run of text could hide a quote), at most 4,000 characters (ShellArgs).  A prompt
+# longer than a platform's message is split into several messages by the channel,
+# a code block kept whole where it fits in one.
+OWN_BLOCK: dict[str, dict[str, tuple[int | None, bool]]] = {
+    "run_shell": {"command": (None, False)},
+    "http_request": {"url": (None, True), "body": (3000, True)},
+}
+_BACKTICKS = re.compile(r"`+")
+# Characters that would make the shown text differ from what runs: control
+# characters (a carriage return reads as a new line) and the Unicode marks that
+# reorder or hide text ("Trojan Source" bidi overrides, zero-width characters).
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+def _visible(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␀ … ␟ (the Unicode control pictures)
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return f"⟨U+{code:04X}⟩"
+
+
+def code_block(text: str) -> str:
+    """``text`` as a fenced code block every renderer shows verbatim: the fence is a
+    longer run of backticks than any inside it (so no line of it can close the block),
+    and characters that would display as something else are shown by name."""
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{_INVISIBLE.sub(lambda m: _visible(m.group()), text)}\n{fence}"
+
+
+def _one_line(text: str) -> str:
+    """A value shown on one line: a string with line breaks (or other control or
+    invisible characters) is shown JSON-quoted, so it cannot start lines of its own."""
+    if _INVISIBLE.search(text) or "\n" in text or "\t" in text:
+        text = orjson.dumps(text).decode()
+        return _INVISIBLE.sub(lambda m: _visible(m.group()), text)
+    return text
+
+
 def _show(value: Any, key: str = "") -> str:
     if key and _SECRET_KEY.search(key):
         return "•••"
@@ -146,23 +192,58 @@ def _show(value: Any, key: str = "") -> str:
         with contextlib.suppress(orjson.JSONDecodeError):
             value = orjson.loads(value)
     if isinstance(value, dict):
-        inner = ", ".join(f"{k}: {_show(v, str(k))}" for k, v in value.items())
-        text = "{" + inner + "}"
-    elif isinstance(value, list):
-        text = "[" + ", ".join(_show(v) for v in value) + "]"
-    elif isinstance(value, str):
-        text = redact(value)
-    else:
-        text = redact(orjson.dumps(value).decode())
-    if len(text) > MAX_VALUE_CHARS:
-        text = text[:MAX_VALUE_CHARS] + f"… ({len(text)} chars)"
-    return text.replace("`", "'")
+        inner = ", ".join(f"{_one_line(str(k))}: {_show(v, str(k))}" for k, v in value.items())
+        return "{" + inner + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, str):
+        return _one_line(redact(value))
+    return redact(orjson.dumps(value).decode())
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_VALUE_CHARS:
+        return text
+    return (
+        text[:MAX_VALUE_CHARS]
+        + f" … [cut: {len(text) - MAX_VALUE_CHARS} more characters not shown]"
+    )
+
+
+def _block_text(value: Any, key: str, redacted: bool) -> str:
+    if not redacted:
+        return value if isinstance(value, str) else orjson.dumps(value).decode()
+    if isinstance(value, str) and value.lstrip()[:1] not in ("{", "["):
+        return redact(value)  # line breaks kept: the block shows them as they are
+    return _show(value, key)
 
 
 def describe_call(tool: str, arguments: dict[str, Any]) -> str:
+    """The call as a person approves it.  Every value sits in a fenced code block
+    (nothing in it can format the prompt or forge lines of it).  The arguments of
+    :data:`OWN_BLOCK` each get a block of their own with their length (run_shell's
+    command whole and exactly); the others one line each, secrets redacted, cut past
+    MAX_VALUE_CHARS with a visible note of how much was not shown."""
     lines = [f"**{tool}**"]
+    own = OWN_BLOCK.get(tool, {})
+    rest = [(k, v) for k, v in arguments.items() if str(k) not in own]
+    if rest:
+        shown = "\n".join(f"{_one_line(str(k))}: {_cut(_show(v, str(k)))}" for k, v in rest)
+        lines.append(code_block(shown))
     for k, v in arguments.items():
-        lines.append(f"- {k}: `{_show(v, str(k))}`")
+        if str(k) not in own:
+            continue
+        limit, redacted = own[str(k)]
+        text = _block_text(v, str(k), redacted)
+        if limit is not None and len(text) > limit:
+            what = f"only the first {limit:,} of {len(text):,} characters shown"
+            text = text[:limit]
+        else:
+            n = text.count("\n") + 1
+            exactly = "" if redacted else "exactly as it will run, "
+            what = f"{exactly}{len(text):,} characters, {n} line{'s' if n != 1 else ''}"
+        lines.append(f"{k} ({what}):")
+        lines.append(code_block(text))
     return "\n".join(lines)
 
 

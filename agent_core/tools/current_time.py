@@ -6,12 +6,14 @@ import asyncio
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
 
 
 class TimeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     timezone: str = Field(default="UTC", description="IANA timezone, e.g. Europe/Berlin")
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.store import keys
 from agent_core.tools.base import Approval, Tool, ToolContext
 
 
 class DemoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     action: str = Field(default="write a harmless note", description="what the demo does")
     note: str = Field(default="", description="the note to write", max_length=500)
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.ssrf import Refused, check_url
@@ -34,6 +34,8 @@ Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 class HttpArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     method: Method = Field(default="GET", description="HTTP method")
     url: str = Field(description="absolute http(s) URL", max_length=4000)
     headers: dict[str, str] = Field(default_factory=dict, description="request headers")
@@ -50,12 +52,13 @@ def _credential(header: str) -> bool:
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
-    u = urlsplit(url)
+    """(scheme, host, port); a URL that does not parse is an origin of its own
+    (counted as another host; :func:`check_url` refuses it before any request)."""
     try:
-        port = u.port
+        u = urlsplit(url)
+        return (u.scheme.lower(), (u.hostname or "").lower(), u.port)
     except ValueError:
-        port = None
-    return (u.scheme.lower(), (u.hostname or "").lower(), port)
+        return ("", url, None)
 
 
 async def _read_body(resp: httpx.Response) -> bytearray:
@@ -169,6 +172,13 @@ class HttpRequest(Tool[HttpArgs]):
                 # No keep-alive: pooled connections are keyed by address, and one
                 # whose TLS was verified for one name must not carry another's request.
                 limits=httpx.Limits(max_connections=50, max_keepalive_connections=0),
+                # Never through HTTP(S)_PROXY / ALL_PROXY (nor .netrc): the SSRF check
+                # pins the connection to the address it approved, and a proxy would
+                # both reach what it likes and see the pinned IP as the TLS host name
+                # (every https site then fails certificate verification).
+                trust_env=False,
+                # ...but SSL_CERT_FILE / SSL_CERT_DIR (a private CA bundle) still count
+                verify=httpx.create_ssl_context(trust_env=True),
             )
         return self._client
 

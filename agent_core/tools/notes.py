@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.store import keys
 from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
@@ -22,14 +22,20 @@ def _s(v: bytes | str) -> str:
 
 
 class RememberArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     note: str = Field(description="what to remember", min_length=1, max_length=1000)
 
 
 class RecallArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     query: str = Field(default="", description="only notes containing this text ('' = all)")
 
 
 class ForgetArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     note_id: str = Field(description="the id of the note to forget, or 'all'")
 
 

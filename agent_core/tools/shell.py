@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
+import sys
+from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
 
@@ -61,6 +64,37 @@ def shell_env(extra: str = "") -> dict[str, str]:
     return {n: os.environ[n] for n in names if n in os.environ}
 
 
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+WORKDIR_NAME = "shell"  # SHELL_TOOL_WORKDIR's default: PARLEY_DATA_DIR/shell
+
+
+def make_undumpable() -> bool:
+    """Make this process non-dumpable (Linux ``prctl(PR_SET_DUMPABLE, 0)``): its
+    ``/proc/<pid>/environ``, ``mem``, ``fd`` … then belong to root, so a command run
+    by ``run_shell`` (same user, a child of this process) cannot read Parley's
+    tokens and keys there, and cannot attach a debugger to it.  No help when Parley
+    runs as root (root reads them anyway): run it as another user or in a container.
+    Called once at start, before any tool can run; True if it took effect.  A no-op
+    (False) off Linux or if the call fails.  Commands are unaffected (an ``exec``
+    makes a process dumpable again)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def default_workdir(data_dir: Path) -> Path:
+    """SHELL_TOOL_WORKDIR when unset: an empty directory of its own under the data
+    dir (not Parley's working directory, where its ``.env`` may sit), private to
+    Parley's user (0700), made on first use."""
+    path = data_dir.expanduser().resolve() / WORKDIR_NAME
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def _descendants(root: int) -> list[int]:
     """Every process below ``root`` (Linux /proc; empty elsewhere)."""
     children: dict[int, list[int]] = {}
@@ -85,6 +119,8 @@ def _descendants(root: int) -> list[int]:
 
 
 class ShellArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown key is refused, not ignored
+
     command: str = Field(description="a shell command line", min_length=1, max_length=4000)
 
 
@@ -101,7 +137,10 @@ class RunShell(Tool[ShellArgs]):
 
     async def run(self, args: ShellArgs, ctx: ToolContext) -> str:
         s = ctx.settings
-        cwd = s.shell_tool_workdir or None
+        try:
+            cwd = s.shell_tool_workdir or str(default_workdir(s.parley_data_dir))
+        except OSError as exc:
+            raise ToolError(f"could not create the shell's working directory: {exc}") from None
         try:
             proc = await asyncio.create_subprocess_shell(
                 args.command,

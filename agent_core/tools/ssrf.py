@@ -62,10 +62,14 @@ async def check_url(url: str, allowed: frozenset[str]) -> tuple[str, ...]:
     connect to one of these, never to the name again.  Empty when no pinning is
     needed: the host is an address literal, or listed in ``allowed``.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a port out of range or not a number raises here
+        host = (parts.hostname or "").lower().rstrip(".")
+    except ValueError as exc:  # also a malformed IPv6 literal ("http://[::1/")
+        raise Refused(f"invalid URL: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise Refused("only http and https URLs are allowed")
-    host = (parts.hostname or "").lower().rstrip(".")
     if not host:
         raise Refused("the URL has no host")
     if host_allowed(host, allowed):
@@ -83,7 +87,7 @@ async def check_url(url: str, allowed: frozenset[str]) -> tuple[str, ...]:
         return ()
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, parts.port or 0, type=socket.SOCK_STREAM)
+        infos = await loop.getaddrinfo(host, port or 0, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise Refused(f"cannot resolve {host} ({exc})") from None
     checked: list[str] = []

@@ -22,7 +22,7 @@ from channels.telegram.aiohttp_request import AiohttpRequest
 from channels.telegram.parse import ParseContext
 from channels.telegram.polling import Poller
 from channels.telegram.sender import Limits, TelegramOutbox
-from channels.telegram.settings import TelegramSettings
+from channels.telegram.settings import MIN_WEBHOOK_SECRET_CHARS, TelegramSettings
 from channels.telegram.webhook import PATH, make_endpoint
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,16 @@ class TelegramChannel(Channel):
                     "TELEGRAM_WEBHOOK_SECRET: required in webhook mode "
                     "(1-256 characters of A-Z, a-z, 0-9, _ and -)"
                 ]
+            )
+        secret = self.settings.telegram_webhook_secret
+        n = len(secret.get_secret_value()) if secret is not None else 0
+        if self.mode == "webhook" and n < MIN_WEBHOOK_SECRET_CHARS:
+            log.warning(
+                "TELEGRAM_WEBHOOK_SECRET is %d characters long: use at least %d random "
+                "ones (e.g. openssl rand -hex 32); anyone who guesses it can post "
+                "updates as any user",
+                n,
+                MIN_WEBHOOK_SECRET_CHARS,
             )
         try:
             await check_bot(self.bot)

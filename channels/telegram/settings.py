@@ -10,6 +10,7 @@ from agent_core.settings import ParleySettings, http_url
 
 _TOKEN_RE = re.compile(r"\d+:[A-Za-z0-9_-]+")
 _SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
+MIN_WEBHOOK_SECRET_CHARS = 16  # shorter webhook secrets get a start-up warning
 
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
 

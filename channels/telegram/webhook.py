@@ -84,7 +84,16 @@ def make_endpoint(
         try:
             update = Update.de_json(data, bot())
         except Exception:
-            return _reply(400, "not a Telegram Update")
+            # Signed (it carries the secret) and shaped like an update, but this
+            # library cannot read it (a field in a form it does not know): Telegram
+            # would redeliver a 4xx for hours, so it is acknowledged and dropped.
+            log.warning(
+                "telegram update %s could not be read (%s); acknowledged and dropped",
+                data["update_id"],
+                ", ".join(k for k in data if k != "update_id")[:200] or "no content",
+                exc_info=True,
+            )
+            return _reply(200, "unreadable, dropped")
         ctx = context()
         try:
             event = parse_update(update, ctx)

@@ -69,3 +69,28 @@ async def test_webhook_secret_with_trailing_newline_is_refused_or_cleaned(fake: 
     assert secret is not None
     assert "\n" not in secret.get_secret_value(), "kept a newline Telegram refuses"
     await admin.set_webhook(settings, "https://parley.example")
+
+
+@pytest.mark.parametrize(("secret", "warned"), [("Q", True), ("Q" * 15, True), ("Q" * 16, False)])
+async def test_short_webhook_secret_warns_at_start(
+    fake: Any, redis: Redis, caplog: pytest.LogCaptureFixture, secret: str, warned: bool
+) -> None:
+    """A 1-character TELEGRAM_WEBHOOK_SECRET was accepted without a word (as a short
+    WEB_CHAT_TOKEN is not): below 16 characters the start-up log says so."""
+    import logging
+
+    from tests.integration.telegram.conftest import make_channel
+
+    with caplog.at_level(logging.WARNING, logger="channels.telegram.channel"):
+        ch = await make_channel(fake, redis, telegram_webhook_secret=secret)
+    await ch.shutdown()
+    assert ch.mode == "webhook"
+    lines = [r.getMessage() for r in caplog.records if "TELEGRAM_WEBHOOK_SECRET" in r.getMessage()]
+    if warned:
+        assert lines == [
+            f"TELEGRAM_WEBHOOK_SECRET is {len(secret)} characters long: use at least 16 random "
+            "ones (e.g. openssl rand -hex 32); anyone who guesses it can post updates as any user"
+        ]
+        assert secret not in lines[0].replace("TELEGRAM_WEBHOOK_SECRET", "")  # never the value
+    else:
+        assert lines == []
