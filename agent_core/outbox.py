@@ -61,6 +61,14 @@ class Outbox(Protocol):
 # press's own ``answer_action`` still follows when its turn runs.
 
 
+# --- group text ---------------------------------------------------------------
+# A channel whose sender sets ``group_text_reaches = False`` says that in a group a
+# plain message not addressed to the bot (no mention, not a reply to one of its
+# messages) never reaches Parley (Telegram and Discord with GROUP_REPLY=mention).
+# The approval prompt in a group then asks for a *reply* to it with yes / no, or
+# /approve or /deny, instead of "typing yes works too" (absent: it reaches).
+
+
 # --- the wire hook ----------------------------------------------------------
 # A channel whose sender sets ``wire_hook = True`` promises to ``await on_wire()``
 # right before the platform request that creates a message (after its own

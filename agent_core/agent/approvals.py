@@ -247,21 +247,37 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def typed_hint(words: str, *, reply_only: bool) -> str:
+    """How to answer in words: typing them, or (``reply_only``: a group where only
+    messages addressed to the bot reach it) replying to the prompt with them."""
+    if reply_only:
+        return f"In this group, reply to this message with {words} (or send /approve or /deny)."
+    return f"Typing {words} works too."
+
+
 def prompt_text(
-    a: PendingApproval, ttl_secs: int, *, always: bool = True, group: bool = False
+    a: PendingApproval,
+    ttl_secs: int,
+    *,
+    always: bool = True,
+    group: bool = False,
+    reply_only: bool = False,
 ) -> str:
     """The prompt's text.  ``always``: the tool may be approved for good (else it asks
     every time); ``group``: others write here too, so "Always" names whose requests it
-    covers (only the requester's)."""
+    covers (only the requester's); ``reply_only``: a plain "yes" does not reach Parley
+    here, a reply to the prompt does (agent_core.outbox, group text)."""
     mins = max(1, round(ttl_secs / 60))
     if always:
         whose = f", for {a.requester_name or 'the same person'}" if group else ""
         choices = (
             f"Approve once, Always (this tool{whose}, for the rest of this conversation), "
-            "or Deny. Typing *yes* / *always* / *no* works too."
+            "or Deny. " + typed_hint("*yes* / *always* / *no*", reply_only=reply_only)
         )
     else:
-        choices = "Approve or Deny (this tool asks every time). Typing *yes* / *no* works too."
+        choices = "Approve or Deny (this tool asks every time). " + typed_hint(
+            "*yes* / *no*", reply_only=reply_only
+        )
     return (
         "🔐 **Approval needed** — I want to run:\n\n"
         f"{describe_call(a.tool, a.arguments)}\n\n"

@@ -165,9 +165,14 @@ async def _undo(ctx: CommandContext, args: str) -> str:
     note = ""
     if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
         note = " (The pending approval was cancelled.)"
+    # The messages held for the cancelled approval go with it, as with /new and
+    # /clear: they were written about the turn being undone (answering them would act
+    # on it after all); the reply says how many, so they can be sent again.
+    if ctx.session.held:
+        note += f" {len(ctx.session.held)} message(s) waiting for it were dropped."
+        ctx.session.held.clear()
     if not await ctx.agent.undo.undo(ctx.thread, ctx.event.event_id, ctx.session):
         return "Nothing to undo." + note
-    ctx.session.held.clear()
     u, r = await ctx.agent.undo.depth(ctx.thread)
     return f"Undone: back to before the last turn. ({u} more to undo, {r} to redo)" + note
 
@@ -201,17 +206,19 @@ async def _compact(ctx: CommandContext, args: str) -> str:
 
 
 async def _interrupt(ctx: CommandContext, args: str) -> str | None:
+    from agent_core.agent.interrupt import RUNNING, stop_reply
     from agent_core.store import keys
 
     redis = ctx.agent.redis
     flag = await redis.getdel(keys.interrupt(ctx.thread))
-    if flag != b"x" and (refused := await _refusal(ctx)):
+    # cancelling is deciding, whatever the flag says (a stopped turn's flag may be
+    # left over: a /stop refused by the rate limit never took it)
+    if refused := await _refusal(ctx):
         return refused
     if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
         return "Stopped: the pending approval was cancelled."
-    if flag == b"x":
-        return None  # the running turn already said it stopped
-    return "Nothing is running right now."
+    running = ctx.session.extra.get(RUNNING)
+    return stop_reply(flag, ctx.event.qualified_user, running, ctx.agent.approver_ids)
 
 
 def _fill(ctx: CommandContext) -> tuple[int, int, int]:

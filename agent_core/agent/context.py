@@ -60,6 +60,33 @@ def keep_cut(history: Sequence[ChatMessage], turns: int) -> int:
     return starts[-turns]
 
 
+def request_messages(history: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """``history`` as a request may carry it: starting with a user message.
+
+    A history can start with Parley's own words (a routine's note after /new, a
+    trim through a run of notes), which providers refuse (Anthropic: "first message
+    must use the user role").  The text of those leading assistant messages is
+    folded into the first user message as "(earlier, you wrote: …)"; their tool
+    calls and the results of those calls go (they belong to a turn already cut).
+    The history itself is left as it is."""
+    lead = 0
+    while lead < len(history) and history[lead].role not in ("user", "system"):
+        lead += 1
+    if lead == 0:
+        return list(history)
+    said = "\n\n".join(m.content.strip() for m in history[:lead] if m.role == "assistant")
+    said = said.strip()
+    rest = list(history[lead:])
+    if not said:
+        return rest
+    earlier = f"(earlier, you wrote: {said})"
+    if rest and rest[0].role == "user":
+        rest[0] = replace(rest[0], content=f"{earlier}\n\n{rest[0].content}")
+    else:
+        rest.insert(0, ChatMessage("user", earlier))
+    return rest
+
+
 def _transcript(messages: Sequence[ChatMessage]) -> list[str]:
     lines: list[str] = []
     for m in messages:

@@ -10,9 +10,12 @@ than the turn.  The 0.5 s reads are shared: one :class:`InterruptWatch` per
 process reads the flags of every waiting turn in one round trip per tick (a
 poll per turn cost ~4 GETs per 2 s LLM call, per turn held: thousands a
 second at a thousand turns in flight).  The queued ``/interrupt`` then runs as
-its own turn: it clears the flag and says "Nothing is running" if nothing was stopped (or cancels a
-pending approval).  The turn also stops if it sees ``/interrupt`` among the
-messages that arrived for it, so it works without the filter (more slowly).
+its own turn: it clears the flag and says nothing if its sender's turn was stopped
+(the flag reads ``x|<sender>``), "Only <name> or an approver can stop this turn"
+if it came while someone else's turn ran, else "Nothing is running" (or cancels a
+pending approval, if its sender may).  The turn also stops if it sees ``/interrupt``
+among the messages that arrived for it after it began, so it works without the
+filter (more slowly); one queued before the turn began waits for its own turn.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 FLAG_TTL_MS = 600_000
 POLL_SECS = 0.5
 BATCH = 500  # flags read per round trip
+CONSUMED = "x"  # the flag after a turn stopped and said so: ``x|<who stopped it>``
+RUNNING = "run"  # session.extra: [user, display name, start ms] of the last loop turn
 
 
 def flag_is_newer(
@@ -51,6 +56,36 @@ def flag_is_newer(
         return int(at) >= since_ms and may(user)
     except ValueError:
         return False
+
+
+def flag_user(raw: bytes | str | None) -> str:
+    """Who set ``{thread}:interrupt`` ('' when it names nobody)."""
+    if not raw:
+        return ""
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    return text.partition("|")[2]
+
+
+def stop_reply(
+    flag: bytes | str | None, user: str, running: object, approvers: Collection[str]
+) -> str | None:
+    """What ``user``'s /interrupt says when it cancelled nothing, given the flag it
+    took (``GETDEL``) and the last loop turn recorded on the session (``running``:
+    ``[user, name, start ms]``): nothing when the turn it stopped already said so
+    (``x|<user>``: only for the person who stopped it); whose turn it was when it
+    came while someone else's turn ran, which it may not stop; else that nothing
+    runs."""
+    text = flag.decode(errors="replace") if isinstance(flag, bytes) else flag or ""
+    at, _, by = text.partition("|")
+    if at == CONSUMED and by == user:
+        return None  # the running turn already said it stopped
+    if at.isdigit() and by == user and isinstance(running, list) and len(running) == 3:
+        owner, name, started = running
+        busy_since = int(started) if isinstance(started, int | float) else 0
+        if owner and owner != user and user not in approvers and 0 < busy_since <= int(at):
+            who = name or "the person whose turn it was"
+            return f"Only {who} or an approver can stop this turn."
+    return "Nothing is running right now."
 
 
 def is_interrupt(text: str) -> bool:
@@ -98,6 +133,7 @@ class Watch:
     fired: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    by: str = ""  # whose /interrupt fired it
 
     def fire(self) -> None:
         if not self.fired.done():
@@ -157,4 +193,5 @@ class InterruptWatch:
                 flags[k] = r if isinstance(r, bytes) else None
         for w in waiting:
             if flag_is_newer(flags.get(w.key), w.since_ms, w.may):
+                w.by = flag_user(flags.get(w.key))
                 w.fire()

@@ -132,12 +132,25 @@ class Session:
     def trim(self, max_messages: int) -> list[ChatMessage]:
         """Drop the oldest messages beyond ``max_messages``; return what was dropped.
 
-        Never starts the kept history with a tool result whose call was dropped.
+        Cuts where a turn starts (a user message, as compaction does), so the kept
+        history starts with the user, as providers require (Anthropic refuses a
+        first message from the assistant).  When the last turn alone is longer than
+        the limit it is kept whole, up to twice the limit; beyond that (a long run
+        of routine notes) the cut skips tool results only, and the request is
+        mended when it is built (``context.request_messages``).
         """
-        if len(self.history) <= max_messages:
+        h = self.history
+        if len(h) <= max_messages:
             return []
-        cut = len(self.history) - max_messages
-        while cut < len(self.history) and self.history[cut].role == "tool":
-            cut += 1
-        dropped, self.history = self.history[:cut], self.history[cut:]
+        cut = len(h) - max_messages
+        later = next((i for i in range(cut, len(h)) if h[i].role == "user"), None)
+        if later is not None:
+            cut = later
+        else:
+            turn = next((i for i in range(cut - 1, -1, -1) if h[i].role == "user"), None)
+            if turn is not None and len(h) - turn <= 2 * max_messages:
+                cut = turn
+            while cut < len(h) and h[cut].role == "tool":
+                cut += 1
+        dropped, self.history = h[:cut], h[cut:]
         return dropped

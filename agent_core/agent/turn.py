@@ -31,30 +31,30 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from agent_core.agent import approvals as ap
-from agent_core.agent import llm_call
+from agent_core.agent import llm_call, signals
 from agent_core.agent import turn_approvals as steps
 from agent_core.agent.agent import Agent, friendly_llm_error, user_message_text
 from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.commands import CommandContext
+from agent_core.agent.context import request_messages
 from agent_core.agent.documents import Room, allowance, is_text, read_texts
 from agent_core.agent.executor import plan, run_many
 from agent_core.agent.fences import with_marker
 from agent_core.agent.hooks import ToolHookContext, TurnInfo
 from agent_core.agent.images import AttachmentFetcher, fetch_images
-from agent_core.agent.interrupt import flag_is_newer, is_interrupt
+from agent_core.agent.interrupt import CONSUMED, RUNNING
 from agent_core.agent.loop import (
     LoopOutcome,
     MaxIterations,
     NeedApproval,
     Response,
-    Signals,
     Stopped,
     ToolRound,
     run_loop,
 )
 from agent_core.agent.loopguard import Level, LoopGuard
 from agent_core.agent.office import office_kind
-from agent_core.agent.parser import ApprovalReply, Command, is_command, parse
+from agent_core.agent.parser import ApprovalReply, Command, parse
 from agent_core.agent.pdfs import is_pdf
 from agent_core.agent.people import named
 from agent_core.agent.profiles import Profile
@@ -64,7 +64,6 @@ from agent_core.agent.tokens import estimate
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
-    SYNTHETIC_PREFIXES,
     EventKind,
     InboundEvent,
     OutboundMessage,
@@ -88,10 +87,6 @@ log = logging.getLogger(__name__)
 TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
 
 T = TypeVar("T")
-# An album's items come as separate events: the first model call waits until none
-# has arrived for BATCH_QUIET seconds (at most BATCH_MAX after the first item).
-BATCH_QUIET = 0.5
-BATCH_MAX = 3.0
 
 
 HELD_SUFFIX = "~held"  # a held message queued again for a turn of its own
@@ -114,6 +109,8 @@ class Turn:
     settle_given_up = steps.settle_given_up
     stop_resume = steps.stop_resume
     pending_refusal = steps.pending_refusal
+    # between iterations: messages that arrived, /interrupt (agent_core/agent/signals.py)
+    check_signals = signals.check_signals
 
     def __init__(
         self,
@@ -141,6 +138,10 @@ class Turn:
         self.pending_inject: list[ChatMessage] = []
         self.completion_calls: list[Call] = []  # scripts that ride with the completion
         self._checked_signals = False
+        # what was queued when the turn began: a /stop among it is not for this turn
+        self.queued_at_start = {e.event_id for e in state.mailbox}
+        self.stopped_by = ""  # whose /interrupt stopped this turn
+        self.kept_unanswered = False  # a stop kept messages in the history unanswered
         # A rerun of a message whose earlier execution died with a reply part on the
         # wire: that part is not sent again (it may have reached the user; on Slack it
         # is looked up, then edited or sent), so this execution answers its own
@@ -185,7 +186,7 @@ class Turn:
 
     async def _dispatch(self, head: InboundEvent) -> str:
         if head.kind == EventKind.NOTE:
-            return self.record_note(head)
+            return await self.record_note(head)
         if self.agent.admin_ids:
             await self.agent.remember_admin(head)
         if head.kind == EventKind.ACTION:
@@ -379,8 +380,9 @@ class Turn:
             history[at:at] = held[cut:]
         self.pending_inject = held[:cut]
 
-    def record_note(self, head: InboundEvent) -> str:
-        """Add what Parley said outside a turn to the history, with no model call.
+    async def record_note(self, head: InboundEvent) -> str:
+        """Add what Parley said outside a turn to the history, with no model call
+        (trimmed like a turn's, so routine notes alone cannot grow it for good).
         While a tool round waits for approval it is kept with the held messages, so
         the round's call and its result stay adjacent."""
         if self.session.state == ThreadState.AWAITING_APPROVAL:
@@ -390,6 +392,9 @@ class Turn:
             self.session.held.append(head.to_dict())
         else:
             self.session.history.append(ChatMessage("assistant", head.text))
+            dropped = self.session.trim(self.s.max_history_messages)
+            if dropped:
+                await self.agent.archive_messages(self.session, dropped)
         return "noted"
 
     async def loop(self, first_iteration: int = 1) -> str:
@@ -410,7 +415,7 @@ class Turn:
             outcome = Stopped("budget")
         except Interrupted:
             await self._stop_streaming("_(stopped)_")
-            await self.say_notice("⏹ Stopped.")
+            await self.say_notice(self.stopped_notice())
             await self._consume_interrupt()
             outcome = Stopped("interrupted")
         except llm_errors.LLMError as exc:
@@ -462,8 +467,27 @@ class Turn:
         return not user or user == self.user or user in self.agent.approver_ids
 
     async def _consume_interrupt(self) -> None:
+        """The stop is reported: the flag becomes ``x|<who stopped>``, so that person's
+        queued /interrupt stays silent (and only theirs: see interrupt.stop_reply)."""
         with contextlib.suppress(Exception):
-            await self.agent.redis.set(keys.interrupt(self.thread), b"x", ex=600)
+            flag = f"{CONSUMED}|{self.stopped_by}"
+            await self.agent.redis.set(keys.interrupt(self.thread), flag, ex=600)
+
+    def note_running(self) -> None:
+        """Record whose turn runs the loop (saved with the session), so that a
+        /interrupt it did not stop can say whose turn it was (interrupt.stop_reply)."""
+        head = self.head
+        # a decision turn runs the requester's turn: the presser's name is not theirs
+        name = head.user_name if head is not None and head.qualified_user == self.user else ""
+        self.session.extra[RUNNING] = [self.user, name, self.started_ms]
+
+    def stopped_notice(self) -> str:
+        if self.kept_unanswered:
+            return (
+                "⏹ Stopped. I haven't answered what you wrote meanwhile; it is kept in "
+                "our conversation, so just tell me how to go on."
+            )
+        return "⏹ Stopped."
 
     async def interruptible(self, aw: Awaitable[T]) -> T:
         """Await ``aw`` unless /interrupt (or a lost lock) cuts it short (the
@@ -487,88 +511,10 @@ class Turn:
         await asyncio.gather(task, return_exceptions=True)
         if self.guard.lost:
             raise LockLost("thread lock lost")
+        self.stopped_by = watch.by
         raise Interrupted()
 
     # -- LoopDelegate ------------------------------------------------------------
-    async def check_signals(self) -> Signals:
-        """Inject plain messages that arrived for this thread since the turn began."""
-        signals = Signals()
-        if self.guard.lost:
-            signals.stop = "lock-lost"
-            return signals
-        signals.injected.extend(self.pending_inject)
-        self.pending_inject = []
-        if not self.inject:
-            return signals
-        arrived = self.state.mailbox[self.consumed :]
-        first, self._checked_signals = not self._checked_signals, True
-        if not arrived and not first:  # the first check uses the mailbox just read
-            async with self.agent.redis.pipeline(transaction=False) as pipe:
-                pipe.lrange(keys.mailbox(self.thread), self.consumed, -1)
-                pipe.get(keys.interrupt(self.thread))
-                raw, flag = await pipe.execute()
-            arrived = [InboundEvent.from_json(r) for r in raw]
-            self.state.mailbox.extend(arrived)
-            if flag_is_newer(flag, self.started_ms, self.may_stop):
-                raise Interrupted()
-        if first and self.head is not None and self.head.batch:
-            arrived = [*arrived, *await self._rest_of_batch(self.head, arrived)]
-        last = max((e.seq for e in self.state.mailbox[: self.consumed]), default=0)
-        for ev in arrived:
-            if ev.seq and last and ev.seq != last + 1:
-                break  # an earlier arrival is still on its way: keep the order
-            last = ev.seq or last
-            synthetic = ev.event_id.startswith(SYNTHETIC_PREFIXES)
-            if ev.kind in (EventKind.ACTION, EventKind.MOVED) or synthetic or is_command(ev.text):
-                if (
-                    ev.kind != EventKind.ACTION
-                    and not synthetic
-                    and is_interrupt(ev.text)
-                    and self.may_stop(ev.qualified_user)
-                ):
-                    raise Interrupted()
-                # commands, button presses, moves and routine runs wait for their own turn
-                break
-            if self.user and ev.qualified_user != self.user:
-                # another person's message gets a turn of its own: tools act for the
-                # person who asked (their notes, budget, approvals), never for this one
-                break
-            if self.agent.access.needs_redis(ev):
-                verdict = await self.agent.access.check(ev)
-                if not verdict.allowed:
-                    self.consumed += 1
-                    if verdict.notice:
-                        await self.say_notice(verdict.notice)
-                    continue
-            signals.injected.append(await self.user_message(ev))
-            self.consumed += 1
-        return signals
-
-    async def _rest_of_batch(
-        self, head: InboundEvent, arrived: list[InboundEvent]
-    ) -> list[InboundEvent]:
-        """Wait for the other items of ``head``'s batch (an album) so the first model
-        call sees them all: until none came for BATCH_QUIET s, at most BATCH_MAX s
-        after the first.  Costs nothing once the batch is already complete."""
-        batch = head.batch
-        last = max(e.received_at for e in (head, *arrived) if e.batch == batch)
-        now = time.time()
-        # received_at comes from the web process's clock: bound the wait by ours too
-        until = min(head.received_at, now) + BATCH_MAX
-        more: list[InboundEvent] = []
-        while True:
-            wait = min(last + BATCH_QUIET, until) - now
-            if wait <= 0:
-                return more
-            await asyncio.sleep(wait)
-            now = time.time()
-            start = len(self.state.mailbox)
-            raw = await self.agent.redis.lrange(keys.mailbox(self.thread), start, -1)
-            new = [InboundEvent.from_json(r) for r in raw]
-            self.state.mailbox.extend(new)
-            more += new
-            last = max([last, *(e.received_at for e in new if e.batch == batch)])
-
     def system_prompt(self) -> str:
         parts = [self.profile().system_prompt, self.agent_rule()]
         if self.session.summary:
@@ -590,7 +536,7 @@ class Turn:
                 self.session, messages, window, system_tokens=sys_tokens, meter=self.meter()
             )
             system = ChatMessage("system", self.system_prompt())  # the summary may be new
-        return [system, *messages]
+        return [system, *request_messages(messages)]  # never a leading assistant message
 
     def offered(self) -> list[str]:
         names = self.agent.tools.names()

@@ -50,7 +50,9 @@ async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
     await self.agent.approvals.create(self.thread, a)
     always = may_always(self, call.name)
     group = self.head is not None and not self.head.is_direct
-    text = ap.prompt_text(a, self.s.approval_ttl_secs, always=always, group=group)
+    text = ap.prompt_text(
+        a, self.s.approval_ttl_secs, always=always, group=group, reply_only=reply_only(self)
+    )
     ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id, always=always)))
     await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
     a.prompt_ref = ref
@@ -88,7 +90,7 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
         if may_decide(self, head, a):
             await self.say_notice(
                 f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
-                "Approve / Always / Deny, or type yes / always / no). "
+                f"Approve / Always / Deny, or {type_words(self)} yes / always / no). "
                 "I'll answer this message right after."
             )
         else:  # someone else's request in a group: not theirs to decide
@@ -142,6 +144,17 @@ async def finish_pending(self: Turn, text: str) -> None:
     self.session.state = ThreadState.IDLE
 
 
+def reply_only(self: Turn) -> bool:
+    """In this group a plain "yes" never reaches Parley, only a reply to its
+    message does (the channel says so: agent_core.outbox, group text)."""
+    group = self.head is not None and not self.head.is_direct
+    return group and not getattr(self.writer.outbox, "group_text_reaches", True)
+
+
+def type_words(self: Turn) -> str:
+    return "reply to it with" if reply_only(self) else "type"
+
+
 def may_always(self: Turn, tool_name: str) -> bool:
     """Whether "Always" may cover ``tool_name`` (not for a tool that asks every
     time, whatever an older session or a given-up turn recorded)."""
@@ -166,6 +179,8 @@ async def pending_refusal(self: Turn, head: InboundEvent) -> str:
     a = await self.agent.approvals.load(self.thread, aid)
     if a is None or a.decision or may_decide(self, head, a):
         return ""
+    if self.agent.clock() > a.expires_at:
+        return ""  # expired: there is nothing left to decide, anyone may end the wait
     who = a.requester_name or "the person who asked"
     return f"An approval is pending; only {who} or an approver can cancel it (or decide it)."
 
@@ -225,7 +240,8 @@ async def decide(
         await self.private(
             head,
             f"That came before I asked about **{a.tool}**, so I did not take it as a "
-            "decision. Use the buttons on the request above, or type yes / always / no now.",
+            "decision. Use the buttons on the request above, or "
+            f"{type_words(self)} yes / always / no now.",
             button=False,
         )
         return "approval-early"

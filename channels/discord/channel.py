@@ -56,6 +56,9 @@ class DiscordChannel(Channel):
         self.settings = settings
         self.deps = deps
         self._outbox = DiscordOutbox(settings, deps.pacer)
+        # GROUP_REPLY=mention: a plain "yes" in a server channel never reaches Parley
+        # (a reply to its message, or in a thread it follows, does): see agent_core.outbox
+        self._outbox.group_text_reaches = deps.group_reply == "all"
         self.message_content: bool | None = None  # known after initialize()
         self.client: GatewayClient | None = None  # the running gateway client
         # Parley's commands as Discord takes them, once publish_commands gave them

@@ -86,6 +86,7 @@ class DiscordOutbox:
     """Implements :class:`agent_core.outbox.Outbox` for Discord."""
 
     wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
+    group_text_reaches = True  # set from GROUP_REPLY by the channel (agent_core.outbox)
 
     def __init__(self, settings: DiscordSettings, pacer: Pacer) -> None:
         self.stream_interval: float | None = settings.discord_stream_interval

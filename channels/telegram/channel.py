@@ -273,6 +273,9 @@ class TelegramChannel(Channel):
                 self._limits,
                 redis=self.deps.redis,
             )
+            # GROUP_REPLY=mention: a group's plain "yes" never reaches Parley (a reply
+            # to its message does): the approval prompt says so (agent_core.outbox)
+            self._outbox.group_text_reaches = self.deps.group_reply == "all"
         return self._outbox
 
     async def download(self, attachment: Attachment) -> bytes:

@@ -156,6 +156,7 @@ class TelegramOutbox:
     stream_interval: float | None = 1.0
 
     wire_hook = True  # calls agent_core.outbox.on_wire() before creating a message
+    group_text_reaches = True  # set from GROUP_REPLY by the channel (agent_core.outbox)
 
     def __init__(
         self,

@@ -101,6 +101,25 @@ async def test_new_and_clear_forget_and_cancel_a_pending_approval(world: Any) ->
     assert "Already decided" in w.private_notes()[-1]
 
 
+async def test_undo_during_an_approval_says_how_many_held_messages_were_dropped(
+    world: Any,
+) -> None:
+    """/undo cancels the pending approval and steps back; the messages held for it
+    go with it (as with /new and /clear), and the reply says so."""
+    w = world(echo())
+    await w.start()
+    await say(w, "hi")
+    await say(w, "count it")
+    await say(w, "and also this")  # held: "I'll answer this message right after"
+    out = await say(w, "/undo")
+    assert "Undone" in out and "cancelled" in out, out
+    assert "1 message(s) waiting for it were dropped" in out, out
+    s = await w.session(T)
+    assert not s.held and s.state.value == "idle"
+    assert [m.content for m in s.history if m.role == "user"] == ["hi"]
+    assert await w.counter() == 0
+
+
 async def test_model_switch_is_per_session(world: Any) -> None:
     w = world(echo())
 

@@ -372,7 +372,8 @@ async def test_two_leaders_overlapping_run_one_heartbeat_check(pworld: Any, tmp_
 
 async def test_a_light_routines_message_is_in_the_history_a_reply_sees(pworld: Any) -> None:
     """Someone answering a routine's message ("what do you mean?") is answered with
-    that message in the conversation, as Parley's own words; it is not re-answered."""
+    that message in the conversation, as Parley's own words (folded into the user's
+    message when it starts the conversation); it is not re-answered."""
 
     def rule(req: CompletionRequest) -> str:
         if req.messages[-1].content == "check the disks":  # the routine's call
@@ -391,8 +392,11 @@ async def test_a_light_routines_message_is_in_the_history_a_reply_sees(pworld: A
     await w.send(user_event(TG, "what do you mean?"))
     await w.settle(TG)
     said = [(m.role, m.content) for m in model.requests[-1].messages[1:]]
+    # the history starts with Parley's words, which a request may not (Anthropic
+    # refuses a first assistant message): they are folded into the user's message
     assert said == [
-        ("assistant", "Disk is 91 % full on db-1."),
-        ("user", "what do you mean?"),
+        ("user", "(earlier, you wrote: Disk is 91 % full on db-1.)\n\nwhat do you mean?"),
     ], said
+    history = (await w.session(TG)).history
+    assert [m.role for m in history] == ["assistant", "user", "assistant"]
     assert texts_to(w, TG) == ["Disk is 91 % full on db-1.", "ok"]

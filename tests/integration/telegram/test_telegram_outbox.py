@@ -7,11 +7,13 @@ import itertools
 import time
 
 import pytest
+from redis.asyncio import Redis
 
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment, Button, ButtonStyle, OutboundMessage, ThreadKey
 from channels.telegram import TelegramChannel, refs
 from tests.fakes.telegram import FakeTelegram
+from tests.integration.telegram.conftest import make_channel
 
 DM = ThreadKey("telegram", "123456", "42")
 GROUP = ThreadKey("telegram", "123456", "-100900")
@@ -264,3 +266,13 @@ async def test_a_waiting_press_gets_the_note_unless_its_own_answer_comes_first(
     await out.answer_action(late, "Already decided")  # refused: answered by the note
     assert webhook.answered[presses[0]["callback_query"]["id"]] == sender.PRESS_NOTE
     await out.close()
+
+
+async def test_the_outbox_says_whether_plain_group_text_reaches_parley(
+    fake: FakeTelegram, redis: Redis
+) -> None:
+    """GROUP_REPLY=mention: a group's plain "yes" never arrives, so the approval
+    prompt asks for a reply to it (agent_core.outbox, group text)."""
+    for group_reply, reaches in (("mention", False), ("all", True)):
+        ch = await make_channel(fake, redis, group_reply=group_reply)
+        assert ch.outbox().group_text_reaches is reaches
