@@ -175,7 +175,8 @@ class WebChannel(Channel):
     def _gate(self, scope: Scope) -> Response | None:
         """None for a host name the chat answers to, else the 403 (DNS rebinding)."""
         name = request_host(scope)
-        if self.hosts.allows(name, token_set=self.settings.web_chat_token is not None):
+        token_set = self.settings.web_chat_token is not None
+        if self.hosts.allows(name, token_set=token_set):
             return None
         shown = (name or "")[:100]
         if shown not in self._refused_hosts and len(self._refused_hosts) < 100:
@@ -186,7 +187,8 @@ class WebChannel(Channel):
                 shown,
                 self.hosts.describe(),
             )
-        return refusal(scope, name, self.hosts.describe())
+        remedy = self.hosts.remedy(name, token_set=token_set)
+        return refusal(scope, name, self.hosts.describe(), remedy)
 
     @property
     def sessions(self) -> Sessions:
