@@ -564,3 +564,32 @@ def test_a_line_of_dotenv_that_cannot_be_parsed_is_reported_once_with_the_file(
     ours = [r.getMessage() for r in caplog.records if "cannot be parsed" in r.getMessage()]
     assert ours == [f"{env} line 2 cannot be parsed; it is ignored (expected NAME=value)"]
     assert not [r for r in caplog.records if r.name == "dotenv.main"]
+
+
+@pytest.mark.parametrize("dyno", ["", "web.1"])
+async def test_unreachable_redis_on_heroku_points_to_the_add_on(
+    monkeypatch: pytest.MonkeyPatch, dyno: str
+) -> None:
+    """Off Heroku the line offers the embedded server; on Heroku ($DYNO set), where an
+    unset REDIS_URL is refused, it points to the add-on instead."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from agent_core.store.client import RedisClients, check_reachable
+
+    class _Redis:
+        async def ping(self) -> None:
+            raise RedisConnectionError("Error 111 connecting to h:6379. Connection refused.")
+
+    if dyno:
+        monkeypatch.setenv("DYNO", dyno)
+    else:
+        monkeypatch.delenv("DYNO", raising=False)
+    clients = RedisClients("redis://:pw@h:6379", _Redis(), _Redis())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as exc:
+        await check_reachable(clients)
+    line = exc.value.problems[0]
+    assert line.startswith("REDIS_URL: cannot reach redis://***@h:6379"), line
+    if dyno:
+        assert "unset REDIS_URL" not in line and "heroku redis:info" in line, line
+    else:
+        assert "unset REDIS_URL to use the embedded server" in line, line
