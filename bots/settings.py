@@ -177,7 +177,23 @@ class Settings:
             if mod is None:
                 out[name] = (False, "not available in this build")
                 continue
-            out[name] = mod.status(self.platforms[name])
+            if name == "telegram":  # its mode depends on PUBLIC_URL
+                out[name] = mod.status(self.platforms[name], self.core.public_url)
+            else:
+                out[name] = mod.status(self.platforms[name])
+        return out
+
+    def incomplete_platforms(self) -> list[str]:
+        """Platforms that are off though one of their secrets is set (a token
+        without the rest): the web chat's line names them."""
+        out = []
+        for name, (on, _) in self.platform_status().items():
+            s = self.platforms.get(name)
+            if on or s is None:
+                continue
+            fields = type(s).model_fields
+            if any(is_secret(f) and getattr(s, n) is not None for n, f in fields.items()):
+                out.append(name)
         return out
 
     def secret_values(self) -> list[str]:

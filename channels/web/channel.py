@@ -38,7 +38,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -589,8 +589,15 @@ def _entry_key(s: str) -> tuple[int, int]:
 
 
 def status(
-    settings: WebSettings, platforms_enabled: bool, *, hosted: bool = False
+    settings: WebSettings,
+    platforms_enabled: bool | Sequence[str],
+    *,
+    hosted: bool = False,
+    incomplete: Sequence[str] = (),
 ) -> tuple[bool, str]:
+    """On?, and why (the start-up summary prints it in parentheses: none inside).
+    ``platforms_enabled``: the platform channels that are on (or whether any is);
+    ``incomplete``: those that are off though partly configured (a token alone)."""
     if settings.web_chat_enabled is True:
         if hosted and settings.web_chat_token is None:
             return True, (
@@ -600,12 +607,18 @@ def status(
     if settings.web_chat_enabled is False:
         return False, "WEB_CHAT_ENABLED=false"
     if platforms_enabled:
-        return False, "a platform channel is configured (set WEB_CHAT_ENABLED=true to keep it)"
+        names = [] if isinstance(platforms_enabled, bool) else list(platforms_enabled)
+        which = " and ".join(names) or "a platform channel"
+        verb = "are" if len(names) > 1 else "is"
+        return False, f"{which} {verb} configured; set WEB_CHAT_ENABLED=true to keep it"
     if hosted:
         return (
             False,
             "listening beyond this machine (HOST, or $DYNO set); set WEB_CHAT_ENABLED=true to expose it",
         )
+    if incomplete:
+        off = " and ".join(incomplete)
+        return True, f"no platform channel is on: {off} is set up only in part, see its line"
     return True, "no platform configured"
 
 

@@ -593,3 +593,48 @@ async def test_unreachable_redis_on_heroku_points_to_the_add_on(
         assert "unset REDIS_URL" not in line and "heroku redis:info" in line, line
     else:
         assert "unset REDIS_URL to use the embedded server" in line, line
+
+
+def test_the_summary_shows_the_telegram_mode_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "mode auto": the mode the channel will run in, and what decided it."""
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abcdef")
+    assert load_settings().platform_status()["telegram"] == (
+        True,
+        "bot 123, polling mode: no PUBLIC_URL",
+    )
+    monkeypatch.setenv("PUBLIC_URL", "https://parley.example")
+    assert load_settings().platform_status()["telegram"][1] == (
+        "bot 123, webhook mode: PUBLIC_URL is set"
+    )
+    monkeypatch.setenv("TELEGRAM_MODE", "polling")
+    assert load_settings().platform_status()["telegram"][1] == (
+        "bot 123, polling mode: TELEGRAM_MODE"
+    )
+
+
+def test_the_web_chat_line_says_which_platform_and_why_slack_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The summary prints each why in parentheses: none nested inside.  A platform
+    that is on is named; a Slack bot token without a signing secret or app token is
+    said to be why the web chat is on, not "no platform configured"."""
+    from bots.settings import load_settings
+    from channels.web import channel as web_channel
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-123")
+    s = load_settings()
+    on, why = s.platform_status()["slack"]
+    assert not on and "(" not in why and "SLACK_SIGNING_SECRET" in why, why
+    assert s.incomplete_platforms() == ["slack"]
+    on, why = web_channel.status(s.web, [], incomplete=s.incomplete_platforms())
+    assert on and why == "no platform channel is on: slack is set up only in part, see its line"
+    on, why = web_channel.status(s.web, ["telegram"])
+    assert not on and why == "telegram is configured; set WEB_CHAT_ENABLED=true to keep it"
+    on, why = web_channel.status(s.web, ["telegram", "discord"])
+    assert why.startswith("telegram and discord are configured;") and "(" not in why
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    s = load_settings()
+    assert s.incomplete_platforms() == []
+    assert web_channel.status(s.web, [], incomplete=[]) == (True, "no platform configured")
