@@ -195,6 +195,9 @@ class ParleySettings(BaseSettings):
     # own; the web chat's cookie key is only hashed): the others must be printable
     # ASCII without spaces (see :meth:`_header_safe_secret`).
     UNSENT_SECRETS: ClassVar[frozenset[str]] = frozenset({"redis_url", "web_chat_secret"})
+    # secrets whose own validator calls header_safe, after removing what it allows
+    # (DISCORD_BOT_TOKEN's "Bot " prefix)
+    SELF_CHECKED_SECRETS: ClassVar[frozenset[str]] = frozenset()
 
     model_config = SettingsConfigDict(
         env_file=ENV_FILE,
@@ -233,7 +236,8 @@ class ParleySettings(BaseSettings):
         header or URL: surrounding whitespace is dropped (blank = unset), and a
         character a header cannot carry is refused at start, before a request fails
         with a traceback.  Runs before the fields' own validators."""
-        if not isinstance(v, SecretStr) or info.field_name in cls.UNSENT_SECRETS:
+        skip = cls.UNSENT_SECRETS | cls.SELF_CHECKED_SECRETS
+        if not isinstance(v, SecretStr) or info.field_name in skip:
             return v
         raw = header_safe(v.get_secret_value())
         return SecretStr(raw) if raw else None

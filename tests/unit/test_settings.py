@@ -226,7 +226,7 @@ def test_a_secret_with_surrounding_whitespace_is_stripped(
     assert load(LLMSettings).openai_api_key is None
 
 
-def test_every_secret_is_checked_for_header_characters() -> None:
+def test_every_secret_is_checked_for_header_characters(monkeypatch: pytest.MonkeyPatch) -> None:
     """A secret added later is checked too, unless it is declared as never sent."""
     from bots.settings import PLATFORMS, _channel_module
     from channels.web.channel import WebSettings
@@ -241,6 +241,12 @@ def test_every_secret_is_checked_for_header_characters() -> None:
             if is_secret(f) and name not in CoreSettings.UNSENT_SECRETS:
                 with pytest.raises(ValidationError, match="position 3"):
                     cls(**{name: "ab\u00e9cd"})
+    # DISCORD_BOT_TOKEN's own validator checks it, after its "Bot " prefix
+    from channels.discord.settings import DiscordSettings
+
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", "Bot abc.def")
+    token = load(DiscordSettings).discord_bot_token
+    assert token is not None and token.get_secret_value() == "abc.def"
 
 
 def test_extra_headers_a_request_cannot_carry_are_refused(
