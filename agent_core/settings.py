@@ -23,11 +23,11 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -59,6 +59,22 @@ def is_secret(field: FieldInfo) -> bool:
     return ann is SecretStr or (
         hasattr(ann, "__args__") and SecretStr in getattr(ann, "__args__", ())
     )
+
+
+def header_safe(value: str) -> str:
+    """``value`` without surrounding whitespace (a paste's trailing newline or
+    non-breaking space); ValueError naming the position (1-based, in the stripped
+    value) of the first character that is not printable ASCII or is a space: a
+    header carrying it cannot be sent (httpx raises).  The value is never echoed."""
+    value = value.strip()
+    for i, c in enumerate(value, 1):
+        if not " " < c <= "~":
+            raise ValueError(
+                f"contains a character that cannot be sent in an HTTP header (position {i}): "
+                "a space, a control character or a non-ASCII one (a curly quote, a "
+                "non-breaking space); retype it"
+            )
+    return value
 
 
 def _dotenv_raw(
@@ -175,6 +191,14 @@ class WarningDotEnvSource(PydanticBaseSettingsSource):
 
 
 class ParleySettings(BaseSettings):
+    # Secrets never sent in an HTTP header or URL (REDIS_URL has a check of its
+    # own; the web chat's cookie key is only hashed): the others must be printable
+    # ASCII without spaces (see :meth:`_header_safe_secret`).
+    UNSENT_SECRETS: ClassVar[frozenset[str]] = frozenset({"redis_url", "web_chat_secret"})
+    # secrets whose own validator calls header_safe, after removing what it allows
+    # (DISCORD_BOT_TOKEN's "Bot " prefix)
+    SELF_CHECKED_SECRETS: ClassVar[frozenset[str]] = frozenset()
+
     model_config = SettingsConfigDict(
         env_file=ENV_FILE,
         env_file_encoding="utf-8",
@@ -204,6 +228,19 @@ class ParleySettings(BaseSettings):
             dotenv,
             SecretFileSource(settings_cls, dotenv_settings),
         )
+
+    @field_validator("*")
+    @classmethod
+    def _header_safe_secret(cls, v: Any, info: ValidationInfo) -> Any:
+        """Every secret (API keys, bot tokens, signing secrets) goes into an HTTP
+        header or URL: surrounding whitespace is dropped (blank = unset), and a
+        character a header cannot carry is refused at start, before a request fails
+        with a traceback.  Runs before the fields' own validators."""
+        skip = cls.UNSENT_SECRETS | cls.SELF_CHECKED_SECRETS
+        if not isinstance(v, SecretStr) or info.field_name in skip:
+            return v
+        raw = header_safe(v.get_secret_value())
+        return SecretStr(raw) if raw else None
 
 
 S = TypeVar("S", bound=BaseSettings)

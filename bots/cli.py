@@ -315,7 +315,9 @@ def doctor() -> None:
         for c in checks:
             table.add_row(
                 c.name,
-                "[green]OK[/]" if c.ok else "[red]problem[/]",
+                ("[yellow]warning[/]" if c.warning else "[green]OK[/]")
+                if c.ok
+                else "[red]problem[/]",
                 escape(_redacted(c.detail, secrets)),
                 escape(_redacted(c.fix, secrets)),
             )

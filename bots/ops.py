@@ -15,6 +15,8 @@ from redis.exceptions import RedisError
 
 from agent_core.errors import ConfigError
 from agent_core.llm import errors as llm_errors
+from agent_core.llm.config import backend_config
+from agent_core.llm.settings import PRESETS
 from agent_core.store.client import (
     RedisClients,
     check_reachable,
@@ -36,6 +38,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False  # ok, but worth a look (does not fail `parley doctor`)
 
 
 async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValkey | None, Check]:
@@ -255,22 +258,43 @@ async def _llm(settings: Settings, clients: RedisClients | None) -> Check:
         provider = build_provider(settings.llm, clients.redis if clients else None)
     except ConfigError as exc:
         return Check("llm", False, exc.problems[0])
+    backend = settings.llm.resolve_backend()[0]
+    variables, model_var = _llm_variables(backend)
     try:
         await provider.initialize()
         models = await provider.list_models()
-        return Check(
-            "llm", True, f"{describe(settings.llm)}: reachable, {len(models)} model(s) listed"
-        )
+        model = backend_config(settings.llm).model
+        listed = f"{describe(settings.llm)}: reachable, {len(models)} model(s) listed"
+        # Ollama lists "llama3.2:latest" for "llama3.2"; an empty list tells nothing
+        if models and not {model, f"{model}:latest"} & set(models):
+            return Check(
+                "llm",
+                True,
+                f"{listed}; {model!r} is not one of them",
+                f"check the model name ({model_var}); the server may not offer it",
+                warning=True,
+            )
+        return Check("llm", True, listed)
     except llm_errors.LLMError as exc:
         return Check(
             "llm",
             False,
             f"{describe(settings.llm)}: {type(exc).__name__}: {exc}",
-            "check the LLM_* settings",
+            f"check the {variables} settings",
         )
     finally:
         with contextlib.suppress(Exception):
             await provider.shutdown()
+
+
+def _llm_variables(backend: str) -> tuple[str, str]:
+    """(the variables that configure ``backend``, the one naming its model)."""
+    if backend in ("openai", "anthropic", "ollama"):
+        own = backend.upper()
+        return f"{own}_*", f"{own}_MODEL or LLM_MODEL"
+    if backend in PRESETS:
+        return f"{PRESETS[backend][1]} and LLM_*", "LLM_MODEL"
+    return "LLM_*", "LLM_MODEL"
 
 
 async def release(settings: Settings) -> list[str]:

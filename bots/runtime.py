@@ -200,14 +200,16 @@ class Runtime:
             group_reply=core.group_reply,
         )
         status = self.settings.platform_status()
-        any_platform = any(on for on, _ in status.values())
         for name, (on, why) in status.items():
             self.summary.channels.append((name, on, why))
             if on:
                 mod = self.settings.modules[name]
                 self.channels[name] = mod.create(self.settings.platforms[name], deps)
         web_on, web_why = web_channel.status(
-            self.settings.web, any_platform, hosted=self.settings.hosted
+            self.settings.web,
+            [name for name, (on, _) in status.items() if on],
+            hosted=self.settings.hosted,
+            incomplete=self.settings.incomplete_platforms(),
         )
         if self.role == "chat":
             web_on, web_why = False, "not served by `parley chat`"

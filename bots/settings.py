@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from agent_core.errors import ConfigError
-from agent_core.llm.settings import LLMSettings
+from agent_core.llm.settings import PRESETS, LLMSettings
 from agent_core.settings import (
     ENV_FILE,
     PLAINTEXT_SECRETS,
@@ -32,11 +32,103 @@ log = logging.getLogger(__name__)
 # Platform channel packages, in start-up summary order.
 PLATFORMS = ("telegram", "slack", "discord")
 
-# Names with these prefixes are Parley's: one that is no setting is most likely a typo.
-# (Not LLM vendors' or Heroku's: their SDKs and platform read names of their own.)
-_OWN_PREFIXES = ("PARLEY_", "TELEGRAM_", "SLACK_", "DISCORD_", "LLM_")
+# Names with these prefixes are Parley's settings' (the LLM vendors' and presets'
+# too): one that is no setting is most likely a typo.
+_OWN_PREFIXES = (
+    "PARLEY_",
+    "TELEGRAM_",
+    "SLACK_",
+    "DISCORD_",
+    "LLM_",
+    "OPENAI_",
+    "ANTHROPIC_",
+    "OLLAMA_",
+    "REDIS_",
+    "WEB_CHAT_",
+    "DM_",
+    *(var.partition("_")[0] + "_" for _, var in PRESETS.values()),
+)
 # read outside the settings classes (the last two by the tests)
 _OTHER_NAMES = frozenset({"PARLEY_ENV_FILE", "PARLEY_LONG", "PARLEY_CHROMIUM"})
+# Names with those prefixes that other software sets or reads, often in the same
+# environment: the vendors' SDKs and CLIs (OpenAI's, Anthropic's and Claude Code's),
+# the Ollama server (`ollama serve` in the same shell; OLLAMA_MODELS is its model
+# directory) and Heroku Redis (REDIS_TLS_URL beside REDIS_URL).
+_FOREIGN_NAMES = frozenset(
+    {
+        *(
+            "OPENAI_" + n
+            for n in [
+                "ORG_ID",
+                "ORGANIZATION",
+                "PROJECT",
+                "PROJECT_ID",
+                "API_BASE",
+                "API_TYPE",
+                "API_VERSION",
+                "LOG",
+                "ADMIN_KEY",
+                "WEBHOOK_SECRET",
+                "PROXY",
+            ]
+        ),
+        *(
+            "ANTHROPIC_" + n
+            for n in [
+                "AUTH_TOKEN",
+                "LOG",
+                "BETAS",
+                "CUSTOM_HEADERS",
+                "SMALL_FAST_MODEL",
+                "DEFAULT_OPUS_MODEL",
+                "DEFAULT_SONNET_MODEL",
+                "DEFAULT_HAIKU_MODEL",
+                "VERTEX_PROJECT_ID",
+                "VERTEX_BASE_URL",
+                "BEDROCK_BASE_URL",
+            ]
+        ),
+        *(
+            "OLLAMA_" + n
+            for n in [
+                "HOST",
+                "MODELS",
+                "KEEP_ALIVE",
+                "NUM_PARALLEL",
+                "MAX_LOADED_MODELS",
+                "MAX_QUEUE",
+                "ORIGINS",
+                "DEBUG",
+                "FLASH_ATTENTION",
+                "KV_CACHE_TYPE",
+                "LLM_LIBRARY",
+                "GPU_OVERHEAD",
+                "LOAD_TIMEOUT",
+                "NOHISTORY",
+                "NOPRUNE",
+                "SCHED_SPREAD",
+                "TMPDIR",
+                "INTEL_GPU",
+                "MULTIUSER_CACHE",
+                "NEW_ENGINE",
+                "API_KEY",
+                "NUM_GPU",
+            ]
+        ),
+        "REDIS_TLS_URL",
+    }
+)
+# a hint for a name difflib finds nothing close to
+_HINTS = {
+    **{
+        "REDIS_" + n: "Parley reads only REDIS_URL: redis://[:password@]host:port[/db]"
+        for n in ["HOST", "PORT", "PASSWORD", "USERNAME", "USER", "DB"]
+    },
+    **{
+        var.partition("_")[0] + "_MODEL": "a preset's model is LLM_MODEL"
+        for _, var in PRESETS.values()
+    },
+}
 
 HEROKU_WITHOUT_REDIS = (
     "REDIS_URL is not set: on Heroku every dyno would get its own private Redis "
@@ -85,7 +177,23 @@ class Settings:
             if mod is None:
                 out[name] = (False, "not available in this build")
                 continue
-            out[name] = mod.status(self.platforms[name])
+            if name == "telegram":  # its mode depends on PUBLIC_URL
+                out[name] = mod.status(self.platforms[name], self.core.public_url)
+            else:
+                out[name] = mod.status(self.platforms[name])
+        return out
+
+    def incomplete_platforms(self) -> list[str]:
+        """Platforms that are off though one of their secrets is set (a token
+        without the rest): the web chat's line names them."""
+        out = []
+        for name, (on, _) in self.platform_status().items():
+            s = self.platforms.get(name)
+            if on or s is None:
+                continue
+            fields = type(s).model_fields
+            if any(is_secret(f) and getattr(s, n) is not None for n, f in fields.items()):
+                out.append(name)
         return out
 
     def secret_values(self) -> list[str]:
@@ -166,6 +274,9 @@ def known_names(classes: Iterable[type[ParleySettings]], passed: str = "") -> se
         for name, f in cls.model_fields.items():
             env = (f.alias or name).upper()
             names.update((env, env + "_FILE") if is_secret(f) else (env,))
+            # other names a field reads (OLLAMA_CONTEXT_LENGTH, the Ollama server's own)
+            choices = getattr(f.validation_alias, "choices", ())
+            names.update(c.upper() for c in choices if isinstance(c, str))
     return names
 
 
@@ -175,10 +286,12 @@ def unknown_names(given: Iterable[str], known: set[str]) -> list[str]:
     out = []
     for name in sorted(set(given)):
         upper = name.upper()
-        if not upper.startswith(_OWN_PREFIXES) or upper in known:
+        if not upper.startswith(_OWN_PREFIXES) or upper in known or upper in _FOREIGN_NAMES:
             continue
         close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]}?)" if close else ""
+        if upper in _HINTS:
+            hint = f" ({_HINTS[upper]})"
         out.append(f"{name} is not a Parley setting; it is ignored{hint}")
     return out
 

@@ -78,5 +78,6 @@ class Channel(ABC):
 #
 #   SETTINGS: type[ParleySettings]            its settings class
 #   def status(settings) -> tuple[bool, str]  enabled?, and why (for the start-up summary,
-#                                             e.g. (False, "TELEGRAM_BOT_TOKEN not set"))
+#                                             e.g. (False, "TELEGRAM_BOT_TOKEN not set"));
+#                                             Telegram's also takes public_url (its mode)
 #   def create(settings, deps: ChannelDeps) -> Channel

@@ -95,6 +95,20 @@ def _when(settings: LLMSettings, name: str) -> str:
     return f"when {var} is set (the {name} {'preset' if name in PRESETS else 'backend'})"
 
 
+def _vendor_model(settings: LLMSettings, name: str) -> str:
+    """The model of the openai, anthropic or ollama backend: its own variable
+    (OPENAI_MODEL, …) when set, else LLM_MODEL when this backend is the primary one
+    (a fallback on it never takes the primary's LLM_MODEL), else the default."""
+    field = f"{name}_model"
+    own: str = getattr(settings, field)
+    if field in settings.model_fields_set and own.strip():
+        return own.strip()
+    if settings.llm_model.strip() and settings.resolve_backend()[0] == name:
+        return settings.llm_model.strip()
+    default: str = type(settings).model_fields[field].default
+    return own.strip() or default
+
+
 def backend_config(
     settings: LLMSettings, backend: str | None = None, model: str | None = None
 ) -> BackendConfig:
@@ -110,7 +124,7 @@ def backend_config(
             settings,
             name,
             "openai",
-            model or settings.openai_model,
+            model or _vendor_model(settings, "openai"),
             settings.openai_base_url.rstrip("/"),
             key,
             strict_tools=settings.llm_strict_tools,
@@ -123,7 +137,7 @@ def backend_config(
             settings,
             name,
             "anthropic",
-            model or settings.anthropic_model,
+            model or _vendor_model(settings, "anthropic"),
             settings.anthropic_base_url.rstrip("/"),
             key,
             prompt_cache=settings.anthropic_prompt_cache,
@@ -134,7 +148,7 @@ def backend_config(
             settings,
             name,
             "ollama",
-            model or settings.ollama_model,
+            model or _vendor_model(settings, "ollama"),
             settings.ollama_base_url.rstrip("/"),
             local=True,
             context_window=settings.ollama_context_window,

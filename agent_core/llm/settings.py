@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
-from agent_core.settings import MAX_TTL_SECS, ParleySettings, http_url
+from agent_core.settings import MAX_TTL_SECS, ParleySettings, header_safe, http_url
 
 BACKENDS = ("openai", "anthropic", "ollama", "openai_compatible", "demo")
 ALIASES = {"claude": "anthropic", "compatible": "openai_compatible"}
@@ -180,14 +180,24 @@ class LLMSettings(ParleySettings):
 def parse_headers(raw: str) -> dict[str, str]:
     """``Key:Value,Key2:Value2`` -> dict; a value may itself contain ':'."""
     out: dict[str, str] = {}
-    for part in raw.split(","):
+    for n, part in enumerate((p for p in raw.split(",") if p.strip()), 1):
         part = part.strip()
-        if not part:
-            continue
         key, sep, value = part.partition(":")
         if not sep or not key.strip():
             # never the text itself: it usually holds a key
             raise ValueError("expected Name:value pairs separated by commas")
+        try:
+            header_safe(key)
+        except ValueError as exc:
+            raise ValueError(f"header {n}'s name {exc}") from None
+        if not all(" " <= c <= "~" for c in value.strip()):
+            # spaces are fine inside a value ("Bearer sk-…"); the rest as for a key
+            bad = next(i for i, c in enumerate(value.strip(), 1) if not " " <= c <= "~")
+            raise ValueError(
+                f"header {n}'s value contains a character that cannot be sent in an HTTP "
+                f"header (position {bad}): a control character or a non-ASCII one "
+                "(a curly quote, a non-breaking space); retype it"
+            )
         out[key.strip()] = value.strip()
     return out
 

@@ -20,6 +20,7 @@ redis-py's health check, and the connect timeout.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import ssl
@@ -216,6 +217,13 @@ async def check_reachable(clients: RedisClients) -> None:
             hint = (
                 "the server's certificate is not trusted; for a self-signed one "
                 "(Heroku Redis) set REDIS_TLS_INSECURE=true"
+            )
+        elif os.environ.get("DYNO"):
+            # on Heroku an unset REDIS_URL is refused (each dyno would get its own)
+            hint = (
+                "check the Heroku Redis add-on (heroku redis:info) and that REDIS_URL is "
+                "the URL it sets (heroku config:get REDIS_URL; a copy set by hand goes "
+                "stale when Heroku rotates the credentials)"
             )
         else:
             hint = (

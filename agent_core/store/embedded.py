@@ -146,6 +146,17 @@ class EmbeddedValkey:
         return f"embedded Valkey at {self.data_dir} ({how})"
 
     def _check_dir(self) -> None:
+        for path in (self.data_dir, *self.data_dir.parents):
+            if path.exists():  # the nearest that exists must be a directory
+                if not path.is_dir():
+                    where = "" if path == self.data_dir else f" (in {self.data_dir})"
+                    raise ConfigError(
+                        [
+                            f"PARLEY_DATA_DIR: {path}{where} is a file, not a directory; "
+                            "set PARLEY_DATA_DIR to a writable directory"
+                        ]
+                    )
+                break
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             # one probe per process: two starting at once must not remove each other's

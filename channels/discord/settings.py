@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 from pydantic import Field, SecretStr, field_validator
 
-from agent_core.settings import ParleySettings
+from agent_core.settings import ParleySettings, header_safe
 
 DEFAULT_API_BASE_URL = "https://discord.com/api/v10"
 
@@ -14,6 +15,8 @@ _SHARDS_RE = re.compile(r"^(auto|\d+|[\d,\-\s]+/\d+)$")
 
 
 class DiscordSettings(ParleySettings):
+    SELF_CHECKED_SECRETS: ClassVar[frozenset[str]] = frozenset({"discord_bot_token"})
+
     # Bot token from the developer portal (Bot -> Reset Token); enables the channel.
     discord_bot_token: SecretStr | None = None
     # REST base (tests, proxies). discord.py's default is https://discord.com/api/v10.
@@ -60,9 +63,7 @@ class DiscordSettings(ParleySettings):
         raw = v.get_secret_value().strip()
         if raw.lower().startswith("bot "):
             raw = raw[4:].strip()
-        if any(c.isspace() for c in raw):
-            raise ValueError("must be a bot token without spaces")
-        return SecretStr(raw)
+        return SecretStr(header_safe(raw))  # no space, control or non-ASCII character
 
     @field_validator("discord_api_base_url")
     @classmethod

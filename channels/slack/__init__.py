@@ -22,7 +22,10 @@ def status(settings: SlackSettings) -> tuple[bool, str]:
     if settings.slack_app_token is not None:
         modes.append("Socket Mode")
     if not modes:
-        return False, "set SLACK_SIGNING_SECRET (Events API) or SLACK_APP_TOKEN (Socket Mode)"
+        return False, (
+            "SLACK_BOT_TOKEN is set but neither SLACK_SIGNING_SECRET, for the Events API, "
+            "nor SLACK_APP_TOKEN, for Socket Mode"
+        )
     return True, " + ".join(modes)
 
 

@@ -38,7 +38,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +175,8 @@ class WebChannel(Channel):
     def _gate(self, scope: Scope) -> Response | None:
         """None for a host name the chat answers to, else the 403 (DNS rebinding)."""
         name = request_host(scope)
-        if self.hosts.allows(name, token_set=self.settings.web_chat_token is not None):
+        token_set = self.settings.web_chat_token is not None
+        if self.hosts.allows(name, token_set=token_set):
             return None
         shown = (name or "")[:100]
         if shown not in self._refused_hosts and len(self._refused_hosts) < 100:
@@ -186,7 +187,8 @@ class WebChannel(Channel):
                 shown,
                 self.hosts.describe(),
             )
-        return refusal(scope, name, self.hosts.describe())
+        remedy = self.hosts.remedy(name, token_set=token_set)
+        return refusal(scope, name, self.hosts.describe(), remedy)
 
     @property
     def sessions(self) -> Sessions:
@@ -587,8 +589,15 @@ def _entry_key(s: str) -> tuple[int, int]:
 
 
 def status(
-    settings: WebSettings, platforms_enabled: bool, *, hosted: bool = False
+    settings: WebSettings,
+    platforms_enabled: bool | Sequence[str],
+    *,
+    hosted: bool = False,
+    incomplete: Sequence[str] = (),
 ) -> tuple[bool, str]:
+    """On?, and why (the start-up summary prints it in parentheses: none inside).
+    ``platforms_enabled``: the platform channels that are on (or whether any is);
+    ``incomplete``: those that are off though partly configured (a token alone)."""
     if settings.web_chat_enabled is True:
         if hosted and settings.web_chat_token is None:
             return True, (
@@ -598,12 +607,18 @@ def status(
     if settings.web_chat_enabled is False:
         return False, "WEB_CHAT_ENABLED=false"
     if platforms_enabled:
-        return False, "a platform channel is configured (set WEB_CHAT_ENABLED=true to keep it)"
+        names = [] if isinstance(platforms_enabled, bool) else list(platforms_enabled)
+        which = " and ".join(names) or "a platform channel"
+        verb = "are" if len(names) > 1 else "is"
+        return False, f"{which} {verb} configured; set WEB_CHAT_ENABLED=true to keep it"
     if hosted:
         return (
             False,
             "listening beyond this machine (HOST, or $DYNO set); set WEB_CHAT_ENABLED=true to expose it",
         )
+    if incomplete:
+        off = " and ".join(incomplete)
+        return True, f"no platform channel is on: {off} is set up only in part, see its line"
     return True, "no platform configured"
 
 

@@ -113,6 +113,24 @@ class HostPolicy:
             return False
         return token_set or _is_ip(name)
 
+    def remedy(self, name: str | None, *, token_set: bool) -> str:
+        """What opens the chat to ``name`` (a refused one), true for this policy."""
+        if name is None:
+            return "The request carried no valid Host header."
+        if self.loopback:
+            # only PUBLIC_URL's name (or HOST's, which would not be loopback) is added
+            return (
+                "It listens on this machine only (a loopback HOST): to open it by another "
+                "name set PUBLIC_URL to a URL with that name (a reverse proxy on this "
+                "machine); WEB_CHAT_TOKEN does not open other names on a loopback address."
+            )
+        if token_set:  # every name is allowed then: not reached for a valid name
+            return "Set PUBLIC_URL to a URL with that name."
+        return (
+            "To open it by another name set PUBLIC_URL to a URL with that name, or set "
+            "WEB_CHAT_TOKEN (then it answers to any name and asks for the token)."
+        )
+
     def describe(self) -> str:
         extra = ", ".join(sorted(self.names - LOOPBACK_NAMES))
         return "localhost" + (f", {extra}" if extra else "")
@@ -154,11 +172,10 @@ class SecuredApp:
         await self.app(scope, receive, send_with_headers)
 
 
-def refusal(scope: Scope, name: str | None, allowed: str) -> Response:
-    text = (
-        f"This chat does not answer to the host name {name!r}: open it as {allowed}. "
-        "To reach it by another name set PUBLIC_URL (or WEB_CHAT_TOKEN)."
-    )
+def refusal(scope: Scope, name: str | None, allowed: str, remedy: str) -> Response:
+    """The 403 for a host name the chat does not answer to; ``remedy``: what would
+    open it (:meth:`HostPolicy.remedy`)."""
+    text = f"This chat does not answer to the host name {name!r}: open it as {allowed}. {remedy}"
     if str(scope.get("path", "")).startswith("/api/"):
         return JSONResponse({"error": text}, status_code=403)
     return PlainTextResponse(text + "\n", status_code=403)

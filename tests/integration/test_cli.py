@@ -95,6 +95,12 @@ def test_piped_chat_answers_each_line_and_history_survives_a_restart(tmp_path: P
             "PARLEY_DATA_DIR: cannot write to /proc/parley-cannot-write",
         ),
         ({"PORT": "eighty"}, "PORT: Input should be a valid integer"),
+        # a file, not "cannot write to /etc/passwd (File exists)"
+        ({"PARLEY_DATA_DIR": "/etc/passwd"}, "PARLEY_DATA_DIR: /etc/passwd is a file, not a"),
+        (
+            {"PARLEY_DATA_DIR": "/etc/passwd/parley"},
+            "PARLEY_DATA_DIR: /etc/passwd (in /etc/passwd/parley) is a file, not a directory",
+        ),
     ],
 )
 def test_bad_configuration_is_one_clear_line_and_exit_2(

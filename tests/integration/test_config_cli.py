@@ -109,6 +109,13 @@ def _spawn(args: list[str], env: dict[str, str], **kw: object) -> subprocess.Pop
         ({"LLM_BASE_URL": "localhost:8000/v1"}, "LLM_BASE_URL"),
         ({"LLM_EXTRA_HEADERS": "Authorization Bearer hunter2secret"}, "LLM_EXTRA_HEADERS"),
         ({"HOST": "192.0.2.1"}, "HOST"),
+        # a character an HTTP header cannot carry (httpx raised at the first request)
+        ({"OPENAI_API_KEY": "sk-hunter2secret \u00e9"}, "OPENAI_API_KEY"),
+        ({"OPENAI_API_KEY": "sk-hunter2secret\x01zz"}, "OPENAI_API_KEY"),
+        ({"ANTHROPIC_API_KEY": "sk-ant-hunter2secret\u201d"}, "ANTHROPIC_API_KEY"),
+        ({"SLACK_BOT_TOKEN": "xoxb-hunter2secret\u00a0x"}, "SLACK_BOT_TOKEN"),
+        ({"DISCORD_BOT_TOKEN": "hunter2secret\u00e9"}, "DISCORD_BOT_TOKEN"),
+        ({"LLM_EXTRA_HEADERS": "Authorization:Bearer hunter2secret\u00e9"}, "LLM_EXTRA_HEADERS"),
     ],
 )
 def test_bad_value_is_one_line_not_a_traceback(
@@ -128,6 +135,20 @@ def test_bad_value_is_one_line_not_a_traceback(
     assert r.returncode == 2, (r.returncode, r.stderr[-600:])
     assert f"{var}:" in r.stderr
     assert "hunter2secret" not in r.stdout + r.stderr
+
+
+def test_doctor_with_a_control_character_in_the_key_is_one_line(tmp_path: Path) -> None:
+    r = parley(
+        ["doctor"],
+        {"PARLEY_DATA_DIR": str(tmp_path / "d"), "OPENAI_API_KEY": "sk-hunter2secret\x01zz"},
+        timeout=40,
+    )
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out, out[-600:]
+    assert r.returncode == 2, out[-600:]
+    assert "OPENAI_API_KEY: contains a character that cannot be sent in an HTTP header " in out
+    assert "(position 17)" in out
+    assert "hunter2secret" not in out
 
 
 def test_non_utf8_secret_file_is_one_line(tmp_path: Path) -> None:

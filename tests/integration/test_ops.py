@@ -79,6 +79,36 @@ async def test_doctor_names_an_unreachable_llm(valkey: EmbeddedValkey, redis: An
         await fake.stop()
 
 
+async def test_doctor_warns_when_the_model_is_not_listed_and_names_the_backends_variables(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    """The server lists its models: one that is not among them is a warning naming
+    it (not a plain OK); a failure names the backend's own variables (OPENAI_* for
+    openai, not LLM_*)."""
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        async with FakeLLMServer() as llm:
+            s = settings_for(valkey, fake, llm.openai_url)  # LLM_MODEL=fake; lists fake-model
+            check = {c.name: c for c in await doctor(s)}["llm"]
+            assert check.ok and check.warning, check
+            assert "'fake' is not one of them" in check.detail and "LLM_MODEL" in check.fix
+            s.llm = LLMSettings(
+                llm_backend="openai_compatible", llm_base_url=llm.openai_url, llm_model="fake-model"
+            )
+            check = {c.name: c for c in await doctor(s)}["llm"]
+            assert check.ok and not check.warning, check
+        s.llm = LLMSettings(
+            llm_backend="openai",
+            openai_api_key="sk-test",  # type: ignore[arg-type]
+            openai_base_url=f"http://127.0.0.1:{free_port()}/v1",
+        )
+        check = {c.name: c for c in await doctor(s)}["llm"]
+        assert not check.ok and check.fix == "check the OPENAI_* settings", check
+    finally:
+        await fake.stop()
+
+
 async def test_doctor_reports_a_revoked_token(valkey: EmbeddedValkey, redis: Any) -> None:
     fake = FakeTelegram()
     await fake.start()

@@ -564,3 +564,77 @@ def test_a_line_of_dotenv_that_cannot_be_parsed_is_reported_once_with_the_file(
     ours = [r.getMessage() for r in caplog.records if "cannot be parsed" in r.getMessage()]
     assert ours == [f"{env} line 2 cannot be parsed; it is ignored (expected NAME=value)"]
     assert not [r for r in caplog.records if r.name == "dotenv.main"]
+
+
+@pytest.mark.parametrize("dyno", ["", "web.1"])
+async def test_unreachable_redis_on_heroku_points_to_the_add_on(
+    monkeypatch: pytest.MonkeyPatch, dyno: str
+) -> None:
+    """Off Heroku the line offers the embedded server; on Heroku ($DYNO set), where an
+    unset REDIS_URL is refused, it points to the add-on instead."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from agent_core.store.client import RedisClients, check_reachable
+
+    class _Redis:
+        async def ping(self) -> None:
+            raise RedisConnectionError("Error 111 connecting to h:6379. Connection refused.")
+
+    if dyno:
+        monkeypatch.setenv("DYNO", dyno)
+    else:
+        monkeypatch.delenv("DYNO", raising=False)
+    clients = RedisClients("redis://:pw@h:6379", _Redis(), _Redis())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as exc:
+        await check_reachable(clients)
+    line = exc.value.problems[0]
+    assert line.startswith("REDIS_URL: cannot reach redis://***@h:6379"), line
+    if dyno:
+        assert "unset REDIS_URL" not in line and "heroku redis:info" in line, line
+    else:
+        assert "unset REDIS_URL to use the embedded server" in line, line
+
+
+def test_the_summary_shows_the_telegram_mode_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "mode auto": the mode the channel will run in, and what decided it."""
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abcdef")
+    assert load_settings().platform_status()["telegram"] == (
+        True,
+        "bot 123, polling mode: no PUBLIC_URL",
+    )
+    monkeypatch.setenv("PUBLIC_URL", "https://parley.example")
+    assert load_settings().platform_status()["telegram"][1] == (
+        "bot 123, webhook mode: PUBLIC_URL is set"
+    )
+    monkeypatch.setenv("TELEGRAM_MODE", "polling")
+    assert load_settings().platform_status()["telegram"][1] == (
+        "bot 123, polling mode: TELEGRAM_MODE"
+    )
+
+
+def test_the_web_chat_line_says_which_platform_and_why_slack_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The summary prints each why in parentheses: none nested inside.  A platform
+    that is on is named; a Slack bot token without a signing secret or app token is
+    said to be why the web chat is on, not "no platform configured"."""
+    from bots.settings import load_settings
+    from channels.web import channel as web_channel
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-123")
+    s = load_settings()
+    on, why = s.platform_status()["slack"]
+    assert not on and "(" not in why and "SLACK_SIGNING_SECRET" in why, why
+    assert s.incomplete_platforms() == ["slack"]
+    on, why = web_channel.status(s.web, [], incomplete=s.incomplete_platforms())
+    assert on and why == "no platform channel is on: slack is set up only in part, see its line"
+    on, why = web_channel.status(s.web, ["telegram"])
+    assert not on and why == "telegram is configured; set WEB_CHAT_ENABLED=true to keep it"
+    on, why = web_channel.status(s.web, ["telegram", "discord"])
+    assert why.startswith("telegram and discord are configured;") and "(" not in why
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    s = load_settings()
+    assert s.incomplete_platforms() == []
+    assert web_channel.status(s.web, [], incomplete=[]) == (True, "no platform configured")

@@ -5,10 +5,11 @@ import logging
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
-from agent_core.settings import PLAINTEXT_SECRETS, CoreSettings, load
+from agent_core.settings import PLAINTEXT_SECRETS, CoreSettings, is_secret, load
 
 
 def test_secret_from_file_when_env_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,3 +165,178 @@ def test_a_mistyped_heartbeat_target_stops_startup_with_one_line(
 def test_heartbeat_targets_that_load(monkeypatch: pytest.MonkeyPatch, good: str) -> None:
     monkeypatch.setenv("HEARTBEAT_NOTIFY", good)
     assert load(CoreSettings).heartbeat_notify == good
+
+
+# every secret that is sent in a header or URL, and a value (with a valid shape
+# otherwise) into which a bad character is put
+_HEADER_SECRETS = {
+    "OPENAI_API_KEY": "sk-abcdefghijkl",
+    "ANTHROPIC_API_KEY": "sk-ant-abcdefgh",
+    "LLM_API_KEY": "sk-abcdefghijkl",
+    "OPENROUTER_API_KEY": "sk-or-abcdefghi",
+    "GROQ_API_KEY": "gsk_abcdefghijk",
+    "TELEGRAM_BOT_TOKEN": "123:abcdefghijk",
+    "TELEGRAM_WEBHOOK_SECRET": "abcdefghijklmn",
+    "SLACK_BOT_TOKEN": "xoxb-abcdefghij",
+    "SLACK_APP_TOKEN": "xapp-abcdefghij",
+    "SLACK_SIGNING_SECRET": "abcdefghijklmn",
+    "DISCORD_BOT_TOKEN": "abcdefghijklmn",
+    "WEB_CHAT_TOKEN": "abcdefghijklmn",
+}
+
+
+@pytest.mark.parametrize("bad", ["\u00e9", "\u201c", "\u00a0", "\x01", " "])
+@pytest.mark.parametrize("name", sorted(_HEADER_SECRETS))
+def test_a_secret_a_header_cannot_carry_is_one_line_with_its_position(
+    monkeypatch: pytest.MonkeyPatch, name: str, bad: str
+) -> None:
+    """A pasted curly quote, non-breaking space or control character in a key or
+    token stops start-up with one line naming the variable and the position (not a
+    traceback from httpx at the first request); the value is never shown."""
+    from bots.settings import load_settings
+
+    good = _HEADER_SECRETS[name]
+    value = good[:7] + bad + good[7:]
+    monkeypatch.setenv(name, "  " + value + "\n")  # surrounding whitespace: dropped
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert exc.value.problems == [
+        f"{name}: contains a character that cannot be sent in an HTTP header (position 8): "
+        "a space, a control character or a non-ASCII one (a curly quote, a non-breaking "
+        "space); retype it"
+    ]
+    assert good[7:] not in str(exc.value.problems)
+
+
+def test_a_secret_with_surrounding_whitespace_is_stripped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bots.settings import load_settings
+
+    for name, good in _HEADER_SECRETS.items():
+        monkeypatch.setenv(name, "\u00a0" + good + " \n")
+    s = load_settings()
+    assert s.llm.openai_api_key is not None
+    assert s.llm.openai_api_key.get_secret_value() == _HEADER_SECRETS["OPENAI_API_KEY"]
+    assert s.platforms["slack"].secret("slack_bot_token") == _HEADER_SECRETS["SLACK_BOT_TOKEN"]
+    assert s.web.web_chat_token is not None
+    assert s.web.web_chat_token.get_secret_value() == _HEADER_SECRETS["WEB_CHAT_TOKEN"]
+    # a blank key is unset, as an empty one is
+    monkeypatch.setenv("OPENAI_API_KEY", "  ")
+    assert load(LLMSettings).openai_api_key is None
+
+
+def test_every_secret_is_checked_for_header_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A secret added later is checked too, unless it is declared as never sent."""
+    from bots.settings import PLATFORMS, _channel_module
+    from channels.web.channel import WebSettings
+
+    classes = [CoreSettings, LLMSettings, WebSettings]
+    classes += [m.SETTINGS for n in PLATFORMS if (m := _channel_module(n)) is not None]
+    secrets = {n for c in classes for n, f in c.model_fields.items() if is_secret(f)}
+    assert secrets - CoreSettings.UNSENT_SECRETS >= {n.lower() for n in _HEADER_SECRETS}
+    assert {"redis_url", "web_chat_secret"} == CoreSettings.UNSENT_SECRETS
+    for cls in classes:
+        for name, f in cls.model_fields.items():
+            if is_secret(f) and name not in CoreSettings.UNSENT_SECRETS:
+                with pytest.raises(ValidationError, match="position 3"):
+                    cls(**{name: "ab\u00e9cd"})
+    # DISCORD_BOT_TOKEN's own validator checks it, after its "Bot " prefix
+    from channels.discord.settings import DiscordSettings
+
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", "Bot abc.def")
+    token = load(DiscordSettings).discord_bot_token
+    assert token is not None and token.get_secret_value() == "abc.def"
+
+
+def test_extra_headers_a_request_cannot_carry_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLM_EXTRA_HEADERS", "X-Title:Parley,Authorization:Bearer sk-\u201cabc")
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings)
+    assert exc.value.problems == [
+        "LLM_EXTRA_HEADERS: header 2's value contains a character that cannot be sent in an "
+        "HTTP header (position 11): a control character or a non-ASCII one (a curly quote, "
+        "a non-breaking space); retype it"
+    ]
+    monkeypatch.setenv("LLM_EXTRA_HEADERS", "X-Title:My Parley")  # a space in a value is fine
+    assert load(LLMSettings).extra_headers() == {"X-Title": "My Parley"}
+
+
+@pytest.mark.parametrize(
+    ("backend", "own"),
+    [("openai", "OPENAI_MODEL"), ("anthropic", "ANTHROPIC_MODEL"), ("ollama", "OLLAMA_MODEL")],
+)
+def test_llm_model_applies_to_the_vendor_backends_unless_their_own_is_set(
+    monkeypatch: pytest.MonkeyPatch, backend: str, own: str
+) -> None:
+    from agent_core.llm.config import backend_config
+
+    monkeypatch.setenv("LLM_BACKEND", backend)
+    monkeypatch.setenv(f"{backend.upper()}_API_KEY", "sk-test")
+    monkeypatch.setenv("LLM_MODEL", "model-from-llm-model")
+    assert backend_config(load(LLMSettings)).model == "model-from-llm-model"
+    monkeypatch.setenv(own, "model-of-its-own")  # the specific variable wins
+    assert backend_config(load(LLMSettings)).model == "model-of-its-own"
+
+
+def test_llm_model_is_not_a_fallbacks_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The primary's LLM_MODEL (an OpenRouter name) is not sent to a bare openai
+    fallback: that takes OPENAI_MODEL or its default."""
+    from agent_core.llm.config import backend_config
+
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("LLM_BACKEND", "openrouter")
+    monkeypatch.setenv("LLM_MODEL", "anthropic/claude-sonnet-4")
+    s = load(LLMSettings)
+    assert backend_config(s).model == "anthropic/claude-sonnet-4"
+    assert backend_config(s, "openai").model == "gpt-4o"
+    # the openai key alone chooses openai: LLM_MODEL is its model
+    monkeypatch.delenv("LLM_BACKEND")
+    monkeypatch.delenv("OPENROUTER_API_KEY")
+    monkeypatch.setenv("LLM_MODEL", "gpt-4o-mini")
+    assert backend_config(load(LLMSettings)).model == "gpt-4o-mini"
+
+
+def test_typos_of_every_parley_prefix_are_named(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OPENAI_, ANTHROPIC_, OLLAMA_, REDIS_, WEB_CHAT_, DM_ and the presets' prefixes
+    are checked too; what the vendors' tools, the Ollama server and Heroku Redis set
+    in the same environment is not warned about."""
+    from bots.settings import load_settings
+
+    for name in (
+        "WEB_CHAT_TOKN",
+        "REDIS_URI",
+        "OPENAI_KEY",
+        "ANTHROPIC_KEY",
+        "OLLAMA_MODLE",
+        "DM_POLICIES",
+        "GROQ_MODEL",
+        "REDIS_HOST",
+        # other software's: silent
+        "REDIS_TLS_URL",
+        "OLLAMA_MODELS",
+        "OLLAMA_HOST",
+        "OLLAMA_CONTEXT_LENGTH",
+        "OPENAI_ORG_ID",
+        "ANTHROPIC_AUTH_TOKEN",
+    ):
+        monkeypatch.setenv(name, "1")
+    with caplog.at_level(logging.WARNING, logger="bots.settings"), contextlib.suppress(ConfigError):
+        load_settings()
+    lines = [r.getMessage() for r in caplog.records if r.name == "bots.settings"]
+    ignored = "is not a Parley setting; it is ignored"
+    assert lines == [
+        f"ANTHROPIC_KEY {ignored} (did you mean ANTHROPIC_API_KEY?)",
+        f"DM_POLICIES {ignored} (did you mean DM_POLICY?)",
+        f"GROQ_MODEL {ignored} (a preset's model is LLM_MODEL)",
+        f"OLLAMA_MODLE {ignored} (did you mean OLLAMA_MODEL?)",
+        f"OPENAI_KEY {ignored} (did you mean OPENAI_API_KEY?)",
+        f"REDIS_HOST {ignored} (Parley reads only REDIS_URL: redis://[:password@]host:port[/db])",
+        f"REDIS_URI {ignored} (did you mean REDIS_URL?)",
+        f"WEB_CHAT_TOKN {ignored} (did you mean WEB_CHAT_TOKEN?)",
+    ]

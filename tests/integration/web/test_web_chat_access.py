@@ -46,9 +46,13 @@ async def test_a_page_on_another_host_name_cannot_drive_the_chat(runtime: Any, r
         for name in ("localhost", "127.0.0.1", "[::1]", "LOCALHOST."):
             ok = await client.get("/api/me", headers={"host": f"{name}:{rt.port}"})
             assert ok.status_code == 200, name
-        # with a token set a loopback chat still answers only to localhost
+        # with a token set a loopback chat still answers only to localhost, and the
+        # refusal says so (not "set PUBLIC_URL (or WEB_CHAT_TOKEN)": it is set)
         rt.channels["web"].settings.web_chat_token = SecretStr("a-long-enough-token")
-        assert (await client.get("/", headers=foreign)).status_code == 403
+        page = await client.get("/", headers=foreign)
+        assert page.status_code == 403
+        assert "set PUBLIC_URL to a URL with that name" in page.text
+        assert "WEB_CHAT_TOKEN does not open other names on a loopback address" in page.text
     assert await ever_published(redis) == 0
 
 
@@ -79,6 +83,19 @@ def test_host_names_the_chat_answers_to() -> None:
     assert not heroku.loopback
     assert allows(heroku, "my-parley.herokuapp.com")
     assert not allows(heroku, "someone-else.herokuapp.com")
+
+
+def test_the_refusal_names_what_opens_another_name() -> None:
+    """Loopback: only PUBLIC_URL's name opens one (a token does not); beyond this
+    machine: PUBLIC_URL or WEB_CHAT_TOKEN; no Host header: nothing to set."""
+    laptop = HostPolicy.build("", "", on_heroku=False)
+    for token in (False, True):
+        text = laptop.remedy("chat.lan", token_set=token)
+        assert "PUBLIC_URL" in text and "WEB_CHAT_TOKEN does not open" in text
+    docker = HostPolicy.build("0.0.0.0", "", on_heroku=False)
+    text = docker.remedy("chat.lan", token_set=False)
+    assert "PUBLIC_URL" in text and "or set WEB_CHAT_TOKEN" in text
+    assert "Host header" in laptop.remedy(None, token_set=True)
 
 
 async def _web_channel(redis: Any, **settings: Any) -> WebChannel:
