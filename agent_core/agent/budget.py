@@ -158,7 +158,9 @@ class BudgetGuard:
         if not pending:
             return
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
+            # MULTI/EXEC: a connection lost mid-pipeline applies all or nothing, so
+            # what is put back after a failure is not counted twice
+            async with self.redis.pipeline(transaction=True) as pipe:
                 for key, amount in pending.items():
                     pipe.incrby(key, amount)
                     pipe.expire(key, DAY_TTL)

@@ -60,6 +60,9 @@ def keep_cut(history: Sequence[ChatMessage], turns: int) -> int:
     return starts[-turns]
 
 
+CUT_NOTE = "(the start of this conversation was cut to fit; carry on from here)"
+
+
 def request_messages(history: Sequence[ChatMessage]) -> list[ChatMessage]:
     """``history`` as a request may carry it: starting with a user message.
 
@@ -68,12 +71,17 @@ def request_messages(history: Sequence[ChatMessage]) -> list[ChatMessage]:
     must use the user role").  The text of those leading assistant messages is
     folded into the first user message as "(earlier, you wrote: …)"; their tool
     calls and the results of those calls go (they belong to a turn already cut).
-    The history itself is left as it is."""
+    A history with no user message at all (a single turn longer than twice the
+    limit, cut in its middle) keeps what it has after a short note in the user's
+    place.  The history itself is left as it is."""
     lead = 0
     while lead < len(history) and history[lead].role not in ("user", "system"):
         lead += 1
     if lead == 0:
         return list(history)
+    if lead == len(history):  # no user message at all: one long turn cut in its middle
+        start = next((i for i, m in enumerate(history) if m.role != "tool"), len(history))
+        return [ChatMessage("user", CUT_NOTE), *history[start:]]
     said = "\n\n".join(m.content.strip() for m in history[:lead] if m.role == "assistant")
     said = said.strip()
     rest = list(history[lead:])

@@ -437,9 +437,10 @@ class Turn:
             self.session.pending_approval = ""
         self.session.turns += 1
         self.session.updated_at = time.time()
-        dropped = self.session.trim(self.s.max_history_messages)
-        if dropped:
-            await self.agent.archive_messages(self.session, dropped)
+        if not isinstance(outcome, NeedApproval):  # never cut into a turn still going
+            dropped = self.session.trim(self.s.max_history_messages)
+            if dropped:
+                await self.agent.archive_messages(self.session, dropped)
         if isinstance(outcome, Response):
             return "response"
         if isinstance(outcome, MaxIterations):

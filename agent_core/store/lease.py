@@ -157,12 +157,12 @@ async def run_under_lease(
             asyncio.create_task(lease.lost.wait()),
         }
         try:
-            await asyncio.wait({task, *waits}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-        inner.set()
-        try:
+            try:
+                await asyncio.wait({task, *waits}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            inner.set()
             if lease.lost.is_set() and not task.done():
                 done, _ = await asyncio.wait({task}, timeout=lease.margin * 0.8)
                 if not done:
@@ -172,8 +172,14 @@ async def run_under_lease(
                         lease.margin * 0.8,
                     )
                     task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # its end, without taking its cancellation for ours
+            failed = None if task.cancelled() else task.exception()
+            if failed is not None:
+                raise failed
+        except BaseException:  # cancelled ourselves (or failing): the run ends with us
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
         finally:
             await lease.release()
         if not lease.lost.is_set() or stop.is_set():

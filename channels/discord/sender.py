@@ -339,7 +339,11 @@ class DiscordOutbox:
                 await self._call(route, json=payload)
                 return
             task = asyncio.ensure_future(self._call(route, json=payload))
-            done, _ = await asyncio.wait({task}, timeout=self._streamed_edit_wait())
+            try:
+                done, _ = await asyncio.wait({task}, timeout=self._streamed_edit_wait())
+            except asyncio.CancelledError:  # /stop: the final edit comes next, and last
+                task.cancel()
+                raise
             if not done:
                 # Not awaited: discord.py may still be in its rate-limit bookkeeping
                 # (a sleep it does even when cancelled).  The stale edit is not sent.

@@ -238,7 +238,10 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
                       "````\\n" + "```\\n".repeat(60000), "**a *".repeat(30000),
                       "**`".repeat(40000), "***a".repeat(30000), "** `a` *".repeat(20000),
                       "**a `".repeat(30000), "**`" + "a \\\\**".repeat(30000),
-                      "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000)].map((src) => {
+                      "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000),
+                      "| a | b |\\n" + " ".repeat(64000) + "x", "a|b\\n|-" + " ".repeat(64000) + "x",
+                      "| a | b |\\n|---|---|\\n" + "| c | `d |\\n".repeat(30000),
+                      "|".repeat(120000) + "\\n" + "-|".repeat(60000)].map((src) => {
                  const d = document.createElement('div'); const t0 = performance.now();
                  renderMarkdown(src, d); return performance.now() - t0; })"""
         )

@@ -227,3 +227,29 @@ async def test_a_gateway_that_fails_raises_and_releases_its_lease(redis: Any) ->
     else:
         raise AssertionError("the gateway's error was swallowed")
     assert await redis.get("parley:lease:gateway:crash") is None
+
+
+async def test_a_cancelled_holder_stops_its_gateway_and_releases_the_lease(redis: Any) -> None:
+    """Cancelled from outside (an event loop torn down by Ctrl-C), the holder must not
+    leave its gateway running with the lease renewed by nobody's wish."""
+    running = asyncio.Event()
+    gateway_cancelled = asyncio.Event()
+
+    async def run(inner: asyncio.Event) -> None:
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            gateway_cancelled.set()
+            raise
+
+    def make() -> Lease:
+        return Lease(redis, "gateway:cancel", "me", ttl=60.0)
+
+    holder = asyncio.create_task(run_under_lease(make, run, asyncio.Event()))
+    await asyncio.wait_for(running.wait(), 10)
+    holder.cancel()
+    await asyncio.gather(holder, return_exceptions=True)
+    assert holder.cancelled()
+    assert gateway_cancelled.is_set(), "the gateway ran on after its holder was cancelled"
+    assert await redis.get("parley:lease:gateway:cancel") is None, "the lease was kept"

@@ -92,7 +92,7 @@ const MAX_LIST_DEPTH = 8;  // deeper indented items stay in the deepest list
 const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;  // ---, ***, _ _ _: a thematic break
 // A GFM table: a header row, then a delimiter row (|---|:--:|) with as many cells;
 // rows end at the first line without a '|'. A '|' inside `code` or after '\' is text.
-const TABLE_DELIM = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+const TABLE_DELIM = /^\s*(?:\|\s*)?:?-+:?\s*(?:\|\s*:?-+:?\s*)*(?:\|\s*)?$/;
 const MAX_TABLE_COLUMNS = 20;
 
 function cells(line) {

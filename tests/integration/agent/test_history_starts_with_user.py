@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from agent_core.events import EventKind, ThreadKey
+from agent_core.llm.base import Completion, TokenUsage, ToolCall
 from tests.integration.agent.approval_helpers import approval_id, press
 from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
 
@@ -75,3 +76,36 @@ async def test_notes_are_trimmed_like_turns(world: Any) -> None:
         await w.settle(T)
     s = await w.session(T)
     assert len(s.history) == 4, [m.content for m in s.history]
+
+
+async def test_a_turn_waiting_for_approval_is_not_trimmed_into(world: Any) -> None:
+    """A turn longer than the history limit stops for an approval: it is not cut
+    while it is still going (the cut dropped its user message, and the request after
+    the approval carried neither the question nor the tool results)."""
+    asked = ThreadKey("web", "local", "history-start-long-turn")
+
+    def rule(req: Any) -> Any:
+        msgs = [m for m in req.messages if m.role != "system"]
+        tools = [m for m in msgs if m.role == "tool"]
+        if any(m.name == "counter" for m in tools):
+            return Completion("final answer", usage=TokenUsage(10, 5))
+        if tools:
+            return Completion("", tool_calls=(ToolCall("cnt", "counter", {"label": "x"}),))
+        return Completion(
+            "",
+            tool_calls=tuple(
+                ToolCall(f"s{i}", "sleepy", {"ms": 0, "label": f"z{i}"}) for i in range(3)
+            ),
+        )
+
+    w = world(FnModel(rule), max_history_messages=2)
+    await w.start()
+    await w.send(user_event(asked, "go"))
+    await w.settle(asked)
+    await w.send(press(asked, f"ap:{approval_id(w, asked)}:a"))
+    await w.settle(asked)
+    last = w.model.requests[-1]
+    assert next(m.role for m in last.messages if m.role != "system") == "user"
+    assert any(m.role == "user" and m.content == "go" for m in last.messages)
+    assert any(m.role == "tool" and m.name == "counter" for m in last.messages)
+    assert w.texts(asked)[-1] == "final answer"

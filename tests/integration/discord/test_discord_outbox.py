@@ -6,6 +6,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from discord_harness import Gateway, wait_client_ready
@@ -467,12 +468,40 @@ async def test_streamed_edit_is_skipped_not_slept_through_a_429(
     ref = await outbox.send(THREAD, OutboundMessage("partial...", final=False))
     route = rf"/channels/{CHANNEL_ID}/messages/"
     fake_discord.rate_limit("PATCH", route, 2.5)
-    started = time.monotonic()
     same = await outbox.edit(ref, OutboundMessage("partial... more", final=False))
-    assert time.monotonic() - started < 1.8
     assert same == ref
+    # back before discord.py's retry after the 2.5 s: it did not sleep the 429 out
+    assert [c.status for c in fake_discord.calls_to("PATCH", route)] == [429]
     # the final edit waits the 429 out and lands; the stale edit is never sent
     await outbox.edit(ref, OutboundMessage("the whole answer"))
     await asyncio.sleep(0.3)
     assert [c.status for c in fake_discord.calls_to("PATCH", route)] == [429, 200]
     assert fake_discord.messages[CHANNEL_ID][ref.message_id]["content"] == "the whole answer"
+
+
+async def test_a_stopped_streamed_edit_is_cancelled_not_left_to_land_later(
+    outbox: DiscordOutbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/stop cancels the turn while a streamed edit waits (a 5xx retry, a rate-limit
+    pause): the edit's request is cancelled with it, or it would land after the
+    final edit and leave the stale partial text on screen."""
+    ref = await outbox.send(THREAD, OutboundMessage("partial...", final=False))
+    started, cancelled = asyncio.Event(), asyncio.Event()
+    real = outbox._call
+
+    async def slow(route: Any, **kwargs: Any) -> Any:
+        if route.method == "PATCH":
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return await real(route, **kwargs)
+
+    monkeypatch.setattr(outbox, "_call", slow)
+    editing = asyncio.create_task(outbox.edit(ref, OutboundMessage("stale", final=False)))
+    await asyncio.wait_for(started.wait(), 5)
+    editing.cancel()
+    await asyncio.gather(editing, return_exceptions=True)
+    await asyncio.wait_for(cancelled.wait(), 5)

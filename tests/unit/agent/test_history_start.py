@@ -4,7 +4,7 @@ user message (Anthropic refuses a first message from the assistant)."""
 
 from __future__ import annotations
 
-from agent_core.agent.context import request_messages
+from agent_core.agent.context import CUT_NOTE, request_messages
 from agent_core.agent.session import Session
 from agent_core.llm.base import ChatMessage, ToolCall
 
@@ -53,3 +53,16 @@ def test_leading_tool_calls_and_results_are_left_out_of_the_request() -> None:
     assert [m.role for m in msgs] == ["user"]
     assert msgs[0].content.startswith("(earlier, you wrote: answer to a)")
     assert request_messages(_turn("a")) == _turn("a")  # a history that starts well
+
+
+def test_a_history_without_any_user_message_keeps_its_calls_and_results() -> None:
+    """One turn longer than twice the limit, cut in its middle: what is left is sent
+    after a note in the user's place, tool calls and results kept (they were all
+    dropped, and the request was empty)."""
+    h = []
+    for i in range(3):
+        h.append(ChatMessage("assistant", "", tool_calls=(ToolCall(f"c{i}", "t", {}),)))
+        h.append(ChatMessage("tool", f"result {i}", tool_call_id=f"c{i}", name="t"))
+    got = request_messages([ChatMessage("tool", "orphan", tool_call_id="x", name="t"), *h])
+    assert got[0].role == "user" and got[0].content == CUT_NOTE
+    assert got[1:] == h
