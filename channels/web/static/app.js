@@ -140,7 +140,11 @@ function renderTable(lines, i, into) {
   table.appendChild(thead);
   i += 2;
   const tbody = document.createElement("tbody");
-  while (i < lines.length && lines[i].trim() && lines[i].includes("|")) row(cells(lines[i++]), "td", tbody);
+  // rows end at a blank line, a line without '|', or another block (GFM)
+  while (i < lines.length && lines[i].trim() && lines[i].includes("|") && !FENCE.test(lines[i])
+         && !HEADING.test(lines[i]) && !LIST_ITEM.test(lines[i]) && !lines[i].startsWith(">")) {
+    row(cells(lines[i++]), "td", tbody);
+  }
   if (tbody.firstChild) table.appendChild(tbody);
   const wrap = document.createElement("div");  // a wide table scrolls, not the page
   wrap.className = "table"; wrap.tabIndex = 0;
