@@ -86,6 +86,8 @@ class DiscordChannel(Channel):
             self.message_content = bool(
                 flags & (GATEWAY_MESSAGE_CONTENT | GATEWAY_MESSAGE_CONTENT_LIMITED)
             )
+            if not self.message_content:  # a plain "yes" arrives with no text
+                self._outbox.group_text_reaches = False
         except discord.LoginFailure:
             raise ConfigError([BAD_TOKEN]) from None
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:

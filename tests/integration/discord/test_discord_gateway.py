@@ -186,7 +186,7 @@ async def test_without_message_content_intent_dms_and_mentions_still_work(
     make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord, caplog: Any
 ) -> None:
     fake_discord.message_content = False
-    gw = make_gateway()
+    gw = make_gateway(group_reply="all")  # where plain text would otherwise count
     with caplog.at_level(logging.WARNING):
         await gw.start()
         try:
@@ -196,6 +196,8 @@ async def test_without_message_content_intent_dms_and_mentions_still_work(
             await fake_discord.user_message(DM_CHANNEL_ID, "hi")
             events = await gw.wait_published(2)
             assert [e.text for e in events] == ["hello", "hi"]
+            # an approval prompt in a server channel must not say typing "yes" works
+            assert gw.channel.outbox().group_text_reaches is False
         finally:
             await gw.halt()
     lines = [r.getMessage() for r in caplog.records if "Message Content intent" in r.getMessage()]
