@@ -97,7 +97,9 @@ class RoutineRunner:
         self._slot = self.redis.register_script(scripts.SLOT_ACQUIRE)
 
     # -- concurrency -----------------------------------------------------------
-    async def take_slot(self, r: Routine, run_id: str) -> bool:
+    async def take_slot(self, r: Routine, run_id: str) -> int:
+        """1: taken; 0: ``max_concurrent`` runs in flight; 2: ``run_id`` itself is
+        (its slot is left as it is, for the run that holds it to free)."""
         hold = LIGHT_SLOT_SECS
         if r.action == "full":
             hold = max(self.settings.turn_timeout_secs, 60.0) + self.settings.lock_ttl_secs
@@ -106,7 +108,7 @@ class RoutineRunner:
             keys=[keys.routine_running(r.name)],
             args=[run_id, now_ms, now_ms + int(hold * 1000), r.max_concurrent],
         )
-        return bool(got)
+        return int(got)
 
     async def free_slot(self, name: str, run_id: str) -> None:
         await self.redis.zrem(keys.routine_running(name), run_id)
@@ -118,7 +120,10 @@ class RoutineRunner:
         t0 = time.perf_counter()
         outcome = "?"
         try:
-            if not await self.take_slot(r, fire_id):
+            took = await self.take_slot(r, fire_id)
+            if took == 2:
+                outcome = "skipped: this fire is already running"
+            elif not took:
                 outcome = f"skipped: {r.max_concurrent} run(s) already in flight"
             elif r.action == "full":
                 try:

@@ -498,9 +498,11 @@ return 0
 # --- proactive (issue 12) ---
 # KEYS: running zset ; ARGV: run_id, now_ms, expiry_ms, max
 # Takes one of ``max`` concurrent slots of a routine (expired runs are dropped
-# first, so a dead worker's slot frees itself).  1 taken, 0 all busy.
+# first, so a dead worker's slot frees itself).  1 taken, 0 all busy, 2 this run
+# holds one already (a fire run again after a shutdown while its turn is in flight).
 SLOT_ACQUIRE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 2 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) - tonumber(ARGV[2]))

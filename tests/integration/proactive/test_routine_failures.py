@@ -91,6 +91,32 @@ async def test_a_full_job_that_fails_to_submit_frees_its_slot(pworld: Any) -> No
     assert await w.redis.zcard(keys.routine_running("full1")) == 0
 
 
+async def test_a_fire_run_again_while_its_turn_is_in_flight_leaves_that_slot_alone(
+    pworld: Any,
+) -> None:
+    """A full fire cut off at shutdown runs again after the restart (the scheduler
+    rolls it back).  If its first submission got in, that turn is still in flight and
+    holds the slot under the same fire id: the rerun took it "again", was refused as a
+    duplicate, and freed it, so a third run could start beside the two."""
+    w = pworld(FnModel(lambda req: Completion("echo")))
+    await w.start()
+    p = w.proactive()
+    r = validate(
+        Routine(
+            name="full2",
+            trigger="manual",
+            action="full",
+            prompt="x",
+            notify="telegram:500",
+            max_concurrent=2,
+        )
+    )
+    assert await p.store.add(r)
+    assert await p.runner.take_slot(r, "due-1") == 1  # the first run's turn, in flight
+    assert await p.runner.run(r, "cron", "due-1") == "skipped: this fire is already running"
+    assert await w.redis.zscore(keys.routine_running("full2"), "due-1") is not None
+
+
 # --- a target chat that is gone ---------------------------------------------------
 async def test_a_routine_whose_chat_is_gone_is_paused_after_three_failed_sends(
     pworld: Any,
