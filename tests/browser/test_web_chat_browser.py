@@ -454,6 +454,11 @@ MARKDOWN_CASES = [
     ),
     ("a | b\n|---|", "<p>a | b<br>|---|</p>"),  # the delimiter row must match the header
     ("x || y", "<p>x || y</p>"),
+    ("text |\n---", "<p>text |</p><hr>"),  # a delimiter row has a '|'
+    (
+        "| a |\n|---|",
+        '<div class="table" tabindex="0"><table><thead><tr><th>a</th></tr></thead></table></div>',
+    ),
     (  # a block after the rows ends the table, even with a '|' in it
         "a | b\n--- | ---\n- c | d",
         '<div class="table" tabindex="0"><table><thead><tr><th>a</th><th>b</th></tr>'

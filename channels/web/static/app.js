@@ -112,7 +112,9 @@ function cells(line) {
 
 // Whether lines[i] and lines[i + 1] start a table.
 function tableAt(lines, i) {
-  if (i + 1 >= lines.length || !lines[i].includes("|") || !TABLE_DELIM.test(lines[i + 1])) {
+  // the delimiter row has a '|' too: "text |" over "---" is a paragraph and a rule
+  if (i + 1 >= lines.length || !lines[i].includes("|") || !lines[i + 1].includes("|")
+      || !TABLE_DELIM.test(lines[i + 1])) {
     return false;
   }
   const n = cells(lines[i]).length;
