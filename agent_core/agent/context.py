@@ -29,6 +29,7 @@ from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.session import Session
 from agent_core.agent.tokens import estimate, text_tokens
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
+from agent_core.llm.schema import LENGTH_NOTE
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +188,12 @@ class Compactor:
             if session is not None:
                 session.usage = session.usage + result.usage
                 session.cost_usd += cost
-            if not result.text.strip():
+            # a summary cut by the length limit is kept as far as it goes, without the
+            # note meant for a person (it would sit in every later system prompt)
+            text = result.text.replace(LENGTH_NOTE, "").strip()
+            if not text:
                 raise ValueError("empty summary")
-            summary = result.text.strip()
+            summary = text
         return summary
 
     async def _drop(

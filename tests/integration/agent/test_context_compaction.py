@@ -9,6 +9,7 @@ from agent_core.agent.context import Compactor, estimate
 from agent_core.agent.session import Session
 from agent_core.events import ThreadKey
 from agent_core.llm.base import ChatMessage, Completion, ModelInfo, TokenUsage
+from agent_core.llm.schema import LENGTH_NOTE
 from tests.integration.agent.conftest import FnModel, user_event
 
 T = ThreadKey("web", "local", "audit-ctx")
@@ -58,6 +59,24 @@ async def test_auto_compaction_at_82_percent_with_few_turns_keeps_a_summary() ->
     assert res is not None
     dropped_without_summary = res.strategy == "truncated" and not s.summary
     assert not dropped_without_summary, res
+
+
+async def test_a_summary_cut_by_the_length_limit_keeps_no_note_for_people() -> None:
+    """The provider's answer ends with the note for a reader that it was cut; in a
+    summary it would be carried in every later system prompt."""
+
+    def rule(req: Any) -> Completion:
+        return Completion(f"SUMMARY: the user wants a plan\n\n{LENGTH_NOTE}")
+
+    async def archive(session: Session, msgs: list[ChatMessage]) -> None:
+        pass
+
+    comp = Compactor(lambda: FnModel(rule), archive)
+    h = _history(4, 2000)
+    s = Session(str(T), history=h)
+    assert await comp.compact(s, h, 100_000, force="summarise") is not None
+    assert "SUMMARY: the user wants a plan" in s.summary
+    assert LENGTH_NOTE not in s.summary and "cut off" not in s.summary
 
 
 # --- F2: one long tool-using turn cannot be compacted -------------------------------
