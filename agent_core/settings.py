@@ -410,7 +410,7 @@ class CoreSettings(ParleySettings):
     shell_tool_env: str = ""  # extra environment variable names the shell may see
     max_undo_checkpoints: int = Field(default=20, ge=1, le=500)
     profiles_dir: Path = Path("profiles")
-    context_window: int = Field(default=0, ge=0)  # 0 = the model's own (else 100,000)
+    context_window: int = Field(default=0, ge=0)  # 0 = the model's own (docs/agent.md)
     daily_budget_usd: float = Field(default=0.0, ge=0)  # 0 = no limit
     user_daily_budget_usd: float = Field(default=0.0, ge=0)
     hourly_action_limit: int = Field(default=0, ge=0)  # LLM calls per user per hour; 0 = off

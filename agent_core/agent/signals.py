@@ -64,6 +64,8 @@ async def check_signals(self: Turn) -> Signals:
     # First what can be taken in, with no side effect; then take it in.  A /stop
     # met on the way stops the turn with nothing taken from the mailbox.
     last = max((e.seq for e in self.state.mailbox[: self.consumed]), default=0)
+    if not last and self.state.next_seq:  # a head with no number (forwarded, held)
+        last = self.state.next_seq - 1  # the order still holds for what comes after it
     take: list[InboundEvent] = []
     for ev in arrived:
         if ev.seq and last and ev.seq != last + 1:
