@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from discord_harness import Gateway, ready_gateway
@@ -147,22 +148,27 @@ async def test_a_hung_thread_creation_does_not_hold_up_every_inbound_message(
         assert dm["id"] in [e.event_id for e in events]
 
 
+async def _two_missed(gateway: Gateway, fake: FakeDiscord) -> tuple[Any, int, Any, Any]:
+    """A DM and a channel mention answered, then one more in each said while the bot
+    is disconnected (stored, never dispatched): the client, its catch-up count, and
+    the two missed messages."""
+    await fake.user_message(DM_CHANNEL_ID, "first")
+    await fake.user_message(CHANNEL_ID, "in the channel", mention=True)
+    await gateway.wait_published(2)
+    client = gateway.channel.client
+    assert client is not None
+    missed_dm = await fake.user_message(DM_CHANNEL_ID, "still there?", dispatch=False)
+    missed = await fake.user_message(CHANNEL_ID, "did you see this?", mention=True, dispatch=False)
+    return client, client.catchups, missed_dm, missed
+
+
 async def test_one_long_429_during_catch_up_does_not_abandon_every_conversation(
     gateway: Gateway, fake_discord: FakeDiscord
 ) -> None:
     """catch_up skips a channel it cannot read (HTTPException), but a 429 longer than
     DISCORD_MAX_RETRY_WAIT is discord.RateLimited: the whole pass dies, and what was
     said in every other conversation during the disconnect is never read."""
-    await fake_discord.user_message(DM_CHANNEL_ID, "first")
-    await fake_discord.user_message(CHANNEL_ID, "in the channel", mention=True)
-    await gateway.wait_published(2)
-    client = gateway.channel.client
-    assert client is not None
-    catchups = client.catchups
-    missed_dm = await fake_discord.user_message(DM_CHANNEL_ID, "still there?", dispatch=False)
-    missed = await fake_discord.user_message(
-        CHANNEL_ID, "did you see this?", mention=True, dispatch=False
-    )
+    client, catchups, missed_dm, missed = await _two_missed(gateway, fake_discord)
     fake_discord.rate_limit("GET", r"/messages$", 120.0)  # the first channel read only
     await fake_discord.invalidate_sessions()
     await fake_discord.wait_ready(2)
@@ -191,16 +197,7 @@ async def test_dropped_connection_on_auto_thread_still_answers_in_the_channel(
 async def test_dropped_connection_reading_one_channel_does_not_abandon_the_catch_up(
     gateway: Gateway, fake_discord: FakeDiscord
 ) -> None:
-    await fake_discord.user_message(DM_CHANNEL_ID, "first")
-    await fake_discord.user_message(CHANNEL_ID, "in the channel", mention=True)
-    await gateway.wait_published(2)
-    client = gateway.channel.client
-    assert client is not None
-    catchups = client.catchups
-    missed_dm = await fake_discord.user_message(DM_CHANNEL_ID, "still there?", dispatch=False)
-    missed = await fake_discord.user_message(
-        CHANNEL_ID, "did you see this?", mention=True, dispatch=False
-    )
+    client, catchups, missed_dm, missed = await _two_missed(gateway, fake_discord)
     # the first channel read hangs up (twice: aiohttp repeats an idempotent GET once)
     fake_discord.fail("GET", r"/messages$", 0, times=2)
     await fake_discord.invalidate_sessions()
