@@ -22,7 +22,7 @@ CHANNELS = ("telegram", "slack", "discord", "web", "console")
 
 
 # Event ids of messages Parley makes itself (routines, heartbeat checks, notes).
-SYNTHETIC_PREFIXES = ("routine:", "hb:", "note:")
+SYNTHETIC_PREFIXES = ("routine:", "hb:", "note:", "expire:")
 
 
 class EventKind(StrEnum):
@@ -36,6 +36,9 @@ class EventKind(StrEnum):
     # in ``thread`` (a Telegram group upgraded to a supergroup).  Never a turn:
     # the worker moves the conversation's state (agent_core.agent.move).
     MOVED = "moved"
+    # An approval's time ran out (queued by the scheduler, text = the approval's id):
+    # its prompt loses its buttons and the wait ends.  Never answered by itself.
+    EXPIRY = "expiry"
 
 
 def _escape(part: str) -> str:

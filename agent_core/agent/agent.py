@@ -141,7 +141,9 @@ class Agent:
         )
         self.approver_ids = settings.id_list(settings.approver_ids)
         self.admin_ids = settings.id_list(settings.admin_ids)
-        self.approvals = ApprovalStore(self.redis, settings.approval_ttl_secs, clock)
+        self.approvals = ApprovalStore(
+            self.redis, settings.approval_ttl_secs, clock, timed=settings.scheduler_enabled
+        )
         self.interrupts = InterruptWatch(self.redis)  # one poll for all waiting turns
         self.budget = BudgetGuard(self.redis, settings, clock)
         self.access = AccessControl(self.redis, settings, clock)

@@ -322,6 +322,9 @@ class ApprovalStore:
     redis: Redis
     ttl_secs: int = 1800
     clock: Callable[[], float] = time.time
+    # the scheduler closes a prompt when its time runs out (keys.APPROVALS_DUE);
+    # False (SCHEDULER_ENABLED=false): it closes when someone next writes or presses
+    timed: bool = False
     _claim: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -358,6 +361,8 @@ class ApprovalStore:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping={"d": a.to_json(), "exp": int(a.expires_at * 1000)})
             pipe.expire(key, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
+            if self.timed:
+                pipe.zadd(keys.APPROVALS_DUE, {due_member(thread, a.id): a.expires_at})
             await pipe.execute()
 
     async def set_prompt_ref(self, thread: ThreadKey, approval_id: str, ref: MessageRef) -> None:
@@ -386,6 +391,8 @@ class ApprovalStore:
         )
         code, dec = int(res[0]), res[1]
         dec = dec.decode() if isinstance(dec, bytes) else str(dec)
+        if self.timed:  # decided (or gone): nothing left for the timer to close
+            await self.redis.zrem(keys.APPROVALS_DUE, due_member(thread, approval_id))
         if code == 0:
             return ClaimResult(ClaimOutcome.UNKNOWN)
         if code == 3 or (code == 1 and dec == "expired"):
@@ -419,6 +426,11 @@ class ApprovalStore:
         those numbered up to here were sent before whatever is asked now."""
         raw = await self.redis.get(keys.seq(thread))
         return int(raw or 0)
+
+
+def due_member(thread: ThreadKey, approval_id: str) -> bytes:
+    """The approval's entry in keys.APPROVALS_DUE."""
+    return orjson.dumps([str(thread), approval_id])
 
 
 def _field(name: str, call_id: str) -> str:

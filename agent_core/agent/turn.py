@@ -109,6 +109,7 @@ class Turn:
     settle_given_up = steps.settle_given_up
     stop_resume = steps.stop_resume
     pending_refusal = steps.pending_refusal
+    expire_pending = steps.expire_pending
     # between iterations: messages that arrived, /interrupt (agent_core/agent/signals.py)
     check_signals = signals.check_signals
 
@@ -187,6 +188,8 @@ class Turn:
     async def _dispatch(self, head: InboundEvent) -> str:
         if head.kind == EventKind.NOTE:
             return await self.record_note(head)
+        if head.kind == EventKind.EXPIRY:
+            return await self.expire_pending(head.text, head.event_id)
         if self.agent.admin_ids:
             await self.agent.remember_admin(head)
         if head.kind == EventKind.ACTION:

@@ -16,7 +16,7 @@ from agent_core.agent.executor import Planned, cap, run_one
 from agent_core.agent.loopguard import LoopGuard
 from agent_core.agent.session import ThreadState
 from agent_core.errors import ChannelError
-from agent_core.events import InboundEvent, OutboundMessage
+from agent_core.events import EventKind, InboundEvent, OutboundMessage
 from agent_core.llm.base import (
     ChatMessage,
     ToolCall,
@@ -108,6 +108,48 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
         await self.close_prompt(a, res.decision if res.decision else "expired", "")
     await self.finish_pending("error: not run: the approval request expired")
     return ""
+
+
+async def expire_pending(self: Turn, aid: str, event_id: str) -> str:
+    """Approval ``aid``'s time ran out (the scheduler's timer, an EXPIRY event):
+    its prompt loses its buttons; if this conversation still waits for it, the wait
+    ends and what its requester wrote meanwhile is answered.  A no-op for an
+    approval decided or cancelled before."""
+    a = await self.agent.approvals.load(self.thread, aid)
+    current = (
+        self.session.state == ThreadState.AWAITING_APPROVAL and self.session.pending_approval == aid
+    )
+    if a is not None:
+        res = await self.agent.approvals.claim(self.thread, aid, "expired", "", "", event_id)
+        if res.outcome is ap.ClaimOutcome.EXPIRED:
+            await self.close_prompt(a, "expired", "")
+        elif res.outcome is ap.ClaimOutcome.ALREADY and current:
+            # decided by a turn that was given up: end the wait with what happened
+            a.decision = a.decision or res.decision
+            self.user = self.session.resume.get("user", self.user)
+            await self.settle_given_up(a)
+            return await answer_held(self, "approval-late")
+    if not current:
+        return "expiry-stale"
+    log.info("[%s] approval %s expired with nobody deciding", self.thread, aid)
+    self.user = self.session.resume.get("user", self.user)  # whose turn was waiting
+    await self.finish_pending("error: not run: the approval request expired")
+    return await answer_held(self, "approval-expired")
+
+
+async def answer_held(self: Turn, outcome: str) -> str:
+    """After a wait ended by no one's message (a timer): answer what the waiting
+    turn's person wrote meanwhile; others' messages get turns of their own, and
+    Parley's own notes just join the history."""
+    mine = any(
+        d.get("k") != EventKind.NOTE.value and f"{d.get('ch')}:{d.get('u')}" == self.user
+        for d in self.session.held
+    )
+    if mine:
+        return await self.after_wait(outcome)
+    notes = await self.take_held()  # hands the others' messages back to the mailbox
+    self.session.history.extend(notes)
+    return outcome
 
 
 async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:

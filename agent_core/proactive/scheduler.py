@@ -15,7 +15,9 @@ Each tick (every ``SCHEDULER_TICK_SECS``):
   (a stalled holder, a takeover) never fire the same due time twice;
 * **queue**: manual runs (`/routine run`, `parley routines run`) and event
   triggers queued by ingest are taken off the queue and run;
-* **heartbeat**: a tick when one is due.
+* **heartbeat**: a tick when one is due;
+* **approval prompts** past their time are queued to close
+  (:mod:`agent_core.proactive.approval_expiry`).
 
 Runs are asyncio tasks (a slow model call never delays the next tick); on stop
 they get a short grace, then are cancelled: the run records 'interrupted' and a
@@ -35,6 +37,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from agent_core.proactive.approval_expiry import ApprovalExpiry
 from agent_core.proactive.heartbeat import Heartbeat
 from agent_core.proactive.routines import Routine, RoutineStore
 from agent_core.proactive.runner import RoutineRunner, new_fire_id
@@ -59,8 +62,10 @@ class Scheduler:
         tick_secs: float = 1.0,
         lease_secs: float = 15.0,
         clock: Callable[[], float] = time.time,
+        expiry: ApprovalExpiry | None = None,
     ) -> None:
         self.redis = redis
+        self.expiry = expiry
         self.store = store
         self.runner = runner
         self.heartbeat = heartbeat
@@ -146,6 +151,8 @@ class Scheduler:
         if self.heartbeat is not None and await self.heartbeat.due(now):
             self._spawn("heartbeat", self.heartbeat.tick(now))
             started.append("heartbeat")
+        if self.expiry is not None:
+            await self.expiry.tick(now)
         return started
 
     async def _fire(self, r: Routine, due: float, prev: float, now: float, claim: str) -> str:

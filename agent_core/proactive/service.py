@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from agent_core.proactive.approval_expiry import ApprovalExpiry
 from agent_core.proactive.heartbeat import Heartbeat
 from agent_core.proactive.notify import Notifier
 from agent_core.proactive.routines import RoutineStore
@@ -56,6 +57,7 @@ class Proactive:
             tick_secs=settings.scheduler_tick_secs,
             lease_secs=settings.scheduler_lease_secs,
             clock=clock,
+            expiry=ApprovalExpiry(redis, ingest),
         )
         agent.hooks.after_turn.append(self.runner.after_turn)
 

@@ -249,8 +249,8 @@ class Delivery:
 
     async def acknowledge(self, entries: Sequence[tuple[bytes, InboundEvent | None]]) -> None:
         """XACK entries after their hand-off (which indexed their threads)."""
-        if entries:
-            raise_first(await roundtrip(self.redis, _ack_commands(entries)))
+        if commands := _ack_commands(entries):
+            raise_first(await roundtrip(self.redis, commands))
 
     # -- turns -------------------------------------------------------------
     async def begin(self, thread: ThreadKey, owner: str) -> TurnState:
@@ -614,10 +614,13 @@ def _xreadgroup(consumer: str, count: int, start: str, block_ms: int | None = No
 
 
 def _ack_commands(entries: Sequence[tuple[bytes, InboundEvent | None]]) -> list[Command]:
-    """XACK handed-off entries (their threads are in the active index already)."""
-    if not entries:
+    """XACK handed-off entries (their threads are in the active index already);
+    an entry with no stream id (an event queued again from a mailbox or a session's
+    held list, never read from the stream) has nothing to acknowledge."""
+    ids = [eid for eid, _ in entries if eid]
+    if not ids:
         return []
-    return [("XACK", keys.INBOX_STREAM, keys.INBOX_GROUP, *[eid for eid, _ in entries])]
+    return [("XACK", keys.INBOX_STREAM, keys.INBOX_GROUP, *ids)]
 
 
 def _state(

@@ -103,6 +103,11 @@ def approval(t: ThreadKey, approval_id: str) -> str:
     return f"{PREFIX}{t.tag}:approval:{approval_id}"
 
 
+# ZSET '["<thread>", "<approval id>"]' -> expires_at (s): the prompts the scheduler
+# closes when their time runs out (agent_core/proactive/approval_expiry.py)
+APPROVALS_DUE = PREFIX + "{approvals}:due"
+
+
 def interrupt(t: ThreadKey) -> str:
     """STRING ms timestamp: '/interrupt' was asked for at that time (set by Ingest)."""
     return f"{PREFIX}{t.tag}:interrupt"

@@ -64,6 +64,8 @@ async def close_shared(redis: Redis) -> None:
 
 async def roundtrip(redis: Redis, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one write, read one reply each; results in order."""
+    if not commands:  # nothing to send, no reply to wait for (a shared link would wait)
+        return []
     mux = _shared.get(redis)
     if mux is not None:
         return await mux.roundtrip(commands)

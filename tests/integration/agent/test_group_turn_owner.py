@@ -79,3 +79,5 @@ async def test_another_persons_message_held_during_an_approval_gets_its_own_turn
     assert "4321" not in "\n".join(said), f"Bob was shown Alice's notes:\n{said}"
     assert said[-1] == "answer: no notes"  # his own turn, his own (empty) notes
     assert await w.counter() == 1
+    # and Alice's turn was not lost on the way (the hand-off once failed it)
+    assert "answer: counted x -> 1" in said

@@ -1,0 +1,149 @@
+"""An approval prompt nobody answers loses its buttons when its time runs out (the
+scheduler's timer), and the wait it held ends: real workers on a real Valkey."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from agent_core.agent.session import ThreadState
+from agent_core.events import EventKind, ThreadKey
+from agent_core.llm.base import ChatMessage, Completion, CompletionRequest
+from agent_core.proactive.approval_expiry import expiry_event
+from agent_core.store import keys
+from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
+
+T = ThreadKey("telegram", "bot1", "42")
+G = ThreadKey("telegram", "bot1", "-100")  # a group
+
+
+def count_model() -> FnModel:
+    """'count it' (a group message is prefixed with its sender's name) -> the counter;
+    after tool results -> 'done: ...'; otherwise an echo."""
+    inner = tools_then_answer(("count it", [call("counter", label="x")]))
+
+    def rule(req: CompletionRequest) -> Completion:
+        m = req.messages[-1]
+        if m.role == "user" and m.content.endswith("count it"):
+            return inner(dataclasses.replace(req, messages=[ChatMessage("user", "count it")]))
+        return inner(req)
+
+    return FnModel(rule)
+
+
+async def ask(pworld: Any, thread: ThreadKey = T, **settings: Any) -> tuple[Any, Any, str]:
+    w = pworld(count_model(), approval_ttl_secs=60, **settings)
+    await w.start()
+    p = w.proactive(clock=w.clock)  # the agent's clock: the prompt's expiry is on it
+    await w.send(_addressed(user_event(thread, "count it", is_direct=thread == T)))
+    await w.settle(thread)
+    prompts = w.prompts(thread)
+    assert len(prompts) == 1
+    return w, p, prompts[0].message.buttons[0].payload.split(":")[1]
+
+
+def _addressed(ev: Any) -> Any:
+    return dataclasses.replace(ev, mentions_bot=True)
+
+
+def edits(w: Any, thread: ThreadKey) -> list[Any]:
+    return [x for x in w.outbox.log if x.op == "edit" and x.thread == str(thread)]
+
+
+async def due(w: Any) -> int:
+    return int(await w.redis.zcard(keys.APPROVALS_DUE))
+
+
+async def test_an_unanswered_prompt_closes_when_its_time_runs_out(pworld: Any) -> None:
+    w, p, aid = await ask(pworld)
+    assert await due(w) == 1
+    await p.scheduler.tick()
+    await w.settle(T)
+    assert not edits(w, T)  # not yet: it has a minute
+    calls = len(w.model.requests)
+
+    w.clock.offset = 62
+    await p.scheduler.tick()
+    await w.settle(T)
+    closed = edits(w, T)
+    assert len(closed) == 1 and closed[0].message_id == w.prompts(T)[0].message_id
+    assert "Expired" in closed[0].message.text and not closed[0].message.buttons
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and not s.pending_approval and not s.resume
+    assert s.history[-1].role == "tool" and "expired" in s.history[-1].content
+    assert len(w.model.requests) == calls  # nobody wrote: nothing to answer
+    assert await w.counter() == 0
+    assert await due(w) == 0
+    # a later press hears that it expired, and nothing runs
+    await w.send(user_event(T, "", kind=EventKind.ACTION, token=f"ap:{aid}:a"))
+    await w.settle(T)
+    assert await w.counter() == 0
+    assert any("expired" in n for n in w.private_notes())
+
+
+async def test_what_the_requester_wrote_meanwhile_is_answered_at_expiry(pworld: Any) -> None:
+    w, p, _aid = await ask(pworld)
+    await w.send(user_event(T, "and the weather?"))
+    await w.settle(T)
+    assert "echo: and the weather?" not in w.texts(T)  # held behind the prompt
+    w.clock.offset = 62
+    await p.scheduler.tick()
+    await w.settle(T)
+    assert w.texts(T)[-1] == "echo: and the weather?"
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and not s.held
+    assert await w.counter() == 0
+
+
+async def test_someone_elses_message_held_in_a_group_gets_its_own_turn(pworld: Any) -> None:
+    w, p, _aid = await ask(pworld, G)
+    await w.send(_addressed(user_event(G, "hi from two", "u2", is_direct=False)))
+    await w.settle(G)
+    w.clock.offset = 62
+    await p.scheduler.tick()
+    await w.settle(G)
+    assert w.texts(G)[-1] == "echo: U2: hi from two"  # a group message names its sender
+    # the model was asked once for u2's message, never to answer the expiry itself
+    last = w.model.requests[-1].messages[-1]
+    assert last.role == "user" and last.content.endswith("hi from two")
+    assert not (await w.session(G)).held
+
+
+async def test_a_decided_approval_leaves_nothing_for_the_timer(pworld: Any) -> None:
+    w, p, aid = await ask(pworld)
+    await w.send(user_event(T, "", kind=EventKind.ACTION, token=f"ap:{aid}:a"))
+    await w.settle(T)
+    assert await w.counter() == 1
+    assert await due(w) == 0
+    before = len(edits(w, T))
+    w.clock.offset = 62
+    await p.scheduler.tick()
+    await w.settle(T)
+    assert len(edits(w, T)) == before
+    # an expiry queued anyway (a leader that died between queueing and removing
+    # the entry, then a decision) changes nothing
+    await w.send(expiry_event(T, aid))
+    await w.settle(T)
+    assert len(edits(w, T)) == before
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and s.history[-1].content == "done: counted x -> 1"
+
+
+async def test_a_second_queueing_of_the_same_expiry_is_dropped(pworld: Any) -> None:
+    w, p, aid = await ask(pworld)
+    w.clock.offset = 62
+    await w.send(expiry_event(T, aid))  # the first leader queued it, then died
+    await p.scheduler.tick()  # its successor queues it again: a duplicate
+    await w.settle(T)
+    assert len(edits(w, T)) == 1
+    assert await due(w) == 0
+
+
+async def test_without_the_scheduler_the_prompt_closes_on_the_next_message(pworld: Any) -> None:
+    w, _p, _aid = await ask(pworld, scheduler_enabled=False)
+    assert await due(w) == 0  # nothing entered for a timer nobody runs
+    w.clock.offset = 62
+    await w.send(user_event(T, "still there?"))
+    await w.settle(T)
+    assert "Expired" in edits(w, T)[-1].message.text
+    assert w.texts(T)[-1] == "echo: still there?"
