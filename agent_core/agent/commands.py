@@ -388,6 +388,48 @@ async def _tools(ctx: CommandContext, args: str) -> str:
     return "**Tools**\n" + ("\n".join(rows) or "(none)")
 
 
+async def _always(ctx: CommandContext, args: str) -> str:
+    """``/always``: the tools you approved with Always here; ``/always off [tool]``
+    withdraws one (or all of yours); an approver's ``/always off everyone`` withdraws
+    everyone's.  The history stays; the tool asks again next time."""
+    s = ctx.session
+    me = ctx.event.qualified_user
+    mine = s.always_tools(me)
+    words = args.split()
+    if not words:
+        if not mine:
+            return (
+                "You have approved nothing for good in this conversation. **Always** on an "
+                "approval prompt lets that tool run for you without asking, until you "
+                "withdraw it (`/always off <tool>`) or start over (/new, /clear)."
+            )
+        listed = ", ".join(f"`{t}`" for t in sorted(mine))
+        return (
+            f"You approved for good here: {listed}. `/always off <tool>` withdraws one, "
+            "`/always off` all of them."
+        )
+    if words[0].lower() != "off" or len(words) > 2:
+        return "Usage: `/always` (list), `/always off <tool>`, `/always off` (all yours)."
+    target = words[1] if len(words) == 2 else ""
+    if target.lower() == "everyone":
+        if me not in ctx.agent.approver_ids and me not in ctx.agent.admin_ids:
+            return "Only an approver or an admin can withdraw everyone's Always."
+        n = len(s.always_approved)
+        s.always_approved.clear()
+        return f"Withdrew every Always in this conversation ({n}). Those tools ask again."
+    if not target:
+        if not mine:
+            return "You have approved nothing for good in this conversation."
+        for tool in mine:
+            s.always_approved.discard(f"{me}|{tool}")
+        return f"Withdrawn: {', '.join(f'`{t}`' for t in sorted(mine))}. They ask again."
+    if target not in mine:
+        have = f" (yours: {', '.join(f'`{t}`' for t in sorted(mine))})" if mine else ""
+        return f"You have no Always for `{target}` here{have}."
+    s.always_approved.discard(f"{me}|{target}")
+    return f"Withdrawn: `{target}` asks again next time."
+
+
 async def _ping(ctx: CommandContext, args: str) -> str:
     return "pong"
 
@@ -451,6 +493,7 @@ def builtin_commands() -> CommandRegistry:
     reg.add("model", "list models, or switch this conversation's model", _model, "[name]")
     reg.add("agent", "list agent profiles, or switch to one", _agent, "[name]")
     reg.add("tools", "the tools I can use and which ask first", _tools)
+    reg.add("always", "list or withdraw the tools you approved for good", _always, "[off [tool]]")
     reg.add("ping", "check that I'm alive", _ping)
     reg.add("version", "Parley's version", _version)
     reg.add("approve", "approve the pending action", _approve, "[id] [always]")
