@@ -41,7 +41,7 @@ from agent_core.proactive.approval_expiry import ApprovalExpiry
 from agent_core.proactive.heartbeat import Heartbeat
 from agent_core.proactive.routines import Routine, RoutineStore
 from agent_core.proactive.runner import RoutineRunner, new_fire_id
-from agent_core.store import keys
+from agent_core.store import keys, scripts
 from agent_core.store.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class Scheduler:
         self.tick_secs = tick_secs
         self.clock = clock
         self.lease = Lease(redis, "scheduler", owner, ttl=lease_secs)
+        self._restore = redis.register_script(scripts.LAST_FIRE_RESTORE)
+        self._unclaim = redis.register_script(scripts.DELETE_IF_HELD)
         self.leader = False
         self.tasks: set[asyncio.Task[str]] = set()
         self.ticks = 0
@@ -164,13 +166,8 @@ class Scheduler:
         except asyncio.CancelledError:
             try:
                 state = keys.routine_state(r.name)
-                if await self.redis.hget(state, "last_fire") == repr(now).encode():
-                    if prev:
-                        await self.store.set_last_fire(r.name, prev)
-                    else:
-                        await self.redis.hdel(state, "last_fire")
-                if await self.redis.get(claim) == self.owner.encode():
-                    await self.redis.delete(claim)
+                await self._restore(keys=[state], args=[repr(now), repr(prev) if prev else ""])
+                await self._unclaim(keys=[claim], args=[self.owner])
                 log.warning("routine %s: fire %d interrupted; it runs again", r.name, due)
             except RedisError as exc:
                 log.warning("routine %s: interrupted fire not given back (%s)", r.name, exc)

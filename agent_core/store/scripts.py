@@ -327,6 +327,25 @@ redis.call('HSET', KEYS[1], 'dec', ARGV[1], 'by', ARGV[2], 'byn', ARGV[3], 'ev',
 return {1, ARGV[1]}
 """
 
+# KEYS: routine state ; ARGV: the last fire this process wrote, the one before ('': none)
+# Gives a cut-off cron fire back: its last fire goes back to what it was, unless
+# another leader has fired since (compare and set, so that fire is never undone).
+LAST_FIRE_RESTORE = """
+if redis.call('HGET', KEYS[1], 'last_fire') ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], 'last_fire')
+else
+  redis.call('HSET', KEYS[1], 'last_fire', ARGV[2])
+end
+return 1
+"""
+
+# KEYS: key ; ARGV: value.  Deletes the key only while it still holds value.
+DELETE_IF_HELD = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 # KEYS: undo, redo, ops ; ARGV: event_id, snapshot, max, ttl_ms
 # Pushes a checkpoint taken before the turn of event_id (once per event) and
 # clears redo.  Returns 1 if pushed, 0 if this event already checkpointed.

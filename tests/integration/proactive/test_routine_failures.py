@@ -235,3 +235,42 @@ async def test_a_cron_fire_cut_off_at_shutdown_is_recorded_and_runs_after_restar
     assert texts_to(w, TG) == ["report"]
     # the rerun was claimed for that due time like any fire
     assert await w.redis.get(keys.routine_fire("hourly", 1_767_229_200)) == b"b"
+
+
+async def test_a_cut_off_fire_never_undoes_a_later_leaders_fire(pworld: Any) -> None:
+    """The give-back is compare-and-set: if another leader fired the routine after
+    this one (a takeover while the cut-off run still hung), its last fire and its
+    claim stay as that leader wrote them."""
+    w = pworld(FnModel(lambda req: Completion("report")))
+    await w.start()
+    clock = FakeClock(start=1_767_225_600.0)
+    p = w.proactive(clock, owner="a")
+    r = validate(
+        Routine(
+            name="hourly",
+            trigger="cron",
+            cron="0 * * * *",
+            prompt="x",
+            notify="telegram:500",
+            created_at=clock(),
+        )
+    )
+    assert await p.store.add(r)
+    gate = asyncio.Event()
+
+    async def hung(*a: Any, **k: Any) -> str:
+        await gate.wait()
+        return "never"
+
+    p.runner._light = hung  # type: ignore[method-assign]
+    clock.advance(3600 + 1)
+    assert await p.scheduler.tick() == ["hourly"]
+    await asyncio.sleep(0.05)
+    # meanwhile a later leader fired it (its own last fire, its own claim)
+    later = repr(clock() + 5)
+    await w.redis.hset(keys.routine_state("hourly"), "last_fire", later)
+    claim = keys.routine_fire("hourly", 1_767_229_200)
+    await w.redis.set(claim, "b")
+    await p.scheduler._drain(grace=0.1)  # this leader's run is cut off
+    assert await w.redis.hget(keys.routine_state("hourly"), "last_fire") == later.encode()
+    assert await w.redis.get(claim) == b"b"
