@@ -395,7 +395,7 @@ class ApprovalStore:
             await self.redis.zrem(keys.APPROVALS_DUE, due_member(thread, approval_id))
         if code == 0:
             return ClaimResult(ClaimOutcome.UNKNOWN)
-        if code == 3 or (code == 1 and dec == "expired"):
+        if code == 3 or dec == "expired":  # now, on a rerun, or before (the timer)
             return ClaimResult(ClaimOutcome.EXPIRED, "expired")
         if code == 2:
             return ClaimResult(ClaimOutcome.ALREADY, dec)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -175,6 +176,29 @@ async def test_press_after_expiry_runs_nothing(
         await post(press)
         notice = await answered(fake, press)
         assert notice is not None and "expired" in notice
+        await wait_until(lambda: fake.message(USER, prompt.message_id).reply_markup is None)
+        assert "Expired" in fake.message(USER, prompt.message_id).text
+        await settle()
+    assert await demo_runs(redis) == 0
+    assert not any(RAN in t for t in texts(fake))
+
+
+async def test_an_unanswered_prompt_loses_its_buttons_when_it_expires(
+    valkey: EmbeddedValkey, redis: Redis, fake: FakeTelegram
+) -> None:
+    """Nobody presses: the scheduler's timer closes the prompt on Telegram itself
+    (its tick is called here with a clock past the expiry; the scheduler calls it
+    every SCHEDULER_TICK_SECS)."""
+    from agent_core.proactive.approval_expiry import ApprovalExpiry
+
+    async with served(make_settings(valkey, fake)) as post:
+        prompt, _buttons = await ask(fake, post)
+        assert prompt.reply_markup is not None
+        rt = post.rt
+        assert rt.clients is not None and rt.ingest is not None
+        timer = ApprovalExpiry(rt.clients.redis, rt.ingest)
+        assert await timer.tick(time.time()) == 0  # it has 30 minutes
+        assert await timer.tick(time.time() + 1800 + 2) == 1
         await wait_until(lambda: fake.message(USER, prompt.message_id).reply_markup is None)
         assert "Expired" in fake.message(USER, prompt.message_id).text
         await settle()
