@@ -110,6 +110,7 @@ class SlackOutbox:
         bot_token: str = "",
         api_base_url: str = DEFAULT_API_BASE_URL,
         bot_user_id: Callable[[], str] = lambda: "",
+        slash_command: str = "/parley",
     ) -> None:
         self.web = web
         # Streamed edits go through a client that does not wait out a 429: one that
@@ -138,6 +139,17 @@ class SlackOutbox:
         self._names = SlackNames(web)
         self._reader: AsyncWebClient | None = None  # for find_part
         self._bot_user_id = bot_user_id  # from auth.test (channel.py)
+        self.slash_command = slash_command
+
+    def typed_command(self, thread: ThreadKey) -> str | None:
+        """How typed words reach a conversation (agent_core.outbox, group text).  A
+        DM, and a thread Parley answers in, take plain messages (None).  A channel's
+        own conversation (top level, what /parley talks to) does not: a plain "yes"
+        there is ignored (no mention) and "@Parley yes" starts a thread of its own;
+        only the slash command's text reaches it ('' if none is set: the buttons)."""
+        if thread.thread or is_dm(thread.conversation):
+            return None
+        return self.slash_command
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
