@@ -126,3 +126,27 @@ async def test_private_notice_without_a_response_url_still_fails(
     notice = OutboundMessage("Only Ann can decide this.", notice=True, private_to="U1")
     with pytest.raises(SendFailed):
         await slack.outbox().send(THREAD, notice)
+
+
+async def test_a_rerun_replaces_the_private_answer_instead_of_adding_one(
+    fake_slack: FakeSlack, slack: SlackChannel, redis_clients: RedisClients
+) -> None:
+    """A turn run again (crash after the answer): the recorded part is the private
+    message (placeholder id, not a Slack ts); the rerun replaces it, posts nothing new."""
+    writer = await _private_writer(fake_slack, slack, redis_clients)
+    stream = writer.stream()
+    await stream.feed("Here")
+    await stream.finish("Here is the whole answer.")
+    delivery = Delivery(redis_clients.redis, redis_clients.blocking)
+    ref = await delivery.sent_ref(THREAD, "e1:0")  # as a rerun reads it
+    assert isinstance(ref, MessageRef) and ref.message_id == "ru", ref
+    recorded = {"e1:0": ref}
+    rerun = ReplyWriter(
+        slack.outbox(), delivery, THREAD, "e1", recorded, LockGuard(owner="w1"), writer.reply_to
+    )
+    again = rerun.stream()
+    await again.feed("Here")
+    await again.finish("Here is the answer, again.")
+    shown = [(r["text"], r["replace_original"]) for r in fake_slack.responses]
+    assert shown[2:] == [("Here is the answer, again.", True)], shown
+    assert len(fake_slack.calls_to("chat.postMessage", ok=None)) == 1
