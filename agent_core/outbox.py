@@ -67,6 +67,13 @@ class Outbox(Protocol):
 # messages) never reaches Parley (Telegram and Discord with GROUP_REPLY=mention).
 # The approval prompt in a group then asks for a *reply* to it with yes / no, or
 # /approve or /deny, instead of "typing yes works too" (absent: it reaches).
+#
+# A channel where that differs between conversations of one kind defines
+# ``typed_command(thread) -> str | None`` (not async), asked for the conversation
+# at hand: None, ``group_text_reaches`` decides; a command (e.g. "/parley"): a
+# plain message never reaches this conversation, the words do as that command's
+# text ("/parley yes"), which is what the prompt and the notices then say; '':
+# typed words cannot reach it at all (the buttons only, no hint).
 
 
 # --- the wire hook ----------------------------------------------------------

@@ -247,12 +247,19 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def typed_hint(words: str, *, reply_only: bool) -> str:
+def typed_hint(words: tuple[str, ...], *, reply_only: bool, command: str | None = None) -> str:
     """How to answer in words: typing them, or (``reply_only``: a group where only
-    messages addressed to the bot reach it) replying to the prompt with them."""
+    messages addressed to the bot reach it) replying to the prompt with them.
+    ``command`` (the channel's ``typed_command``, agent_core.outbox): the words reach
+    Parley here only as that command's text; '': not at all (no hint)."""
+    if command == "":
+        return ""
+    if command:
+        return "Sending " + " / ".join(f"`{command} {w}`" for w in words) + " works too."
+    listed = " / ".join(f"*{w}*" for w in words)
     if reply_only:
-        return f"In this group, reply to this message with {words} (or send /approve or /deny)."
-    return f"Typing {words} works too."
+        return f"In this group, reply to this message with {listed} (or send /approve or /deny)."
+    return f"Typing {listed} works too."
 
 
 def prompt_text(
@@ -262,22 +269,25 @@ def prompt_text(
     always: bool = True,
     group: bool = False,
     reply_only: bool = False,
+    command: str | None = None,
 ) -> str:
     """The prompt's text.  ``always``: the tool may be approved for good (else it asks
     every time); ``group``: others write here too, so "Always" names whose requests it
     covers (only the requester's); ``reply_only``: a plain "yes" does not reach Parley
-    here, a reply to the prompt does (agent_core.outbox, group text)."""
+    here, a reply to the prompt does (agent_core.outbox, group text); ``command``:
+    how typed words reach this conversation, if the channel says (see typed_hint)."""
     mins = max(1, round(ttl_secs / 60))
     if always:
         whose = f", for {a.requester_name or 'the same person'}" if group else ""
         choices = (
-            f"Approve once, Always (this tool{whose}, for the rest of this conversation), "
-            "or Deny. " + typed_hint("*yes* / *always* / *no*", reply_only=reply_only)
+            f"Approve once, Always (this tool{whose}, for the rest of this conversation), or Deny."
         )
+        hint = typed_hint(("yes", "always", "no"), reply_only=reply_only, command=command)
     else:
-        choices = "Approve or Deny (this tool asks every time). " + typed_hint(
-            "*yes* / *no*", reply_only=reply_only
-        )
+        choices = "Approve or Deny (this tool asks every time)."
+        hint = typed_hint(("yes", "no"), reply_only=reply_only, command=command)
+    if hint:
+        choices = f"{choices} {hint}"
     return (
         "🔐 **Approval needed** — I want to run:\n\n"
         f"{describe_call(a.tool, a.arguments)}\n\n"

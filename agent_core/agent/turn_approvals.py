@@ -51,7 +51,12 @@ async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
     always = may_always(self, call.name)
     group = self.head is not None and not self.head.is_direct
     text = ap.prompt_text(
-        a, self.s.approval_ttl_secs, always=always, group=group, reply_only=reply_only(self)
+        a,
+        self.s.approval_ttl_secs,
+        always=always,
+        group=group,
+        reply_only=reply_only(self),
+        command=typed_command(self),
     )
     ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id, always=always)))
     await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
@@ -90,7 +95,7 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
         if may_decide(self, head, a):
             await self.say_notice(
                 f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
-                f"Approve / Always / Deny, or {type_words(self)} yes / always / no). "
+                f"Approve / Always / Deny{typed_choice(self)}). "
                 "I'll answer this message right after."
             )
         else:  # someone else's request in a group: not theirs to decide
@@ -193,8 +198,23 @@ def reply_only(self: Turn) -> bool:
     return group and not getattr(self.writer.outbox, "group_text_reaches", True)
 
 
-def type_words(self: Turn) -> str:
-    return "reply to it with" if reply_only(self) else "type"
+def typed_command(self: Turn) -> str | None:
+    """How typed words reach Parley in this conversation, if the channel says
+    (``typed_command``, agent_core.outbox): None, as ``reply_only`` says; a command:
+    only as its text; '': not at all (the buttons only)."""
+    ask = getattr(self.writer.outbox, "typed_command", None)
+    return ask(self.thread) if callable(ask) else None
+
+
+def typed_choice(self: Turn) -> str:
+    """', or <how to type> yes / always / no' for a notice ('' where typing cannot
+    reach Parley: the buttons only)."""
+    command = typed_command(self)
+    if command == "":
+        return ""
+    if command:
+        return ", or send " + " / ".join(f"`{command} {w}`" for w in ("yes", "always", "no"))
+    return f", or {'reply to it with' if reply_only(self) else 'type'} yes / always / no"
 
 
 def may_always(self: Turn, tool_name: str) -> bool:
@@ -282,8 +302,7 @@ async def decide(
         await self.private(
             head,
             f"That came before I asked about **{a.tool}**, so I did not take it as a "
-            "decision. Use the buttons on the request above, or "
-            f"{type_words(self)} yes / always / no now.",
+            f"decision. Use the buttons on the request above{typed_choice(self)} now.",
             button=False,
         )
         return "approval-early"

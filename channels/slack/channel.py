@@ -152,5 +152,6 @@ class SlackChannel(Channel):
                 bot_token=self.settings.secret("slack_bot_token"),
                 api_base_url=self.settings.slack_api_base_url,
                 bot_user_id=lambda: self.bot_user_id,
+                slash_command=self.settings.slack_slash_command,
             )
         return self._outbox

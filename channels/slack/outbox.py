@@ -78,6 +78,11 @@ _CUT_NOTE = (
     "Invite me to this channel, or ask me in a direct message, for long answers.)_"
 )
 UNKNOWN_TS = "?"  # in MessageRef.extra: a message posted whose ts never came back
+# The message id of an answer shown privately through a response_url (MessageRef.extra
+# "ru:<url>"): Slack gives no ts, but the answer can be replaced through the URL, so
+# the id must not be empty (the agent core takes an empty id for "cannot be edited").
+# Never a Slack ts: edit() sends such refs to the response_url, never to chat.update.
+PRIVATE_ID = "ru"
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -105,6 +110,7 @@ class SlackOutbox:
         bot_token: str = "",
         api_base_url: str = DEFAULT_API_BASE_URL,
         bot_user_id: Callable[[], str] = lambda: "",
+        slash_command: str = "/parley",
     ) -> None:
         self.web = web
         # Streamed edits go through a client that does not wait out a 429: one that
@@ -119,6 +125,9 @@ class SlackOutbox:
         )
         self._previews_quiet_until = 0.0
         self._ru_uses: dict[str, int] = {}  # posts made through each response_url
+        # response_urls of /parley commands answered privately (Parley not a member):
+        # later parts of the answer go there without a chat.postMessage refused first
+        self._ru_private: set[str] = set()
         self.pacer = pacer
         self.state = state
         self.session = session
@@ -130,6 +139,17 @@ class SlackOutbox:
         self._names = SlackNames(web)
         self._reader: AsyncWebClient | None = None  # for find_part
         self._bot_user_id = bot_user_id  # from auth.test (channel.py)
+        self.slash_command = slash_command
+
+    def typed_command(self, thread: ThreadKey) -> str | None:
+        """How typed words reach a conversation (agent_core.outbox, group text).  A
+        DM, and a thread Parley answers in, take plain messages (None).  A channel's
+        own conversation (top level, what /parley talks to) does not: a plain "yes"
+        there is ignored (no mention) and "@Parley yes" starts a thread of its own;
+        only the slash command's text reaches it ('' if none is set: the buttons)."""
+        if thread.thread or is_dm(thread.conversation):
+            return None
+        return self.slash_command
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
@@ -223,6 +243,12 @@ class SlackOutbox:
             return posts
         return [*posts[: room - 1], _cut_note(posts[room - 1])]
 
+    async def _respond_within(self, ref_extra: str, posts: list[SlackPost]) -> None:
+        """New private messages through a response_url, within its uses."""
+        for post in self._within_uses(ref_extra, posts):
+            await self._respond(ref_extra, post, replace=False)
+            wire_created()  # partly shown: a failure of the rest keeps the claim
+
     async def _respond_all(self, ref_extra: str, posts: list[SlackPost]) -> None:
         """The final text of a streamed private answer: the first message replaces
         the preview, the rest follow, within the response_url's uses."""
@@ -264,24 +290,22 @@ class SlackOutbox:
         channel = thread.conversation
         thread_ts = thread.thread or None
         if message.private_to:
-            return await self._ephemeral(thread, message.private_to, message)
+            return await self._ephemeral(thread, message.private_to, message, reply_to)
+        extra = reply_to.extra if reply_to is not None else ""
+        if extra in self._ru_private:  # Parley is not a member there (seen this answer)
+            return await self._send_private(thread, message, extra)
         try:
             sent = await self._post_all(channel, thread_ts, render(message))
         except FormattingRejected:
             log.warning("[%s] Slack refused the formatting; sending plain text", thread)
             sent = await self._post_all(channel, thread_ts, render(message, plain=True))
         except SendFailed as exc:
-            cause = exc.__cause__
-            error = ""
-            if isinstance(cause, SlackApiError) and cause.response is not None:
-                error = str(cause.response.get("error", ""))
-            extra = reply_to.extra if reply_to is not None else ""
-            if error in _NOT_MEMBER and extra.startswith(RESPONSE_URL_PREFIX):
+            if _not_member(exc) and extra.startswith(RESPONSE_URL_PREFIX):
                 # /parley used where the bot is not a member: answer privately
-                for post in self._within_uses(extra, render(message)):
-                    await self._respond(extra, post, replace=False)
-                    wire_created()  # partly shown: a failure of the rest keeps the claim
-                return MessageRef(CHANNEL, channel, "", thread=thread.thread, extra=extra)
+                if len(self._ru_private) > _MEMO_MAX:
+                    self._ru_private.clear()
+                self._ru_private.add(extra)
+                return await self._send_private(thread, message, extra)
             raise
         # Parley takes part in the thread it answered in.  An answer in the channel's
         # own conversation (/parley) is top level: the thread people may open under
@@ -295,6 +319,18 @@ class SlackOutbox:
                     "[%s] could not record the Slack thread: %s", thread, type(exc).__name__
                 )
         return MessageRef(CHANNEL, channel, sent[0], thread=thread.thread, extra=",".join(sent[1:]))
+
+    async def _send_private(
+        self, thread: ThreadKey, message: OutboundMessage, extra: str
+    ) -> MessageRef:
+        """``message`` shown privately through the response_url in ``extra`` (within
+        its uses); its ref has the placeholder id PRIVATE_ID, so later edits (the
+        final text of a streamed answer, a decided approval prompt) replace it."""
+        await on_wire()  # the part's claim (a no-op after a refused chat.postMessage)
+        await self._respond_within(extra, render(message))
+        return MessageRef(
+            CHANNEL, thread.conversation, PRIVATE_ID, thread=thread.thread, extra=extra
+        )
 
     async def _post_all(
         self, channel: str, thread_ts: str | None, posts: list[SlackPost]
@@ -376,17 +412,32 @@ class SlackOutbox:
                 return str(args.get("ts", UNKNOWN_TS))
 
     async def _ephemeral(
-        self, thread: ThreadKey, user: str, message: OutboundMessage
+        self, thread: ThreadKey, user: str, message: OutboundMessage, reply_to: MessageRef | None
     ) -> MessageRef:
-        for post in render(message):
-            await self._call(
-                "chat.postEphemeral",
-                thread.conversation,
-                user=user,
-                thread_ts=thread.thread or None,
-                **post.kwargs(),
-            )
-        # ephemeral messages cannot be edited through chat.update: no message id
+        """A notice only ``user`` sees: chat.postEphemeral, or where Parley is not a
+        member, the response_url of the /parley command (or button press) it answers."""
+        extra = reply_to.extra if reply_to is not None else ""
+        posts = render(message)
+        for i, post in enumerate(posts):
+            if extra in self._ru_private:  # Parley is not a member there (seen before)
+                await self._respond_within(extra, posts[i:])
+                break
+            try:
+                await self._call(
+                    "chat.postEphemeral",
+                    thread.conversation,
+                    user=user,
+                    thread_ts=thread.thread or None,
+                    **post.kwargs(),
+                )
+            except SendFailed as exc:
+                if not (_not_member(exc) and extra.startswith(RESPONSE_URL_PREFIX)):
+                    raise
+                await self._respond_within(extra, posts[i:])
+                break
+        # ephemeral messages cannot be edited through chat.update: no message id (a
+        # notice is never edited; through a response_url it could only replace the
+        # latest private message, which may be another one)
         return MessageRef(CHANNEL, thread.conversation, "", thread=thread.thread, extra="")
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
@@ -563,6 +614,14 @@ class SlackOutbox:
             )
         except ChannelError as exc:
             log.warning("[%s] could not answer the button press: %s", event.thread, exc)
+
+
+def _not_member(exc: ChannelError) -> bool:
+    """Whether Slack refused because Parley is not in the conversation."""
+    cause = exc.__cause__
+    if isinstance(cause, SlackApiError) and cause.response is not None:
+        return str(cause.response.get("error", "")) in _NOT_MEMBER
+    return False
 
 
 def _text_only(post: SlackPost) -> SlackPost:

@@ -43,6 +43,12 @@ class SlackSettings(ParleySettings):
             v = "/" + v
         return v
 
+    @field_validator("slack_working_reaction")
+    @classmethod
+    def _reaction(cls, v: str) -> str:
+        # Slack's reactions.add takes the bare name: ":eyes:" as written in Slack -> "eyes"
+        return v.strip().strip(":").strip()
+
     @field_validator("slack_api_base_url")
     @classmethod
     def _base(cls, v: str) -> str:

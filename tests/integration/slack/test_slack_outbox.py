@@ -33,6 +33,7 @@ from channels.slack.client import channel_pace
 from channels.slack.parse import parse_action
 from channels.slack.state import SlackState
 from tests.fakes.slack import TEAM, FakeSlack
+from tests.integration.slack.conftest import make_settings
 
 APPROVAL = (
     Button("Approve", "ap:7f3a:y", ButtonStyle.PRIMARY),
@@ -229,6 +230,26 @@ async def test_working_reaction_added_and_removed(
     assert len(fake_slack.calls_to("reactions.add", ok=None)) == 1
     await outbox.turn_finished(thread, event)
     assert user_msg.reactions == set()
+
+
+async def test_working_reaction_written_with_colons_is_the_emojis_name(
+    fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel], redis: Redis
+) -> None:
+    """SLACK_WORKING_REACTION=":eyes:" as Slack shows it: reactions.add takes the
+    bare name (Slack refuses ":eyes:" with invalid_name, logged at debug only)."""
+    assert make_settings(fake_slack, slack_working_reaction=" :eyes: ").slack_working_reaction == (
+        "eyes"
+    )
+    ch = channel_factory(slack_working_reaction=":eyes:")
+    await ch.initialize()
+    try:
+        user_msg = fake_slack.add_user_message("D2", "hi")
+        thread = ThreadKey("slack", TEAM, "D2", "")
+        await SlackState(redis, 60).remember(last=(thread, f"D2 {user_msg.ts}"))
+        await ch.outbox().typing(thread)
+        assert user_msg.reactions == {"eyes"}
+    finally:
+        await ch.shutdown()
 
 
 async def test_slash_command_where_bot_is_not_a_member_answers_ephemerally(

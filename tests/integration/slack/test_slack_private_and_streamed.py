@@ -78,8 +78,8 @@ async def test_a_rate_limited_streamed_edit_is_skipped_not_waited_out(
 async def test_a_streamed_private_answer_through_a_turns_reply_writer_is_capped(
     fake_slack: FakeSlack, slack: SlackChannel, redis_clients: RedisClients
 ) -> None:
-    """The path a turn takes: the preview's ref has no message id, so the answer is
-    sent anew (not an edit) and must stay within the uses too."""
+    """The path a turn takes: the final text replaces the preview through the
+    response_url (an edit) and must stay within the uses too."""
     fake_slack.not_member.add("C9")
     delivery = Delivery(redis_clients.redis, redis_clients.blocking)
     thread = ThreadKey("slack", TEAM, "C9", "")

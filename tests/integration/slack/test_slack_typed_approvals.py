@@ -1,0 +1,104 @@
+"""How a Slack approval prompt says to answer in words depends on the conversation:
+in a channel's own conversation (what /parley talks to) a plain "yes" never reaches
+Parley and "@Parley yes" starts a thread of its own, so the prompt and the notices
+say `/parley yes`, and that works; in a thread Parley answers in, and in a DM,
+typing works.  Real Runtime (worker), real slack_sdk, fake Slack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+
+import channels.slack as slack_pkg
+from agent_core.events import ThreadKey
+from agent_core.store.embedded import EmbeddedValkey
+from channels.slack.channel import SlackChannel
+from channels.slack.settings import SlackSettings
+from tests.fakes.slack import TEAM, FakeSlack, Message
+from tests.integration.approvals_e2e.approvals_harness import (
+    ASK,
+    demo_runs,
+    process,
+    settings_for,
+    turn_finished,
+    wait_until,
+)
+
+
+def _has_buttons(m: Message) -> bool:
+    return any(b.get("type") == "actions" for b in m.blocks)
+
+
+def _settings(valkey: EmbeddedValkey, fake: FakeSlack) -> Any:
+    platform = SlackSettings(
+        slack_bot_token=fake.bot_token,  # type: ignore[arg-type]
+        slack_signing_secret=fake.signing_secret,  # type: ignore[arg-type]
+        slack_api_base_url=fake.api_url,
+        slack_channel_pace_secs=0.0,
+        slack_stream_interval=0.2,
+    )
+    return settings_for(valkey, "slack", platform, slack_pkg)
+
+
+async def test_a_top_level_prompt_asks_for_the_slash_command_which_decides(
+    valkey: EmbeddedValkey, redis: Redis, fake_slack: FakeSlack
+) -> None:
+    async with process(_settings(valkey, fake_slack), "all") as rt:
+        transport = httpx.ASGITransport(app=rt.web_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
+
+            async def command(text: str) -> None:
+                form = fake_slack.command("C1", text)
+                resp = await fake_slack.deliver(client, form, form=True)
+                assert resp.status_code == 200, resp.text
+
+            def prompt() -> Message | None:
+                return next((m for m in fake_slack.thread("C1") if _has_buttons(m)), None)
+
+            await command(ASK)
+            shown = await wait_until(prompt, what="the approval prompt")
+            await turn_finished(rt)
+            assert "Sending `/parley yes` / `/parley always` / `/parley no` works too" in (
+                shown.text
+            ), shown.text
+            assert "Typing" not in shown.text
+            # a message while it waits is held, and told the same
+            await command("and what else?")
+            await wait_until(
+                lambda: any("waiting for your decision" in m.text for m in fake_slack.thread("C1")),
+                what="the held message's notice",
+            )
+            notice = next(m for m in fake_slack.thread("C1") if "waiting for your" in m.text)
+            assert "`/parley yes`" in notice.text and "type yes" not in notice.text, notice.text
+            await turn_finished(rt)
+            # what the prompt says works: "/parley yes" is the approval
+            await command("yes")
+
+            async def ran() -> bool:
+                return await demo_runs(redis) == 1
+
+            await wait_until(ran, what="the approved tool to run")
+            closed = fake_slack.messages[("C1", shown.ts)]
+            assert not _has_buttons(closed) and "Approved" in closed.text
+    assert await demo_runs(redis) == 1
+
+
+async def test_typing_is_offered_in_a_thread_and_a_dm(slack: SlackChannel) -> None:
+    outbox: Any = slack.outbox()
+    assert outbox.typed_command(ThreadKey("slack", TEAM, "C1", "1700000000.000100")) is None
+    assert outbox.typed_command(ThreadKey("slack", TEAM, "D1", "")) is None
+    assert outbox.typed_command(ThreadKey("slack", TEAM, "C1", "")) == "/parley"
+
+
+async def test_the_hint_names_the_configured_command(
+    fake_slack: FakeSlack, channel_factory: Any
+) -> None:
+    ch = channel_factory(slack_slash_command="/ask")
+    await ch.initialize()
+    try:
+        outbox: Any = ch.outbox()
+        assert outbox.typed_command(ThreadKey("slack", TEAM, "C1", "")) == "/ask"
+    finally:
+        await ch.shutdown()
