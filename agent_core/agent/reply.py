@@ -356,7 +356,10 @@ class StreamingReply:
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(text))
         elif not self.ref.message_id:
-            if text != self._preview:  # the preview cannot be edited: answer anew
+            # The preview cannot be edited: answer anew, unless it holds the whole
+            # answer already (compared stripped: the turn strips the model's text,
+            # the preview is raw, and Telegram shows neither's outer whitespace).
+            if text.strip() != self._preview.strip():
                 self.ref = await self.w.say(OutboundMessage(text))
         else:
             self.ref = await self.w.edit(self.ref, OutboundMessage(text))

@@ -234,8 +234,20 @@ class TelegramOutbox:
         return True
 
     async def _call(
-        self, chat_id: int, fn: Callable[[], Awaitable[T]], *, droppable: bool = False
+        self,
+        chat_id: int,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        droppable: bool = False,
+        idempotent: bool = False,
     ) -> T:
+        """One Bot API call, paced, with Telegram's errors translated.
+
+        ``idempotent``: the call may be repeated whatever became of it (an edit,
+        a delete): a timeout or 504 is then tried again like a 502, up to the
+        same bound, instead of being left unconfirmed.  Not for droppable calls
+        (a streamed edit is skipped rather than held up by a second timeout).
+        """
         waited = 0.0
         server_errors = 0
         started = time.monotonic()
@@ -289,7 +301,11 @@ class TelegramOutbox:
                 proxy = isinstance(cause, TelegramError)  # a 5xx page that is not JSON
                 transport = cause is not None and not proxy  # no answer at all
                 maybe_done = proxy and "(504)" in exc.message
-                if not sent_nothing and (isinstance(exc, TimedOut) or transport or maybe_done):
+                unconfirmed = not sent_nothing and (
+                    isinstance(exc, TimedOut) or transport or maybe_done
+                )
+                repeatable = idempotent and not droppable and server_errors < 2
+                if unconfirmed and not repeatable:
                     raise SendUnconfirmed(
                         "Telegram did not answer in time"
                         if isinstance(exc, TimedOut)
@@ -306,7 +322,7 @@ class TelegramOutbox:
                     await self._unclaim_for_retry()
                     await asyncio.sleep(0.5)
                     continue
-                if server_errors >= 2:
+                if server_errors >= 2:  # (an idempotent call's timeout is repeated here too)
                     raise SendFailed(f"Telegram call failed: {exc.message}") from exc
                 server_errors += 1
                 log.warning("telegram call failed (%s); retrying", exc.message)
@@ -405,12 +421,12 @@ class TelegramOutbox:
 
         try:
             try:
-                await self._call(chat_id, lambda: go(part), droppable=droppable)
+                await self._call(chat_id, lambda: go(part), droppable=droppable, idempotent=True)
                 return part
             except FormattingRejected:
                 log.warning("telegram refused formatting in chat %s; editing plain", chat_id)
                 plain = part.plain()
-                await self._call(chat_id, lambda: go(plain), droppable=droppable)
+                await self._call(chat_id, lambda: go(plain), droppable=droppable, idempotent=True)
                 return plain
         except _NotModified:
             return part
@@ -533,7 +549,9 @@ class TelegramOutbox:
     async def _delete(self, chat_id: int, message_id: int) -> None:
         try:
             await self._call(
-                chat_id, lambda: self._bot.delete_message(chat_id=chat_id, message_id=message_id)
+                chat_id,
+                lambda: self._bot.delete_message(chat_id=chat_id, message_id=message_id),
+                idempotent=True,
             )
         except (ChannelError, _NotModified, _NotFound, _Migrated):
             log.info("could not delete surplus message %s in chat %s", message_id, chat_id)

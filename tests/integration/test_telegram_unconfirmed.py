@@ -1,0 +1,116 @@
+"""Telegram sends and edits whose answer never came back (a timeout or a 504 after
+the request left), end to end: real runtime, real python-telegram-bot, fake Bot API.
+
+The rule: never answer twice (a send that may have arrived is not repeated), but
+what certainly never left is still sent, and edits (safe to repeat) are repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+
+from agent_core.events import ThreadKey
+from agent_core.llm.base import Completion, TextDelta
+from agent_core.store import keys
+from agent_core.store.embedded import EmbeddedValkey
+from bots.runtime import Runtime
+from tests.fakes.llm_servers import ScriptedProvider
+from tests.fakes.telegram import BOT_ID, WEBHOOK_SECRET, FakeTelegram
+from tests.integration.telegram_runtime import telegram_settings
+
+USER = 555
+THREAD = ThreadKey("telegram", str(BOT_ID), str(USER))
+FULL = "The full answer: " + "word " * 40 + "done."
+
+
+def texts(fake: FakeTelegram) -> list[str]:
+    """The user's chat as it shows now, oldest first."""
+    return [m.text for (c, _), m in sorted(fake.messages.items()) if c == USER]
+
+
+async def _idle(redis: Redis) -> bool:
+    return not await redis.exists(keys.lock(THREAD)) and not await redis.llen(keys.mailbox(THREAD))
+
+
+async def answer(
+    valkey: EmbeddedValkey,
+    redis: Redis,
+    fake: FakeTelegram,
+    llm: ScriptedProvider,
+    setup: Callable[[FakeTelegram], None] | None = None,
+    **telegram: Any,
+) -> list[str]:
+    """Ask one question and wait for the turn to end (the model was asked, the
+    thread's lock is free, nothing queued); the chat's texts then."""
+    await fake.start()
+    try:
+        limits: dict[str, Any] = {
+            "telegram_chat_interval_secs": 0.05,
+            "telegram_group_interval_secs": 0.05,
+            "telegram_global_rate": 0,
+        }
+        settings = telegram_settings(valkey.url, fake, **(limits | telegram))
+        async with Runtime(settings, "all", llm=llm) as rt:
+            stop = asyncio.Event()
+            assert rt.worker is not None
+            task = asyncio.create_task(rt.worker.run(stop))
+            try:
+                if setup is not None:
+                    setup(fake)
+                transport = httpx.ASGITransport(app=rt.web_app())
+                async with httpx.AsyncClient(transport=transport, base_url="http://p") as client:
+                    r = await client.post(
+                        "/telegram/webhook",
+                        json=fake.message_update(USER, "question", user_id=USER),
+                        headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
+                    )
+                    assert r.status_code == 200, r.text
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    if llm.calls and await _idle(redis):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the turn did not end in time")
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 30)
+        return texts(fake)
+    finally:
+        await fake.stop()
+
+
+async def test_an_unconfirmed_preview_that_differs_only_by_a_newline_is_not_answered_again(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """The model's text ends in a newline; the turn finishes with it stripped.  The
+    preview (stored, then a 504) already shows the whole answer: not sent again."""
+    fake = FakeTelegram()
+    llm = ScriptedProvider("scripted:model", default="The answer is 42.\n")
+
+    def setup(f: FakeTelegram) -> None:
+        f.fail_next("sendMessage", 504, "Gateway Time-out", gateway=True, after=True)
+
+    assert await answer(valkey, redis, fake, llm, setup) == ["The answer is 42."]
+
+
+async def test_a_final_edit_that_times_out_is_made_again(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """Edits are safe to repeat: a 504 on the final edit is retried, and the user
+    sees the whole answer (no cut-short preview, no failure notice)."""
+    fake = FakeTelegram()
+    llm = ScriptedProvider(
+        "scripted:model", [TextDelta("The full"), Completion(FULL, provider="scripted:model")]
+    )
+
+    def setup(f: FakeTelegram) -> None:
+        f.fail_next("editMessageText", 504, "Gateway Time-out", gateway=True)
+
+    assert await answer(valkey, redis, fake, llm, setup) == [FULL]
