@@ -318,6 +318,9 @@ class StreamingReply:
     its sender died mid-request) cannot be edited: ``finish`` then sends the
     whole answer as a new message, unless the preview already held all of it.
     The user may see the stale preview above the answer, never the answer twice.
+    A channel that splits an answer into several messages may also keep one of
+    them unknown inside an otherwise known ref (Telegram: ``refs.UNKNOWN``); the
+    ref is recorded and edited as usual, and the channel leaves that message be.
     """
 
     def __init__(self, writer: ReplyWriter) -> None:

@@ -22,11 +22,33 @@ from agent_core.store.embedded import EmbeddedValkey
 from bots.runtime import Runtime
 from tests.fakes.llm_servers import ScriptedProvider
 from tests.fakes.telegram import BOT_ID, WEBHOOK_SECRET, FakeTelegram
+from tests.fakes.telegram_checks import ApiError
 from tests.integration.telegram_runtime import telegram_settings
 
 USER = 555
 THREAD = ThreadKey("telegram", str(BOT_ID), str(USER))
 FULL = "The full answer: " + "word " * 40 + "done."
+# Three paragraphs of ~3.6k characters each: one Telegram message apiece.
+PARAS = [f"Paragraph {i}: " + "lorem ipsum " * 300 + "end." for i in range(3)]
+LONG = "\n\n".join(PARAS)
+
+
+class TimeoutOnSend(FakeTelegram):
+    """Carries out the ``nth`` sendMessage, then answers it with a 504 (the message
+    exists; the bot cannot know)."""
+
+    def __init__(self, nth: int) -> None:
+        super().__init__()
+        self.nth = nth
+        self.sends = 0
+
+    async def _dispatch(self, method: str, p: dict[str, Any]) -> Any:
+        result = await super()._dispatch(method, p)
+        if method == "sendMessage":
+            self.sends += 1
+            if self.sends == self.nth:
+                raise ApiError(504, "Gateway Time-out", gateway=True)
+        return result
 
 
 def texts(fake: FakeTelegram) -> list[str]:
@@ -114,3 +136,58 @@ async def test_a_final_edit_that_times_out_is_made_again(
         f.fail_next("editMessageText", 504, "Gateway Time-out", gateway=True)
 
     assert await answer(valkey, redis, fake, llm, setup) == [FULL]
+
+
+def _in_full(shown: list[str]) -> None:
+    """Every paragraph reaches the user whole, in order, and once."""
+    assert shown == PARAS
+
+
+async def test_a_middle_message_of_a_long_answer_that_times_out_does_not_lose_the_rest(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """Three messages, the 2nd stored and then answered 504: it is not sent again,
+    and the 3rd (which never left) is still sent."""
+    fake = TimeoutOnSend(2)
+    llm = ScriptedProvider("scripted:model", default=LONG)
+    _in_full(await answer(valkey, redis, fake, llm))
+    assert fake.sends == 3
+
+
+async def test_a_continuation_made_by_the_final_edit_that_times_out_does_not_lose_the_rest(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """A streamed answer whose final edit grows into three messages: the 2nd times
+    out, the 3rd is sent all the same, and the turn does not fail."""
+    fake = TimeoutOnSend(2)
+    llm = ScriptedProvider(
+        "scripted:model",
+        [TextDelta("Paragraph 0: lorem"), Completion(LONG, provider="scripted:model")],
+    )
+    _in_full(await answer(valkey, redis, fake, llm))
+    assert fake.sends == 3
+
+
+class SlowStream(ScriptedProvider):
+    """Streams the three paragraphs a while apart (streamed edits in between)."""
+
+    async def stream(self, request: Any) -> Any:
+        self.calls.append(request)
+        for i, p in enumerate(PARAS):
+            yield TextDelta(p if i == 0 else "\n\n" + p)
+            await asyncio.sleep(0.5)
+        yield Completion(LONG, provider=self.name)
+
+
+async def test_a_streamed_continuation_that_times_out_is_not_shown_twice(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """The answer outgrows its first message while streaming; the message that
+    continues it is stored and answered 504.  It is never sent a second time,
+    and nothing after it is lost."""
+    fake = TimeoutOnSend(2)
+    shown = await answer(
+        valkey, redis, fake, SlowStream("scripted:model"), telegram_chat_interval_secs=0.1
+    )
+    _in_full(shown)
+    assert fake.sends == 3
