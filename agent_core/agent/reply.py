@@ -318,6 +318,9 @@ class StreamingReply:
     its sender died mid-request) cannot be edited: ``finish`` then sends the
     whole answer as a new message, unless the preview already held all of it.
     The user may see the stale preview above the answer, never the answer twice.
+    A channel that splits an answer into several messages may also keep one of
+    them unknown inside an otherwise known ref (Telegram: ``refs.UNKNOWN``); the
+    ref is recorded and edited as usual, and the channel leaves that message be.
     """
 
     def __init__(self, writer: ReplyWriter) -> None:
@@ -356,7 +359,10 @@ class StreamingReply:
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(text))
         elif not self.ref.message_id:
-            if text != self._preview:  # the preview cannot be edited: answer anew
+            # The preview cannot be edited: answer anew, unless it holds the whole
+            # answer already (compared stripped: the turn strips the model's text,
+            # the preview is raw, and Telegram shows neither's outer whitespace).
+            if text.strip() != self._preview.strip():
                 self.ref = await self.w.say(OutboundMessage(text))
         else:
             self.ref = await self.w.edit(self.ref, OutboundMessage(text))

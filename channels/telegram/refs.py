@@ -7,12 +7,19 @@
 * a button press (``InboundEvent.reply_ref``): ``{"cq": "<callback_query id>"}``
   so ``Outbox.answer_action`` can answer the press.
 
-``MessageRef.message_id`` is always the first message's id.
+A message whose send left and was never answered (a timeout or 504: it may
+show, under an id the bot does not know) is kept in its place as ``[0, digest]``
+(``UNKNOWN``): never sent again, never edited or deleted; the answer's other
+messages are edited around it.
+
+``MessageRef.message_id`` is the first known message's id.
 """
 
 from __future__ import annotations
 
 import orjson
+
+UNKNOWN = 0  # the message id of a message that may show under an id we do not know
 
 
 def encode_parts(parts: list[tuple[int, str]]) -> str:

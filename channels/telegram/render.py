@@ -19,6 +19,7 @@ import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import pyromark
 import telegramify_markdown
@@ -38,7 +39,6 @@ ENTITY_BYTES = 16  # what one entity costs besides its URL (a safe guess)
 
 # Entities a split must not cut (unless they alone exceed a message).
 _UNSPLITTABLE = frozenset({"pre", "code", "text_link", "url", "email", "mention"})
-_SAFE_URL_PREFIXES = ("http://", "https://", "tg://", "mailto:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,22 +437,63 @@ def _blocks_on_own_lines(
 
 
 def _moved_by_break(
-    e: telegramify_markdown.MessageEntity, at: int
+    e: telegramify_markdown.MessageEntity, at: int, n: int = 1
 ) -> telegramify_markdown.MessageEntity:
+    """``e`` after ``n`` UTF-16 units were inserted at ``at``."""
     if e.offset >= at:
-        return dataclasses.replace(e, offset=e.offset + 1)
+        return dataclasses.replace(e, offset=e.offset + n)
     if e.offset + e.length > at:
-        return dataclasses.replace(e, length=e.length + 1)
+        return dataclasses.replace(e, length=e.length + n)
     return e
+
+
+def _linkable(url: str) -> bool:
+    """Whether Telegram makes a link of ``url``: http(s) to a host with a dot in
+    its name (not ``localhost``, not a file path), tg: or mailto:.  Other schemes
+    are refused (and unsafe: ``javascript:``)."""
+    low = url.lower()
+    if low.startswith(("tg://", "mailto:")):
+        return True
+    if not low.startswith(("http://", "https://")):
+        return False
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    return "." in host.strip(".")
+
+
+def _unlinkable_written_out(
+    text: str, entities: list[telegramify_markdown.MessageEntity]
+) -> tuple[str, list[telegramify_markdown.MessageEntity]]:
+    """Links Telegram would not make (relative paths, ``localhost``, other
+    schemes) lose their entity, and their address is written after their text,
+    ``text (address)`` as in :meth:`Part.plain`, so the reader still has it."""
+    dropped = [e for e in entities if e.type == "text_link" and not _linkable(e.url or "")]
+    if not dropped:
+        return text, entities
+    entities = [e for e in entities if all(e is not d for d in dropped)]
+    off = _offsets(text)
+    index = {u: i for i, u in enumerate(off)}
+    for e in sorted(dropped, key=lambda d: d.offset + d.length, reverse=True):
+        at = e.offset + e.length  # back to front: earlier offsets hold
+        start, end = index.get(e.offset), index.get(at)
+        url = e.url or ""
+        if start is None or end is None or not url or text[start:end] == url:
+            continue
+        note = f" ({url})"
+        text = f"{text[:end]}{note}{text[end:]}"
+        n = len(note.encode("utf-16-le", "surrogatepass")) // 2
+        entities = [_moved_by_break(x, at, n) for x in entities]
+    return text, entities
 
 
 def _entities_from_markdown(markdown: str) -> tuple[str, list[MessageEntity]]:
     text, raw = telegramify_markdown.convert(_chat_text(markdown), config=_CONFIG)
     text, raw = _blocks_on_own_lines(text, raw)
+    text, raw = _unlinkable_written_out(text, raw)
     ents = []
     for e in raw:
-        if e.type == "text_link" and not (e.url or "").lower().startswith(_SAFE_URL_PREFIXES):
-            continue  # Telegram refuses such links (and they are unsafe anyway)
         ents.append(
             MessageEntity(
                 type=e.type,

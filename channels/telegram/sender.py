@@ -234,8 +234,20 @@ class TelegramOutbox:
         return True
 
     async def _call(
-        self, chat_id: int, fn: Callable[[], Awaitable[T]], *, droppable: bool = False
+        self,
+        chat_id: int,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        droppable: bool = False,
+        idempotent: bool = False,
     ) -> T:
+        """One Bot API call, paced, with Telegram's errors translated.
+
+        ``idempotent``: the call may be repeated whatever became of it (an edit,
+        a delete): a timeout or 504 is then tried again like a 502, up to the
+        same bound, instead of being left unconfirmed.  Not for droppable calls
+        (a streamed edit is skipped rather than held up by a second timeout).
+        """
         waited = 0.0
         server_errors = 0
         started = time.monotonic()
@@ -289,7 +301,11 @@ class TelegramOutbox:
                 proxy = isinstance(cause, TelegramError)  # a 5xx page that is not JSON
                 transport = cause is not None and not proxy  # no answer at all
                 maybe_done = proxy and "(504)" in exc.message
-                if not sent_nothing and (isinstance(exc, TimedOut) or transport or maybe_done):
+                unconfirmed = not sent_nothing and (
+                    isinstance(exc, TimedOut) or transport or maybe_done
+                )
+                repeatable = idempotent and not droppable and server_errors < 2
+                if unconfirmed and not repeatable:
                     raise SendUnconfirmed(
                         "Telegram did not answer in time"
                         if isinstance(exc, TimedOut)
@@ -306,7 +322,7 @@ class TelegramOutbox:
                     await self._unclaim_for_retry()
                     await asyncio.sleep(0.5)
                     continue
-                if server_errors >= 2:
+                if server_errors >= 2:  # (an idempotent call's timeout is repeated here too)
                     raise SendFailed(f"Telegram call failed: {exc.message}") from exc
                 server_errors += 1
                 log.warning("telegram call failed (%s); retrying", exc.message)
@@ -405,12 +421,12 @@ class TelegramOutbox:
 
         try:
             try:
-                await self._call(chat_id, lambda: go(part), droppable=droppable)
+                await self._call(chat_id, lambda: go(part), droppable=droppable, idempotent=True)
                 return part
             except FormattingRejected:
                 log.warning("telegram refused formatting in chat %s; editing plain", chat_id)
                 plain = part.plain()
-                await self._call(chat_id, lambda: go(plain), droppable=droppable)
+                await self._call(chat_id, lambda: go(plain), droppable=droppable, idempotent=True)
                 return plain
         except _NotModified:
             return part
@@ -453,22 +469,56 @@ class TelegramOutbox:
     ) -> MessageRef:
         markup = keyboard(message.buttons)
         parts = render_text(message.text)
+        if not message.final and len(parts) > 1:
+            parts = parts[:-1]  # the growing tail: sent once complete, or by the final edit
         sent: list[tuple[int, str]] = []
         for i, part in enumerate(parts):
             m = markup if i == len(parts) - 1 else None
             try:
-                mid, shown = await self._send_part(
-                    chat_id, topic, part, m, reply_to if i == 0 else None, droppable=False
+                sent.append(
+                    await self._new_part(
+                        chat_id, topic, part, m, reply_to if i == 0 else None, droppable=False
+                    )
                 )
             except _Skipped as exc:  # cannot happen for non-droppable sends
                 raise SendFailed("send skipped") from exc
             except (_NotModified, _NotFound) as exc:
                 raise SendFailed(str(exc)) from exc
-            sent.append((mid, shown.digest(m)))
             wire_created()  # partly on screen: a retry of the rest keeps the claim
-        return MessageRef(
-            CHANNEL, str(chat_id), str(sent[0][0]), ref_thread, refs.encode_parts(sent)
-        )
+        return self._ref(ref_thread, str(chat_id), sent)
+
+    def _ref(self, ref_thread: str, conversation: str, parts: list[tuple[int, str]]) -> MessageRef:
+        """The ref of an answer shown as ``parts``; its message id is the first one
+        known (none: every send was unconfirmed, SendUnconfirmed for the core)."""
+        first = next((mid for mid, _ in parts if mid), 0)
+        if not first:
+            raise SendUnconfirmed("Telegram confirmed none of the answer's messages")
+        return MessageRef(CHANNEL, conversation, str(first), ref_thread, refs.encode_parts(parts))
+
+    async def _new_part(
+        self,
+        chat_id: int,
+        topic: int | None,
+        part: Part,
+        markup: InlineKeyboardMarkup | None,
+        reply_to: MessageRef | None,
+        droppable: bool,
+    ) -> tuple[int, str]:
+        """Send one message of an answer: its (id, digest).  A send that left and
+        was not answered (SendUnconfirmed) may show: it becomes a placeholder (id
+        0, refs.UNKNOWN) that is never sent again nor edited, and the answer's
+        later messages are sent all the same (they certainly never left)."""
+        try:
+            mid, shown = await self._send_part(chat_id, topic, part, markup, reply_to, droppable)
+        except SendUnconfirmed as exc:
+            log.warning(
+                "telegram: a message of an answer in chat %s unconfirmed (%s); "
+                "not sending it again, sending the rest",
+                chat_id,
+                exc,
+            )
+            return refs.UNKNOWN, part.digest(markup)
+        return mid, shown.digest(markup)
 
     async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         chat_id = int(ref.conversation)
@@ -503,37 +553,60 @@ class TelegramOutbox:
         topic = int(ref.thread) if ref.thread.lstrip("-").isdigit() else None
         droppable = not final
         new: list[tuple[int, str]] = []
+        j = 0  # the next of the old messages to reuse
         try:
             for i, (part, digest) in enumerate(zip(parts, digests, strict=True)):
                 m = markup if i == len(parts) - 1 else None
-                if i < len(old):
-                    mid, old_digest = old[i]
+                while j < len(old) and old[j][0] == refs.UNKNOWN and old[j][1] != digest:
+                    # An unconfirmed message that does not show this text: it cannot
+                    # be edited, so it stays as it may be and the text goes on below.
+                    log.info("telegram: unconfirmed message in chat %s left as it is", chat_id)
+                    j += 1
+                if j < len(old):
+                    mid, old_digest = old[j]
                     if old_digest == digest:
                         new.append((mid, old_digest))
-                        continue
-                    try:
-                        shown = await self._edit_part(chat_id, mid, part, m, droppable)
-                    except _NotFound:
-                        # The user deleted it: send this part anew.
-                        mid, shown = await self._send_part(chat_id, topic, part, m, None, droppable)
-                    new.append((mid, shown.digest(m)))
+                    else:
+                        try:
+                            shown = await self._edit_part(chat_id, mid, part, m, droppable)
+                        except _NotFound:
+                            # The user deleted it: send this part anew.
+                            new.append(
+                                await self._new_part(chat_id, topic, part, m, None, droppable)
+                            )
+                        else:
+                            new.append((mid, shown.digest(m)))
+                    j += 1  # (not before: a skipped edit leaves old[j] showing)
+                elif droppable and i == len(parts) - 1:
+                    # A streamed edit does not start the growing tail in a message of
+                    # its own: were that send unconfirmed, the message could not be
+                    # edited, and the tail would show twice (cut short, then whole).
+                    # It is sent once complete (the text outgrew it) or by the final edit.
+                    break
                 else:
-                    mid, shown = await self._send_part(chat_id, topic, part, m, None, droppable)
-                    new.append((mid, shown.digest(m)))
-            for mid, _ in old[len(parts) :]:
-                await self._delete(chat_id, mid)
+                    new.append(await self._new_part(chat_id, topic, part, m, None, droppable))
+            for mid, _ in old[j:]:
+                if mid != refs.UNKNOWN:
+                    await self._delete(chat_id, mid)
         except _Skipped:
-            new.extend(old[len(new) :])  # what is not redone still shows the old text
+            new.extend(old[j:])  # what is not redone still shows the old text
         if not new:
             return ref
+        first = next((mid for mid, _ in new if mid), 0)
         return MessageRef(
-            CHANNEL, ref.conversation, str(new[0][0]), ref.thread, refs.encode_parts(new)
+            CHANNEL,
+            ref.conversation,
+            str(first) if first else "",  # none known: the core edits it no more
+            ref.thread,
+            refs.encode_parts(new),
         )
 
     async def _delete(self, chat_id: int, message_id: int) -> None:
         try:
             await self._call(
-                chat_id, lambda: self._bot.delete_message(chat_id=chat_id, message_id=message_id)
+                chat_id,
+                lambda: self._bot.delete_message(chat_id=chat_id, message_id=message_id),
+                idempotent=True,
             )
         except (ChannelError, _NotModified, _NotFound, _Migrated):
             log.info("could not delete surplus message %s in chat %s", message_id, chat_id)

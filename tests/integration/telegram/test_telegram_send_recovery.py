@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from agent_core.errors import SendFailed, SendRateLimited
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
-from channels.telegram import TelegramChannel
+from channels.telegram import TelegramChannel, refs
 from tests.fakes.telegram import FakeTelegram
 from tests.integration.telegram.conftest import FAST, make_channel
 
@@ -94,3 +94,71 @@ async def test_flood_control_that_keeps_refusing_gives_up(fake: FakeTelegram, re
         assert [s for s, _, _ in _sends(fake)] == [429, 429]
     finally:
         await ch.shutdown()
+
+
+def _long(paragraphs: int) -> str:
+    """About five paragraphs per Telegram message."""
+    return "\n\n".join(f"Part {i}. " + "lorem ipsum " * 60 for i in range(paragraphs))
+
+
+def _shown(fake: FakeTelegram) -> list[str]:
+    return [m.text for (c, _), m in sorted(fake.messages.items()) if c == 42]
+
+
+async def test_a_timed_out_message_of_a_long_answer_is_kept_and_the_rest_sent(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    """A 504 on the 2nd of three messages (Telegram stored it): the 3rd is sent all
+    the same; the 2nd is kept as a placeholder that later edits (a rerun's
+    included) never send again, and the known messages around it are edited."""
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("start", final=False))
+    fake.fail_next("sendMessage", 504, "Gateway Time-out", gateway=True, after=True)
+    text = _long(12)
+    ref = await out.edit(ref, OutboundMessage(text))
+    parts = refs.decode_parts(ref.extra, ref.message_id)
+    assert [m == refs.UNKNOWN for m, _ in parts] == [False, True, False]
+    assert ref.message_id == str(parts[0][0])
+    assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 504, 200]
+    assert "".join(_shown(fake)).count("Part ") == 12 and len(_shown(fake)) == 3
+    calls = len(fake.calls)
+    assert await out.edit(ref, OutboundMessage(text)) == ref  # a rerun: nothing to do
+    assert len(fake.calls) == calls
+    ref = await out.edit(ref, OutboundMessage(text + " More."))  # only the last changes
+    assert [c.method for c in fake.calls[calls:]] == ["editMessageText"]
+    assert _shown(fake)[-1].endswith("More.") and len(_shown(fake)) == 3
+    # The placeholder's own text changes: it cannot be edited, so it stays as it
+    # was and the text goes on in the known messages after it (then a new one).
+    ref = await out.edit(ref, OutboundMessage(text.replace("Part 6.", "Part 6 (new).")))
+    ids = [m for m, _ in refs.decode_parts(ref.extra, ref.message_id)]
+    assert refs.UNKNOWN not in ids and len(ids) == 3 and ids == sorted(ids)
+    now = [fake.message(42, m).text for m in ids]
+    assert "".join(now).count("Part ") == 12 and "Part 6 (new)." in now[1]
+    assert len(_shown(fake)) == 4  # the stale one too
+
+
+async def test_a_streamed_answer_starts_no_growing_continuation_message(
+    fake: FakeTelegram, redis: Redis
+) -> None:
+    """While streaming, a message after the first is sent only once full (or by
+    the final edit): were its send unconfirmed, it could not be edited."""
+    unpaced = dataclasses.replace(FAST, chat_interval=0.0)  # no streamed edit skipped
+    channel = await make_channel(fake, redis, limits=unpaced)
+    try:
+        await _stream_in_messages(fake, channel)
+    finally:
+        await channel.shutdown()
+
+
+async def _stream_in_messages(fake: FakeTelegram, channel: TelegramChannel) -> None:
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage(_long(7), final=False))
+    assert len(fake.calls_of("sendMessage")) == 1  # the growing 2nd waits
+    ref = await out.edit(ref, OutboundMessage(_long(8), final=False))
+    assert len(fake.calls_of("sendMessage")) == 1
+    ref = await out.edit(ref, OutboundMessage(_long(12), final=False))
+    assert len(fake.calls_of("sendMessage")) == 2  # the 2nd is full now; the 3rd grows
+    ref = await out.edit(ref, OutboundMessage(_long(12)))
+    assert len(fake.calls_of("sendMessage")) == 3
+    assert "".join(_shown(fake)).count("Part ") == 12
+    assert len(refs.decode_parts(ref.extra, ref.message_id)) == 3

@@ -40,6 +40,28 @@ def test_unsafe_link_is_not_rendered_as_link() -> None:
     assert "click" in part.text
 
 
+def test_a_link_telegram_would_not_make_keeps_its_address_in_the_text() -> None:
+    """A relative path, a host without a dot or another scheme is no link on
+    Telegram: the address is written after the text, as Part.plain() does."""
+    [part] = render_text("Edit [settings.py](src/app/settings.py#L40) then run it.")
+    assert part.text == "Edit settings.py (src/app/settings.py#L40) then run it."
+    assert part.entities == ()
+    [part] = render_text(
+        "[click](javascript:alert(1)) 🙂 **[app](http://localhost:8000/x)** [ok](https://example.com)"
+    )
+    assert part.text == "click (javascript:alert(1)) 🙂 app (http://localhost:8000/x) ok"
+    bold, link = part.entities  # both moved past what was written in
+    assert (bold.type, part.text[bold.offset - 1 : bold.offset + bold.length - 1]) == (
+        "bold",
+        "app",
+    )
+    assert link.type == "text_link" and link.url == "https://example.com"
+    assert part.text[link.offset - 1 : link.offset + link.length - 1] == "ok"  # 🙂: 2 units
+    [part] = render_text("See <http://localhost:8000> or [mail](mailto:a@b.example).")
+    assert part.text == "See http://localhost:8000 or mail."  # no address twice
+    assert [e.url for e in part.entities] == ["mailto:a@b.example"]
+
+
 def test_long_text_splits_on_paragraphs_in_order() -> None:
     paras = [f"Paragraph {i} " + "word " * 150 for i in range(12)]
     parts = render_text("\n\n".join(paras))
