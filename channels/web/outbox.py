@@ -13,7 +13,8 @@ deleted :data:`LIVE_TTL_SECS` after its last entry.
 The web chat's history comes from the *transcript* instead: one entry per
 message (the user's and the agent's, the latest version of each, in the order
 they first appeared), capped at :data:`TRANSCRIPT_MAX_MESSAGES` messages (the
-oldest go first).  Typing pings and end-of-turn markers never go there, and an
+oldest go first) and deleted :data:`TRANSCRIPT_TTL_SECS` after its last message
+or history read.  Typing pings and end-of-turn markers never go there, and an
 edit replaces its message in place, so a long conversation keeps its start.
 One Lua script writes both, so a history read (transcript + last stream id, in
 one transaction) and the live feed after that id never miss or repeat a step.
@@ -36,15 +37,19 @@ from redis.asyncio import Redis
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import current_part, on_wire
 from agent_core.store import keys
+from channels.web.session import COOKIE_MAX_AGE
 
 LIVE_MAXLEN = 2000  # entries of the live ``out`` stream (approximate trim)
 LIVE_TTL_SECS = 86_400  # the live stream is deleted a day after its last entry
 TRANSCRIPT_MAX_MESSAGES = 1000  # messages kept per web chat conversation
+# The transcript is deleted this long after its last message or history read: as long
+# as the cookie that names the conversation can be (it is refused 30 days after signing).
+TRANSCRIPT_TTL_SECS = COOKIE_MAX_AGE
 MARK = b"~v"  # transcript hash field: the transcript exists (no legacy import needed)
 
 # KEYS: out stream, transcript order (LIST of ids), transcript messages (HASH id ->
 # "kind|entry id|m JSON").  ARGV: t, id, m ('' for none), ev ('' for none), stream
-# maxlen, stream ttl, transcript cap (0: no transcript).  Returns {entry id, created}
+# maxlen, stream ttl, transcript cap (0: no transcript), transcript ttl.  Returns {entry id, created}
 # where created = 1 when this call started the thread's transcript.
 _ADD = """
 local t, id, m, ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -75,6 +80,8 @@ if cap > 0 and id ~= '' then
   elseif t == 'retract' then
     if redis.call('HDEL', KEYS[3], id) == 1 then redis.call('LREM', KEYS[2], 1, id) end
   end
+  redis.call('EXPIRE', KEYS[2], ARGV[8])
+  redis.call('EXPIRE', KEYS[3], ARGV[8])
 end
 return {entry, created}
 """
@@ -136,6 +143,7 @@ class LocalOutbox:
                 LIVE_MAXLEN,
                 LIVE_TTL_SECS,
                 self.cap,
+                TRANSCRIPT_TTL_SECS,
             ],
         )
         if created:
@@ -206,7 +214,9 @@ async def read_transcript(redis: Redis, thread: ThreadKey) -> tuple[list[dict[st
         pipe.lrange(order_key, 0, -1)
         pipe.hgetall(msgs_key)
         pipe.xrevrange(stream, count=1)
-        ids, stored, last = await pipe.execute()
+        pipe.expire(order_key, TRANSCRIPT_TTL_SECS)  # a conversation still read stays
+        pipe.expire(msgs_key, TRANSCRIPT_TTL_SECS)
+        ids, stored, last, _, _ = await pipe.execute()
     if MARK not in stored:
         entries = await redis.xrange(stream)
         return fold_transcript(entries), entries[-1][0].decode() if entries else "0-0"
