@@ -6,8 +6,10 @@ different process: the worker appends what it says to the thread's ``out``
 stream and the web process (SSE) or the console reads it.
 
 The ``out`` stream is the *live feed*: every message, streamed edit, typing
-ping and end-of-turn marker, so it grows fast (a long streamed answer is a few
-hundred entries).  It is short-lived: capped at :data:`LIVE_MAXLEN` entries and
+ping and end-of-turn marker.  Each edit carries the message's whole text, so a
+web edit deletes the edit it replaces (the message's latest version is all a
+resuming page needs): a long streamed answer is its message entry and one edit,
+not a few hundred copies of a growing text.  It is short-lived: capped at :data:`LIVE_MAXLEN` entries and
 deleted :data:`LIVE_TTL_SECS` after its last entry.
 
 The web chat's history comes from the *transcript* instead: one entry per
@@ -74,8 +76,16 @@ if cap > 0 and id ~= '' then
   elseif t == 'edit' then
     local old = redis.call('HGET', KEYS[3], id)
     if old then
-      local kind = string.match(old, '^([^|]*)')
+      local kind, prev = string.match(old, '^([^|]*)|([^|]*)')
       redis.call('HSET', KEYS[3], id, kind .. '|' .. entry .. '|' .. m)
+      -- Every edit carries the whole text: the edit this one replaces goes from the live
+      -- stream (a page resuming after it gets this one), unless it is the stream's first
+      -- entry, which the SSE gap check compares with.  The message entry itself stays.
+      local e = (prev and prev ~= '') and redis.call('XRANGE', KEYS[1], prev, prev) or {}
+      if e[1] and e[1][2][1] == 't' and e[1][2][2] == 'edit' then
+        local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+        if first[1][1] ~= prev then redis.call('XDEL', KEYS[1], prev) end
+      end
     end
   elseif t == 'retract' then
     if redis.call('HDEL', KEYS[3], id) == 1 then redis.call('LREM', KEYS[2], 1, id) end

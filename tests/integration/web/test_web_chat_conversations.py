@@ -241,6 +241,40 @@ async def test_a_transcript_expires_after_it_is_left_and_a_read_keeps_it(
             assert await redis.ttl(key) > 60
 
 
+async def test_a_streamed_answer_keeps_one_copy_in_the_live_stream(runtime: Any) -> None:
+    """Each streamed edit carries the whole text, so it replaces the previous edit in
+    the live stream: 300 edits of a 24k answer stay small, and a page resuming after
+    an edit that is gone gets the latest text, without a false "reload"."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        await client.get("/")
+        me = (await client.get("/api/me")).json()
+        thread = ThreadKey.parse(me["thread"])
+        redis = rt.channels["web"].redis
+        out = LocalOutbox(redis, "web")
+        stream = keys.outbox_stream(thread)
+        text = "x" * 80
+        ref = await out.send(thread, OutboundMessage(text, final=False))
+        await out.edit(ref, OutboundMessage(text + "y", final=False))
+        seen = (await redis.xrevrange(stream, count=1))[0][0].decode()  # that first edit
+        for _ in range(300):
+            text += "x" * 80
+            await out.edit(ref, OutboundMessage(text, final=False))
+        assert await redis.xlen(stream) == 2  # the message and its latest edit
+        assert await redis.memory_usage(stream, samples=0) < 100_000
+        _, got = await _events(client, 1.5, {}, thread=me["thread"], after=seen)
+        assert {"t": "reload"} not in got
+        assert _texts(got) == [text]
+        msgs = (await client.get("/api/history")).json()["messages"]
+        assert [m["tx"] for m in msgs] == [text]
+        # The stream's first entry is never deleted (the gap check compares with it).
+        await redis.xtrim(stream, maxlen=1, approximate=False)
+        first = (await redis.xrange(stream, count=1))[0][0].decode()
+        await out.edit(ref, OutboundMessage(text + "!", final=False))
+        assert (await redis.xrange(stream, count=1))[0][0].decode() == first
+        _, got = await _events(client, 1.5, {}, thread=me["thread"], after=first)
+        assert {"t": "reload"} not in got and _texts(got) == [text + "!"]
+
+
 async def test_a_conversation_kept_only_in_the_stream_is_carried_into_the_transcript(
     redis: Redis,
 ) -> None:
