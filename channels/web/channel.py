@@ -466,12 +466,13 @@ class WebChannel(Channel):
         # The user's message goes into the transcript *before* it is published: a
         # worker can answer within milliseconds (an open circuit breaker, a
         # command), and the answer must never show above the question.  A message
-        # the store then refuses or cannot take is retracted again.
+        # the store then refuses or cannot take is retracted again, unless the
+        # transcript held it before this request: a retry of a message that may
+        # have been accepted (its response lost) never takes the question back.
         recorded = False
         if record:
             try:
-                await self._outbox.record_user(event.thread, event)
-                recorded = True
+                recorded = not await self._outbox.record_user(event.thread, event)
             except RedisError:
                 log.warning(
                     "[%s] could not record the user message in the transcript", event.thread

@@ -51,8 +51,9 @@ MARK = b"~v"  # transcript hash field: the transcript exists (no legacy import n
 
 # KEYS: out stream, transcript order (LIST of ids), transcript messages (HASH id ->
 # "kind|entry id|m JSON").  ARGV: t, id, m ('' for none), ev ('' for none), stream
-# maxlen, stream ttl, transcript cap (0: no transcript), transcript ttl.  Returns {entry id, created}
-# where created = 1 when this call started the thread's transcript.
+# maxlen, stream ttl, transcript cap (0: no transcript), transcript ttl.  Returns {entry id, created,
+# existed}: created = 1 when this call started the thread's transcript, existed = 1
+# when the transcript already held this id (a message sent again).
 _ADD = """
 local t, id, m, ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local fields = {'t', t, 'id', id}
@@ -61,11 +62,12 @@ if ev ~= '' then fields[#fields + 1] = 'ev'; fields[#fields + 1] = ev end
 local entry = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local cap = tonumber(ARGV[7])
-local created = 0
+local created, existed = 0, 0
 if cap > 0 and id ~= '' then
   if t == 'user' or t == 'message' then
     created = redis.call('HSETNX', KEYS[3], '~v', '1')
-    if redis.call('HEXISTS', KEYS[3], id) == 0 then redis.call('RPUSH', KEYS[2], id) end
+    existed = redis.call('HEXISTS', KEYS[3], id)
+    if existed == 0 then redis.call('RPUSH', KEYS[2], id) end
     redis.call('HSET', KEYS[3], id, t .. '|' .. entry .. '|' .. m)
     local n = redis.call('LLEN', KEYS[2])
     if n > cap then
@@ -93,7 +95,7 @@ if cap > 0 and id ~= '' then
   redis.call('EXPIRE', KEYS[2], ARGV[8])
   redis.call('EXPIRE', KEYS[3], ARGV[8])
 end
-return {entry, created}
+return {entry, created, existed}
 """
 
 # Older messages (from a transcript kept only in the stream), newest first: prepended
@@ -139,11 +141,12 @@ class LocalOutbox:
         self._script = redis.register_script(_ADD)
         self._import = redis.register_script(_IMPORT)
 
-    async def _add(self, thread: ThreadKey, fields: dict[str, Any]) -> None:
+    async def _add(self, thread: ThreadKey, fields: dict[str, Any]) -> bool:
+        """Write one entry; whether the transcript already held this message id."""
         m = fields.get("m", b"")
         order, msgs = transcript_keys(thread)
         stream = keys.outbox_stream(thread)
-        entry, created = await self._script(
+        entry, created, existed = await self._script(
             keys=[stream, order, msgs],
             args=[
                 fields["t"],
@@ -158,6 +161,7 @@ class LocalOutbox:
         )
         if created:
             await self._import_stream(thread, entry)
+        return bool(existed)
 
     async def _import_stream(self, thread: ThreadKey, first: bytes) -> None:
         """Copy a conversation written before transcripts existed (only in the stream)."""
@@ -199,9 +203,12 @@ class LocalOutbox:
         msg = OutboundMessage(text, notice=True, private_to=event.user_id)
         await self._add(event.thread, {"t": "message", "id": new_message_id(), "m": msg.to_dict()})
 
-    async def record_user(self, thread: ThreadKey, event: InboundEvent) -> None:
-        """Put the user's own message in the transcript (shown on refresh)."""
-        await self._add(
+    async def record_user(self, thread: ThreadKey, event: InboundEvent) -> bool:
+        """Put the user's own message in the transcript (shown on refresh).
+
+        Returns whether it was there already (the same message sent again).
+        """
+        return await self._add(
             thread,
             {"t": "user", "id": event.event_id, "m": {"tx": event.text, "u": event.user_name}},
         )

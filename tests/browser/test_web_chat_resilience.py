@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -204,6 +205,40 @@ async def test_the_page_retries_while_the_server_cannot_read_the_conversation(
             ch.redis = real
             await dead.aclose()
             await ctx.close()
+
+
+async def test_sending_again_after_a_lost_response_and_a_503_is_the_same_message(
+    served: Any, open_chat: Any
+) -> None:
+    """The first POST reaches the server but its response is lost; the page's retry
+    gets a 503 ("Not sent").  Sent again, the text keeps its id: the server sees a
+    retry of the question it already has, not a second question answered twice."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await connected(page)
+        posts: list[dict[str, Any]] = []
+
+        async def flaky(route: Any) -> None:
+            body = orjson.loads(route.request.post_data or "{}")
+            posts.append(body)
+            if len(posts) == 1:
+                await route.fetch()  # taken by the server, answer lost on the way back
+                await route.abort()
+            elif len(posts) == 2:
+                await route.fulfill(status=503, json={"error": "storage blip"})
+            else:
+                await route.continue_()
+
+        await page.route("**/api/messages", flaky)
+        await say(page, "what time is it?")
+        await page.locator("#messages li.msg.error", has_text="Not sent").wait_for()
+        assert await page.locator("#input").input_value() == "what time is it?"
+        async with page.expect_response("**/api/messages") as sent:
+            await page.locator("#input").press("Enter")
+        assert (await (await sent.value).json())["result"] == "duplicate"
+        assert len(posts) == 3 and len({p["id"] for p in posts}) == 1, posts
+        user = page.locator("#messages li.msg.user", has_text="what time is it?")
+        assert await user.count() == 1
 
 
 # ---------------------------------------------------------------- hostile markdown

@@ -523,8 +523,14 @@ function boot(after = 0) {
   }, after);
 }
 
+// A message whose fate is unknown (no answer, or a 5xx: the first try may have been
+// taken, its response lost): sent again with the same text, it keeps its id, so the
+// server sees a retry (one question, answered once), not a second message.
+let unsure = null;
+
 async function send(text) {
-  const body = { text, id: newId(), thread };
+  const again = unsure && unsure.text === text && unsure.thread === thread;
+  const body = { text, id: again ? unsure.id : newId(), thread };
   let r;
   scrollDown();  // the reader sent something: show the bottom, where it and the answer go
   setTyping(true);  // before the request: the answer can beat the response here
@@ -533,8 +539,13 @@ async function send(text) {
     try {
       if (err.network) r = await api("/api/messages", body);  // network blip: once more, same id
       else throw err;
-    } catch (err2) { setTyping(false); throw err2; }
+    } catch (err2) {
+      setTyping(false);
+      unsure = err2.network || err2.status >= 500 ? { text, thread: body.thread, id: body.id } : null;
+      throw err2;
+    }
   }
+  unsure = null;
   if (r.result === "duplicate") setTyping(false);
   if (r.thread && r.thread !== thread) await switchTo(r.thread);
 }
