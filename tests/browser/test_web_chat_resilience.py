@@ -241,6 +241,39 @@ async def test_sending_again_after_a_lost_response_and_a_503_is_the_same_message
         assert await user.count() == 1
 
 
+async def test_a_message_sent_while_new_conversation_is_on_its_way_goes_to_the_new_one(
+    served: Any, open_chat: Any
+) -> None:
+    """Messages go one at a time: one written while /new's response is still coming
+    waits for the switch and lands in the new conversation, not in the old one the
+    page is about to leave (where it would vanish from view)."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await connected(page)
+        new_held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow_new(route: Any) -> None:
+            if orjson.loads(route.request.post_data or "{}").get("text") == "/new":
+                new_held.set()
+                await release.wait()
+            await route.continue_()
+
+        await page.route("**/api/messages", slow_new)
+        await page.locator("#new").click()
+        await new_held.wait()
+        await say(page, "hello right after New")
+        release.set()
+        await wait_final(page, "Started a new conversation")
+        await wait_final(page, "demo model")
+        new_thread = await page.evaluate("thread")
+        history = await page.evaluate(
+            "fetch('/api/history?thread=' + encodeURIComponent(thread)).then(r => r.json())"
+        )
+        texts = [m.get("tx", "") for m in history["messages"]]
+        assert "hello right after New" in texts, (new_thread, texts)
+
+
 # ---------------------------------------------------------------- hostile markdown
 async def test_a_deeply_quoted_answer_does_not_break_the_page(served: Any, open_chat: Any) -> None:
     """Quotes nest at most 8 levels (deeper '>' show as text): a line of 6,000 '>'

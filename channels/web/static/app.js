@@ -528,7 +528,16 @@ function boot(after = 0) {
 // server sees a retry (one question, answered once), not a second message.
 let unsure = null;
 
-async function send(text) {
+// One message at a time, in the order written: a message written while /new is on
+// its way waits until the page has switched to the new conversation, and goes there.
+let sending = Promise.resolve();
+function send(text) {
+  const run = sending.then(() => sendNow(text));
+  sending = run.catch(() => {});
+  return run;
+}
+
+async function sendNow(text) {
   const again = unsure && unsure.text === text && unsure.thread === thread;
   const body = { text, id: again ? unsure.id : newId(), thread };
   let r;
