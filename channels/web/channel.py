@@ -172,7 +172,7 @@ class WebChannel(Channel):
         self.close_streams()
 
     # -- who may ask -------------------------------------------------------
-    def _gate(self, scope: Scope) -> Response | None:
+    def gate(self, scope: Scope) -> Response | None:
         """None for a host name the chat answers to, else the 403 (DNS rebinding)."""
         name = request_host(scope)
         token_set = self.settings.web_chat_token is not None
@@ -445,7 +445,7 @@ class WebChannel(Channel):
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
 
-        gate = self._gate
+        gate = self.gate
         return [
             Route("/", secured(page, gate), methods=["GET"]),
             Route("/api/me", secured(me, gate), methods=["GET"]),
