@@ -309,7 +309,10 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
                       "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000),
                       "| a | b |\\n" + " ".repeat(64000) + "x", "a|b\\n|-" + " ".repeat(64000) + "x",
                       "| a | b |\\n|---|---|\\n" + "| c | `d |\\n".repeat(30000),
-                      "|".repeat(120000) + "\\n" + "-|".repeat(60000)].map((src) => {
+                      "|".repeat(120000) + "\\n" + "-|".repeat(60000),
+                      "[a](https://x" + "(b)".repeat(40000), "https://x" + "(b)".repeat(40000) + "(",
+                      "[a](https://x(".repeat(30000), "https://a(".repeat(30000),
+                      "[a](https://" + "(".repeat(100000)].map((src) => {
                  const d = document.createElement('div'); const t0 = performance.now();
                  renderMarkdown(src, d); return performance.now() - t0; })"""
         )

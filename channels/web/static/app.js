@@ -37,11 +37,14 @@ const INLINE = new RegExp([
   // before the closing '***' / '**' is no space nor '\'
   /(\*\*\*(?=[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n])*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*\*)/,
   /(\*\*(?=[^*\s]|\*[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n]|\*(?!\*))*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*)/,
-  /(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))/,                           // 4 [label](5 url)
+  // 4 [label](5 url) and 10 a bare link: a URL may hold one level of balanced (...)
+  // (https://en.wikipedia.org/wiki/Foo_(bar)); a '(' starts a group that must close
+  // before the next '(' or ')', so each character is read one way (linear)
+  /(\[[^[\]\n]+\]\((https?:\/\/(?:[^()\s]|\([^()\s]*\))+)\))/,
   /(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)/,                       // 6 *italic*
   // 7 _italic_, after 8 (no letter, digit, '_' or '\'): 9 the span itself
   /((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))/,
-  /(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/,                          // 10 a bare link
+  /(https?:\/\/(?:[^\s<>()"]|\([^\s<>()"]*\))*(?:[^\s<>()".,;:!?']|\([^\s<>()"]*\)))/,
   /(\\[!-\/:-@\[-`{-~])/,                                               // 11 an escape
 ].map((r) => r.source).join("|"));
 
