@@ -584,8 +584,12 @@ $("composer").addEventListener("submit", async (e) => {
   }
 });
 $("input").addEventListener("keydown", (e) => {
+  // An Enter that ends an IME composition (Japanese, Chinese…) picks the candidate, it
+  // does not send: Safari ends the composition before this keydown (isComposing is
+  // false then), but still reports keyCode 229 for it.
+  if (e.isComposing || e.keyCode === 229) return;
   // .click() on the submit button: the form method for this needs Safari 16
-  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("send").click(); }
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("send").click(); }
 });
 $("new").addEventListener("click", () => {
   send("/new").catch((err) => notSent(err, "Could not start a new conversation:",
