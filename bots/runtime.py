@@ -27,6 +27,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -52,11 +53,17 @@ from agent_core.worker import Worker, worker_name
 from bots.settings import Settings
 from channels.base import Channel, ChannelDeps
 from channels.web import channel as web_channel
+from channels.web.guard import SECURITY_HEADERS, Gate, secured
 from channels.web.outbox import LocalOutbox
 
 log = logging.getLogger(__name__)
 
 ROLES = ("all", "web", "worker", "gateway", "chat")
+
+
+def _open(scope: Any) -> Response | None:
+    """The gate of a route every host name may reach."""
+    return None
 
 
 @dataclass
@@ -282,16 +289,30 @@ class Runtime:
     # -- the web app --------------------------------------------------------
     def web_app(self) -> Starlette:
         assert self.ingest is not None
+        web = self.channels.get("web")
+        # Where the chat is served, /metrics and the 404/405 answers get its host check
+        # (a DNS-rebound page must not read them) and security headers; /healthz and
+        # /readyz get the headers only: a platform's health check may use any Host.
+        gate: Gate = web.gate if isinstance(web, web_channel.WebChannel) else _open
         routes: list[BaseRoute] = [
-            Route("/healthz", self._healthz, methods=["GET"]),
-            Route("/readyz", self._readyz, methods=["GET"]),
-            Route("/metrics", self._metrics, methods=["GET"]),
+            Route("/healthz", secured(self._healthz, _open), methods=["GET"]),
+            Route("/readyz", secured(self._readyz, _open), methods=["GET"]),
+            Route("/metrics", secured(self._metrics, gate), methods=["GET"]),
         ]
         for ch in self.channels.values():
             routes.extend(ch.routes(self.ingest))
         if "web" not in self.channels:
             routes.append(Route("/", self._index, methods=["GET"]))
-        return Starlette(routes=routes)
+
+        async def no_route(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            response = gate(request.scope) or PlainTextResponse(
+                exc.detail, status_code=exc.status_code, headers=exc.headers
+            )
+            response.headers.update(SECURITY_HEADERS)
+            return response
+
+        return Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route})
 
     async def _index(self, request: Request) -> Response:
         return PlainTextResponse(

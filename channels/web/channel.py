@@ -172,7 +172,7 @@ class WebChannel(Channel):
         self.close_streams()
 
     # -- who may ask -------------------------------------------------------
-    def _gate(self, scope: Scope) -> Response | None:
+    def gate(self, scope: Scope) -> Response | None:
         """None for a host name the chat answers to, else the 403 (DNS rebinding)."""
         name = request_host(scope)
         token_set = self.settings.web_chat_token is not None
@@ -445,7 +445,7 @@ class WebChannel(Channel):
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
 
-        gate = self._gate
+        gate = self.gate
         return [
             Route("/", secured(page, gate), methods=["GET"]),
             Route("/api/me", secured(me, gate), methods=["GET"]),
@@ -466,12 +466,13 @@ class WebChannel(Channel):
         # The user's message goes into the transcript *before* it is published: a
         # worker can answer within milliseconds (an open circuit breaker, a
         # command), and the answer must never show above the question.  A message
-        # the store then refuses or cannot take is retracted again.
+        # the store then refuses or cannot take is retracted again, unless the
+        # transcript held it before this request: a retry of a message that may
+        # have been accepted (its response lost) never takes the question back.
         recorded = False
         if record:
             try:
-                await self._outbox.record_user(event.thread, event)
-                recorded = True
+                recorded = not await self._outbox.record_user(event.thread, event)
             except RedisError:
                 log.warning(
                     "[%s] could not record the user message in the transcript", event.thread

@@ -6,14 +6,17 @@ different process: the worker appends what it says to the thread's ``out``
 stream and the web process (SSE) or the console reads it.
 
 The ``out`` stream is the *live feed*: every message, streamed edit, typing
-ping and end-of-turn marker, so it grows fast (a long streamed answer is a few
-hundred entries).  It is short-lived: capped at :data:`LIVE_MAXLEN` entries and
+ping and end-of-turn marker.  Each edit carries the message's whole text, so a
+web edit deletes the edit it replaces (the message's latest version is all a
+resuming page needs): a long streamed answer is its message entry and one edit,
+not a few hundred copies of a growing text.  It is short-lived: capped at :data:`LIVE_MAXLEN` entries and
 deleted :data:`LIVE_TTL_SECS` after its last entry.
 
 The web chat's history comes from the *transcript* instead: one entry per
 message (the user's and the agent's, the latest version of each, in the order
 they first appeared), capped at :data:`TRANSCRIPT_MAX_MESSAGES` messages (the
-oldest go first).  Typing pings and end-of-turn markers never go there, and an
+oldest go first) and deleted :data:`TRANSCRIPT_TTL_SECS` after its last message
+or history read.  Typing pings and end-of-turn markers never go there, and an
 edit replaces its message in place, so a long conversation keeps its start.
 One Lua script writes both, so a history read (transcript + last stream id, in
 one transaction) and the live feed after that id never miss or repeat a step.
@@ -36,16 +39,21 @@ from redis.asyncio import Redis
 from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import current_part, on_wire
 from agent_core.store import keys
+from channels.web.session import COOKIE_MAX_AGE
 
 LIVE_MAXLEN = 2000  # entries of the live ``out`` stream (approximate trim)
 LIVE_TTL_SECS = 86_400  # the live stream is deleted a day after its last entry
 TRANSCRIPT_MAX_MESSAGES = 1000  # messages kept per web chat conversation
+# The transcript is deleted this long after its last message or history read: as long
+# as the cookie that names the conversation can be (it is refused 30 days after signing).
+TRANSCRIPT_TTL_SECS = COOKIE_MAX_AGE
 MARK = b"~v"  # transcript hash field: the transcript exists (no legacy import needed)
 
 # KEYS: out stream, transcript order (LIST of ids), transcript messages (HASH id ->
 # "kind|entry id|m JSON").  ARGV: t, id, m ('' for none), ev ('' for none), stream
-# maxlen, stream ttl, transcript cap (0: no transcript).  Returns {entry id, created}
-# where created = 1 when this call started the thread's transcript.
+# maxlen, stream ttl, transcript cap (0: no transcript), transcript ttl.  Returns {entry id, created,
+# existed}: created = 1 when this call started the thread's transcript, existed = 1
+# when the transcript already held this id (a message sent again).
 _ADD = """
 local t, id, m, ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local fields = {'t', t, 'id', id}
@@ -54,11 +62,12 @@ if ev ~= '' then fields[#fields + 1] = 'ev'; fields[#fields + 1] = ev end
 local entry = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local cap = tonumber(ARGV[7])
-local created = 0
+local created, existed = 0, 0
 if cap > 0 and id ~= '' then
   if t == 'user' or t == 'message' then
     created = redis.call('HSETNX', KEYS[3], '~v', '1')
-    if redis.call('HEXISTS', KEYS[3], id) == 0 then redis.call('RPUSH', KEYS[2], id) end
+    existed = redis.call('HEXISTS', KEYS[3], id)
+    if existed == 0 then redis.call('RPUSH', KEYS[2], id) end
     redis.call('HSET', KEYS[3], id, t .. '|' .. entry .. '|' .. m)
     local n = redis.call('LLEN', KEYS[2])
     if n > cap then
@@ -69,14 +78,24 @@ if cap > 0 and id ~= '' then
   elseif t == 'edit' then
     local old = redis.call('HGET', KEYS[3], id)
     if old then
-      local kind = string.match(old, '^([^|]*)')
+      local kind, prev = string.match(old, '^([^|]*)|([^|]*)')
       redis.call('HSET', KEYS[3], id, kind .. '|' .. entry .. '|' .. m)
+      -- Every edit carries the whole text: the edit this one replaces goes from the live
+      -- stream (a page resuming after it gets this one), unless it is the stream's first
+      -- entry, which the SSE gap check compares with.  The message entry itself stays.
+      local e = (prev and prev ~= '') and redis.call('XRANGE', KEYS[1], prev, prev) or {}
+      if e[1] and e[1][2][1] == 't' and e[1][2][2] == 'edit' then
+        local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+        if first[1][1] ~= prev then redis.call('XDEL', KEYS[1], prev) end
+      end
     end
   elseif t == 'retract' then
     if redis.call('HDEL', KEYS[3], id) == 1 then redis.call('LREM', KEYS[2], 1, id) end
   end
+  redis.call('EXPIRE', KEYS[2], ARGV[8])
+  redis.call('EXPIRE', KEYS[3], ARGV[8])
 end
-return {entry, created}
+return {entry, created, existed}
 """
 
 # Older messages (from a transcript kept only in the stream), newest first: prepended
@@ -122,11 +141,12 @@ class LocalOutbox:
         self._script = redis.register_script(_ADD)
         self._import = redis.register_script(_IMPORT)
 
-    async def _add(self, thread: ThreadKey, fields: dict[str, Any]) -> None:
+    async def _add(self, thread: ThreadKey, fields: dict[str, Any]) -> bool:
+        """Write one entry; whether the transcript already held this message id."""
         m = fields.get("m", b"")
         order, msgs = transcript_keys(thread)
         stream = keys.outbox_stream(thread)
-        entry, created = await self._script(
+        entry, created, existed = await self._script(
             keys=[stream, order, msgs],
             args=[
                 fields["t"],
@@ -136,10 +156,12 @@ class LocalOutbox:
                 LIVE_MAXLEN,
                 LIVE_TTL_SECS,
                 self.cap,
+                TRANSCRIPT_TTL_SECS,
             ],
         )
         if created:
             await self._import_stream(thread, entry)
+        return bool(existed)
 
     async def _import_stream(self, thread: ThreadKey, first: bytes) -> None:
         """Copy a conversation written before transcripts existed (only in the stream)."""
@@ -181,9 +203,12 @@ class LocalOutbox:
         msg = OutboundMessage(text, notice=True, private_to=event.user_id)
         await self._add(event.thread, {"t": "message", "id": new_message_id(), "m": msg.to_dict()})
 
-    async def record_user(self, thread: ThreadKey, event: InboundEvent) -> None:
-        """Put the user's own message in the transcript (shown on refresh)."""
-        await self._add(
+    async def record_user(self, thread: ThreadKey, event: InboundEvent) -> bool:
+        """Put the user's own message in the transcript (shown on refresh).
+
+        Returns whether it was there already (the same message sent again).
+        """
+        return await self._add(
             thread,
             {"t": "user", "id": event.event_id, "m": {"tx": event.text, "u": event.user_name}},
         )
@@ -206,7 +231,9 @@ async def read_transcript(redis: Redis, thread: ThreadKey) -> tuple[list[dict[st
         pipe.lrange(order_key, 0, -1)
         pipe.hgetall(msgs_key)
         pipe.xrevrange(stream, count=1)
-        ids, stored, last = await pipe.execute()
+        pipe.expire(order_key, TRANSCRIPT_TTL_SECS)  # a conversation still read stays
+        pipe.expire(msgs_key, TRANSCRIPT_TTL_SECS)
+        ids, stored, last, _, _ = await pipe.execute()
     if MARK not in stored:
         entries = await redis.xrange(stream)
         return fold_transcript(entries), entries[-1][0].decode() if entries else "0-0"

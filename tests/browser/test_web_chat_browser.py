@@ -464,6 +464,19 @@ MARKDOWN_CASES = [
         '<div class="table" tabindex="0"><table><thead><tr><th>a</th><th>b</th></tr>'
         "</thead></table></div><ul><li>c | d</li></ul>",
     ),
+    (  # one level of balanced parentheses belongs to the URL, in both kinds of link
+        "see https://en.wikipedia.org/wiki/Foo_(bar) and [a](https://x.com/a_(b)).",
+        '<p>see <a href="https://en.wikipedia.org/wiki/Foo_(bar)" rel="noopener noreferrer '
+        'nofollow" target="_blank">https://en.wikipedia.org/wiki/Foo_(bar)</a> and '
+        '<a href="https://x.com/a_(b)" rel="noopener noreferrer nofollow" '
+        'target="_blank">a</a>.</p>',
+    ),
+    (  # a parenthesis around a link is not part of it
+        "(see https://e.com/a) and (https://e.com/b_(c))",
+        '<p>(see <a href="https://e.com/a" rel="noopener noreferrer nofollow" '
+        'target="_blank">https://e.com/a</a>) and (<a href="https://e.com/b_(c)" '
+        'rel="noopener noreferrer nofollow" target="_blank">https://e.com/b_(c)</a>)</p>',
+    ),
     (
         "[[[a](https://e.com/)",
         '<p>[[<a href="https://e.com/" rel="noopener noreferrer nofollow" '

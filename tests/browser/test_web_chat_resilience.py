@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -206,6 +207,73 @@ async def test_the_page_retries_while_the_server_cannot_read_the_conversation(
             await ctx.close()
 
 
+async def test_sending_again_after_a_lost_response_and_a_503_is_the_same_message(
+    served: Any, open_chat: Any
+) -> None:
+    """The first POST reaches the server but its response is lost; the page's retry
+    gets a 503 ("Not sent").  Sent again, the text keeps its id: the server sees a
+    retry of the question it already has, not a second question answered twice."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await connected(page)
+        posts: list[dict[str, Any]] = []
+
+        async def flaky(route: Any) -> None:
+            body = orjson.loads(route.request.post_data or "{}")
+            posts.append(body)
+            if len(posts) == 1:
+                await route.fetch()  # taken by the server, answer lost on the way back
+                await route.abort()
+            elif len(posts) == 2:
+                await route.fulfill(status=503, json={"error": "storage blip"})
+            else:
+                await route.continue_()
+
+        await page.route("**/api/messages", flaky)
+        await say(page, "what time is it?")
+        await page.locator("#messages li.msg.error", has_text="Not sent").wait_for()
+        assert await page.locator("#input").input_value() == "what time is it?"
+        async with page.expect_response("**/api/messages") as sent:
+            await page.locator("#input").press("Enter")
+        assert (await (await sent.value).json())["result"] == "duplicate"
+        assert len(posts) == 3 and len({p["id"] for p in posts}) == 1, posts
+        user = page.locator("#messages li.msg.user", has_text="what time is it?")
+        assert await user.count() == 1
+
+
+async def test_a_message_sent_while_new_conversation_is_on_its_way_goes_to_the_new_one(
+    served: Any, open_chat: Any
+) -> None:
+    """Messages go one at a time: one written while /new's response is still coming
+    waits for the switch and lands in the new conversation, not in the old one the
+    page is about to leave (where it would vanish from view)."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await connected(page)
+        new_held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow_new(route: Any) -> None:
+            if orjson.loads(route.request.post_data or "{}").get("text") == "/new":
+                new_held.set()
+                await release.wait()
+            await route.continue_()
+
+        await page.route("**/api/messages", slow_new)
+        await page.locator("#new").click()
+        await new_held.wait()
+        await say(page, "hello right after New")
+        release.set()
+        await wait_final(page, "Started a new conversation")
+        await wait_final(page, "demo model")
+        new_thread = await page.evaluate("thread")
+        history = await page.evaluate(
+            "fetch('/api/history?thread=' + encodeURIComponent(thread)).then(r => r.json())"
+        )
+        texts = [m.get("tx", "") for m in history["messages"]]
+        assert "hello right after New" in texts, (new_thread, texts)
+
+
 # ---------------------------------------------------------------- hostile markdown
 async def test_a_deeply_quoted_answer_does_not_break_the_page(served: Any, open_chat: Any) -> None:
     """Quotes nest at most 8 levels (deeper '>' show as text): a line of 6,000 '>'
@@ -241,7 +309,10 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
                       "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000),
                       "| a | b |\\n" + " ".repeat(64000) + "x", "a|b\\n|-" + " ".repeat(64000) + "x",
                       "| a | b |\\n|---|---|\\n" + "| c | `d |\\n".repeat(30000),
-                      "|".repeat(120000) + "\\n" + "-|".repeat(60000)].map((src) => {
+                      "|".repeat(120000) + "\\n" + "-|".repeat(60000),
+                      "[a](https://x" + "(b)".repeat(40000), "https://x" + "(b)".repeat(40000) + "(",
+                      "[a](https://x(".repeat(30000), "https://a(".repeat(30000),
+                      "[a](https://" + "(".repeat(100000)].map((src) => {
                  const d = document.createElement('div'); const t0 = performance.now();
                  renderMarkdown(src, d); return performance.now() - t0; })"""
         )

@@ -37,11 +37,14 @@ const INLINE = new RegExp([
   // before the closing '***' / '**' is no space nor '\'
   /(\*\*\*(?=[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n])*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*\*)/,
   /(\*\*(?=[^*\s]|\*[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n]|\*(?!\*))*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*)/,
-  /(\[[^[\]\n]+\]\((https?:\/\/[^)\s]+)\))/,                           // 4 [label](5 url)
+  // 4 [label](5 url) and 10 a bare link: a URL may hold one level of balanced (...)
+  // (https://en.wikipedia.org/wiki/Foo_(bar)); a '(' starts a group that must close
+  // before the next '(' or ')', so each character is read one way (linear)
+  /(\[[^[\]\n]+\]\((https?:\/\/(?:[^()\s]|\([^()\s]*\))+)\))/,
   /(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)/,                       // 6 *italic*
   // 7 _italic_, after 8 (no letter, digit, '_' or '\'): 9 the span itself
   /((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))/,
-  /(https?:\/\/[^\s<>()"]+[^\s<>()".,;:!?'])/,                          // 10 a bare link
+  /(https?:\/\/(?:[^\s<>()"]|\([^\s<>()"]*\))*(?:[^\s<>()".,;:!?']|\([^\s<>()"]*\)))/,
   /(\\[!-\/:-@\[-`{-~])/,                                               // 11 an escape
 ].map((r) => r.source).join("|"));
 
@@ -523,8 +526,23 @@ function boot(after = 0) {
   }, after);
 }
 
-async function send(text) {
-  const body = { text, id: newId(), thread };
+// A message whose fate is unknown (no answer, or a 5xx: the first try may have been
+// taken, its response lost): sent again with the same text, it keeps its id, so the
+// server sees a retry (one question, answered once), not a second message.
+let unsure = null;
+
+// One message at a time, in the order written: a message written while /new is on
+// its way waits until the page has switched to the new conversation, and goes there.
+let sending = Promise.resolve();
+function send(text) {
+  const run = sending.then(() => sendNow(text));
+  sending = run.catch(() => {});
+  return run;
+}
+
+async function sendNow(text) {
+  const again = unsure && unsure.text === text && unsure.thread === thread;
+  const body = { text, id: again ? unsure.id : newId(), thread };
   let r;
   scrollDown();  // the reader sent something: show the bottom, where it and the answer go
   setTyping(true);  // before the request: the answer can beat the response here
@@ -533,8 +551,13 @@ async function send(text) {
     try {
       if (err.network) r = await api("/api/messages", body);  // network blip: once more, same id
       else throw err;
-    } catch (err2) { setTyping(false); throw err2; }
+    } catch (err2) {
+      setTyping(false);
+      unsure = err2.network || err2.status >= 500 ? { text, thread: body.thread, id: body.id } : null;
+      throw err2;
+    }
   }
+  unsure = null;
   if (r.result === "duplicate") setTyping(false);
   if (r.thread && r.thread !== thread) await switchTo(r.thread);
 }
@@ -561,8 +584,12 @@ $("composer").addEventListener("submit", async (e) => {
   }
 });
 $("input").addEventListener("keydown", (e) => {
+  // An Enter that ends an IME composition (Japanese, Chinese…) picks the candidate, it
+  // does not send: Safari ends the composition before this keydown (isComposing is
+  // false then), but still reports keyCode 229 for it.
+  if (e.isComposing || e.keyCode === 229) return;
   // .click() on the submit button: the form method for this needs Safari 16
-  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("send").click(); }
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("send").click(); }
 });
 $("new").addEventListener("click", () => {
   send("/new").catch((err) => notSent(err, "Could not start a new conversation:",

@@ -56,6 +56,31 @@ async def test_a_page_on_another_host_name_cannot_drive_the_chat(runtime: Any, r
     assert await ever_published(redis) == 0
 
 
+async def test_metrics_and_unknown_routes_answer_only_to_the_chats_host_names(
+    runtime: Any,
+) -> None:
+    """A rebound page must not read /metrics either, nor probe routes; /healthz and
+    /readyz stay open to any Host (platform health checks); all carry the headers."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        foreign = {"host": f"attacker.example:{rt.port}"}
+        for path in ("/metrics", "/no-such-route"):
+            r = await client.get(path, headers=foreign)
+            assert r.status_code == 403, (path, r.status_code)
+            assert "parley_" not in r.text and "attacker.example" in r.text
+            assert r.headers["content-security-policy"].startswith("default-src 'none'")
+        r = await client.post("/healthz", headers=foreign)
+        assert r.status_code == 403
+        for path, status in (("/healthz", 200), ("/readyz", 200)):
+            r = await client.get(path, headers=foreign)
+            assert r.status_code == status and r.headers["x-frame-options"] == "DENY", path
+        ok = await client.get("/metrics")
+        assert ok.status_code == 200 and "parley_" in ok.text
+        assert ok.headers["x-content-type-options"] == "nosniff"
+        for method, path, status in (("GET", "/no-such-route", 404), ("POST", "/healthz", 405)):
+            r = await client.request(method, path)
+            assert r.status_code == status and "content-security-policy" in r.headers
+
+
 def test_host_names_the_chat_answers_to() -> None:
     def allows(policy: HostPolicy, header: str, token: bool = False) -> bool:
         return policy.allows(host_of(header), token_set=token)

@@ -13,7 +13,13 @@ from redis.asyncio import Redis
 
 from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKey
 from agent_core.store import keys
-from channels.web.outbox import LIVE_TTL_SECS, TRANSCRIPT_MAX_MESSAGES, LocalOutbox
+from channels.web.outbox import (
+    LIVE_TTL_SECS,
+    TRANSCRIPT_MAX_MESSAGES,
+    TRANSCRIPT_TTL_SECS,
+    LocalOutbox,
+    transcript_keys,
+)
 from tests.integration.conftest import free_port
 from tests.integration.inbox import ever_published
 from tests.integration.web.webtools import client_for as _client
@@ -217,6 +223,56 @@ async def test_history_is_capped_by_message_count_and_a_resent_part_is_one_messa
     assert msgs[0]["tx"] == "m6" and msgs[-2]["tx"] == f"m{TRANSCRIPT_MAX_MESSAGES + 4}"
     assert msgs[-1] == {**msgs[-1], "kind": "user", "tx": "mine"}
     assert last == (await redis.xrevrange(keys.outbox_stream(thread), count=1))[0][0].decode()
+
+
+async def test_a_transcript_expires_after_it_is_left_and_a_read_keeps_it(
+    runtime: Any, redis: Redis
+) -> None:
+    """The conversation /new leaves behind is not kept for ever: its transcript keys
+    expire (refreshed by every message and by every history read)."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        old, _new, _ = await _two_conversations(client)
+        order, msgs = transcript_keys(ThreadKey.parse(old))
+        for key in (order, msgs):
+            assert 0 < await redis.ttl(key) <= TRANSCRIPT_TTL_SECS
+            await redis.expire(key, 60)
+        await client.get("/api/history", params={"thread": old})
+        for key in (order, msgs):
+            assert await redis.ttl(key) > 60
+
+
+async def test_a_streamed_answer_keeps_one_copy_in_the_live_stream(runtime: Any) -> None:
+    """Each streamed edit carries the whole text, so it replaces the previous edit in
+    the live stream: 300 edits of a 24k answer stay small, and a page resuming after
+    an edit that is gone gets the latest text, without a false "reload"."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        await client.get("/")
+        me = (await client.get("/api/me")).json()
+        thread = ThreadKey.parse(me["thread"])
+        redis = rt.channels["web"].redis
+        out = LocalOutbox(redis, "web")
+        stream = keys.outbox_stream(thread)
+        text = "x" * 80
+        ref = await out.send(thread, OutboundMessage(text, final=False))
+        await out.edit(ref, OutboundMessage(text + "y", final=False))
+        seen = (await redis.xrevrange(stream, count=1))[0][0].decode()  # that first edit
+        for _ in range(300):
+            text += "x" * 80
+            await out.edit(ref, OutboundMessage(text, final=False))
+        assert await redis.xlen(stream) == 2  # the message and its latest edit
+        assert await redis.memory_usage(stream, samples=0) < 100_000
+        _, got = await _events(client, 1.5, {}, thread=me["thread"], after=seen)
+        assert {"t": "reload"} not in got
+        assert _texts(got) == [text]
+        msgs = (await client.get("/api/history")).json()["messages"]
+        assert [m["tx"] for m in msgs] == [text]
+        # The stream's first entry is never deleted (the gap check compares with it).
+        await redis.xtrim(stream, maxlen=1, approximate=False)
+        first = (await redis.xrange(stream, count=1))[0][0].decode()
+        await out.edit(ref, OutboundMessage(text + "!", final=False))
+        assert (await redis.xrange(stream, count=1))[0][0].decode() == first
+        _, got = await _events(client, 1.5, {}, thread=me["thread"], after=first)
+        assert {"t": "reload"} not in got and _texts(got) == [text + "!"]
 
 
 async def test_a_conversation_kept_only_in_the_stream_is_carried_into_the_transcript(
