@@ -325,6 +325,7 @@ def resolved_text(a: PendingApproval, decision: str, by_name: str, at: float) ->
 class ClaimResult:
     outcome: ClaimOutcome
     decision: str = ""
+    mine: bool = False  # this event's claim decided it (now, or on a rerun of it)
 
 
 @dataclass
@@ -405,11 +406,11 @@ class ApprovalStore:
             await self.redis.zrem(keys.APPROVALS_DUE, due_member(thread, approval_id))
         if code == 0:
             return ClaimResult(ClaimOutcome.UNKNOWN)
-        if code == 3 or dec == "expired":  # now, on a rerun, or before (the timer)
-            return ClaimResult(ClaimOutcome.EXPIRED, "expired")
+        if code == 3 or dec == "expired":  # now, on a rerun, or before (another event)
+            return ClaimResult(ClaimOutcome.EXPIRED, "expired", mine=code != 2)
         if code == 2:
             return ClaimResult(ClaimOutcome.ALREADY, dec)
-        return ClaimResult(ClaimOutcome.WON, dec)
+        return ClaimResult(ClaimOutcome.WON, dec, mine=True)
 
     async def mark_started(self, thread: ThreadKey, approval_id: str, call_id: str = "") -> None:
         """Recorded before the approved call starts: a rerun of the deciding turn

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from agent_core.agent import approvals as ap
 from agent_core.agent.executor import Planned, cap, run_one
 from agent_core.agent.loopguard import LoopGuard
-from agent_core.agent.session import ThreadState
+from agent_core.agent.session import Session, ThreadState
 from agent_core.errors import ChannelError
 from agent_core.events import EventKind, InboundEvent, OutboundMessage
 from agent_core.llm.base import (
@@ -126,7 +126,8 @@ async def expire_pending(self: Turn, aid: str, event_id: str) -> str:
     )
     if a is not None:
         res = await self.agent.approvals.claim(self.thread, aid, "expired", "", "", event_id)
-        if res.outcome is ap.ClaimOutcome.EXPIRED:
+        if res.outcome is ap.ClaimOutcome.EXPIRED and res.mine:
+            # (a message there after the expiry may have closed it already)
             await self.close_prompt(a, "expired", "")
         elif res.outcome is ap.ClaimOutcome.ALREADY and current:
             # decided by a turn that was given up: end the wait with what happened
@@ -144,13 +145,20 @@ async def expire_pending(self: Turn, aid: str, event_id: str) -> str:
 
 async def answer_held(self: Turn, outcome: str) -> str:
     """After a wait ended by no one's message (a timer): answer what the waiting
-    turn's person wrote meanwhile; others' messages get turns of their own, and
-    Parley's own notes just join the history."""
-    mine = any(
-        d.get("k") != EventKind.NOTE.value and f"{d.get('ch')}:{d.get('u')}" == self.user
-        for d in self.session.held
+    turn's person wrote meanwhile, as an answer to their first such message (its
+    place, its reply, its name: the timer's event is no one's); others' messages
+    get turns of their own, and Parley's own notes just join the history."""
+    first = next(
+        (
+            e
+            for e in map(InboundEvent.from_dict, self.session.held)
+            if e.kind != EventKind.NOTE and e.qualified_user == self.user
+        ),
+        None,
     )
-    if mine:
+    if first is not None:
+        self.head = first
+        self.writer.reply_to = first.reply_ref
         return await self.after_wait(outcome)
     notes = await self.take_held()  # hands the others' messages back to the mailbox
     self.session.history.extend(notes)
@@ -176,19 +184,25 @@ async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:
 
 async def finish_pending(self: Turn, text: str) -> None:
     """End the wait without running what is left; the history stays valid."""
-    rs = self.session.resume
+    end_wait(self.session, text)
+
+
+def end_wait(session: Session, text: str) -> None:
+    """``session`` stops waiting for its approval: the calls not run get ``text`` as
+    their result (so the history stays valid) and it is idle again."""
+    rs = session.resume
     if rs:
         results: dict[str, str] = rs.get("results", {})
         for cid in rs.get("queue", ()):
             results.setdefault(cid, text)
         calls = [ToolCall.from_dict(c) for c in rs.get("calls", ())]
-        self.session.history.extend(
+        session.history.extend(
             ChatMessage("tool", results.get(c.id, text), tool_call_id=c.id, name=c.name)
             for c in calls
         )
-    self.session.resume = {}
-    self.session.pending_approval = ""
-    self.session.state = ThreadState.IDLE
+    session.resume = {}
+    session.pending_approval = ""
+    session.state = ThreadState.IDLE
 
 
 def reply_only(self: Turn) -> bool:

@@ -67,6 +67,10 @@ def timeout_notice(secs: float) -> str:
 QUARANTINE_WAIT_SECS = 120.0
 # events a person sent: one that keeps killing its worker is given up, with a notice
 PERSON_KINDS = frozenset({EventKind.MESSAGE, EventKind.ACTION, EventKind.COMMAND})
+# turns given up after repeated deaths: a person's, and an approval's expiry (which
+# answers the messages held for it, attachments and all)
+LIMITED_KINDS = PERSON_KINDS | {EventKind.EXPIRY}
+EXPIRED_RESULT = "error: not run: the approval request expired"
 
 
 class TurnRecovery:
@@ -91,7 +95,7 @@ class TurnRecovery:
             self.recovered += 1
             # Only what a person sent is given up.  A conversation's move must finish
             # (it reruns until it does, as it always did); a routine's note is cheap.
-            limited = head.kind in PERSON_KINDS
+            limited = head.kind in LIMITED_KINDS
             give_up = limited and alone in notes
             log.warning(
                 "[%s] previous turn on event %s was interrupted (%s)",
@@ -225,6 +229,17 @@ class TurnRecovery:
         session = Session.load(str(thread), state.session_version, state.session_data)
         if session.state == ThreadState.PROCESSING:
             session.state = ThreadState.IDLE
+        if (
+            head.kind == EventKind.EXPIRY
+            and session.state == ThreadState.AWAITING_APPROVAL
+            and session.pending_approval == head.text
+        ):
+            # the approval did expire (its prompt may say so already): the wait ends,
+            # and the messages held for it go with this notice unanswered
+            from agent_core.agent.turn_approvals import end_wait
+
+            end_wait(session, EXPIRED_RESULT)
+            session.held = []
         if session.state != ThreadState.AWAITING_APPROVAL:  # its calls wait for results
             repair_history(session.history)
         session.updated_at = time.time()

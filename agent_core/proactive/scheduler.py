@@ -129,6 +129,13 @@ class Scheduler:
         self.ticks += 1
         now = self.clock()
         started: list[str] = []
+        if self.expiry is not None:
+            try:  # first: a broken routine must not keep prompts open
+                await self.expiry.tick(now)
+            except (RedisError, OSError):
+                raise  # Redis is away: the loop says so once
+            except Exception:
+                log.exception("scheduler: closing expired approval prompts failed")
         for r in await self.store.all():
             if r.trigger != "cron" or not r.enabled:
                 continue
@@ -153,8 +160,6 @@ class Scheduler:
         if self.heartbeat is not None and await self.heartbeat.due(now):
             self._spawn("heartbeat", self.heartbeat.tick(now))
             started.append("heartbeat")
-        if self.expiry is not None:
-            await self.expiry.tick(now)
         return started
 
     async def _fire(self, r: Routine, due: float, prev: float, now: float, claim: str) -> str:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import orjson
+
 from agent_core.agent.session import ThreadState
-from agent_core.events import EventKind, ThreadKey
+from agent_core.events import EventKind, MessageRef, ThreadKey
 from agent_core.llm.base import ChatMessage, Completion, CompletionRequest
 from agent_core.proactive.approval_expiry import expiry_event
 from agent_core.store import keys
+from agent_core.store.delivery import start_field
 from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
 
 T = ThreadKey("telegram", "bot1", "42")
@@ -147,3 +150,90 @@ async def test_without_the_scheduler_the_prompt_closes_on_the_next_message(pworl
     await w.settle(T)
     assert "Expired" in edits(w, T)[-1].message.text
     assert w.texts(T)[-1] == "echo: still there?"
+
+
+# --- after the review of the feature ------------------------------------------------
+async def test_what_the_timer_answers_is_answered_for_its_writer(pworld: Any) -> None:
+    """The requester's held message asks for a new approval: that prompt and the
+    notices name them and fit the group (where only replies reach Parley), not the
+    timer's event, which is no one's."""
+    w, p, _aid = await ask(pworld, G)
+    w.outbox.group_text_reaches = False  # Telegram / Discord with GROUP_REPLY=mention
+    await w.send(_addressed(user_event(G, "count it", "u1", is_direct=False)))  # held
+    await w.settle(G)
+    await w.send(_addressed(user_event(G, "hi from two", "u2", is_direct=False)))  # held
+    await w.settle(G)
+    w.clock.offset = 62
+    await p.scheduler.tick()
+    await w.settle(G)
+    prompts = w.prompts(G)
+    assert len(prompts) == 2
+    second = prompts[1].message.text
+    assert "for U1" in second and "reply to this message" in second, second
+    notices = [x.message.text for x in w.outbox.log if x.thread == str(G)]
+    assert not any("Parley's decision" in n for n in notices), notices
+
+
+def _ref(mid: str) -> bytes:
+    return orjson.dumps(MessageRef("telegram", T.conversation, mid).to_dict())
+
+
+async def test_an_expiry_whose_turn_killed_two_workers_is_given_up_and_ends_the_wait(
+    pworld: Any,
+) -> None:
+    """Like a person's message: an expiry turn (which answers the held messages,
+    attachments and all) that died twice is given up, not rerun for ever; giving it
+    up still ends the wait."""
+    w, _p, aid = await ask(pworld)
+    await w.send(user_event(T, "and the weather?"))  # held
+    await w.settle(T)
+    w.clock.offset = 62
+    ev = expiry_event(T, aid)
+    await w.redis.hset(  # as two dead executions leave it
+        keys.sent(T),
+        mapping={
+            start_field(ev.event_id): _ref("started:dead-worker"),
+            f"{ev.event_id}#r:c": _ref(""),
+            f"{ev.event_id}#r:0": _ref(""),
+        },
+    )
+    await w.send(ev)
+    await w.settle(T)
+    assert any("interrupted again" in t for t in w.texts(T)), w.texts(T)
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and not s.held and not s.pending_approval
+    assert s.history[-1].role == "tool" and "expired" in s.history[-1].content
+
+
+async def test_an_expiry_turn_that_times_out_still_ends_the_wait(pworld: Any) -> None:
+    slow = FnModel(count_model().rule, delay=5.0)  # the held message's answer hangs
+    w = pworld(slow, approval_ttl_secs=60, turn_timeout_secs=1.0)
+    await w.start()
+    p = w.proactive(clock=w.clock)
+    slow.delay = 0.0
+    await w.send(user_event(T, "count it"))
+    await w.settle(T)
+    assert len(w.prompts(T)) == 1
+    await w.send(user_event(T, "and the weather?"))  # held
+    await w.settle(T)
+    slow.delay = 5.0
+    w.clock.offset = 62
+    await p.scheduler.tick()
+    await w.settle(T, timeout=15)
+    assert any("took longer" in t for t in w.texts(T)), w.texts(T)
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and not s.pending_approval and not s.held
+
+
+async def test_a_prompt_closed_by_a_late_message_is_not_closed_again(pworld: Any) -> None:
+    """A message after the expiry, handled before the timer's event, closes the
+    prompt; the timer's event then leaves it alone (on Slack a second replacement
+    through a response_url could overwrite a newer private message)."""
+    w, _p, aid = await ask(pworld)
+    w.clock.offset = 62
+    await w.send(user_event(T, "still there?"))
+    await w.settle(T)
+    assert len(edits(w, T)) == 1
+    await w.send(expiry_event(T, aid))
+    await w.settle(T)
+    assert len(edits(w, T)) == 1

@@ -102,3 +102,56 @@ async def test_the_hint_names_the_configured_command(
         assert outbox.typed_command(ThreadKey("slack", TEAM, "C1", "")) == "/ask"
     finally:
         await ch.shutdown()
+
+
+async def test_an_expired_private_prompt_answers_the_held_message_privately(
+    valkey: EmbeddedValkey, redis: Redis, fake_slack: FakeSlack
+) -> None:
+    """/parley where Parley is not a member: everything goes through the commands'
+    response_urls.  When the prompt expires, the message held meanwhile is answered
+    through its own command's response_url (the timer's event has none)."""
+    import time
+
+    from agent_core.agent.session import Session, ThreadState
+    from agent_core.proactive.approval_expiry import ApprovalExpiry
+    from agent_core.store import keys
+
+    fake_slack.not_member.add("C9")
+    thread = ThreadKey("slack", TEAM, "C9", "")
+    async with process(_settings(valkey, fake_slack), "all") as rt:
+        transport = httpx.ASGITransport(app=rt.web_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
+
+            async def command(text: str) -> None:
+                form = fake_slack.command("C9", text)
+                resp = await fake_slack.deliver(client, form, form=True)
+                assert resp.status_code == 200, resp.text
+
+            await command(ASK)
+            await wait_until(
+                lambda: any("Approval needed" in r["text"] for r in fake_slack.responses),
+                what="the private prompt",
+            )
+            await turn_finished(rt)
+            await command("and what else?")
+            await wait_until(
+                lambda: any("waiting for your" in r["text"] for r in fake_slack.responses),
+                what="the held message's notice",
+            )
+            await turn_finished(rt)
+            held_url = fake_slack.responses[-1]["_rid"]  # the held command's own URL
+            before = len(fake_slack.responses)
+            assert rt.clients is not None and rt.ingest is not None
+            timer = ApprovalExpiry(rt.clients.redis, rt.ingest)
+            assert await timer.tick(time.time() + 1800 + 2) == 1
+
+            async def idle() -> bool:
+                ver, data = await redis.hmget(keys.session(thread), "v", "d")
+                s = Session.load(str(thread), int(ver or 0), data)
+                return s.state == ThreadState.IDLE and not s.held
+
+            await wait_until(idle, what="the wait to end")
+            await turn_finished(rt)
+            answers = [r for r in fake_slack.responses[before:] if r["_rid"] == held_url]
+            assert answers and "and what else?" in answers[-1]["text"], fake_slack.responses
+    assert await demo_runs(redis) == 0
