@@ -19,6 +19,7 @@ redis-py's health check, and the connect timeout.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -31,7 +32,8 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, TimeoutError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from agent_core.errors import ConfigError
@@ -39,6 +41,9 @@ from agent_core.store.wire import close_shared, share_connection
 
 SOCKET_TIMEOUT = 5.0  # connect timeout
 POOL_WAIT = 10.0  # seconds a command waits for a pooled connection
+# the start-up PING: a server that accepts the connection and never answers (no
+# read timeout, see above) would otherwise hang `parley release`, `run`, `doctor`
+PING_TIMEOUT = 10.0
 _KEEPALIVE: dict[int, int] = {
     k: v
     for k, v in (
@@ -92,7 +97,7 @@ def url_secrets(url: str) -> list[str]:
 def _kwargs(url: str, tls_insecure: bool) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=3),
-        "retry_on_error": [RedisConnectionError, TimeoutError],
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "health_check_interval": 30,
     }
     if url.startswith("rediss://") and tls_insecure:
@@ -206,9 +211,18 @@ def _options_problem(exc: Exception) -> str:
 
 
 async def check_reachable(clients: RedisClients) -> None:
-    """PING once; a failure becomes one clear ConfigError line."""
+    """PING once (answered within PING_TIMEOUT); a failure becomes one clear
+    ConfigError line."""
     try:
-        await clients.redis.ping()
+        await asyncio.wait_for(clients.redis.ping(), PING_TIMEOUT)
+    except TimeoutError:
+        raise ConfigError(
+            [
+                f"REDIS_URL: cannot reach {redact_url(clients.url)} (no answer in "
+                f"{PING_TIMEOUT:g} s); check that the URL points at a Redis server and "
+                "that the server is not stuck"
+            ]
+        ) from None
     except (ValueError, TypeError) as exc:  # the connection refuses a URL query argument
         raise ConfigError([f"REDIS_URL: {_options_problem(exc)}"]) from None
     except RedisError as exc:
