@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -42,7 +42,14 @@ from agent_core.outbox import Outbox
 from agent_core.proactive.routines import RoutineStore
 from agent_core.proactive.runner import EventTriggers
 from agent_core.proactive.service import Proactive
-from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
+from agent_core.store.client import (
+    RedisClients,
+    check_reachable,
+    check_writable,
+    make_clients,
+    redact_url,
+    refused,
+)
 from agent_core.store.delivery import Delivery
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.lease import Lease, run_under_lease
@@ -151,6 +158,17 @@ class Runtime:
         await self._stop()
 
     async def _start(self) -> None:
+        await self._connect()
+        assert self.clients is not None
+        try:
+            await self._build()
+        except ResponseError as exc:  # e.g. the server filled up since the probe
+            problem = refused(self.clients.url, exc)
+            if problem is None:
+                raise
+            raise problem from None
+
+    async def _connect(self) -> None:
         core = self.settings.core
         protect_secrets(core.enable_shell_tool)
         if core.redis_url is not None:
@@ -174,6 +192,11 @@ class Runtime:
             self.clients = make_clients(self.embedded.url, **core.pool_caps())
             await check_reachable(self.clients)
             self.summary.redis = self.embedded.describe()
+        await check_writable(self.clients)
+
+    async def _build(self) -> None:
+        core = self.settings.core
+        assert self.clients is not None
         redis = self.clients.redis
         pacer = Pacer(redis)
         self.ingest = Ingest(

@@ -32,11 +32,12 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from agent_core.errors import ConfigError
+from agent_core.store import keys
 from agent_core.store.wire import close_shared, share_connection
 
 SOCKET_TIMEOUT = 5.0  # connect timeout
@@ -247,3 +248,58 @@ async def check_reachable(clients: RedisClients) -> None:
         raise ConfigError(
             [f"REDIS_URL: cannot reach {redact_url(clients.url)} ({reason}); {hint}"]
         ) from None
+
+
+# What a server that answers PING but refuses Parley's writes says, and the fix.
+_REFUSALS = {
+    "OOM": (
+        "the server is full and evicts nothing (maxmemory, noeviction policy): free "
+        "memory or move to a larger plan (heroku redis:info)"
+    ),
+    "NOPERM": (
+        "the Redis user lacks a permission Parley needs (SET, EVAL/EVALSHA, XGROUP and "
+        "the other stream commands on parley:* keys): use a user with +@all ~*"
+    ),
+    "READONLY": "this is a read-only replica: point REDIS_URL at the primary",
+    "MISCONF": (
+        "the server refuses writes because it cannot save its snapshot: see its log (disk full?)"
+    ),
+}
+PROBE_KEY = keys.PREFIX + "probe"
+_PROBE_SCRIPT = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 1000) return 1"
+
+
+def refused(url: str, exc: ResponseError) -> ConfigError | None:
+    """A write refusal (OOM, NOPERM, READONLY, MISCONF) as one REDIS_URL line; None
+    for any other error (a bug, not a setting)."""
+    text = str(exc).split("\n")[0][:200]
+    # redis-py turns "-OOM …" into OutOfMemoryError("…"), keeping the code aside
+    code = str(getattr(exc, "status_code", None) or text.split(" ", 1)[0]).upper()
+    hint = _REFUSALS.get(code)
+    if hint is None:
+        return None
+    reason = text if text.upper().startswith(code) else f"{code} {text}"
+    return ConfigError([f"REDIS_URL: {redact_url(url)} refuses writes ({reason}); {hint}"])
+
+
+async def check_writable(clients: RedisClients) -> None:
+    """What every process does first, tried once: a SET (expiring in 1 s), a script,
+    and the inbox's consumer group (XGROUP CREATE MKSTREAM; already there is fine).
+    A server that answers PING but refuses them (full with noeviction, an ACL user
+    without XGROUP or EVAL, a read-only replica) is one ConfigError line, not a
+    traceback from every dyno."""
+    try:
+        await clients.redis.set(PROBE_KEY, "x", px=1000)
+        await clients.redis.register_script(_PROBE_SCRIPT)(keys=[PROBE_KEY], args=["x"])
+        try:
+            await clients.redis.xgroup_create(
+                keys.INBOX_STREAM, keys.INBOX_GROUP, id="0", mkstream=True
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+    except ResponseError as exc:
+        problem = refused(clients.url, exc)
+        if problem is None:
+            raise
+        raise problem from None
