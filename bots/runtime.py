@@ -43,7 +43,9 @@ from agent_core.proactive.routines import RoutineStore
 from agent_core.proactive.runner import EventTriggers
 from agent_core.proactive.service import Proactive
 from agent_core.store.client import (
+    SHUTDOWN_STEP_SECS,
     RedisClients,
+    bounded,
     check_reachable,
     check_writable,
     make_clients,
@@ -131,6 +133,7 @@ class Runtime:
         self.started_at = time.time()
         self.draining = False
         self.crashed = False  # a task of this role ended before stop (see serve)
+        self._deadline: float | None = None  # when the shutdown must be over (see serve)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -280,23 +283,26 @@ class Runtime:
         bot_id = getattr(tg, "bot_id", "") if tg is not None else ""
         return {"telegram": bot_id} if bot_id else {}
 
+    def _step(self) -> float:
+        """Seconds the next shutdown step may take: SHUTDOWN_STEP_SECS, less once the
+        shutdown's deadline (set when serve stops) is near."""
+        if self._deadline is None:
+            return SHUTDOWN_STEP_SECS
+        return min(SHUTDOWN_STEP_SECS, self._deadline - time.monotonic())
+
     async def _stop(self) -> None:
         if self._menu_task is not None:
             self._menu_task.cancel()
             await asyncio.gather(self._menu_task, return_exceptions=True)
             self._menu_task = None
         if self.agent is not None:
-            with contextlib.suppress(Exception):
-                await self.agent.shutdown()
+            await bounded(self.agent.shutdown(), "the agent's shutdown", self._step())
         for ch in list(self.channels.values()):
-            with contextlib.suppress(Exception):
-                await ch.shutdown()
+            await bounded(ch.shutdown(), f"{ch.name}'s shutdown", self._step())
         if self.llm is not None and not self._llm_given:
-            with contextlib.suppress(Exception):
-                await self.llm.shutdown()
+            await bounded(self.llm.shutdown(), "the LLM client's shutdown", self._step())
         if self.clients is not None:
-            with contextlib.suppress(Exception):
-                await self.clients.close()
+            await bounded(self.clients.close(), "closing the Redis connections", self._step())
             self.clients = None
         if self.embedded is not None:
             await self.embedded.stop()
@@ -335,11 +341,19 @@ class Runtime:
         if self.clients is None:
             return
         try:
-            await METRICS.flush(self.clients.redis)
-            if self.agent is not None:
-                await self.agent.budget.flush()
+            await asyncio.wait_for(self._flush_metrics_now(), self._step())
+        except TimeoutError:
+            (log.warning if self.draining else log.debug)(
+                "metrics flush: no answer from Redis in time; skipped"
+            )
         except (RedisError, OSError) as exc:
             log.debug("metrics flush failed: %s", type(exc).__name__)
+
+    async def _flush_metrics_now(self) -> None:
+        assert self.clients is not None
+        await METRICS.flush(self.clients.redis)
+        if self.agent is not None:
+            await self.agent.budget.flush()
 
     async def _metrics_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -373,8 +387,8 @@ class Runtime:
             problems.append("shutting down")
         try:
             assert self.clients is not None
-            await self.clients.redis.ping()
-        except (RedisError, OSError, AssertionError):
+            await asyncio.wait_for(self.clients.redis.ping(), SHUTDOWN_STEP_SECS)
+        except (RedisError, OSError, AssertionError, TimeoutError):
             problems.append("redis unreachable")
         if self.runs_worker and (self.worker is None or not self.worker.ready):
             problems.append("worker not consuming")
@@ -414,12 +428,24 @@ class Runtime:
             tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="web"))
         await self._until_stop_or_crash(stop, tasks)
         self.draining = True
+        # one deadline for the whole shutdown, inside the platform's kill (Heroku:
+        # SIGKILL 30 s after SIGTERM; SHUTDOWN_GRACE_SECS 20 + 5)
+        self._deadline = time.monotonic() + self.settings.core.shutdown_grace_secs + 5
         web = self.channels.get("web")
         if isinstance(web, web_channel.WebChannel):
             web.close_streams()
         if server is not None:
             server.should_exit = True
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        _, late = await asyncio.wait(tasks, timeout=max(self._deadline - time.monotonic(), 0.1))
+        if late:
+            log.warning(
+                "shutdown: %s still running at the deadline (Redis not answering?); stopping them",
+                ", ".join(t.get_name() for t in late),
+            )
+            for t in late:
+                t.cancel()
+            await asyncio.wait(late, timeout=1.0)
+        results = [t.exception() if t.done() and not t.cancelled() else None for t in tasks]
         for t, r in zip(tasks, results, strict=True):
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 log.error("%s stopped with %s: %s", t.get_name(), type(r).__name__, r)

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import socket
 import ssl
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -39,6 +41,8 @@ from redis.retry import Retry
 from agent_core.errors import ConfigError
 from agent_core.store import keys
 from agent_core.store.wire import close_shared, share_connection
+
+log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT = 5.0  # connect timeout
 POOL_WAIT = 10.0  # seconds a command waits for a pooled connection
@@ -121,6 +125,21 @@ class RedisClients:
         await self.blocking.aclose()
         await self.redis.connection_pool.disconnect()
         await self.blocking.connection_pool.disconnect()
+
+
+SHUTDOWN_STEP_SECS = 2.0  # one Redis call on the way out (see bounded)
+
+
+async def bounded(aw: Awaitable[object], what: str, secs: float = SHUTDOWN_STEP_SECS) -> None:
+    """One step of a shutdown, given ``secs``: with no read timeout (above) a Redis
+    that stopped answering would hold the process past Heroku's 30 s (SIGKILL).
+    Giving up is one warning line; a failure is ignored (the process is going)."""
+    try:
+        await asyncio.wait_for(aw, max(secs, 0.1))
+    except TimeoutError:
+        log.warning("shutdown: %s took over %.1f s (Redis not answering?); skipped", what, secs)
+    except Exception as exc:
+        log.debug("shutdown: %s failed: %s", what, type(exc).__name__)
 
 
 def connections_per_process(max_connections: int, max_blocking_connections: int) -> int:
