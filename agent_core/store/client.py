@@ -39,6 +39,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from agent_core.errors import ConfigError
+from agent_core.settings import DB_PATH_PROBLEM, redis_db_path_ok
 from agent_core.store import keys
 from agent_core.store.wire import close_shared, share_connection
 
@@ -191,6 +192,8 @@ def make_clients(
                 "(expected redis://[:password@]host:port[/db], rediss://… or unix:///path)"
             ]
         ) from None
+    if not redis_db_path_ok(parts):
+        raise ConfigError([f"REDIS_URL: {redact_url(url)!r}: {DB_PATH_PROBLEM}"])
     kw = _kwargs(url, tls_insecure)
     if parts.scheme != "unix":
         kw["socket_keepalive"] = True
