@@ -373,6 +373,9 @@ class Runtime:
         async def run(inner: asyncio.Event) -> None:
             log.info("gateway %s: lease acquired, connecting", ch.name)
             await ch.run_gateway(ingest, inner)
+            if not inner.is_set():  # neither stopping nor the lease lost
+                # a process whose gateway ended looks alive and hears nothing: a crash
+                raise GatewayEnded(f"the {ch.name} gateway ended by itself")
 
         await run_under_lease(lease, run, stop)
 
@@ -476,6 +479,10 @@ class Runtime:
                     stop.set()
         finally:
             stopped.cancel()
+
+
+class GatewayEnded(RuntimeError):
+    """A platform's gateway (polling, a socket) returned while it should run."""
 
 
 def freeze_startup_objects() -> None:
