@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -298,6 +298,21 @@ def load(cls: type[S], **overrides: Any) -> S:
         raise ConfigError(problems) from None
 
 
+DB_PATH_PROBLEM = (
+    "the database after the host must be a number, as in redis://host:6379/0 (redis-py "
+    "would use database 0 for anything else); percent-encode a '/' in the password"
+)
+
+
+def redis_db_path_ok(parts: SplitResult) -> bool:
+    """redis:// and rediss://: the path is empty, "/" or "/<digits>" (unix://: the
+    socket's path)."""
+    if parts.scheme == "unix":
+        return True
+    path = parts.path
+    return path in ("", "/") or (path[1:].isascii() and path[1:].isdigit())
+
+
 class CoreSettings(ParleySettings):
     """Options of the runtime core: Redis, data, the web port, the agent basics."""
 
@@ -393,6 +408,9 @@ class CoreSettings(ParleySettings):
                 "not a valid URL (expected redis://[:password@]host:port[/db], "
                 "rediss://… or unix:///path; percent-encode special characters in the password)"
             )
+        if not redis_db_path_ok(parts):
+            # never the path either: a password holding "/" spills into it
+            raise ValueError(DB_PATH_PROBLEM)
         return SecretStr(url)
 
     # --- agent core (issue 4) ----------------------------------------------

@@ -48,6 +48,7 @@ from agent_core.loadgate import MIN_RUNNING, LoopLag
 from agent_core.metrics import METRICS
 from agent_core.proactive.recovery import TurnRecovery
 from agent_core.settings import CoreSettings
+from agent_core.store.client import bounded
 from agent_core.store.delivery import Delivery, TurnState
 
 log = logging.getLogger(__name__)
@@ -134,11 +135,11 @@ class Worker:
             await self._drain()
             # what this worker emptied leaves the index now (a thread left in it costs
             # the next sweeper a look at an empty mailbox, nothing more)
-            with contextlib.suppress(RedisError, OSError):
-                await self.delivery.flush_index()
+            # (each step bounded: a Redis that stopped answering must not hold the
+            # process past the platform's kill)
+            await bounded(self.delivery.flush_index(), "leaving the active-thread index")
             # and its name leaves the consumer group, if it holds nothing
-            with contextlib.suppress(RedisError, OSError):
-                await self.delivery.drop_consumers(self.name)
+            await bounded(self.delivery.drop_consumers(self.name), "leaving the consumer group")
 
     async def _drain(self) -> None:
         if not self.running:

@@ -21,13 +21,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from agent_core import __version__
 from agent_core.errors import ConfigError
 from bots import event_loop as loops
 from bots.logs import setup_logging
 from bots.runtime import ROLES, Runtime, listen_on
-from bots.settings import Settings, load_settings
+from bots.settings import Settings, early_log_settings, load_settings
 
 app = typer.Typer(
     name="parley",
@@ -42,9 +43,30 @@ err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 log = logging.getLogger("parley")
 
 
+# LOG_FORMAT=json: every line Parley writes for the operator (start-up summary,
+# problems, "stopping", "stopped") is a log record, one JSON object per line
+_logs = {"json": False}
+
+
+def _logging(level: str, fmt: str, secrets: list[str] | tuple[str, ...] = ()) -> None:
+    setup_logging(level, fmt, secrets)
+    _logs["json"] = fmt == "json"
+
+
+def _say(markup: str, level: int = logging.INFO) -> None:
+    """One line for the operator: rich text on stderr, or a log record with JSON."""
+    if _logs["json"]:
+        log.log(level, Text.from_markup(markup).plain)
+    else:
+        err.print(markup)
+
+
 def _fail(problems: list[str]) -> None:
     for p in problems:
-        err.print(f"[bold red]parley:[/] {escape(p)}", markup=True, soft_wrap=True)
+        if _logs["json"]:
+            log.error("%s", p)
+        else:
+            err.print(f"[bold red]parley:[/] {escape(p)}", markup=True, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -54,7 +76,7 @@ def _settings() -> Settings:
     except ConfigError as exc:
         _fail(exc.problems)
         raise  # unreachable
-    setup_logging(s.core.log_level, s.core.log_format, s.secret_values())
+    _logging(s.core.log_level, s.core.log_format, s.secret_values())
     return s
 
 
@@ -90,7 +112,7 @@ async def _cancel_on_sigterm(main: Callable[[], Awaitable[None]], stdin_thread: 
         task.uncancel()
         if stdin_thread:
             # a thread blocked reading stdin would hold up asyncio.run's exit
-            err.print("[dim]stopped (SIGTERM)[/]")
+            _say("[dim]stopped (SIGTERM)[/]")
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(143)
@@ -142,7 +164,7 @@ def _run_async(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except _Terminated:
-        err.print("[dim]stopped (SIGTERM)[/]")
+        _say("[dim]stopped (SIGTERM)[/]")
         raise typer.Exit(143) from None
     finally:
         _restore_signals(before)
@@ -162,6 +184,9 @@ def root(
     ] = False,
 ) -> None:
     """Without a command: `parley run` (everything in one process)."""
+    level, fmt = early_log_settings()
+    if fmt == "json":  # what loading the settings warns, as JSON too
+        _logging(level, fmt)
     if ctx.invoked_subcommand is None:
         run("all")
 
@@ -187,22 +212,23 @@ def _loop_name() -> str:
 
 def print_summary(rt: Runtime, host: str, port: int) -> None:
     sm = rt.summary
-    err.print(f"[bold]Parley {__version__}[/] — process role: [bold]{rt.role}[/]")
-    err.print(f"  redis:    {escape(sm.redis)}")
-    err.print(f"  loop:     {_loop_name()}")
+    _say(f"[bold]Parley {__version__}[/] — process role: [bold]{rt.role}[/]")
+    _say(f"  redis:    {escape(sm.redis)}")
+    _say(f"  loop:     {_loop_name()}")
     if sm.llm:
-        err.print(f"  llm:      {escape(sm.llm)}")
+        _say(f"  llm:      {escape(sm.llm)}")
     for name, on, why in sm.channels:
         mark = "[green]on[/]" if on else "[dim]off[/]"
-        err.print(f"  {name + ':':10}{mark} ({escape(why)})")
+        _say(f"  {name + ':':10}{mark} ({escape(why)})")
     if rt.runs_web:
         chat = any(name == "web" and on for name, on, _ in sm.channels)
         what = "open it in a browser" if chat else "webhooks and /healthz; no web chat here"
-        err.print(f"  http:     http://{_shown_host(host)}:{port}/ ({what})")
+        _say(f"  http:     http://{_shown_host(host)}:{port}/ ({what})")
     for name in rt.settings.plaintext_secrets:
-        err.print(
+        _say(
             f"  [yellow]warning:[/] {name} is read from the plaintext .env file; "
-            f"prefer the environment or {name}_FILE"
+            f"prefer the environment or {name}_FILE",
+            logging.WARNING,
         )
 
 
@@ -221,7 +247,7 @@ def _install_signals(stop: asyncio.Event) -> None:
         if hits["n"] == 1:
             stop.set()
             with contextlib.suppress(OSError):  # a terminal that hung up: EIO
-                err.print("[dim]stopping: finishing turns in hand (Ctrl-C again to force)…[/]")
+                _say("[dim]stopping: finishing turns in hand (Ctrl-C again to force)…[/]")
         else:
             os._exit(130)
 
@@ -257,9 +283,9 @@ def run(
             for sock in socks or ():
                 sock.close()
         if rt.crashed:
-            err.print("[red]stopped after a crash (see the log above)[/]")
+            _say("[red]stopped after a crash (see the log above)[/]", logging.ERROR)
             raise typer.Exit(1)
-        err.print("[dim]stopped[/]")
+        _say("[dim]stopped[/]")
 
     _run_async(main, event_loop=s.core.event_loop)
 
@@ -321,7 +347,20 @@ def doctor() -> None:
                 escape(_redacted(c.detail, secrets)),
                 escape(_redacted(c.fix, secrets)),
             )
-        out.print(table)
+        if _logs["json"]:
+            for c in checks:
+                status = ("warning" if c.warning else "OK") if c.ok else "problem"
+                fix = f"; {c.fix}" if c.fix else ""
+                log.log(
+                    logging.INFO if c.ok and not c.warning else logging.WARNING,
+                    "doctor: %s: %s: %s%s",
+                    c.name,
+                    status,
+                    _redacted(c.detail, secrets),
+                    _redacted(fix, secrets),
+                )
+        else:
+            out.print(table)
         if not all(c.ok for c in checks):
             raise typer.Exit(1)
 
@@ -337,7 +376,10 @@ def release() -> None:
 
     async def main() -> None:
         for line in await run_release(s):
-            print(line)
+            if _logs["json"]:
+                log.info("release: %s", line)
+            else:
+                print(line)
 
     _run_async(main)
 

@@ -34,7 +34,20 @@ class RedactFilter(logging.Filter):
         self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
+        try:
+            msg = record.getMessage()
+        except Exception as exc:
+            # a caller's format and arguments do not match ("%d" with a str, too few):
+            # a filter's exception would reach the caller (Handler.filter is not
+            # guarded), and the handler's own report prints the arguments unredacted,
+            # so log what was given, redacted, saying so
+            try:
+                text = f"{record.msg!r} with arguments {record.args!r}"
+            except Exception:
+                text = f"{type(record.msg).__name__} message"
+            record.msg = f"[unformattable log message: {type(exc).__name__}: {exc}] {text}"
+            record.args = None
+            msg = record.msg
         red = redact_url_tokens(msg)
         for s in self.secrets:
             if s in red:

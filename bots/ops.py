@@ -20,6 +20,7 @@ from agent_core.llm.settings import PRESETS
 from agent_core.store.client import (
     RedisClients,
     check_reachable,
+    check_writable,
     connections_per_process,
     make_clients,
     redact_url,
@@ -44,6 +45,7 @@ class Check:
 async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValkey | None, Check]:
     core = settings.core
     embedded = None
+    clients: RedisClients | None = None
     try:
         if core.redis_url is not None:
             url = core.redis_url.get_secret_value()
@@ -56,7 +58,11 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
             clients = make_clients(embedded.url, **core.pool_caps())
             where = embedded.describe()
         await check_reachable(clients)
+        await check_writable(clients)
     except ConfigError as exc:
+        if clients is not None:
+            with contextlib.suppress(Exception):
+                await clients.close()
         if embedded is not None:
             await embedded.stop()
         return None, None, Check("redis", False, exc.problems[0], "fix REDIS_URL / PARLEY_DATA_DIR")

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -43,7 +43,16 @@ from agent_core.outbox import Outbox
 from agent_core.proactive.routines import RoutineStore
 from agent_core.proactive.runner import EventTriggers
 from agent_core.proactive.service import Proactive
-from agent_core.store.client import RedisClients, check_reachable, make_clients, redact_url
+from agent_core.store.client import (
+    SHUTDOWN_STEP_SECS,
+    RedisClients,
+    bounded,
+    check_reachable,
+    check_writable,
+    make_clients,
+    redact_url,
+    refused,
+)
 from agent_core.store.delivery import Delivery
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.lease import Lease, run_under_lease
@@ -131,6 +140,7 @@ class Runtime:
         self.started_at = time.time()
         self.draining = False
         self.crashed = False  # a task of this role ended before stop (see serve)
+        self._deadline: float | None = None  # when the shutdown must be over (see serve)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -158,6 +168,17 @@ class Runtime:
         await self._stop()
 
     async def _start(self) -> None:
+        await self._connect()
+        assert self.clients is not None
+        try:
+            await self._build()
+        except ResponseError as exc:  # e.g. the server filled up since the probe
+            problem = refused(self.clients.url, exc)
+            if problem is None:
+                raise
+            raise problem from None
+
+    async def _connect(self) -> None:
         core = self.settings.core
         protect_secrets(core.enable_shell_tool)
         if core.redis_url is not None:
@@ -181,6 +202,11 @@ class Runtime:
             self.clients = make_clients(self.embedded.url, **core.pool_caps())
             await check_reachable(self.clients)
             self.summary.redis = self.embedded.describe()
+        await check_writable(self.clients)
+
+    async def _build(self) -> None:
+        core = self.settings.core
+        assert self.clients is not None
         redis = self.clients.redis
         pacer = Pacer(redis)
         self.ingest = Ingest(
@@ -264,23 +290,26 @@ class Runtime:
         bot_id = getattr(tg, "bot_id", "") if tg is not None else ""
         return {"telegram": bot_id} if bot_id else {}
 
+    def _step(self) -> float:
+        """Seconds the next shutdown step may take: SHUTDOWN_STEP_SECS, less once the
+        shutdown's deadline (set when serve stops) is near."""
+        if self._deadline is None:
+            return SHUTDOWN_STEP_SECS
+        return min(SHUTDOWN_STEP_SECS, self._deadline - time.monotonic())
+
     async def _stop(self) -> None:
         if self._menu_task is not None:
             self._menu_task.cancel()
             await asyncio.gather(self._menu_task, return_exceptions=True)
             self._menu_task = None
         if self.agent is not None:
-            with contextlib.suppress(Exception):
-                await self.agent.shutdown()
+            await bounded(self.agent.shutdown(), "the agent's shutdown", self._step())
         for ch in list(self.channels.values()):
-            with contextlib.suppress(Exception):
-                await ch.shutdown()
+            await bounded(ch.shutdown(), f"{ch.name}'s shutdown", self._step())
         if self.llm is not None and not self._llm_given:
-            with contextlib.suppress(Exception):
-                await self.llm.shutdown()
+            await bounded(self.llm.shutdown(), "the LLM client's shutdown", self._step())
         if self.clients is not None:
-            with contextlib.suppress(Exception):
-                await self.clients.close()
+            await bounded(self.clients.close(), "closing the Redis connections", self._step())
             self.clients = None
         if self.embedded is not None:
             await self.embedded.stop()
@@ -333,11 +362,19 @@ class Runtime:
         if self.clients is None:
             return
         try:
-            await METRICS.flush(self.clients.redis)
-            if self.agent is not None:
-                await self.agent.budget.flush()
+            await asyncio.wait_for(self._flush_metrics_now(), self._step())
+        except TimeoutError:
+            (log.warning if self.draining else log.debug)(
+                "metrics flush: no answer from Redis in time; skipped"
+            )
         except (RedisError, OSError) as exc:
             log.debug("metrics flush failed: %s", type(exc).__name__)
+
+    async def _flush_metrics_now(self) -> None:
+        assert self.clients is not None
+        await METRICS.flush(self.clients.redis)
+        if self.agent is not None:
+            await self.agent.budget.flush()
 
     async def _metrics_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -357,6 +394,9 @@ class Runtime:
         async def run(inner: asyncio.Event) -> None:
             log.info("gateway %s: lease acquired, connecting", ch.name)
             await ch.run_gateway(ingest, inner)
+            if not inner.is_set():  # neither stopping nor the lease lost
+                # a process whose gateway ended looks alive and hears nothing: a crash
+                raise GatewayEnded(f"the {ch.name} gateway ended by itself")
 
         await run_under_lease(lease, run, stop)
 
@@ -371,8 +411,8 @@ class Runtime:
             problems.append("shutting down")
         try:
             assert self.clients is not None
-            await self.clients.redis.ping()
-        except (RedisError, OSError, AssertionError):
+            await asyncio.wait_for(self.clients.redis.ping(), SHUTDOWN_STEP_SECS)
+        except (RedisError, OSError, AssertionError, TimeoutError):
             problems.append("redis unreachable")
         if self.runs_worker and (self.worker is None or not self.worker.ready):
             problems.append("worker not consuming")
@@ -412,12 +452,24 @@ class Runtime:
             tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="web"))
         await self._until_stop_or_crash(stop, tasks)
         self.draining = True
+        # one deadline for the whole shutdown, inside the platform's kill (Heroku:
+        # SIGKILL 30 s after SIGTERM; SHUTDOWN_GRACE_SECS 20 + 5)
+        self._deadline = time.monotonic() + self.settings.core.shutdown_grace_secs + 5
         web = self.channels.get("web")
         if isinstance(web, web_channel.WebChannel):
             web.close_streams()
         if server is not None:
             server.should_exit = True
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        _, late = await asyncio.wait(tasks, timeout=max(self._deadline - time.monotonic(), 0.1))
+        if late:
+            log.warning(
+                "shutdown: %s still running at the deadline (Redis not answering?); stopping them",
+                ", ".join(t.get_name() for t in late),
+            )
+            for t in late:
+                t.cancel()
+            await asyncio.wait(late, timeout=1.0)
+        results = [t.exception() if t.done() and not t.cancelled() else None for t in tasks]
         for t, r in zip(tasks, results, strict=True):
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 log.error("%s stopped with %s: %s", t.get_name(), type(r).__name__, r)
@@ -448,6 +500,10 @@ class Runtime:
                     stop.set()
         finally:
             stopped.cancel()
+
+
+class GatewayEnded(RuntimeError):
+    """A platform's gateway (polling, a socket) returned while it should run."""
 
 
 def freeze_startup_objects() -> None:

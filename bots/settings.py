@@ -305,6 +305,29 @@ def _env_file_values() -> dict[str, str]:
         return {}
 
 
+def early_log_settings() -> tuple[str, str]:
+    """LOG_LEVEL and LOG_FORMAT (the environment first, then the .env file) before
+    the settings are loaded, so what loading them warns is in the chosen format;
+    anything unexpected: INFO, text (loading the settings then says what is wrong)."""
+    from_file: dict[str, str] | None = None
+
+    def value(name: str, default: str) -> str:
+        nonlocal from_file
+        if name in os.environ:
+            return os.environ[name]
+        if from_file is None:
+            from_file = _env_file_values()
+        return from_file.get(name, default)
+
+    fmt = value("LOG_FORMAT", "text").strip().lower()
+    level = value("LOG_LEVEL", "INFO").strip().upper()
+    if level == "WARN":
+        level = "WARNING"
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        level = "INFO"
+    return level, fmt if fmt in ("text", "json") else "text"
+
+
 def _check_unknown_names() -> None:
     classes: list[type[ParleySettings]] = [CoreSettings, LLMSettings, WebSettings]
     classes += [mod.SETTINGS for n in PLATFORMS if (mod := _channel_module(n)) is not None]

@@ -27,6 +27,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -96,6 +97,11 @@ def _office(args: dict[str, Any], data: bytes, give_up_at: float) -> dict[str, o
 
 
 def main() -> None:
+    # A platform's restart SIGTERMs every process (Heroku: the whole dyno) while the
+    # worker lets the turn in hand finish: the reading goes on.  The worker kills this
+    # process itself (SIGKILL, its group) at its deadline or when the turn is
+    # cancelled, and RLIMIT_CPU ends it should the worker be gone.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # the worker's deadline, in this process's monotonic clock, before anything else
     wall, now = time.time(), time.monotonic()
     try:

@@ -101,7 +101,7 @@ class Scheduler:
     async def _lead(self, stop: asyncio.Event) -> None:
         while not stop.is_set() and not self.lease.lost.is_set():
             try:
-                await self.tick()
+                await self._tick_or_stop(stop)
             except (RedisError, OSError) as exc:
                 log.warning("scheduler: Redis unavailable (%s)", type(exc).__name__)
             except Exception:
@@ -113,6 +113,25 @@ class Scheduler:
             )
             lost.cancel()
             stopped.cancel()
+
+    async def _tick_or_stop(self, stop: asyncio.Event, after_stop: float = 2.0) -> None:
+        """A tick; on ``stop`` it gets ``after_stop`` seconds more, then is cancelled:
+        a Redis that stopped answering (no read timeout) must not hold the process
+        past the platform's kill."""
+        tick = asyncio.ensure_future(self.tick())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({tick, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not tick.done():
+                await asyncio.wait({tick}, timeout=after_stop)
+        finally:
+            stopped.cancel()
+        if not tick.done():
+            tick.cancel()
+            await asyncio.wait({tick})
+            log.warning("scheduler: a tick was unfinished %.0f s after stop; cancelled", after_stop)
+            return
+        await tick  # its result or its exception
 
     async def _drain(self, grace: float = 5.0) -> None:
         if not self.tasks:

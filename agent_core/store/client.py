@@ -19,11 +19,14 @@ redis-py's health check, and the connect timeout.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import re
 import socket
 import ssl
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -31,14 +34,22 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, TimeoutError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from agent_core.errors import ConfigError
+from agent_core.settings import DB_PATH_PROBLEM, redis_db_path_ok
+from agent_core.store import keys
 from agent_core.store.wire import close_shared, share_connection
+
+log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT = 5.0  # connect timeout
 POOL_WAIT = 10.0  # seconds a command waits for a pooled connection
+# the start-up PING: a server that accepts the connection and never answers (no
+# read timeout, see above) would otherwise hang `parley release`, `run`, `doctor`
+PING_TIMEOUT = 10.0
 _KEEPALIVE: dict[int, int] = {
     k: v
     for k, v in (
@@ -92,7 +103,7 @@ def url_secrets(url: str) -> list[str]:
 def _kwargs(url: str, tls_insecure: bool) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=3),
-        "retry_on_error": [RedisConnectionError, TimeoutError],
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "health_check_interval": 30,
     }
     if url.startswith("rediss://") and tls_insecure:
@@ -115,6 +126,21 @@ class RedisClients:
         await self.blocking.aclose()
         await self.redis.connection_pool.disconnect()
         await self.blocking.connection_pool.disconnect()
+
+
+SHUTDOWN_STEP_SECS = 2.0  # one Redis call on the way out (see bounded)
+
+
+async def bounded(aw: Awaitable[object], what: str, secs: float = SHUTDOWN_STEP_SECS) -> None:
+    """One step of a shutdown, given ``secs``: with no read timeout (above) a Redis
+    that stopped answering would hold the process past Heroku's 30 s (SIGKILL).
+    Giving up is one warning line; a failure is ignored (the process is going)."""
+    try:
+        await asyncio.wait_for(aw, max(secs, 0.1))
+    except TimeoutError:
+        log.warning("shutdown: %s took over %.1f s (Redis not answering?); skipped", what, secs)
+    except Exception as exc:
+        log.debug("shutdown: %s failed: %s", what, type(exc).__name__)
 
 
 def connections_per_process(max_connections: int, max_blocking_connections: int) -> int:
@@ -166,6 +192,8 @@ def make_clients(
                 "(expected redis://[:password@]host:port[/db], rediss://… or unix:///path)"
             ]
         ) from None
+    if not redis_db_path_ok(parts):
+        raise ConfigError([f"REDIS_URL: {redact_url(url)!r}: {DB_PATH_PROBLEM}"])
     kw = _kwargs(url, tls_insecure)
     if parts.scheme != "unix":
         kw["socket_keepalive"] = True
@@ -206,9 +234,18 @@ def _options_problem(exc: Exception) -> str:
 
 
 async def check_reachable(clients: RedisClients) -> None:
-    """PING once; a failure becomes one clear ConfigError line."""
+    """PING once (answered within PING_TIMEOUT); a failure becomes one clear
+    ConfigError line."""
     try:
-        await clients.redis.ping()
+        await asyncio.wait_for(clients.redis.ping(), PING_TIMEOUT)
+    except TimeoutError:
+        raise ConfigError(
+            [
+                f"REDIS_URL: cannot reach {redact_url(clients.url)} (no answer in "
+                f"{PING_TIMEOUT:g} s); check that the URL points at a Redis server and "
+                "that the server is not stuck"
+            ]
+        ) from None
     except (ValueError, TypeError) as exc:  # the connection refuses a URL query argument
         raise ConfigError([f"REDIS_URL: {_options_problem(exc)}"]) from None
     except RedisError as exc:
@@ -233,3 +270,58 @@ async def check_reachable(clients: RedisClients) -> None:
         raise ConfigError(
             [f"REDIS_URL: cannot reach {redact_url(clients.url)} ({reason}); {hint}"]
         ) from None
+
+
+# What a server that answers PING but refuses Parley's writes says, and the fix.
+_REFUSALS = {
+    "OOM": (
+        "the server is full and evicts nothing (maxmemory, noeviction policy): free "
+        "memory or move to a larger plan (heroku redis:info)"
+    ),
+    "NOPERM": (
+        "the Redis user lacks a permission Parley needs (SET, EVAL/EVALSHA, XGROUP and "
+        "the other stream commands on parley:* keys): use a user with +@all ~*"
+    ),
+    "READONLY": "this is a read-only replica: point REDIS_URL at the primary",
+    "MISCONF": (
+        "the server refuses writes because it cannot save its snapshot: see its log (disk full?)"
+    ),
+}
+PROBE_KEY = keys.PREFIX + "probe"
+_PROBE_SCRIPT = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 1000) return 1"
+
+
+def refused(url: str, exc: ResponseError) -> ConfigError | None:
+    """A write refusal (OOM, NOPERM, READONLY, MISCONF) as one REDIS_URL line; None
+    for any other error (a bug, not a setting)."""
+    text = str(exc).split("\n")[0][:200]
+    # redis-py turns "-OOM …" into OutOfMemoryError("…"), keeping the code aside
+    code = str(getattr(exc, "status_code", None) or text.split(" ", 1)[0]).upper()
+    hint = _REFUSALS.get(code)
+    if hint is None:
+        return None
+    reason = text if text.upper().startswith(code) else f"{code} {text}"
+    return ConfigError([f"REDIS_URL: {redact_url(url)} refuses writes ({reason}); {hint}"])
+
+
+async def check_writable(clients: RedisClients) -> None:
+    """What every process does first, tried once: a SET (expiring in 1 s), a script,
+    and the inbox's consumer group (XGROUP CREATE MKSTREAM; already there is fine).
+    A server that answers PING but refuses them (full with noeviction, an ACL user
+    without XGROUP or EVAL, a read-only replica) is one ConfigError line, not a
+    traceback from every dyno."""
+    try:
+        await clients.redis.set(PROBE_KEY, "x", px=1000)
+        await clients.redis.register_script(_PROBE_SCRIPT)(keys=[PROBE_KEY], args=["x"])
+        try:
+            await clients.redis.xgroup_create(
+                keys.INBOX_STREAM, keys.INBOX_GROUP, id="0", mkstream=True
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+    except ResponseError as exc:
+        problem = refused(clients.url, exc)
+        if problem is None:
+            raise
+        raise problem from None

@@ -178,8 +178,8 @@ class EmbeddedValkey:
     def _start_locked(self) -> None:
         self._check_dir()
         lock_path = self.data_dir / "valkey.lock"
-        with open(lock_path, "w") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        lock_file = self._open_locked(lock_path, fcntl.LOCK_EX)
+        with lock_file:
             try:
                 if _answers_ping(self.socket_path) or _listening(self.socket_path):
                     # (a server busy loading its data accepts but does not answer yet)
@@ -231,10 +231,33 @@ class EmbeddedValkey:
         """Count this process among the server's users (blocks while the last user
         of a server is stopping it, so a start then finds it gone and starts one)."""
         self._check_dir()
-        if self._users is None:
-            users = open(self.data_dir / "valkey.users", "w")  # noqa: SIM115 (held until stop)
-            fcntl.flock(users, fcntl.LOCK_SH)
-            self._users = users
+        if self._users is None:  # held until stop
+            self._users = self._open_locked(self.data_dir / "valkey.users", fcntl.LOCK_SH)
+
+    def _open_locked(self, path: Path, how: int) -> Any:
+        """``path`` opened for writing and locked (``how``: fcntl.LOCK_SH or LOCK_EX).
+        A file the process may not open (another user's, left by a `sudo parley`) or
+        lock is one PARLEY_DATA_DIR line, not a traceback."""
+        f = None
+        try:
+            f = open(path, "w")  # noqa: SIM115 (the caller closes it)
+            fcntl.flock(f, how)
+        except OSError as exc:
+            if f is not None:
+                f.close()
+            owner = ""
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                if st.st_uid != os.geteuid():
+                    owner = f", owned by uid {st.st_uid}, not this user's {os.geteuid()}"
+            raise ConfigError(
+                [
+                    f"PARLEY_DATA_DIR: cannot open {path} ({exc.strerror or exc}{owner}; "
+                    "belongs to another user?); fix its owner or permissions, or set "
+                    "PARLEY_DATA_DIR to a directory of this user's"
+                ]
+            ) from None
+        return f
 
     async def start(self) -> None:
         await asyncio.to_thread(self._join)

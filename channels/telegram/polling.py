@@ -17,7 +17,7 @@ from collections.abc import Callable
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
 
-from agent_core.errors import StoreUnavailable
+from agent_core.errors import ConfigError, StoreUnavailable
 from agent_core.ingest import Ingest
 from channels.telegram.parse import ParseContext, parse_update
 
@@ -127,11 +127,15 @@ class Poller:
                 await _sleep(stop, self._conflict_retry)
                 continue
             except InvalidToken:
-                log.error(
-                    "Telegram rejected TELEGRAM_BOT_TOKEN (revoked?); polling stopped. "
-                    "Get a new token from @BotFather."
-                )
-                return
+                # a failure, not an end: the gateway task fails, and the process exits 1
+                # (as with Discord's refused token) instead of running on with Telegram
+                # silent
+                raise ConfigError(
+                    [
+                        "TELEGRAM_BOT_TOKEN: rejected by Telegram while polling (revoked?); "
+                        "get a new one from @BotFather (/token)"
+                    ]
+                ) from None
             except RetryAfter as exc:
                 await _sleep(
                     stop,

@@ -189,3 +189,70 @@ def test_ollama_at_its_default_context_is_refused_with_the_fix(tmp_path: Path) -
     assert "4,096 tokens" in r.stderr and "OLLAMA_CONTEXT_LENGTH=32768" in r.stderr
     r = parley(["chat"], {**env, "OLLAMA_CONTEXT_LENGTH": "32768"})
     assert r.returncode == 0, r.stderr[-600:]
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    import orjson
+
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            raise AssertionError(f"not a JSON object: {line!r}\nall:\n{text}") from None
+    return records
+
+
+def test_log_format_json_is_one_object_per_line_on_both_streams(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """README: LOG_FORMAT=json is one object per line.  Before, the settings' own
+    warnings (logged before logging was set up), `parley release`'s and `doctor`'s
+    results, a refused setting, the start-up summary and "stopping" / "stopped"
+    were plain text among the JSON."""
+    import signal
+    import time
+
+    env = {"LOG_FORMAT": "json", "LLM_BACKEND": "demo", "PARLEY_TYPO": "1"}
+    env["REDIS_URL"] = valkey.url
+    for args in (["release"], ["doctor"]):
+        r = parley(args, env, timeout=60)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        records = _json_lines(r.stdout) + _json_lines(r.stderr)
+        assert any("PARLEY_TYPO" in str(x["msg"]) for x in records), records
+        assert any(str(x["msg"]).startswith(f"{args[0]}: ") for x in records), records
+    bad = parley(["release"], {**env, "REDIS_URL": "redis://h:1/abc"}, timeout=60)
+    assert bad.returncode == 2
+    [refused] = [x for x in _json_lines(bad.stderr) if x["level"] == "error"]
+    assert str(refused["msg"]).startswith("REDIS_URL:"), refused
+    assert _json_lines(bad.stdout) == []
+
+    # `parley run worker`: the summary, "stopping", "stopped"
+    out, errs = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as o, errs.open("w") as e:
+        base = {
+            k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
+        }
+        base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", **env})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bots.cli", "run", "worker"],
+            stdout=o,
+            stderr=e,
+            env=base,
+            cwd=ROOT,
+        )
+        try:
+            for _ in range(300):  # 30 s at most: until the worker consumes
+                if "consuming" in errs.read_text():
+                    break
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, errs.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    records = _json_lines(out.read_text()) + _json_lines(errs.read_text())
+    said = [str(x["msg"]) for x in records]
+    assert any(m.startswith("Parley ") and "process role: worker" in m for m in said), said
+    assert any(m.startswith("stopping:") for m in said) and "stopped" in said, said

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_core.errors import ConfigError
 from agent_core.store.client import make_clients
 from agent_core.store.embedded import EmbeddedValkey, _answers_ping, socket_path_for
 
@@ -285,3 +286,22 @@ def test_two_processes_starting_on_one_data_dir_do_not_fail_each_other(tmp_path:
     ]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert all(o.startswith("0 ") or o == "0" for o in outs), outs
+
+
+@pytest.mark.parametrize("name", ["valkey.users", "valkey.lock"])
+async def test_a_data_dir_file_that_cannot_be_opened_is_one_line(tmp_path: Path, name: str) -> None:
+    """valkey.users / valkey.lock left by another user (a `sudo parley`): opening it
+    fails, and that is one PARLEY_DATA_DIR line naming the file, not a
+    PermissionError traceback.  (Tests run as root, which ignores permissions, so a
+    directory in the file's place stands in for the refusal.)"""
+    data = tmp_path / "data"
+    (data / name).mkdir(parents=True)
+    server = EmbeddedValkey(data)
+    try:
+        with pytest.raises(ConfigError) as exc:
+            await server.start()
+    finally:
+        await server.stop()
+    line = exc.value.problems[0]
+    assert line.startswith(f"PARLEY_DATA_DIR: cannot open {data / name} ("), line
+    assert "another user" in line, line

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
 from agent_core.settings import CoreSettings
+from agent_core.store.client import make_clients
 from agent_core.store.embedded import EmbeddedValkey
 from bots.ops import doctor, release
 from bots.settings import Settings
@@ -137,3 +140,88 @@ async def test_release_fails_when_event_loop_uvloop_cannot_be_had(
         assert fake.webhook["url"] == ""  # stopped before registering the webhook
     finally:
         await fake.stop()
+
+
+@pytest.fixture
+async def private_valkey(tmp_path: Path) -> AsyncIterator[EmbeddedValkey]:
+    """A server of this test's own, to fill up or restrict."""
+    server = EmbeddedValkey(tmp_path / "data")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def _plain_settings(url: str) -> Settings:
+    return Settings(
+        core=CoreSettings(redis_url=url),  # type: ignore[arg-type]
+        llm=LLMSettings(llm_backend="demo"),
+        web=WebSettings(web_chat_enabled=False),
+    )
+
+
+async def _limited_user_url(server: EmbeddedValkey, *rules: str) -> str:
+    """A URL for an ACL user allowed everything except ``rules`` take away."""
+    admin = make_clients(server.url)
+    try:
+        await admin.redis.execute_command(
+            "ACL", "SETUSER", "limited", "on", ">limited-pw", "~*", "&*", "+@all", *rules
+        )
+    finally:
+        await admin.close()
+    return server.url.replace("unix://", "unix://limited:limited-pw@", 1)
+
+
+async def test_a_full_redis_fails_release_and_doctor_with_one_line(
+    private_valkey: EmbeddedValkey,
+) -> None:
+    """Full with noeviction (Heroku Redis' default policy): PING and INFO work, writes
+    do not.  Release and doctor say so instead of passing and every dyno crashing."""
+    admin = make_clients(private_valkey.url)
+    await admin.redis.config_set("maxmemory-policy", "noeviction")
+    await admin.redis.config_set("maxmemory", "1")
+    try:
+        s = _plain_settings(private_valkey.url)
+        check = {c.name: c for c in await doctor(s)}["redis"]
+        assert not check.ok, check
+        assert check.detail.startswith("REDIS_URL:") and "OOM" in check.detail, check
+        with pytest.raises(ConfigError) as err:
+            await release(s)
+        assert "refuses writes (OOM" in str(err.value) and "noeviction" in str(err.value)
+    finally:
+        await admin.redis.config_set("maxmemory", "0")
+        await admin.close()
+
+
+@pytest.mark.parametrize("rule", ["-xgroup", "-@scripting", "-set"])
+async def test_an_acl_user_without_a_needed_command_fails_release_with_one_line(
+    private_valkey: EmbeddedValkey, rule: str
+) -> None:
+    url = await _limited_user_url(private_valkey, rule)
+    with pytest.raises(ConfigError) as err:
+        await release(_plain_settings(url))
+    line = err.value.problems[0]
+    assert line.startswith("redis: REDIS_URL:") and "refuses writes (NOPERM" in line, line
+    assert "limited-pw" not in line
+
+
+async def test_a_worker_on_a_full_redis_stops_with_one_line_not_a_traceback(
+    private_valkey: EmbeddedValkey,
+) -> None:
+    """`parley run worker` on a Redis that refuses writes: a ConfigError (exit 2,
+    one line), as for any other bad setting, not an OutOfMemoryError traceback."""
+    from bots.runtime import Runtime
+
+    admin = make_clients(private_valkey.url)
+    await admin.redis.config_set("maxmemory-policy", "noeviction")
+    await admin.redis.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(ConfigError) as err:
+            async with Runtime(_plain_settings(private_valkey.url), "worker"):
+                pass
+        assert err.value.problems[0].startswith("REDIS_URL:"), err.value.problems
+        assert "refuses writes (OOM" in err.value.problems[0]
+    finally:
+        await admin.redis.config_set("maxmemory", "0")
+        await admin.close()

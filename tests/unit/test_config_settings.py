@@ -436,6 +436,9 @@ def test_secret_file_with_a_utf8_byte_order_mark(
         "redis://user:pw@127.0.0.1:notaport/0",
         "redis://:pw@[::1",
         "redis://:pw@/0",
+        "redis://:pw@127.0.0.1:6379/abc",  # redis-py: silently database 0
+        "redis://:pw@127.0.0.1:6379/1a",
+        "rediss://:pw@127.0.0.1:6379/0/extra",
     ],
 )
 def test_malformed_redis_url_is_config_error(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -449,7 +452,14 @@ def test_malformed_redis_url_is_config_error(url: str, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://user:pw@127.0.0.1:notaport/0", "redis://:pw@[::1", "redis://:pw@/0"]
+    "url",
+    [
+        "redis://user:pw@127.0.0.1:notaport/0",
+        "redis://:pw@[::1",
+        "redis://:pw@/0",
+        "redis://:pw@127.0.0.1:6379/abc",
+        "redis://:pw@127.0.0.1:6379/1a",
+    ],
 )
 def test_make_clients_refuses_a_malformed_url(url: str) -> None:
     from agent_core.store.client import make_clients
@@ -457,6 +467,14 @@ def test_make_clients_refuses_a_malformed_url(url: str) -> None:
     with pytest.raises(ConfigError) as exc:
         make_clients(url)
     assert exc.value.problems[0].startswith("REDIS_URL:")
+    assert "pw" not in exc.value.problems[0].replace("***", "")
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379", "redis://h:6379/", "redis://h/15", "unix:///s"])
+def test_redis_url_database_paths_that_are_fine(url: str) -> None:
+    from agent_core.settings import CoreSettings
+
+    assert CoreSettings(redis_url=url).redis_url is not None  # type: ignore[arg-type]
 
 
 def test_redis_url_query_argument_redis_py_refuses_is_config_error() -> None:

@@ -81,3 +81,20 @@ def test_interaction_tokens_in_rate_limit_bucket_keys_are_redacted() -> None:
     out = buf.getvalue()
     assert token not in out and "'1234567890123456789+***' major parameters" in out
     assert "version 1+local" in out
+
+
+def test_a_bad_format_in_a_library_log_call_never_raises_into_the_caller() -> None:
+    """`log.warning("retry %d of %d", "x")` from a third-party library: the redaction
+    filter formats the message, and Handler.filter does not guard filters, so before
+    this the TypeError reached the caller.  Now one line, redacted, saying so."""
+    for fmt in (JsonFormatter(), logging.Formatter("%(message)s")):
+        log, buf = _logger(fmt, ["sk-test-SECRET-123456"])
+        log.warning("retry %d of %d", "x")  # must not raise
+        log.warning("key %s and %d", "sk-test-SECRET-123456", "y")
+        out = buf.getvalue()
+        lines = out.splitlines()
+        assert len(lines) == 2, out
+        assert "unformattable log message" in lines[0] and "retry %d of %d" in lines[0]
+        assert "sk-test-SECRET" not in out and "***" in lines[1], out
+        if isinstance(fmt, JsonFormatter):
+            assert [orjson.loads(line)["level"] for line in lines] == ["warning", "warning"]

@@ -38,3 +38,37 @@ def test_redact_url_hides_every_form_of_password() -> None:
     assert redact_url(url) == "rediss://u:***@h:6380/0?ssl_cert_reqs=none&password=***&db=1"
     assert set(url_secrets(url)) == {"pw%40x", "pw@x", "q-pw"}
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+async def test_a_server_that_never_answers_is_one_line_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listener that accepts the connection and never answers: the start-up PING
+    (no read timeout by design) gives up after PING_TIMEOUT with one REDIS_URL line,
+    password redacted, instead of hanging `parley release` / `run` / `doctor`."""
+    import asyncio
+
+    from agent_core.errors import ConfigError
+    from agent_core.store import client as client_mod
+
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.append(w)  # keep it open, never write
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setattr(client_mod, "PING_TIMEOUT", 0.5)
+    clients = client_mod.make_clients(f"redis://:silent-pw@127.0.0.1:{port}/0")
+    try:
+        with pytest.raises(ConfigError) as exc:
+            await asyncio.wait_for(client_mod.check_reachable(clients), 10)
+    finally:
+        await clients.close()
+        for w in accepted:
+            w.close()
+        server.close()
+    line = exc.value.problems[0]
+    assert line.startswith("REDIS_URL: cannot reach"), line
+    assert "no answer in 0.5 s" in line, line
+    assert "silent-pw" not in line, line

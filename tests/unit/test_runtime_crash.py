@@ -39,3 +39,29 @@ async def test_a_normal_stop_is_not_a_crash() -> None:
     await asyncio.wait_for(rt._until_stop_or_crash(stop, tasks), 5)
     assert not rt.crashed
     tasks[0].cancel()
+
+
+async def test_a_gateway_that_returns_before_stop_is_a_crash(redis: object) -> None:
+    """A gateway that just ends (a poller giving up) would leave a process that looks
+    alive and hears nothing from that platform: it fails the gateway task instead,
+    so the process exits 1 and is restarted."""
+    import pytest
+
+    from bots.runtime import GatewayEnded
+
+    class _Channel:
+        name = "quiet"
+        gateway_lease = "quiet"
+
+        async def run_gateway(self, ingest: object, stop: asyncio.Event) -> None:
+            return None  # gave up
+
+    class _Clients:
+        pass
+
+    clients = _Clients()
+    clients.redis = redis  # type: ignore[attr-defined]
+    rt = Runtime.__new__(Runtime)
+    rt.clients, rt.ingest = clients, object()  # type: ignore[assignment]
+    with pytest.raises(GatewayEnded):
+        await asyncio.wait_for(rt._run_gateway(_Channel(), asyncio.Event()), 10)  # type: ignore[arg-type]

@@ -149,3 +149,30 @@ async def test_admin_set_info_delete(fake: FakeTelegram, channel: TelegramChanne
     assert "(none: polling mode)" in await admin.webhook_info(settings)
     with pytest.raises(ConfigError, match="PUBLIC_URL"):
         await admin.set_webhook(settings, "http://insecure.example")
+
+
+async def test_a_token_revoked_while_polling_fails_the_gateway(
+    fake: FakeTelegram,
+    channel_factory,
+    ingest: Ingest,  # type: ignore[no-untyped-def]
+) -> None:
+    """Revoked after start-up: the poller raises one TELEGRAM_BOT_TOKEN line, so the
+    gateway task fails and the process exits 1 to be restarted (as Discord's refused
+    token does).  Before: it returned, the gateway task ended quietly and the process
+    ran on with Telegram silent."""
+    channel = await channel_factory(public_url="")
+    stop = asyncio.Event()
+    task = asyncio.create_task(poller(channel).run(ingest, stop))
+    try:
+        await asyncio.sleep(0.2)
+        fake.revoked = True
+        with pytest.raises(ConfigError) as exc:
+            await asyncio.wait_for(task, 10)
+    finally:
+        stop.set()
+        if not task.done():
+            task.cancel()
+        await channel.shutdown()
+    [line] = exc.value.problems
+    assert line.startswith("TELEGRAM_BOT_TOKEN: rejected by Telegram"), line
+    assert fake.token not in line and fake.token.split(":")[1] not in line

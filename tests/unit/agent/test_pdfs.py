@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -420,3 +422,53 @@ def test_a_relocated_python_still_starts_the_reading_process(
     assert env["LD_LIBRARY_PATH"] == "/app/.heroku/python/lib"
     assert env["PYTHONHOME"] == "/app/.heroku/python"
     assert "SLACK_BOT_TOKEN" not in env
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False
+
+
+async def test_a_restart_sigterm_does_not_fail_a_reading_in_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Heroku SIGTERMs every process in the dyno at a restart while the worker
+    finishes the turn in hand; the reading process (a session of its own) died with
+    -15 and the turn said "could not be read (the reader failed)".  It ignores SIGTERM
+    first thing (the worker SIGKILLs it at its deadline or on cancel)."""
+    real = asyncio.create_subprocess_exec
+    signalled: list[int] = []
+
+    async def sigterm_it(pid: int) -> None:
+        # once its main() has begun (under 0.1 s here; no signal can be ignored
+        # before the interpreter runs), at most 0.3 s: in the middle of the reading
+        # (about half a second)
+        for _ in range(30):
+            if _ignores_sigterm(pid):
+                break
+            await asyncio.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
+
+    tasks: list[asyncio.Task[None]] = []
+
+    async def spawn(*args: Any, **kw: Any) -> asyncio.subprocess.Process:
+        proc = await real(*args, **kw)
+        tasks.append(asyncio.create_task(sigterm_it(proc.pid)))
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawn)
+    got = await asyncio.wait_for(
+        pdfs.read_in_child(make_pdf(["hello reader " * 50] * 300), 10**5, time.monotonic() + 30), 60
+    )
+    await asyncio.gather(*tasks)
+    assert signalled, "the reading process was never signalled"
+    assert isinstance(got, pdfs.PdfText), got
+    assert "hello reader" in got.text
