@@ -186,16 +186,11 @@ async def test_a_send_that_works_resets_the_failure_count(pworld: Any) -> None:
 
 
 # --- a cron fire cut off by a stopping worker -------------------------------------
-async def test_a_cron_fire_cut_off_at_shutdown_is_recorded_and_runs_after_restart(
-    pworld: Any,
-) -> None:
-    """A deploy stops the leader while its hourly fire waits on the model: the drain's
-    grace ends, the run is cancelled.  Its last fire and claim were already written, so
-    the fire was lost with no record.  Now it is recorded as interrupted and the next
-    leader runs that due time once (and only once)."""
+async def _hourly_on(pworld: Any) -> tuple[Any, FakeClock, Any]:
+    """A world whose leader "a" has an hourly routine, on a clock at 2026-01-01 00:00."""
     w = pworld(FnModel(lambda req: Completion("report")))
     await w.start()
-    clock = FakeClock(start=1_767_225_600.0)  # 2026-01-01 00:00 UTC
+    clock = FakeClock(start=1_767_225_600.0)
     p = w.proactive(clock, owner="a")
     r = validate(
         Routine(
@@ -208,6 +203,17 @@ async def test_a_cron_fire_cut_off_at_shutdown_is_recorded_and_runs_after_restar
         )
     )
     assert await p.store.add(r)
+    return w, clock, p
+
+
+async def test_a_cron_fire_cut_off_at_shutdown_is_recorded_and_runs_after_restart(
+    pworld: Any,
+) -> None:
+    """A deploy stops the leader while its hourly fire waits on the model: the drain's
+    grace ends, the run is cancelled.  Its last fire and claim were already written, so
+    the fire was lost with no record.  Now it is recorded as interrupted and the next
+    leader runs that due time once (and only once)."""
+    w, clock, p = await _hourly_on(pworld)
     gate = asyncio.Event()  # never set: the model call hangs
     real_light = p.runner._light
 
@@ -241,21 +247,7 @@ async def test_a_cut_off_fire_never_undoes_a_later_leaders_fire(pworld: Any) -> 
     """The give-back is compare-and-set: if another leader fired the routine after
     this one (a takeover while the cut-off run still hung), its last fire and its
     claim stay as that leader wrote them."""
-    w = pworld(FnModel(lambda req: Completion("report")))
-    await w.start()
-    clock = FakeClock(start=1_767_225_600.0)
-    p = w.proactive(clock, owner="a")
-    r = validate(
-        Routine(
-            name="hourly",
-            trigger="cron",
-            cron="0 * * * *",
-            prompt="x",
-            notify="telegram:500",
-            created_at=clock(),
-        )
-    )
-    assert await p.store.add(r)
+    w, clock, p = await _hourly_on(pworld)
     gate = asyncio.Event()
 
     async def hung(*a: Any, **k: Any) -> str:
