@@ -145,6 +145,11 @@ def _retry_after(exc: RetryAfter) -> float:
     return max(_seconds(exc.retry_after), 0.0)
 
 
+def _known(parts: list[tuple[int, str]]) -> bool:
+    """Whether any of an answer's messages has a confirmed id (the ref can be edited)."""
+    return any(mid != refs.UNKNOWN for mid, _ in parts)
+
+
 def _target(thread: ThreadKey) -> tuple[int, int | None]:
     topic = int(thread.thread) if thread.thread.lstrip("-").isdigit() else None
     return int(thread.conversation), topic
@@ -469,10 +474,15 @@ class TelegramOutbox:
     ) -> MessageRef:
         markup = keyboard(message.buttons)
         parts = render_text(message.text)
-        if not message.final and len(parts) > 1:
-            parts = parts[:-1]  # the growing tail: sent once complete, or by the final edit
         sent: list[tuple[int, str]] = []
         for i, part in enumerate(parts):
+            if not message.final and i == len(parts) - 1 and _known(sent):
+                # The growing tail of a streamed preview: sent once complete, or by
+                # the final edit, of the ref returned here.  Unless none of the
+                # messages before it was confirmed: that ref could not be edited
+                # (the core takes it for unconfirmed and keeps the preview as is),
+                # so the tail goes now and grows by edits like a first message.
+                break
             m = markup if i == len(parts) - 1 else None
             try:
                 sent.append(
@@ -577,11 +587,14 @@ class TelegramOutbox:
                         else:
                             new.append((mid, shown.digest(m)))
                     j += 1  # (not before: a skipped edit leaves old[j] showing)
-                elif droppable and i == len(parts) - 1:
+                elif droppable and i == len(parts) - 1 and _known(new):
                     # A streamed edit does not start the growing tail in a message of
                     # its own: were that send unconfirmed, the message could not be
                     # edited, and the tail would show twice (cut short, then whole).
-                    # It is sent once complete (the text outgrew it) or by the final edit.
+                    # It is sent once complete (the text outgrew it) or by the final
+                    # edit, unless no message before it is known (all deleted by the
+                    # user or unconfirmed): the core would edit the ref no more, and
+                    # the tail would never be added, so it goes now (as in ``_send``).
                     break
                 else:
                     new.append(await self._new_part(chat_id, topic, part, m, None, droppable))

@@ -191,3 +191,34 @@ async def test_a_streamed_continuation_that_times_out_is_not_shown_twice(
     )
     _in_full(shown)
     assert fake.sends == 3
+
+
+async def test_a_two_message_answer_in_one_chunk_whose_first_send_times_out_keeps_the_second(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """Two messages' worth of text arriving as one delta (a response-cache hit, a
+    backend that does not stream): the preview holds the second message back, and
+    its only message sent is stored, then answered 504.  The second, which never
+    left, is still sent (the preview could not be edited to add it later)."""
+    fake = TimeoutOnSend(1)
+    llm = ScriptedProvider("scripted:model", default="\n\n".join(PARAS[:2]))
+    assert await answer(valkey, redis, fake, llm) == PARAS[:2]
+    assert fake.sends == 2
+
+
+async def test_a_first_delta_of_two_messages_whose_first_send_times_out_is_not_resent(
+    valkey: EmbeddedValkey, redis: Redis
+) -> None:
+    """The first streamed delta already spans two messages and the first send is
+    stored, then answered 504: the growing second message is sent at once and
+    edited as the answer grows, so the first is not repeated and nothing is lost."""
+    fake = TimeoutOnSend(1)
+    llm = ScriptedProvider(
+        "scripted:model",
+        [
+            TextDelta(PARAS[0] + "\n\n" + PARAS[1][:1000]),
+            Completion(LONG, provider="scripted:model"),
+        ],
+    )
+    _in_full(await answer(valkey, redis, fake, llm))
+    assert fake.sends == 3
