@@ -274,6 +274,42 @@ async def test_a_message_sent_while_new_conversation_is_on_its_way_goes_to_the_n
         assert "hello right after New" in texts, (new_thread, texts)
 
 
+async def test_a_request_that_never_answers_does_not_hold_back_the_next_message(
+    served: Any, open_chat: Any
+) -> None:
+    """Messages go one at a time, but a request that never settles (a hung connection:
+    a mobile network switch, a stalled proxy) is given up after requestTimeoutMs (cut
+    short here): the message shows "Not sent" with its text back in the box, and the
+    one written after it goes."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await connected(page)
+        await page.evaluate("requestTimeoutMs = 400")
+        posted: list[str] = []
+        held = asyncio.Event()
+        second = asyncio.Event()
+
+        async def hang_first(route: Any) -> None:
+            text = orjson.loads(route.request.post_data or "{}").get("text")
+            posted.append(text)
+            if text == "first":
+                held.set()
+                return  # never answered: the connection hangs
+            if text == "second":
+                second.set()
+            await route.continue_()
+
+        await page.route("**/api/messages", hang_first)
+        await say(page, "first")
+        await held.wait()
+        await say(page, "second")
+        await asyncio.wait_for(second.wait(), 5)
+        await wait_final(page, "second")
+        assert posted == ["first", "first", "second"], posted  # one retry, same id
+        assert await page.locator("#input").input_value() == "first"
+        await page.locator("#messages li.msg.error", has_text="Not sent").wait_for(timeout=2000)
+
+
 # ---------------------------------------------------------------- hostile markdown
 async def test_a_deeply_quoted_answer_does_not_break_the_page(served: Any, open_chat: Any) -> None:
     """Quotes nest at most 8 levels (deeper '>' show as text): a line of 6,000 '>'

@@ -359,22 +359,33 @@ function showInfo(text) {
 }
 
 // ---------------------------------------------------------------- network
+// A request with no answer in this time (a hung connection: a mobile network switch,
+// a stalled proxy; fetch itself never gives up) is dropped and counts as a network
+// error, so a message shows "Not sent" with its text kept, and the next one goes.
+let requestTimeoutMs = 25000;
+
 async function api(path, body) {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), requestTimeoutMs);
   let r;
+  let data = {};
   try {
     r = await fetch(path, {
       method: body === undefined ? "GET" : "POST",
       headers: body === undefined ? {} : { "Content-Type": "application/json" },
       body: body === undefined ? undefined : JSON.stringify(body),
       credentials: "same-origin",
+      signal: abort.signal,
     });
+    try { data = await r.json(); }
+    catch (e) { if (abort.signal.aborted) throw e; }  // a body that stalled: no answer
   } catch (_) {
-    const err = new Error("no connection to the server");
+    const err = new Error(abort.signal.aborted ? "no answer from the server" : "no connection to the server");
     err.network = true;  // no status: send() retries once, boot() keeps trying
     throw err;
+  } finally {
+    clearTimeout(timer);
   }
-  let data = {};
-  try { data = await r.json(); } catch (_) {}
   if (!r.ok) {
     const err = new Error(data.error || ("HTTP " + r.status));
     err.status = r.status;
