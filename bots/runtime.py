@@ -319,14 +319,19 @@ class Runtime:
     def web_app(self) -> Starlette:
         assert self.ingest is not None
         web = self.channels.get("web")
-        # Where the chat is served, /metrics and the 404/405 answers get its host check
-        # (a DNS-rebound page must not read them) and security headers; /healthz and
-        # /readyz get the headers only: a platform's health check may use any Host.
-        gate: Gate = web.gate if isinstance(web, web_channel.WebChannel) else _open
+        # Where the chat is served, the 404/405 answers get its host check (a
+        # DNS-rebound page must not probe them); /metrics answers a scraper by any Host
+        # (parley:8000, parley.default.svc) but a browser only as the chat would (no
+        # other site's page, no rebound name); /healthz and /readyz answer any Host (a
+        # platform's health check may use any). All get the security headers.
+        gate: Gate = _open
+        metrics_gate: Gate = _open
+        if isinstance(web, web_channel.WebChannel):
+            gate, metrics_gate = web.gate, web.metrics_gate
         routes: list[BaseRoute] = [
             Route("/healthz", secured(self._healthz, _open), methods=["GET"]),
             Route("/readyz", secured(self._readyz, _open), methods=["GET"]),
-            Route("/metrics", secured(self._metrics, gate), methods=["GET"]),
+            Route("/metrics", secured(self._metrics, metrics_gate), methods=["GET"]),
         ]
         for ch in self.channels.values():
             routes.extend(ch.routes(self.ingest))

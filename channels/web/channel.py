@@ -41,13 +41,15 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from pydantic import SecretStr
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
@@ -64,6 +66,7 @@ from channels.web.guard import (
     HostPolicy,
     SecuredApp,
     client_ip,
+    host_of,
     json_body,
     refusal,
     request_host,
@@ -189,6 +192,32 @@ class WebChannel(Channel):
             )
         remedy = self.hosts.remedy(name, token_set=token_set)
         return refusal(scope, name, self.hosts.describe(), remedy)
+
+    def metrics_gate(self, scope: Scope) -> Response | None:
+        """/metrics: open to any Host for a scraper (Prometheus asks for ``parley:8000``
+        or ``parley.default.svc``, and sends neither ``Sec-Fetch-Site`` nor ``Origin``);
+        a browser's request must come from no other site and, made by a page, name a
+        host the chat answers to: a DNS-rebound page is same-origin with its own name,
+        which the chat does not answer to."""
+        headers = Headers(scope=scope)
+        site = headers.get("sec-fetch-site")
+        origin = headers.get("origin")
+        if site is None and origin is None:
+            return None  # not a browser's fetch: a scraper, by whatever name it uses
+        if site in ("cross-site", "same-site"):
+            return PlainTextResponse(
+                "/metrics is not readable from another site's page.\n", status_code=403
+            )
+        if origin is not None:
+            token_set = self.settings.web_chat_token is not None
+            if not self.hosts.allows(host_of(urlsplit(origin).netloc), token_set=token_set):
+                return PlainTextResponse(
+                    f"/metrics is not readable from a page of {origin[:100]!r}.\n",
+                    status_code=403,
+                )
+        if site == "none" and origin is None:
+            return None  # typed in the address bar: no page asked for it
+        return self.gate(scope)
 
     @property
     def sessions(self) -> Sessions:

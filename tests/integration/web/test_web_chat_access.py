@@ -56,18 +56,17 @@ async def test_a_page_on_another_host_name_cannot_drive_the_chat(runtime: Any, r
     assert await ever_published(redis) == 0
 
 
-async def test_metrics_and_unknown_routes_answer_only_to_the_chats_host_names(
+async def test_unknown_routes_answer_only_to_the_chats_host_names(
     runtime: Any,
 ) -> None:
-    """A rebound page must not read /metrics either, nor probe routes; /healthz and
-    /readyz stay open to any Host (platform health checks); all carry the headers."""
+    """A rebound page must not probe routes; /healthz and /readyz stay open to any Host
+    (platform health checks); all carry the headers."""
     async with runtime("all", serve_web=True) as rt, _client(rt) as client:
         foreign = {"host": f"attacker.example:{rt.port}"}
-        for path in ("/metrics", "/no-such-route"):
-            r = await client.get(path, headers=foreign)
-            assert r.status_code == 403, (path, r.status_code)
-            assert "parley_" not in r.text and "attacker.example" in r.text
-            assert r.headers["content-security-policy"].startswith("default-src 'none'")
+        r = await client.get("/no-such-route", headers=foreign)
+        assert r.status_code == 403, r.status_code
+        assert "attacker.example" in r.text
+        assert r.headers["content-security-policy"].startswith("default-src 'none'")
         r = await client.post("/healthz", headers=foreign)
         assert r.status_code == 403
         for path, status in (("/healthz", 200), ("/readyz", 200)):
@@ -79,6 +78,42 @@ async def test_metrics_and_unknown_routes_answer_only_to_the_chats_host_names(
         for method, path, status in (("GET", "/no-such-route", 404), ("POST", "/healthz", 405)):
             r = await client.request(method, path)
             assert r.status_code == status and "content-security-policy" in r.headers
+
+
+async def test_metrics_answer_a_scraper_by_any_host_name_but_no_other_sites_page(
+    runtime: Any,
+) -> None:
+    """Prometheus scrapes by a service name (parley:8000 in docker-compose,
+    parley.default.svc in Kubernetes) and sends neither Sec-Fetch-Site nor Origin:
+    200. A browser's read from another site's page, or from a page whose name was
+    rebound to the chat (same-origin with that name), is refused; the headers stay."""
+    async with runtime("all", serve_web=True) as rt, _client(rt) as client:
+        for name in ("parley:8000", "parley.default.svc", f"attacker.example:{rt.port}"):
+            r = await client.get("/metrics", headers={"host": name})
+            assert r.status_code == 200 and "parley_" in r.text, (name, r.status_code)
+            assert r.headers["x-frame-options"] == "DENY"
+        here = f"127.0.0.1:{rt.port}"
+        for headers in (
+            {"host": here, "sec-fetch-site": "cross-site", "origin": "http://evil.example"},
+            {"host": here, "sec-fetch-site": "same-site"},
+            {"host": here, "origin": "http://evil.example"},
+            # a DNS-rebound page: same-origin as far as the browser knows
+            {"host": f"attacker.example:{rt.port}", "sec-fetch-site": "same-origin"},
+            {
+                "host": "parley:8000",
+                "sec-fetch-site": "same-origin",
+                "origin": "http://parley:8000",
+            },
+        ):
+            r = await client.get("/metrics", headers=headers)
+            assert r.status_code == 403 and "parley_" not in r.text, (headers, r.status_code)
+            assert r.headers["content-security-policy"].startswith("default-src 'none'")
+        for headers in (
+            {"host": here, "sec-fetch-site": "same-origin"},  # the chat's own page
+            {"host": "parley:8000", "sec-fetch-site": "none"},  # typed in the address bar
+        ):
+            r = await client.get("/metrics", headers=headers)
+            assert r.status_code == 200 and "parley_" in r.text, headers
 
 
 def test_host_names_the_chat_answers_to() -> None:
