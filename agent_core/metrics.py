@@ -82,7 +82,9 @@ class Metrics:
                 for field, v in deltas.items():
                     pipe.hincrbyfloat(keys.METRICS, field, v)
                 await pipe.execute()
-        except Exception:
+        except Exception:  # not on cancellation: the pipeline may have been applied
+            # (no transaction, no token); the runtime cancels a flush only in the
+            # bounded last flush of a shutdown, when the process exits anyway
             with self._lock:
                 for field, v in deltas.items():
                     self._pending[field] += v

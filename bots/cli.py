@@ -50,6 +50,10 @@ _logs = {"json": False}
 
 def _logging(level: str, fmt: str, secrets: list[str] | tuple[str, ...] = ()) -> None:
     setup_logging(level, fmt, secrets)
+    # "parley" carries only those operator lines: printed in text mode whatever
+    # LOG_LEVEL says, so not hidden by it with JSON either (its own level is what
+    # decides; the records still go to the root's JSON handler)
+    log.setLevel(logging.INFO)
     _logs["json"] = fmt == "json"
 
 

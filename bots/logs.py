@@ -32,6 +32,24 @@ class RedactFilter(logging.Filter):
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
         self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        # a secret as repr() shows it (a backslash, a quote or a control character
+        # escaped): in a message's %r, a traceback's locals, an unformattable record
+        self.forms = sorted(
+            {f for s in self.secrets for f in (s, repr(s)[1:-1])}, key=len, reverse=True
+        )
+
+    def clean(self, text: str) -> str:
+        text = redact_url_tokens(text)
+        for s in self.forms:
+            if s in text:
+                text = text.replace(s, "***")
+        return text
+
+    def _arg(self, arg: object) -> str:
+        try:
+            return self.clean(str(arg))
+        except Exception:
+            return f"<{type(arg).__name__}>"
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -40,23 +58,25 @@ class RedactFilter(logging.Filter):
             # a caller's format and arguments do not match ("%d" with a str, too few):
             # a filter's exception would reach the caller (Handler.filter is not
             # guarded), and the handler's own report prints the arguments unredacted,
-            # so log what was given, redacted, saying so
-            try:
-                text = f"{record.msg!r} with arguments {record.args!r}"
-            except Exception:
-                text = f"{type(record.msg).__name__} message"
+            # so log what was given, redacted, saying so: each argument redacted as
+            # text before the repr (which would escape a secret's backslash or quote
+            # so that it no longer matched)
+            args = record.args
+            given: object
+            if isinstance(args, dict):
+                given = {self._arg(k): self._arg(v) for k, v in args.items()}
+            elif isinstance(args, tuple):
+                given = tuple(self._arg(a) for a in args)
+            else:
+                given = self._arg(args)
+            text = f"{self._arg(record.msg)!r} with arguments {given!r}"
             record.msg = f"[unformattable log message: {type(exc).__name__}: {exc}] {text}"
             record.args = None
             msg = record.msg
-        red = redact_url_tokens(msg)
-        for s in self.secrets:
-            if s in red:
-                red = red.replace(s, "***")
+        red = self.clean(msg)
         if record.exc_info and record.exc_info[1] is not None:
-            text = redact_url_tokens(logging.Formatter().formatException(record.exc_info))
-            for s in self.secrets:
-                text = text.replace(s, "***")
-            record.exc_text = text
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = self.clean(text)
             record.exc_info = None
         if red != msg:
             record.msg, record.args = red, None

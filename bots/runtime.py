@@ -363,11 +363,15 @@ class Runtime:
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _flush_metrics(self) -> None:
-        """The metrics, and the spend counted with no budget limit set."""
+        """The metrics, and the spend counted with no budget limit set.  Bounded only
+        while the process drains or shuts down (the shutdown has a deadline); a
+        periodic flush runs to its end, so a slow reply is not cut off after Redis
+        has added the amounts (a cut-off flush keeps them for the next one)."""
         if self.clients is None:
             return
+        bound = self._step() if self.draining or self._deadline is not None else None
         try:
-            await asyncio.wait_for(self._flush_metrics_now(), self._step())
+            await asyncio.wait_for(self._flush_metrics_now(), bound)
         except TimeoutError:
             (log.warning if self.draining else log.debug)(
                 "metrics flush: no answer from Redis in time; skipped"

@@ -299,6 +299,10 @@ def unknown_names(given: Iterable[str], known: set[str]) -> list[str]:
 def _env_file_values() -> dict[str, str]:
     from dotenv import dotenv_values
 
+    # before any dotenv_values call (the first is early_log_settings', before logging
+    # is set up): python-dotenv's own warning about a bad line would reach the
+    # last-resort handler as plain text; _check_env_file reports the line once
+    logging.getLogger("dotenv.main").setLevel(logging.ERROR)
     try:
         return {k: v or "" for k, v in dotenv_values(ENV_FILE).items() if k}
     except (OSError, UnicodeDecodeError):

@@ -59,8 +59,10 @@ class BudgetGuard:
         self.s = settings
         self.clock = clock
         self._unbooked: dict[str, int] = {}  # key -> micro-dollars (book_later)
+        self._batches: list[tuple[str, dict[str, int]]] = []  # sent, outcome unknown
         self._reserve = redis.register_script(scripts.BUDGET_RESERVE)
         self._record = redis.register_script(scripts.BUDGET_RECORD)
+        self._book = redis.register_script(scripts.BUDGET_FLUSH)
 
     @property
     def enabled(self) -> bool:
@@ -152,23 +154,31 @@ class BudgetGuard:
             self._unbooked[key] = self._unbooked.get(key, 0) + cost
 
     async def flush(self) -> None:
-        """Add what :meth:`book_later` counted to the day's counters (one pipeline;
-        kept for the next flush if Redis fails)."""
-        pending, self._unbooked = self._unbooked, {}
-        if not pending:
-            return
-        try:
-            # MULTI/EXEC: a connection lost mid-pipeline applies all or nothing, so
-            # what is put back after a failure is not counted twice
-            async with self.redis.pipeline(transaction=True) as pipe:
-                for key, amount in pending.items():
-                    pipe.incrby(key, amount)
-                    pipe.expire(key, DAY_TTL)
-                await pipe.execute()
-        except BaseException:
-            for key, amount in pending.items():
-                self._unbooked[key] = self._unbooked.get(key, 0) + amount
-            raise
+        """Add what :meth:`book_later` counted to the day's counters, one script call
+        per batch; a batch whose outcome is unknown is kept for the next flush.
+
+        Each batch carries a token the script claims with SET NX as it adds the
+        amounts, so a retry is idempotent.  Putting the amounts back without one is
+        wrong when the call is cut off after it was sent (a cancellation, a reply
+        that comes late or is lost): Redis may have added them, and the next flush
+        would count them twice; dropping them instead would lose spend that was never
+        added.  With the token the retry adds them exactly once either way."""
+        batches, self._batches = self._batches, []
+        if self._unbooked:
+            batches.append((secrets.token_hex(8), self._unbooked))
+            self._unbooked = {}
+        while batches:
+            token, amounts = batches[0]
+            try:
+                await self._book(
+                    keys=[keys.budget_flushed(token), *amounts],
+                    args=[DAY_TTL, *amounts.values()],
+                    client=self.redis,
+                )
+            except BaseException:
+                self._batches = batches + self._batches  # retried, same token
+                raise
+            batches.pop(0)
 
     async def spend(self, user: str) -> Spend:
         with contextlib.suppress(RedisError, OSError):  # what this process booked later

@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -45,6 +45,8 @@ from agent_core.store import keys, scripts
 from agent_core.store.lease import Lease
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 FIRE_CLAIM_SECS = 7 * 86_400
 QUEUE_BATCH = 100
@@ -77,6 +79,7 @@ class Scheduler:
         self._unclaim = redis.register_script(scripts.DELETE_IF_HELD)
         self.leader = False
         self.tasks: set[asyncio.Task[str]] = set()
+        self._steps: set[asyncio.Task[Any]] = set()  # see _whole
         self.ticks = 0
 
     # -- leadership --------------------------------------------------------------
@@ -117,7 +120,8 @@ class Scheduler:
     async def _tick_or_stop(self, stop: asyncio.Event, after_stop: float = 2.0) -> None:
         """A tick; on ``stop`` it gets ``after_stop`` seconds more, then is cancelled:
         a Redis that stopped answering (no read timeout) must not hold the process
-        past the platform's kill."""
+        past the platform's kill.  What the tick already took from Redis (queued runs,
+        a claimed fire) still starts its runs (:meth:`_whole`)."""
         tick = asyncio.ensure_future(self.tick())
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -134,6 +138,8 @@ class Scheduler:
         await tick  # its result or its exception
 
     async def _drain(self, grace: float = 5.0) -> None:
+        if self._steps:  # what a cancelled tick left: let it start its runs first
+            await asyncio.wait(set(self._steps), timeout=grace)
         if not self.tasks:
             return
         _, pending = await asyncio.wait(set(self.tasks), timeout=grace)
@@ -167,19 +173,39 @@ class Scheduler:
                 continue
             if due > now:
                 continue
-            await self.store.set_last_fire(r.name, now)
-            claim = keys.routine_fire(r.name, int(due))
-            if not await self.redis.set(claim, self.owner, nx=True, ex=FIRE_CLAIM_SECS):
-                continue  # another leader fired this one
-            if due < now - 2 * self.tick_secs - 60:
-                log.info("routine %s: missed its %s fire while down; running it once", r.name, due)
-            self._spawn(r.name, self._fire(r, due, st.last_fire, now, claim))
-            started.append(r.name)
-        started += await self._drain_queue()
+            if await self._whole(self._claim_and_spawn(r, due, st.last_fire, now)):
+                started.append(r.name)
+        started += await self._whole(self._drain_queue())
         if self.heartbeat is not None and await self.heartbeat.due(now):
             self._spawn("heartbeat", self.heartbeat.tick(now))
             started.append("heartbeat")
         return started
+
+    async def _whole(self, step: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``step`` to its end even if the tick is cancelled (2 s after stop):
+        cut between taking something from Redis (queued runs popped, a fire's last
+        fire written and claimed) and starting its run, the run would be lost.  The
+        step goes on in a task of its own, which the stop's drain waits for."""
+        task = asyncio.ensure_future(step)
+        self._steps.add(task)
+        task.add_done_callback(self._step_done)
+        return await asyncio.shield(task)
+
+    def _step_done(self, task: asyncio.Task[Any]) -> None:
+        self._steps.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # retrieved here: after a cancelled tick nothing awaits it
+            log.debug("scheduler: a step failed (%s)", type(exc).__name__)
+
+    async def _claim_and_spawn(self, r: Routine, due: float, prev: float, now: float) -> bool:
+        await self.store.set_last_fire(r.name, now)
+        claim = keys.routine_fire(r.name, int(due))
+        if not await self.redis.set(claim, self.owner, nx=True, ex=FIRE_CLAIM_SECS):
+            return False  # another leader fired this one
+        if due < now - 2 * self.tick_secs - 60:
+            log.info("routine %s: missed its %s fire while down; running it once", r.name, due)
+        self._spawn(r.name, self._fire(r, due, prev, now, claim))
+        return True
 
     async def _fire(self, r: Routine, due: float, prev: float, now: float, claim: str) -> str:
         """Run a cron fire; cut off by a stopping worker, give the fire back: the last

@@ -233,11 +233,45 @@ def _options_problem(exc: Exception) -> str:
     )
 
 
+async def _ping_once(redis: Redis) -> None:
+    """PING on a connection of its own, with the pool's options.  PING_TIMEOUT counts
+    from the moment the socket is up: connecting (SOCKET_TIMEOUT an attempt, times
+    any retries) fails with its own error, a blackholed host's included; a
+    server that accepts the connection but does not answer the handshake or the
+    PING raises TimeoutError after PING_TIMEOUT."""
+    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+
+    async def answered() -> None:
+        await conn.connect()
+        await conn.send_command("PING")
+        await conn.read_response()
+
+    task = asyncio.ensure_future(answered())
+    loop = asyncio.get_running_loop()
+    deadline: float | None = None
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.1)
+            if deadline is None and conn.is_connected:
+                deadline = loop.time() + PING_TIMEOUT
+            if deadline is not None and loop.time() >= deadline and not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+                raise TimeoutError
+        task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        with contextlib.suppress(Exception):
+            await conn.disconnect(nowait=True)
+
+
 async def check_reachable(clients: RedisClients) -> None:
     """PING once (answered within PING_TIMEOUT); a failure becomes one clear
     ConfigError line."""
     try:
-        await asyncio.wait_for(clients.redis.ping(), PING_TIMEOUT)
+        await _ping_once(clients.redis)
     except TimeoutError:
         raise ConfigError(
             [

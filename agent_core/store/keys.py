@@ -176,6 +176,11 @@ def budget_user(day: str, qualified_user: str) -> str:
     return f"{PREFIX}{{budget}}:user:{day}:{qualified_user}"
 
 
+def budget_flushed(token: str) -> str:
+    """STRING set when a batch of spend counted for later was added (idempotent retry)."""
+    return f"{PREFIX}{{budget}}:flushed:{token}"
+
+
 def budget_reserved(day: str) -> str:
     """HASH reservation id -> micro-dollars held by LLM calls in flight."""
     return f"{PREFIX}{{budget}}:reserved:{day}"

@@ -432,6 +432,21 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 return {d, u}
 """
 
+# KEYS: flush token, then counters ; ARGV: ttl_s, then one amount per counter
+# Adds the amounts a process counted for later (Budget.book_later), once per token:
+# a flush retried after an unknown outcome (its reply lost or too late, the caller
+# cancelled) with the same token adds nothing the second time.  Returns 1 if added.
+BUDGET_FLUSH = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  return 0
+end
+for i = 2, #KEYS do
+  redis.call('INCRBY', KEYS[i], ARGV[i])
+  redis.call('EXPIRE', KEYS[i], ARGV[1])
+end
+return 1
+"""
+
 # KEYS: window zset, notice flag ; ARGV: now_ms, window_ms, limit, member
 # Sliding window of inbound messages per user.  1 allowed; 2 refused and the
 # user should be told; 3 refused, already told in this window.  Idempotent on

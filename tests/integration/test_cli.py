@@ -256,3 +256,38 @@ def test_log_format_json_is_one_object_per_line_on_both_streams(
     said = [str(x["msg"]) for x in records]
     assert any(m.startswith("Parley ") and "process role: worker" in m for m in said), said
     assert any(m.startswith("stopping:") for m in said) and "stopped" in said, said
+
+
+def test_log_level_warning_does_not_hide_the_operator_lines_with_json(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """Text mode prints `parley release`'s and `doctor`'s results whatever LOG_LEVEL
+    says; with LOG_FORMAT=json they were INFO records, dropped at WARNING."""
+    env = {"LOG_FORMAT": "json", "LOG_LEVEL": "WARNING", "LLM_BACKEND": "demo"}
+    env["REDIS_URL"] = valkey.url
+    env["PARLEY_DATA_DIR"] = str(tmp_path)
+    for args in (["release"], ["doctor"]):
+        r = parley(args, env, timeout=60)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        said = [str(x["msg"]) for x in _json_lines(r.stdout) + _json_lines(r.stderr)]
+        assert any(m.startswith(f"{args[0]}: ") for m in said), said
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_bad_env_file_line_is_reported_once_in_the_chosen_format(
+    valkey: EmbeddedValkey, tmp_path: Path, fmt: str
+) -> None:
+    """python-dotenv's own warning about the line, logged while reading LOG_FORMAT
+    before logging was set up, was a plain-text line beside Parley's report."""
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"LOG_FORMAT={fmt}\nthis is not valid\n")
+    env = {"PARLEY_ENV_FILE": str(env_file), "LLM_BACKEND": "demo", "REDIS_URL": valkey.url}
+    env["PARLEY_DATA_DIR"] = str(tmp_path)
+    r = parley(["release"], env, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    if fmt == "json":
+        said = [str(x["msg"]) for x in _json_lines(r.stdout) + _json_lines(r.stderr)]
+    else:
+        said = (r.stdout + r.stderr).splitlines()
+    assert not [m for m in said if "python-dotenv" in m], said
+    assert len([m for m in said if "line 2 cannot be parsed" in m]) == 1, said

@@ -119,3 +119,56 @@ async def test_doctor_warns_when_the_processes_may_open_more_than_the_server_acc
     row = {c.name: c for c in await doctor(capped)}["redis connections"]
     assert row.ok, row
     assert "accepts 40" in row.detail and "9 " in row.detail, row.detail
+
+
+async def _refused_line(url: str) -> str:
+    from agent_core.store.client import check_reachable
+
+    clients = make_clients(url)
+    try:
+        with pytest.raises(ConfigError) as err:
+            await check_reachable(clients)
+    finally:
+        await clients.close()
+    [line] = err.value.problems
+    return line
+
+
+async def test_a_host_that_never_accepts_reports_the_connect_error_not_no_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start-up PING's bound wrapped the connect, so a connect taking longer
+    than it (SOCKET_TIMEOUT an attempt, times the attempts if redis-py retries)
+    said "no answer in 10 s" without the connect error and its hint.  Scaled down:
+    a blackholed connect times out after 0.5 s, PING_TIMEOUT is 0.3 s."""
+    import redis.asyncio.connection as rconn
+
+    from agent_core.store import client
+
+    async def blackholed(self: Any) -> None:
+        await asyncio.sleep(0.5)
+        raise TimeoutError
+
+    monkeypatch.setattr(client, "PING_TIMEOUT", 0.3)
+    monkeypatch.setattr(rconn.Connection, "_connect", blackholed)
+    line = await _refused_line("redis://192.0.2.1:6379")
+    assert "Timeout connecting to server" in line and "no answer" not in line, line
+    assert "unset REDIS_URL" in line or "heroku" in line, line
+
+
+async def test_a_server_that_accepts_but_never_answers_is_no_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent_core.store import client
+
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.read()  # never answers
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setattr(client, "PING_TIMEOUT", 0.3)
+    try:
+        line = await _refused_line(f"redis://:pw@127.0.0.1:{port}")  # AUTH, then PING
+    finally:
+        server.close()
+    assert "no answer in 0.3 s" in line, line

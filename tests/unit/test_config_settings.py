@@ -500,6 +500,25 @@ async def test_redis_url_with_tls_query_on_plain_scheme_is_config_error() -> Non
     assert "rediss://" in exc.value.problems[0]
 
 
+class _RefusingRedis:
+    """A client whose connection (check_reachable opens one of its own) fails."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.connection_pool = self
+
+    def make_connection(self) -> _RefusingRedis:
+        return self
+
+    is_connected = False
+
+    async def connect(self) -> None:
+        raise self.error
+
+    async def disconnect(self, nowait: bool = False) -> None:
+        pass
+
+
 async def test_self_signed_rediss_error_names_redis_tls_insecure() -> None:
     """Heroku Redis without REDIS_TLS_INSECURE=true: the line names the setting
     that fixes it."""
@@ -507,14 +526,13 @@ async def test_self_signed_rediss_error_names_redis_tls_insecure() -> None:
 
     from agent_core.store.client import RedisClients, check_reachable
 
-    class _Redis:
-        async def ping(self) -> None:
-            raise RedisConnectionError(
-                "Error 1 connecting to h:6380. [SSL: CERTIFICATE_VERIFY_FAILED] certificate "
-                "verify failed: self-signed certificate in certificate chain (_ssl.c:1006)."
-            )
-
-    clients = RedisClients("rediss://:pw@h:6380", _Redis(), _Redis())  # type: ignore[arg-type]
+    refused = _RefusingRedis(
+        RedisConnectionError(
+            "Error 1 connecting to h:6380. [SSL: CERTIFICATE_VERIFY_FAILED] certificate "
+            "verify failed: self-signed certificate in certificate chain (_ssl.c:1006)."
+        )
+    )
+    clients = RedisClients("rediss://:pw@h:6380", refused, refused)  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as exc:
         await check_reachable(clients)
     assert "REDIS_TLS_INSECURE=true" in exc.value.problems[0], exc.value.problems[0]
@@ -594,15 +612,15 @@ async def test_unreachable_redis_on_heroku_points_to_the_add_on(
 
     from agent_core.store.client import RedisClients, check_reachable
 
-    class _Redis:
-        async def ping(self) -> None:
-            raise RedisConnectionError("Error 111 connecting to h:6379. Connection refused.")
+    refused = _RefusingRedis(
+        RedisConnectionError("Error 111 connecting to h:6379. Connection refused.")
+    )
 
     if dyno:
         monkeypatch.setenv("DYNO", dyno)
     else:
         monkeypatch.delenv("DYNO", raising=False)
-    clients = RedisClients("redis://:pw@h:6379", _Redis(), _Redis())  # type: ignore[arg-type]
+    clients = RedisClients("redis://:pw@h:6379", refused, refused)  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as exc:
         await check_reachable(clients)
     line = exc.value.problems[0]

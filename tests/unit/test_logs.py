@@ -98,3 +98,34 @@ def test_a_bad_format_in_a_library_log_call_never_raises_into_the_caller() -> No
         assert "sk-test-SECRET" not in out and "***" in lines[1], out
         if isinstance(fmt, JsonFormatter):
             assert [orjson.loads(line)["level"] for line in lines] == ["warning", "warning"]
+
+
+SECRETS_REPR_ESCAPES = ["p4ss\\w0rd", "it's\"quoted", "tab\there"]
+
+
+def test_an_unformattable_record_redacts_secrets_that_repr_escapes() -> None:
+    """The arguments of a record whose format does not match were printed with
+    repr(), which escapes a backslash, a quote or a control character: the secret
+    no longer matched and printed in clear (escaped)."""
+    for fmt in (logging.Formatter("%(message)s"), JsonFormatter()):
+        log, buf = _logger(fmt, SECRETS_REPR_ESCAPES)
+        for secret in SECRETS_REPR_ESCAPES:
+            log.warning("retry %d of %d", secret)
+            log.warning("retry %d of %d", f"x{secret}y", 3)
+            log.warning("retry %(n)d", {"n": secret})
+        out = buf.getvalue()
+        assert out.count("unformattable") == 9, out
+        for secret in SECRETS_REPR_ESCAPES:
+            for form in (secret, repr(secret)[1:-1], orjson.dumps(secret).decode()[1:-1]):
+                assert form not in out, (form, out)
+
+
+def test_a_secret_logged_with_repr_is_redacted() -> None:
+    log, buf = _logger(logging.Formatter("%(message)s"), SECRETS_REPR_ESCAPES)
+    for secret in SECRETS_REPR_ESCAPES:
+        log.info("key %r", secret)
+        log.info("key %s", secret)
+    out = buf.getvalue()
+    assert len(out.splitlines()) == 6 and all("***" in x for x in out.splitlines()), out
+    for secret in SECRETS_REPR_ESCAPES:
+        assert secret not in out and repr(secret)[1:-1] not in out, out

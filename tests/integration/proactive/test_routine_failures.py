@@ -266,3 +266,54 @@ async def test_a_cut_off_fire_never_undoes_a_later_leaders_fire(pworld: Any) -> 
     await p.scheduler._drain(grace=0.1)  # this leader's run is cut off
     assert await w.redis.hget(keys.routine_state("hourly"), "last_fire") == later.encode()
     assert await w.redis.get(claim) == b"b"
+
+
+# --- a tick cancelled 2 s after stop (Redis slow) ----------------------------------
+async def _cancel_tick_inside(p: Any, obj: Any, attr: str) -> None:
+    """Tick, and cancel the tick once ``obj.attr`` has done its work in Redis but
+    before it returns (what cancelling a tick waiting on a slow Redis can hit)."""
+    real = getattr(obj, attr)
+    done, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held(*a: Any, **k: Any) -> Any:
+        out = await real(*a, **k)
+        done.set()
+        await go_on.wait()
+        return out
+
+    setattr(obj, attr, held)
+    try:
+        tick = asyncio.create_task(p.scheduler.tick())
+        await done.wait()
+        tick.cancel()
+        await asyncio.gather(tick, return_exceptions=True)
+        assert tick.cancelled()
+        go_on.set()
+        await p.scheduler._drain(grace=10.0)  # the stop goes on
+    finally:
+        setattr(obj, attr, real)
+
+
+async def test_a_tick_cancelled_after_popping_queued_runs_still_runs_them(
+    pworld: Any,
+) -> None:
+    """A cancel between the LPOP of the queue and starting the runs lost them."""
+    w = pworld(FnModel(lambda req: Completion("done")))
+    await w.start()
+    p = w.proactive(FakeClock(start=1_767_225_600.0), owner="a")
+    r = Routine(name="manual", trigger="manual", prompt="x", notify="telegram:500")
+    assert await p.store.add(validate(r))
+    await p.store.queue_run("manual")
+    await _cancel_tick_inside(p, p.scheduler.redis, "lpop")
+    assert [x.trigger for x in await p.store.runs("manual")] == ["manual"]
+    assert texts_to(w, TG) == ["done"]
+
+
+async def test_a_tick_cancelled_after_writing_a_fire_still_runs_it(pworld: Any) -> None:
+    """A cancel between writing the last fire (or the claim) and starting the run
+    skipped that fire with nothing given back."""
+    w, clock, p = await _hourly_on(pworld)
+    clock.advance(3600 + 1)
+    await _cancel_tick_inside(p, p.store, "set_last_fire")
+    assert [x.outcome for x in await p.store.runs("hourly")] == ["sent"]
+    assert texts_to(w, TG) == ["report"]
