@@ -15,6 +15,12 @@ so a worker could not stop a turn at shutdown.  Dead connections are found
 instead by TCP keepalive (idle 10 s, 3 probes 5 s apart: ~25 s), by
 ``TCP_USER_TIMEOUT`` (25 s of data unacknowledged, where the platform has it),
 redis-py's health check, and the connect timeout.
+
+Neither retries a command.  A command whose connection broke may have run without
+its reply arriving (an INCRBY of a spend counter, an XADD, a script), and redis-py
+would send it again on a fresh connection.  The error goes to the caller instead,
+whose own recovery is idempotent: the message stays in the stream for the worker,
+a webhook is answered 503 and delivered again, the next command connects again.
 """
 
 from __future__ import annotations
@@ -32,11 +38,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from agent_core.errors import ConfigError
 from agent_core.settings import DB_PATH_PROBLEM, redis_db_path_ok
@@ -102,8 +106,7 @@ def url_secrets(url: str) -> list[str]:
 
 def _kwargs(url: str, tls_insecure: bool) -> dict[str, Any]:
     kw: dict[str, Any] = {
-        "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=3),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "retry": Retry(NoBackoff(), retries=0),  # never send a command twice (above)
         "health_check_interval": 30,
     }
     if url.startswith("rediss://") and tls_insecure:
