@@ -68,7 +68,12 @@ async def plan(
             out.append(Planned(call, tool, answer=f"error: invalid arguments: {exc}"))
             continue
         trusted = call.name in always_approved and tool.allow_always
-        ask = tool.needs_approval(args) and not trusted
+        try:
+            ask = tool.needs_approval(args) and not trusted
+        except Exception as exc:  # a tool's own policy failed: not run, never unasked
+            log.exception("tool %s: approval policy failed", call.name)
+            out.append(Planned(call, tool, answer=f"error: not run ({type(exc).__name__})"))
+            continue
         out.append(Planned(ToolCall(call.id, call.name, checked.arguments), tool, args, ask))
     return out
 
@@ -77,18 +82,24 @@ async def run_one(p: Planned, ctx: ToolContext, default_timeout: float, limit: i
     if p.answer is not None:
         return p.answer
     assert p.tool is not None and p.args is not None
-    timeout = p.tool.timeout or default_timeout
+    timeout = p.tool.time_limit(ctx.settings) or default_timeout
+    deadline = asyncio.timeout(timeout)
     try:
-        async with asyncio.timeout(timeout):
+        async with deadline:
             text = await p.tool.run(p.args, ctx)
+        if not isinstance(text, str):  # a tool's bug: one error result, not a failed round
+            raise TypeError(f"returned {type(text).__name__}, not text")
+        text = cap(text, limit)
     except TimeoutError:
-        return f"error: {p.call.name} timed out after {timeout:g} s"
+        if deadline.expired():
+            return f"error: {p.call.name} timed out after {timeout:g} s"
+        log.exception("[%s] tool %s failed", ctx.thread, p.call.name)
+        return f"error: {p.call.name} failed (TimeoutError)"
     except ToolError as exc:
         return f"error: {exc}"
     except Exception as exc:
         log.exception("[%s] tool %s failed", ctx.thread, p.call.name)
         return f"error: {p.call.name} failed ({type(exc).__name__})"
-    text = cap(text, limit)
     if getattr(p.tool, "external", False):
         text = DATA_MARK.format(name=p.call.name) + text
     return text

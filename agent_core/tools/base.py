@@ -68,6 +68,11 @@ class Tool(ABC, Generic[A]):
     external: ClassVar[bool] = False  # brings in outside content: output is marked as data
     allow_always: ClassVar[bool] = True  # False: "Always" approves this call only
 
+    def time_limit(self, settings: CoreSettings) -> float | None:
+        """The limit the executor puts on one call; None: TOOL_TIMEOUT_SECS.  A tool
+        with a setting of its own (SHELL_TOOL_TIMEOUT_SECS) answers from it."""
+        return type(self).timeout
+
     def needs_approval(self, args: A) -> bool:
         policy = type(self).approval
         if policy is Approval.NEVER:

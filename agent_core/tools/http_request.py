@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import zlib
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,6 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.ssrf import Refused, check_url
+
+if TYPE_CHECKING:
+    from agent_core.settings import CoreSettings
 
 MAX_BODY = 1_000_000
 MAX_REDIRECTS = 5
@@ -153,6 +156,10 @@ class HttpRequest(Tool[HttpArgs]):
     approval = _needs_approval
     external = True
 
+    def time_limit(self, settings: CoreSettings) -> float:
+        # HTTP_TOOL_TIMEOUT_SECS bounds the whole request (run); a little over it here.
+        return settings.http_tool_timeout_secs + 2.0
+
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -239,6 +246,15 @@ class HttpRequest(Tool[HttpArgs]):
                 await resp.aclose()
             shown = ("content-type", "content-length", "location", "date")
             head = "\n".join(f"{k}: {v}" for k, v in resp.headers.items() if k.lower() in shown)
-            text = bytes(data[:MAX_BODY]).decode(resp.encoding or "utf-8", errors="replace")
+            text = _decoded(bytes(data[:MAX_BODY]), resp.encoding)
             return f"HTTP {resp.status_code} {resp.reason_phrase}\n{head}\n\n{text}"
         raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")
+
+
+def _decoded(body: bytes, charset: str | None) -> str:
+    """The body as text in its declared charset; a charset Python does not know, or
+    knows as no text encoding (``base64``, ``rot13``), is read as UTF-8."""
+    try:
+        return body.decode(charset or "utf-8", errors="replace")
+    except (LookupError, UnicodeError):
+        return body.decode("utf-8", errors="replace")

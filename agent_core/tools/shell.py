@@ -13,10 +13,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
+
+if TYPE_CHECKING:
+    from agent_core.settings import CoreSettings
 
 MAX_CAPTURE = 256_000  # bytes read from the process; the LLM sees less (capped later)
 
@@ -134,6 +138,10 @@ class RunShell(Tool[ShellArgs]):
     approval = Approval.ALWAYS
     allow_always = False  # a shell is never approved for the rest of a conversation
     external = True
+
+    def time_limit(self, settings: CoreSettings) -> float:
+        # The command's own limit, plus time to kill its group and return its output.
+        return settings.shell_tool_timeout_secs + 5.0
 
     async def run(self, args: ShellArgs, ctx: ToolContext) -> str:
         s = ctx.settings

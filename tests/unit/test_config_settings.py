@@ -560,6 +560,14 @@ def test_container_files_bind_all_interfaces_explicitly() -> None:
     assert 'HOST: "0.0.0.0"' in (ROOT / "deploy" / "docker-compose.yml").read_text()
 
 
+def test_the_container_does_not_run_parley_as_root() -> None:
+    """run_shell's protection of Parley's secrets (non-dumpable, docs/tools.md) does
+    not hold for root, so the shipped image runs as its own user."""
+    lines = (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+    users = [ln.split(None, 1)[1].strip() for ln in lines if ln.upper().startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+
+
 def test_secret_extra_header_values_are_redacted_in_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     from bots.settings import load_settings
 

@@ -1,5 +1,7 @@
 """run_shell returns when the command exits (what it left in the background is
-stopped), and http_request's timeout bounds the whole request, not each read."""
+stopped), http_request's timeout bounds the whole request, not each read, and each
+has its own limit (SHELL_ / HTTP_TOOL_TIMEOUT_SECS, not TOOL_TIMEOUT_SECS); a tool's
+bug (a result that is not text, a failing approval policy) is one call's error."""
 
 from __future__ import annotations
 
@@ -8,12 +10,19 @@ import os
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+from agent_core.agent.executor import Planned, plan, run_many, run_one
+from agent_core.agent.hooks import Hooks, ToolHookContext
 from agent_core.events import ThreadKey
+from agent_core.llm.base import ToolCall
 from agent_core.settings import CoreSettings
-from agent_core.tools.base import ToolContext, ToolError
+from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.http_request import HttpArgs, HttpRequest
+from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.shell import RunShell, ShellArgs
+
+HOOK_CTX = ToolHookContext(ThreadKey("web", "local", "tools", ""), "web:u1")
 
 
 def ctx(**settings: Any) -> ToolContext:
@@ -65,3 +74,136 @@ async def test_the_http_timeout_bounds_a_slowly_trickling_response() -> None:
     finally:
         await tool.shutdown()
         server.close()
+
+
+async def test_shell_timeout_setting_is_honoured_when_above_tool_timeout(tmp_path) -> None:
+    # An operator raises SHELL_TOOL_TIMEOUT_SECS for a slow command: TOOL_TIMEOUT_SECS
+    # (default 60) cut it before its own limit.
+    c = ctx(tool_timeout_secs=1, shell_tool_timeout_secs=10, shell_tool_workdir=str(tmp_path))
+    tool = RunShell()
+    p = Planned(ToolCall("c1", "run_shell", {}), tool, ShellArgs(command="sleep 2; echo done"))
+    out = await run_one(p, c, c.settings.tool_timeout_secs, 16_000)
+    assert "done" in out, out
+
+
+async def test_http_timeout_setting_is_honoured_when_above_tool_timeout() -> None:
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(2)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = ctx(tool_timeout_secs=1, http_tool_timeout_secs=10, http_tool_allowed_hosts="127.0.0.1")
+    tool = HttpRequest()
+    try:
+        p = Planned(
+            ToolCall("c1", "http_request", {}), tool, HttpArgs(url=f"http://127.0.0.1:{port}/")
+        )
+        out = await run_one(p, c, c.settings.tool_timeout_secs, 16_000)
+    finally:
+        await tool.shutdown()
+        server.close()
+    assert "HTTP 200" in out, out
+
+
+async def test_http_page_with_non_text_charset_is_shown_not_a_failure() -> None:
+    # A server labels its page charset=base64 (Python's codec, no text encoding): the
+    # tool failed with LookupError (a traceback in the log) instead of showing the page.
+    async def page(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = b"hello world"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=base64\r\n"
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(page, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = ctx(http_tool_allowed_hosts="127.0.0.1")
+    tool = HttpRequest()
+    try:
+        p = Planned(
+            ToolCall("c1", "http_request", {}), tool, HttpArgs(url=f"http://127.0.0.1:{port}/")
+        )
+        out = await run_one(p, c, 60, 16_000)
+    finally:
+        await tool.shutdown()
+        server.close()
+    assert "HTTP 200" in out, out
+
+
+class NoneArgs(BaseModel):
+    pass
+
+
+class ReturnsNone(Tool[NoneArgs]):
+    name = "returns_none"
+    description = "a tool with a bug: returns None"
+    args_model = NoneArgs
+
+    async def run(self, args: NoneArgs, ctx: ToolContext) -> str:
+        return None  # type: ignore[return-value]
+
+
+class Slowish(Tool[NoneArgs]):
+    name = "slowish"
+    description = "takes a moment"
+    args_model = NoneArgs
+    finished = False
+
+    async def run(self, args: NoneArgs, ctx: ToolContext) -> str:
+        await asyncio.sleep(0.3)
+        Slowish.finished = True
+        return "slow ok"
+
+
+async def test_a_tool_returning_non_text_is_an_error_result_not_a_crash() -> None:
+    # A buggy tool's return value was capped outside run_one's try: the TaskGroup
+    # raised, the call beside it was cancelled and the whole turn failed.
+    c = ctx()
+    planned = [
+        Planned(ToolCall("a", "returns_none", {}), ReturnsNone(), NoneArgs()),
+        Planned(ToolCall("b", "slowish", {}), Slowish(), NoneArgs()),
+    ]
+    outs = await run_many(planned, c, 60, 16_000)
+    assert outs[0].startswith("error:") and outs[1] == "slow ok", outs
+
+
+class RaisesTimeout(Tool[NoneArgs]):
+    name = "raises_timeout"
+    description = "fails at once with its own TimeoutError"
+    args_model = NoneArgs
+
+    async def run(self, args: NoneArgs, ctx: ToolContext) -> str:
+        raise TimeoutError
+
+
+class PolicyFails(Tool[NoneArgs]):
+    name = "policy_fails"
+    description = "its approval policy raises"
+    args_model = NoneArgs
+
+    def needs_approval(self, args: NoneArgs) -> bool:
+        raise RuntimeError("bug")
+
+    async def run(self, args: NoneArgs, ctx: ToolContext) -> str:
+        raise AssertionError("never run")
+
+
+async def test_a_tools_own_timeout_error_is_not_called_a_timeout() -> None:
+    p = Planned(ToolCall("a", "raises_timeout", {}), RaisesTimeout(), NoneArgs())
+    assert await run_one(p, ctx(), 60, 16_000) == "error: raises_timeout failed (TimeoutError)"
+
+
+async def test_a_failing_approval_policy_answers_that_call_only() -> None:
+    registry = ToolRegistry([PolicyFails(), Slowish()])
+    calls = [ToolCall("a", "policy_fails", {}), ToolCall("b", "slowish", {})]
+    planned = await plan(calls, registry, {"policy_fails", "slowish"}, set(), Hooks(), HOOK_CTX)
+    assert planned[0].answer == "error: not run (RuntimeError)"
+    assert planned[1].answer is None and not planned[1].ask
