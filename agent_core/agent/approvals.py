@@ -150,10 +150,17 @@ OWN_BLOCK: dict[str, dict[str, tuple[int | None, bool]]] = {
 }
 _BACKTICKS = re.compile(r"`+")
 # Characters that would make the shown text differ from what runs: control
-# characters (a carriage return reads as a new line) and the Unicode marks that
-# reorder or hide text ("Trojan Source" bidi overrides, zero-width characters).
+# characters, C1 included (a carriage return or U+0085 reads as a new line), line
+# and paragraph separators, and the Unicode marks that reorder or hide text
+# ("Trojan Source" bidi overrides, zero-width and other default-ignorable
+# characters: soft hyphen, fillers, variation selectors and tag characters, which
+# can carry hidden text).
 _INVISIBLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5"
+    "\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f"
+    "\ufeff\uffa0\ufff9-\ufffb\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd"
+    "\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff]"
 )
 
 

@@ -152,3 +152,21 @@ def test_slack_splits_a_command_longer_than_a_message_losing_nothing(command: st
         pieces += _blocks(text)
     assert "".join(pieces) == command
     assert posts[-1].blocks[-1]["type"] == "actions"  # the buttons on the last one
+
+
+def test_every_invisible_or_line_breaking_character_is_shown_by_name() -> None:
+    """Soft hyphens, U+2028 / U+0085 line breaks, variation selectors and tag
+    characters (which can carry a hidden text) passed through unnamed; now every
+    control, format and separator character but tab and newline is named, and the
+    default-ignorable fillers and variation selectors with them."""
+    import unicodedata
+
+    named = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u034f", "\u17b4", "\ufe0f", "\U000e0100"}
+    for code in range(0x110000):
+        ch = chr(code)
+        if ch in "\t\n":
+            continue
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") or ch in named:
+            shown = ap.code_block(f"a{ch}b")
+            assert ch not in shown, f"U+{code:04X} {unicodedata.name(ch, '')}"
+            assert f"U+{code:04X}" in shown or chr(0x2400 + code) in shown or "\u2421" in shown
