@@ -178,15 +178,23 @@ class DiscordOutbox:
         self, channel_id: str, *, droppable: bool = False, creates: bool = False
     ) -> bool:
         """Wait for a slot; ``creates``: a new message, whose part claim the agent
-        makes in the booking's round trip when no wait is due."""
+        makes in the booking's round trip when no wait is due.
+
+        A droppable edit gets False rather than waiting.  Any other send waits at
+        most DISCORD_MAX_RETRY_WAIT: a longer wait (a long 429 some worker met,
+        which pauses the pace for its full retry_after) raises SendRateLimited, as
+        discord.py does for such a 429, instead of sleeping it out."""
         paces = [
             (channel_pace(channel_id), self._settings.discord_channel_pace_secs),
             (GLOBAL_PACE, self._settings.discord_global_pace_secs),
         ]
+        longest = 0.25 if droppable else self._settings.discord_max_retry_wait
         delay = await self._pacer.reserve(
-            paces, max_wait=0.25 if droppable else None, claim=wire_claim() if creates else None
+            paces, max_wait=longest, claim=wire_claim() if creates else None
         )
         if delay is None:
+            if not droppable:
+                raise SendRateLimited(longest, "Discord asks for a longer wait than allowed")
             return False
         if delay > 0:
             await asyncio.sleep(delay)

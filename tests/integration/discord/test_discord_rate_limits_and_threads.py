@@ -15,6 +15,7 @@ import pytest
 from discord_harness import Gateway, ready_gateway
 from redis.asyncio import Redis
 
+from agent_core.errors import SendRateLimited
 from agent_core.events import (
     Action,
     Button,
@@ -227,3 +228,18 @@ async def test_dropped_connection_deferring_a_press_is_logged_not_raised(
             "the warning",
         )
     assert not [r for r in caplog.records if r.exc_info], "an exception escaped on_press"
+
+
+async def test_a_long_429_fails_the_next_send_too_instead_of_sleeping_it_out(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """A slowmode 429 asking for 10 minutes failed that send (DISCORD_MAX_RETRY_WAIT
+    is 30 s), but the next answer in the channel hung for the 10 minutes."""
+    fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/messages$", 600.0)
+    with pytest.raises(SendRateLimited):
+        await outbox.send(THREAD, OutboundMessage("part one"))
+    posts = len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$"))
+    # the timeout only avoids a hang: the old code slept the 600 s here
+    with pytest.raises(SendRateLimited):
+        await asyncio.wait_for(outbox.send(THREAD, OutboundMessage("next answer")), 10.0)
+    assert len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")) == posts
