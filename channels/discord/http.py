@@ -30,6 +30,8 @@ import discord
 import yarl
 from discord.http import HTTPClient, Route
 
+from channels import url_tokens
+
 log = logging.getLogger(__name__)
 
 # (the pace a 429 pauses: "global", "channel:<id>" or "" for a route of its own,
@@ -75,6 +77,9 @@ class ParleyHTTPClient(HTTPClient):
         request_timeout: float | None = None,
         connector: aiohttp.BaseConnector | None = None,
     ) -> None:
+        # discord.py logs request URLs (a 429 at WARNING): an interaction's token
+        # is in the path of its response and follow-ups
+        url_tokens.install("discord.http")
         trace: aiohttp.TraceConfig | None = None
         if on_rate_limited is not None:
             trace = aiohttp.TraceConfig()

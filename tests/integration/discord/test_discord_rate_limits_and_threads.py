@@ -132,6 +132,33 @@ async def test_429_on_one_interaction_follow_up_does_not_pause_the_whole_bot(
     assert delay is not None and delay < 0.5, f"every answer of the bot now waits {delay}s"
 
 
+async def test_interaction_token_is_masked_in_discord_py_429_warning(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, caplog: pytest.LogCaptureFixture
+) -> None:
+    """discord.py's own 429 warning on a press's follow-up wrote the full URL,
+    /webhooks/<app>/<token>, to the log: the interaction token, a secret."""
+    token = "aW50ZXJhY3Rpb246SECRETsecretSECRETsecret"
+    press = InboundEvent(
+        event_id="1",
+        kind=EventKind.ACTION,
+        channel="discord",
+        thread=THREAD,
+        user_id="42",
+        action=Action(token="ap:1:y"),
+        reply_ref=MessageRef(
+            "discord", CHANNEL_ID, "9", "", encode_extra(interaction=(APP_ID, token))
+        ),
+        received_at=time.time() - 60,  # no early-follow-up retries
+    )
+    fake_discord.rate_limit("POST", r"^/webhooks/", 0.2)
+    with caplog.at_level(logging.DEBUG, logger="discord.http"):
+        await outbox.answer_action(press, "Only Alice or an approver can decide this.")
+    assert len(fake_discord.calls_to("POST", r"^/webhooks/")) == 2  # the 429, then the retry
+    logged = [r.getMessage() for r in caplog.records if r.name == "discord.http"]
+    assert any(f"/webhooks/{APP_ID}/***" in m for m in logged), logged
+    assert not [m for m in logged if token in m]
+
+
 async def test_a_hung_thread_creation_does_not_hold_up_every_inbound_message(
     make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
 ) -> None:
