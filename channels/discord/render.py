@@ -329,17 +329,30 @@ def render(message: OutboundMessage) -> list[dict[str, Any]]:
 
 # --- MessageRef.extra -----------------------------------------------------
 # "p=<id>,<id>"         ids of continuation parts after message_id (long answers)
-# "i=<app id>/<token>"  an interaction to answer privately (button presses)
+# "i=<app id>/<token>"  an interaction to answer privately (button presses, slash commands)
+# "u=<user id>"         who invoked that interaction (slash commands: only they see
+#                       an ephemeral follow-up, so a private notice goes there only for them)
 # joined with ";"
 
 
-def encode_extra(parts: list[str] | None = None, interaction: tuple[str, str] | None = None) -> str:
+def encode_extra(
+    parts: list[str] | None = None,
+    interaction: tuple[str, str] | None = None,
+    invoker: str = "",
+) -> str:
     items = []
     if parts:
         items.append("p=" + ",".join(parts))
     if interaction:
         items.append(f"i={interaction[0]}/{interaction[1]}")
+    if invoker:
+        items.append(f"u={invoker}")
     return ";".join(items)
+
+
+def decode_invoker(extra: str) -> str:
+    """The user who invoked the interaction in ``extra`` ("" if not recorded)."""
+    return next((item[2:] for item in extra.split(";") if item.startswith("u=")), "")
 
 
 def decode_extra(extra: str) -> tuple[list[str], tuple[str, str] | None]:
