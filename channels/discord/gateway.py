@@ -34,7 +34,6 @@ from typing import Any, cast
 
 import aiohttp
 import discord
-from discord.http import Route
 from redis.exceptions import RedisError
 
 from agent_core.errors import StoreUnavailable
@@ -369,16 +368,8 @@ class GatewayClient(discord.AutoShardedClient):
         except (TimeoutError, StoreUnavailable):
             log.error("[%s] press %s not recorded: Redis unavailable", event.thread, event.event_id)
             body = {"type": 4, "data": {"content": FAILED_PRESS_TEXT, "flags": 64}}
-        try:
-            await self.http.request(
-                Route(  # webhook_*: discord.py's bucket keys (one bucket per press)
-                    "POST",
-                    "/interactions/{webhook_id}/{webhook_token}/callback",
-                    webhook_id=press.interaction_id,
-                    webhook_token=press.token,
-                ),
-                json=body,
-            )
+        try:  # not held by a global 429 discord.py is sleeping out (see ParleyHTTPClient)
+            await self.http.interaction_callback(press.interaction_id, press.token, body)
         except REST_ERRORS as exc:
             log.warning("[%s] could not defer press %s: %s", event.thread, event.event_id, exc)
 

@@ -270,3 +270,26 @@ async def test_a_long_429_fails_the_next_send_too_instead_of_sleeping_it_out(
     with pytest.raises(SendRateLimited):
         await asyncio.wait_for(outbox.send(THREAD, OutboundMessage("next answer")), 10.0)
     assert len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")) == posts
+
+
+async def test_a_press_is_acknowledged_while_discord_py_sleeps_out_a_global_429(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """A global 429 on any gateway REST call (here: opening an auto-thread) held every
+    button press behind it past Discord's 3 s: "This interaction failed".  Discord
+    does not apply the global limit to interaction responses."""
+    async with ready_gateway(make_gateway, discord_auto_thread=True) as gw:
+        prompt = await gw.channel.outbox().send(
+            ThreadKey("discord", GUILD_ID, OTHER_CHANNEL_ID, ""),
+            OutboundMessage("Allow?", buttons=(Button("Approve", "ap:1:y"),)),
+        )
+        fake_discord.rate_limit("POST", r"/threads$", 20.0, is_global=True)
+        await fake_discord.user_message(CHANNEL_ID, "help please", mention=True)
+        await fake_discord.wait_call("POST", r"/threads$")
+        await asyncio.sleep(0.2)  # discord.py takes the 429 in: its global lock is held
+        inter = await fake_discord.press(prompt.message_id, "parley:ap:1:y")
+        state = fake_discord.interactions[inter["id"]]
+        await fake_discord.wait(lambda: state["_answered"] is not None, 10.0, "the deferral")
+        assert state["_answered"]["body"] == {"type": 6}
+        # answered while discord.py was still sleeping out the 20 s global 429
+        assert len(fake_discord.calls_to("POST", r"/threads$")) == 1

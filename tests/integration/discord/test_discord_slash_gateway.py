@@ -272,3 +272,19 @@ async def test_a_private_notice_for_someone_else_or_a_typed_message_is_posted(
     public = [m for m in fake_discord.messages[CHANNEL_ID].values() if NOT_YOURS in m["content"]]
     assert len(public) == 2
     assert fake_discord.calls_to("POST", r"^/webhooks/") == []
+
+
+async def test_a_command_is_answered_while_discord_py_sleeps_out_a_global_429(
+    commands_gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """A global 429 on opening an auto-thread held every slash command's response
+    behind it past Discord's 3 s: "This interaction failed"."""
+    fake_discord.rate_limit("POST", r"/threads$", 20.0, is_global=True)
+    await fake_discord.user_message(CHANNEL_ID, "help please", mention=True)
+    await fake_discord.wait_call("POST", r"/threads$")
+    await asyncio.sleep(0.2)  # discord.py takes the 429 in: its global lock is held
+    inter = await fake_discord.slash(CHANNEL_ID, "status")
+    state = fake_discord.interactions[inter["id"]]
+    await fake_discord.wait(lambda: state["_answered"] is not None, 10.0, "the echo")
+    assert state["_answered"]["body"]["data"]["content"] == "`/status`"
+    assert len(fake_discord.calls_to("POST", r"/threads$")) == 1  # still held
