@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import time
 from collections.abc import Iterable
 
 import orjson
 
-# Credentials carried in URL paths: a Discord interaction's token (interaction
-# responses and follow-ups), which discord.py logs at DEBUG with the request URL.
-URL_TOKEN = re.compile(r"(/(?:interactions|webhooks)/\d+/)[^/?#\s'\"]+")
-# ... and in discord.py's rate-limit bucket keys ("<id>+<token>", "major parameters")
-BUCKET_TOKEN = re.compile(r"(\d{15,}\+)[A-Za-z0-9_\-.]{20,}")
-
-
-def redact_url_tokens(text: str) -> str:
-    if "/interactions/" in text or "/webhooks/" in text:
-        text = URL_TOKEN.sub(r"\1***", text)
-    if "+" in text:
-        text = BUCKET_TOKEN.sub(r"\1***", text)
-    return text
+from channels.url_tokens import redact_url_tokens
 
 
 class RedactFilter(logging.Filter):

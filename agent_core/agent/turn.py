@@ -227,7 +227,10 @@ class Turn:
 
     async def private(self, event: InboundEvent, text: str, *, button: bool) -> None:
         """A short notice to the presser only: the press's answer for a button, else a
-        notice only they see where the platform can (Slack, Discord, web chat)."""
+        notice marked private to them (``private_to``).  Slack and web chat show it
+        only to them; Discord only when the event is their slash command (an
+        ephemeral follow-up to it): for a typed message Discord has no message only
+        one person sees, and the notice is posted in the channel for everyone."""
         if button:
             try:
                 await self.writer.outbox.answer_action(event, text)

@@ -28,10 +28,11 @@ from typing import Any
 
 import aiohttp
 import discord
-from discord.http import HTTPClient, Route
+from discord.http import HTTPClient
 
 from agent_core.events import ThreadKey
 
+from .http import ParleyHTTPClient
 from .parse import COMMAND_TEXT_OPTION, RawInteraction, interaction_user
 from .render import NO_MENTIONS
 
@@ -202,22 +203,14 @@ def private(text: str) -> dict[str, Any]:
 
 
 async def respond(
-    http: HTTPClient, raw: RawInteraction, body: dict[str, Any], where: ThreadKey | str
+    http: ParleyHTTPClient, raw: RawInteraction, body: dict[str, Any], where: ThreadKey | str
 ) -> None:
     """The interaction's response; a failure is logged (never its token: a secret)."""
     try:
-        await http.request(
-            # webhook_id / webhook_token: the names discord.py keys its rate-limit
-            # buckets by, so each interaction has its own (any other names share one
-            # bucket for all, and a burst of commands misses Discord's 3 s)
-            Route(
-                "POST",
-                "/interactions/{webhook_id}/{webhook_token}/callback",
-                webhook_id=raw["id"],
-                webhook_token=raw["token"],
-            ),
-            json=body,
-            timeout=aiohttp.ClientTimeout(total=RESPONSE_TIMEOUT),
+        # outside discord.py's rate limiting: a global 429 it sleeps out would make
+        # this miss Discord's 3 s (interaction responses are not globally limited)
+        await http.interaction_callback(
+            str(raw["id"]), str(raw["token"]), body, timeout=RESPONSE_TIMEOUT
         )
     except discord.HTTPException as exc:
         # already answered: the same interaction was delivered again

@@ -17,6 +17,9 @@
 * After every READY (a fresh IDENTIFY: start-up or a reconnect that could not
   resume) the conversations active recently are re-read from their last seen
   message over REST and published; Ingest's dedup makes overlaps harmless.
+  Those last seen marks are read at READY, in the consumer's order, before any
+  message of the new session is handled (which moves them forward): the catch-up
+  itself starts later (after the guild-ready wait) from that snapshot.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from typing import Any, cast
 
 import aiohttp
 import discord
-from discord.http import Route
 from redis.exceptions import RedisError
 
 from agent_core.errors import StoreUnavailable
@@ -65,6 +67,10 @@ from .settings import DiscordSettings, parse_shards
 from .state import DiscordState
 
 log = logging.getLogger(__name__)
+
+# (channel id, last seen message id, guild id, parent id) of the conversations to
+# catch up, read at a READY; None when they could not be read
+Marks = asyncio.Future[list[tuple[str, str, str, str]] | None]
 
 PRESS_SUBMIT_TIMEOUT = 2.0  # the deferral must reach Discord within 3 s
 SUBMIT_RETRY_SECS = 30.0  # how long a message is retried while Redis is down
@@ -151,7 +157,10 @@ class GatewayClient(discord.AutoShardedClient):
         self.state = state
         self.group_reply = group_reply
         self.command_names = command_names  # Parley's command names, once known
-        self._queue: asyncio.Queue[tuple[RawMessage, str]] = asyncio.Queue()
+        # messages to handle, in order, and (at a READY) the future the consumer
+        # fills with the catch-up marks before handling any later message
+        self._queue: asyncio.Queue[tuple[RawMessage, str] | Marks] = asyncio.Queue()
+        self._marks: dict[int, Marks] = {}  # shard id -> marks read at its last READY
         self._consumer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._tracked: set[str] = set()
@@ -169,6 +178,16 @@ class GatewayClient(discord.AutoShardedClient):
             original(data)
 
         parsers["MESSAGE_CREATE"] = message_create
+        ready = parsers["READY"]
+
+        def ready_payload(data: Any) -> None:
+            # before discord.py handles READY, so before any message of this session
+            marks: Marks = asyncio.get_running_loop().create_future()
+            self._marks[_ready_shard(data)] = marks
+            self._queue.put_nowait(marks)
+            ready(data)
+
+        parsers["READY"] = ready_payload
         interaction_create = parsers["INTERACTION_CREATE"]
 
         def interaction(data: Any) -> None:
@@ -206,7 +225,11 @@ class GatewayClient(discord.AutoShardedClient):
 
     async def _consume(self) -> None:
         while True:
-            raw, parent_hint = await self._queue.get()
+            item = await self._queue.get()
+            if isinstance(item, asyncio.Future):
+                await self._read_marks(item)
+                continue
+            raw, parent_hint = item
             try:
                 await self._handle_message(raw, parent_hint)
             except asyncio.CancelledError:
@@ -215,6 +238,16 @@ class GatewayClient(discord.AutoShardedClient):
                 log.exception(
                     "discord message %s in %s not handled", raw.get("id"), raw.get("channel_id")
                 )
+
+    async def _read_marks(self, marks: Marks) -> None:
+        """The catch-up's starting points, as they are at a READY (None: unreadable)."""
+        try:
+            found = await self.state.active_since(self.settings.discord_catchup_window_secs)
+        except Exception:
+            log.exception("discord catch-up: cannot read tracked conversations")
+            found = None
+        if not marks.done():
+            marks.set_result(found)
 
     def _thread_parent(self, channel_id: str, guild_id: str) -> tuple[str, bool]:
         """(parent id, active) when ``channel_id`` is a Discord thread, else ("", False)."""
@@ -335,16 +368,8 @@ class GatewayClient(discord.AutoShardedClient):
         except (TimeoutError, StoreUnavailable):
             log.error("[%s] press %s not recorded: Redis unavailable", event.thread, event.event_id)
             body = {"type": 4, "data": {"content": FAILED_PRESS_TEXT, "flags": 64}}
-        try:
-            await self.http.request(
-                Route(  # webhook_*: discord.py's bucket keys (one bucket per press)
-                    "POST",
-                    "/interactions/{webhook_id}/{webhook_token}/callback",
-                    webhook_id=press.interaction_id,
-                    webhook_token=press.token,
-                ),
-                json=body,
-            )
+        try:  # not held by a global 429 discord.py is sleeping out (see ParleyHTTPClient)
+            await self.http.interaction_callback(press.interaction_id, press.token, body)
         except REST_ERRORS as exc:
             log.warning("[%s] could not defer press %s: %s", event.thread, event.event_id, exc)
 
@@ -396,11 +421,14 @@ class GatewayClient(discord.AutoShardedClient):
         return (int(guild_id) >> 22) % count == shard_id
 
     async def catch_up(self, shard_id: int) -> None:
-        """Publish what was said in active conversations while we were away."""
-        try:
-            conversations = await self.state.active_since(self.settings.discord_catchup_window_secs)
-        except Exception:
-            log.exception("discord catch-up: cannot read tracked conversations")
+        """Publish what was said in active conversations while we were away, from
+        the marks read at this shard's READY (see :meth:`_read_marks`)."""
+        marks = self._marks.pop(shard_id, None)
+        if marks is None:  # no READY seen (cannot happen): read them now
+            marks = asyncio.get_running_loop().create_future()
+            await self._read_marks(marks)
+        conversations = await marks
+        if conversations is None:
             return
         found = 0
         for channel_id, last_id, guild_id, parent in conversations:
@@ -459,6 +487,11 @@ class GatewayClient(discord.AutoShardedClient):
             if len(newer) < len(page) or len(page) < want:
                 return out, 0  # reached ``after`` (or the channel's first message)
             before = str(newer[0]["id"])
+
+
+def _ready_shard(data: Any) -> int:
+    shard = data.get("shard") if isinstance(data, dict) else None
+    return int(shard[0]) if shard else 0
 
 
 def _snowflake(message_id: Any) -> tuple[int, str]:

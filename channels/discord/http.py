@@ -14,6 +14,12 @@ globals, :class:`ParleyHTTPClient` rewrites URLs per instance:
 Both settings also serve proxies.  A 429 seen on the wire is reported to an
 optional async hook (the shared :class:`~agent_core.store.pacing.Pacer`), so
 every worker backs off, not only the one discord.py's bucket lives in.
+
+An interaction's response (``POST /interactions/<id>/<token>/callback``) goes
+through :meth:`ParleyHTTPClient.interaction_callback`, on a session of its own
+outside discord.py's rate limiting: discord.py holds every request while it
+sleeps out a global 429, but Discord does not apply the global limit to
+interaction responses, which must arrive within 3 s.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from typing import Any
 import aiohttp
 import discord
 import yarl
-from discord.http import HTTPClient, Route
+from discord.http import HTTPClient, Route, json_or_text
+
+from channels import url_tokens
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,9 @@ class ParleyHTTPClient(HTTPClient):
         request_timeout: float | None = None,
         connector: aiohttp.BaseConnector | None = None,
     ) -> None:
+        # discord.py logs request URLs (a 429 at WARNING): an interaction's token
+        # is in the path of its response and follow-ups
+        url_tokens.install("discord.http")
         trace: aiohttp.TraceConfig | None = None
         if on_rate_limited is not None:
             trace = aiohttp.TraceConfig()
@@ -89,6 +100,7 @@ class ParleyHTTPClient(HTTPClient):
         self.api_base = api_base.rstrip("/")
         self.gateway_url = yarl.URL(gateway_url) if gateway_url else None
         self._on_rate_limited = on_rate_limited
+        self._callbacks: aiohttp.ClientSession | None = None  # interaction responses
 
     async def _trace_end(
         self,
@@ -118,6 +130,46 @@ class ParleyHTTPClient(HTTPClient):
             # discord.py alone would wait aiohttp's 5 minutes (DISCORD_HTTP_TIMEOUT)
             kwargs.setdefault("timeout", aiohttp.ClientTimeout(total=self.request_timeout))
         return await super().request(route, **kwargs)
+
+    async def interaction_callback(
+        self,
+        interaction_id: str,
+        token: str,
+        body: dict[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Respond to an interaction, whatever global 429 discord.py is sleeping out.
+
+        Raises discord.HTTPException (DiscordServerError for a 5xx) when Discord
+        refuses, aiohttp's errors or TimeoutError when it cannot be reached.  Not
+        retried: a response later than 3 s is refused anyway."""
+        if self._callbacks is None or self._callbacks.closed:
+            self._callbacks = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
+            )
+        url = self.rewrite(f"{Route.BASE}/interactions/{interaction_id}/{token}/callback")
+        total = timeout if timeout is not None else self.request_timeout
+        async with self._callbacks.post(
+            url,
+            data=discord.utils._to_json(body),
+            headers={"User-Agent": self.user_agent, "Content-Type": "application/json"},
+            proxy=self.proxy,
+            proxy_auth=self.proxy_auth,
+            timeout=aiohttp.ClientTimeout(total=total),
+        ) as response:
+            if response.status < 300:
+                return
+            data = await json_or_text(response)
+        if response.status >= 500:
+            raise discord.DiscordServerError(response, data)
+        raise discord.HTTPException(response, data)
+
+    async def close(self) -> None:
+        if self._callbacks is not None:
+            await self._callbacks.close()
+            self._callbacks = None
+        await super().close()
 
     async def ws_connect(self, url: str, *, compress: int = 0) -> Any:
         if self.gateway_url is not None:

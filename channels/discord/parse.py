@@ -339,7 +339,19 @@ def parse_command(raw: RawInteraction, *, thread_parent: str = "") -> InboundEve
         text=command_text(data),
         is_direct=not guild_id,
         mentions_bot=True,
-        # no message to reply to: the answer is a new message under the echo
-        reply_ref=MessageRef(CHANNEL, conversation, "", thread),
+        # no message to reply to: the answer is a new message under the echo; the
+        # interaction (answered by then) carries a notice only its invoker may see
+        reply_ref=MessageRef(
+            CHANNEL,
+            conversation,
+            "",
+            thread,
+            encode_extra(
+                interaction=(str(raw.get("application_id") or ""), str(raw.get("token") or "")),
+                invoker=str(user["id"]),
+            )
+            if raw.get("application_id") and raw.get("token")
+            else "",
+        ),
         received_at=time.time(),
     )

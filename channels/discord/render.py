@@ -51,6 +51,8 @@ _MASKED_LINK = re.compile(r"\[[^[\]\n]*\]\([^()\s]*\)")
 _EMPHASIS = re.compile(r"\*\*[^*\n]+\*\*|\*[^*\n]+\*|__[^_\n]+__|~~[^~\n]+~~|\|\|[^|\n]+\|\|")
 _URL = re.compile(r"\S+://\S+")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+# A table's separator row: |---|:--:|  (a lone ||42|| line is a spoiler, not a table)
+_TABLE_SEPARATOR = re.compile(r"^\s*\|?(\s*:?-+:?\s*\|)+\s*(:?-+:?\s*)?\|?\s*$")
 
 
 def custom_id(payload: str) -> str:
@@ -158,8 +160,11 @@ def to_discord_markdown(text: str) -> str:
             body = [b.replace("```", "``\u200b`") for b in body]
             out.extend([f[2] + "```" + f[1], *body, f[2] + "```"])
             continue
-        if _TABLE_ROW.match(line):
-            table.append(line.strip())
+        # a table: rows in |...| after a header row and its separator row (|---|)
+        if _TABLE_ROW.match(line) and (
+            table or (i < len(lines) and _TABLE_SEPARATOR.match(lines[i]) is not None)
+        ):
+            table.append(line.strip().replace("```", "``\u200b`"))  # it goes in a code block
             continue
         flush_table()
         m = _DEEP_HEADING.match(line)
@@ -277,6 +282,8 @@ def split_text(text: str, limit: int = LIMIT) -> list[str]:
                 k -= 1
             if k > i and sum(len(x) + 1 for x in lines[i:k]) >= limit // 2:
                 end = k
+        if end < n and end - 1 > i and open_before[end] and not open_before[end - 1]:
+            end -= 1  # never end a part right after an opening fence (an empty block)
         body = "\n".join(lines[i:end])
         part = prefix + body + ("\n```" if open_before[end] else "")
         if part.strip():
@@ -322,17 +329,30 @@ def render(message: OutboundMessage) -> list[dict[str, Any]]:
 
 # --- MessageRef.extra -----------------------------------------------------
 # "p=<id>,<id>"         ids of continuation parts after message_id (long answers)
-# "i=<app id>/<token>"  an interaction to answer privately (button presses)
+# "i=<app id>/<token>"  an interaction to answer privately (button presses, slash commands)
+# "u=<user id>"         who invoked that interaction (slash commands: only they see
+#                       an ephemeral follow-up, so a private notice goes there only for them)
 # joined with ";"
 
 
-def encode_extra(parts: list[str] | None = None, interaction: tuple[str, str] | None = None) -> str:
+def encode_extra(
+    parts: list[str] | None = None,
+    interaction: tuple[str, str] | None = None,
+    invoker: str = "",
+) -> str:
     items = []
     if parts:
         items.append("p=" + ",".join(parts))
     if interaction:
         items.append(f"i={interaction[0]}/{interaction[1]}")
+    if invoker:
+        items.append(f"u={invoker}")
     return ";".join(items)
+
+
+def decode_invoker(extra: str) -> str:
+    """The user who invoked the interaction in ``extra`` ("" if not recorded)."""
+    return next((item[2:] for item in extra.split(";") if item.startswith("u=")), "")
 
 
 def decode_extra(extra: str) -> tuple[list[str], tuple[str, str] | None]:

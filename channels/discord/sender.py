@@ -29,7 +29,14 @@ from channels.download import fetch_capped, origin
 from channels.never_sent import never_sent
 
 from .http import ParleyHTTPClient
-from .render import NO_MENTIONS, decode_extra, encode_extra, message_ids, render
+from .render import (
+    NO_MENTIONS,
+    decode_extra,
+    decode_invoker,
+    encode_extra,
+    message_ids,
+    render,
+)
 from .settings import DEFAULT_API_BASE_URL, DiscordSettings
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,7 @@ TYPING_TIMEOUT = 3.0  # never hold a turn up for an indicator
 # 10062 Unknown Interaction is the same situation.  Retried this long after the press.
 FOLLOWUP_TOO_EARLY = frozenset({10015, 10062})
 FOLLOWUP_WAIT_SECS = 4.0
+EPHEMERAL = 64  # message flag: only the interaction's invoker sees it
 # Where Discord serves the files people post (``attachments[].url`` / ``proxy_url``).
 CDN_ORIGINS = frozenset({"https://cdn.discordapp.com", "https://media.discordapp.net"})
 # Discord's "Unknown Message": the message was deleted (by a person or a moderator).
@@ -178,15 +186,23 @@ class DiscordOutbox:
         self, channel_id: str, *, droppable: bool = False, creates: bool = False
     ) -> bool:
         """Wait for a slot; ``creates``: a new message, whose part claim the agent
-        makes in the booking's round trip when no wait is due."""
+        makes in the booking's round trip when no wait is due.
+
+        A droppable edit gets False rather than waiting.  Any other send waits at
+        most DISCORD_MAX_RETRY_WAIT: a longer wait (a long 429 some worker met,
+        which pauses the pace for its full retry_after) raises SendRateLimited, as
+        discord.py does for such a 429, instead of sleeping it out."""
         paces = [
             (channel_pace(channel_id), self._settings.discord_channel_pace_secs),
             (GLOBAL_PACE, self._settings.discord_global_pace_secs),
         ]
+        longest = 0.25 if droppable else self._settings.discord_max_retry_wait
         delay = await self._pacer.reserve(
-            paces, max_wait=0.25 if droppable else None, claim=wire_claim() if creates else None
+            paces, max_wait=longest, claim=wire_claim() if creates else None
         )
         if delay is None:
+            if not droppable:
+                raise SendRateLimited(longest, "Discord asks for a longer wait than allowed")
             return False
         if delay > 0:
             await asyncio.sleep(delay)
@@ -257,6 +273,10 @@ class DiscordOutbox:
         self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
     ) -> MessageRef:
         dest = thread.thread or thread.conversation
+        if message.private_to and reply_to is not None:
+            private = await self._send_private(thread, message, reply_to)
+            if private is not None:
+                return private
         ids: list[str] = []
         for k, payload in enumerate(render(message)):
             if k == 0 and reply_to is not None and reply_to.message_id:
@@ -271,6 +291,37 @@ class DiscordOutbox:
             await on_wire()  # the agent claims a new message here (unless claimed above)
             ids.append(await self._create(dest, k, payload))
             wire_created()  # partly on screen: a failure of the rest keeps the claim
+        return MessageRef(
+            "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])
+        )
+
+    async def _send_private(
+        self, thread: ThreadKey, message: OutboundMessage, reply_to: MessageRef
+    ) -> MessageRef | None:
+        """``message`` as an ephemeral follow-up to the slash command it answers,
+        when ``private_to`` invoked it: only they see it.  None when that is not
+        possible (a typed message: Discord has no ephemeral message outside an
+        interaction; another user's command; the follow-up refused, e.g. after
+        the token's 15 minutes): the caller posts it in the channel."""
+        interaction = decode_extra(reply_to.extra)[1]
+        if interaction is None or decode_invoker(reply_to.extra) != message.private_to:
+            return None
+        app_id, token = interaction
+        ids: list[str] = []
+        for payload in render(message):
+            body = {**payload, "flags": EPHEMERAL}
+            await on_wire()  # the agent claims the part here (once)
+            try:
+                data = await self._followup(app_id, token, body, time.time())
+            except ChannelError as exc:
+                if ids:
+                    raise
+                log.warning(
+                    "[%s] private notice not sent as a follow-up (%s); posting it", thread, exc
+                )
+                return None
+            ids.append(str(data["id"]))
+            wire_created()
         return MessageRef(
             "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])
         )
@@ -407,11 +458,20 @@ class DiscordOutbox:
             log.warning("[%s] press %s carries no interaction token", event.thread, event.event_id)
             return
         app_id, token = interaction
-        body = {"content": text[:2000], "flags": 64, "allowed_mentions": NO_MENTIONS}
+        body = {"content": text[:2000], "flags": EPHEMERAL, "allowed_mentions": NO_MENTIONS}
+        try:
+            await self._followup(app_id, token, body, event.received_at)
+        except ChannelError as exc:
+            log.warning("[%s] could not answer press %s: %s", event.thread, event.event_id, exc)
+
+    async def _followup(
+        self, app_id: str, token: str, body: dict[str, Any], since: float
+    ) -> dict[str, Any]:
+        """POST a follow-up message to an interaction; the message."""
         delay = 0.1
         while True:
             try:
-                await self._call(
+                data: dict[str, Any] = await self._call(
                     Route(
                         "POST",
                         "/webhooks/{webhook_id}/{webhook_token}",
@@ -420,21 +480,18 @@ class DiscordOutbox:
                     ),
                     json=body,
                 )
-                return
+                return data
             except ChannelError as exc:
-                # The gateway publishes a press before it defers it, so this worker can
-                # be here before Discord knows the interaction: wait for the deferral
-                # (it is sent within 3 s of the press, or never).
+                # The gateway publishes an interaction before it answers it, so this
+                # worker can be here before Discord knows it: wait for the answer (it
+                # is sent within 3 s of the interaction, or never).
                 cause = exc.__cause__
                 early = (
                     isinstance(cause, discord.HTTPException)
                     and cause.code in FOLLOWUP_TOO_EARLY
-                    and time.time() - event.received_at < FOLLOWUP_WAIT_SECS
+                    and time.time() - since < FOLLOWUP_WAIT_SECS
                 )
                 if not early:
-                    log.warning(
-                        "[%s] could not answer press %s: %s", event.thread, event.event_id, exc
-                    )
-                    return
+                    raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)

@@ -362,3 +362,33 @@ async def test_catch_up_of_a_busy_channel_reads_the_newest_messages_and_says_so(
             and f", {skipped} older one(s) skipped" in r.getMessage()
             for r in caplog.records
         ), [r.getMessage() for r in caplog.records]
+
+
+async def test_a_message_said_while_away_is_caught_up_when_the_person_writes_again(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """A question asked while the bot was disconnected was never answered when the
+    person wrote again as the bot came back (within the guild-ready wait): the live
+    message moved the conversation's last-seen mark past the missed one before the
+    catch-up read it."""
+    gw = make_gateway(discord_guild_ready_timeout=1.5)  # catch-up starts 1.5 s after READY
+    await gw.start()
+    try:
+        await fake_discord.wait_ready()
+        await wait_client_ready(gw)
+        await fake_discord.user_message(DM_CHANNEL_ID, "first")
+        await gw.wait_published(1)
+        client = gw.channel.client
+        assert client is not None
+        catchups = client.catchups
+        missed = await fake_discord.user_message(
+            DM_CHANNEL_ID, "question asked while you were away", dispatch=False
+        )
+        await fake_discord.invalidate_sessions()
+        await fake_discord.wait_ready(2)
+        nudge = await fake_discord.user_message(DM_CHANNEL_ID, "hello??")
+        await fake_discord.wait(lambda: client.catchups > catchups, 10, "catch-up")
+        ids = [e.event_id for e in await gw.wait_published(3)]
+        assert nudge["id"] in ids and missed["id"] in ids
+    finally:
+        await gw.halt()

@@ -15,6 +15,7 @@ import pytest
 from discord_harness import Gateway, ready_gateway
 from redis.asyncio import Redis
 
+from agent_core.errors import SendRateLimited
 from agent_core.events import (
     Action,
     Button,
@@ -131,6 +132,33 @@ async def test_429_on_one_interaction_follow_up_does_not_pause_the_whole_bot(
     assert delay is not None and delay < 0.5, f"every answer of the bot now waits {delay}s"
 
 
+async def test_interaction_token_is_masked_in_discord_py_429_warning(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, caplog: pytest.LogCaptureFixture
+) -> None:
+    """discord.py's own 429 warning on a press's follow-up wrote the full URL,
+    /webhooks/<app>/<token>, to the log: the interaction token, a secret."""
+    token = "aW50ZXJhY3Rpb246SECRETsecretSECRETsecret"
+    press = InboundEvent(
+        event_id="1",
+        kind=EventKind.ACTION,
+        channel="discord",
+        thread=THREAD,
+        user_id="42",
+        action=Action(token="ap:1:y"),
+        reply_ref=MessageRef(
+            "discord", CHANNEL_ID, "9", "", encode_extra(interaction=(APP_ID, token))
+        ),
+        received_at=time.time() - 60,  # no early-follow-up retries
+    )
+    fake_discord.rate_limit("POST", r"^/webhooks/", 0.2)
+    with caplog.at_level(logging.DEBUG, logger="discord.http"):
+        await outbox.answer_action(press, "Only Alice or an approver can decide this.")
+    assert len(fake_discord.calls_to("POST", r"^/webhooks/")) == 2  # the 429, then the retry
+    logged = [r.getMessage() for r in caplog.records if r.name == "discord.http"]
+    assert any(f"/webhooks/{APP_ID}/***" in m for m in logged), logged
+    assert not [m for m in logged if token in m]
+
+
 async def test_a_hung_thread_creation_does_not_hold_up_every_inbound_message(
     make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
 ) -> None:
@@ -227,3 +255,41 @@ async def test_dropped_connection_deferring_a_press_is_logged_not_raised(
             "the warning",
         )
     assert not [r for r in caplog.records if r.exc_info], "an exception escaped on_press"
+
+
+async def test_a_long_429_fails_the_next_send_too_instead_of_sleeping_it_out(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """A slowmode 429 asking for 10 minutes failed that send (DISCORD_MAX_RETRY_WAIT
+    is 30 s), but the next answer in the channel hung for the 10 minutes."""
+    fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/messages$", 600.0)
+    with pytest.raises(SendRateLimited):
+        await outbox.send(THREAD, OutboundMessage("part one"))
+    posts = len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$"))
+    # the timeout only avoids a hang: the old code slept the 600 s here
+    with pytest.raises(SendRateLimited):
+        await asyncio.wait_for(outbox.send(THREAD, OutboundMessage("next answer")), 10.0)
+    assert len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")) == posts
+
+
+async def test_a_press_is_acknowledged_while_discord_py_sleeps_out_a_global_429(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """A global 429 on any gateway REST call (here: opening an auto-thread) held every
+    button press behind it past Discord's 3 s: "This interaction failed".  Discord
+    does not apply the global limit to interaction responses."""
+    async with ready_gateway(make_gateway, discord_auto_thread=True) as gw:
+        prompt = await gw.channel.outbox().send(
+            ThreadKey("discord", GUILD_ID, OTHER_CHANNEL_ID, ""),
+            OutboundMessage("Allow?", buttons=(Button("Approve", "ap:1:y"),)),
+        )
+        fake_discord.rate_limit("POST", r"/threads$", 20.0, is_global=True)
+        await fake_discord.user_message(CHANNEL_ID, "help please", mention=True)
+        await fake_discord.wait_call("POST", r"/threads$")
+        await asyncio.sleep(0.2)  # discord.py takes the 429 in: its global lock is held
+        inter = await fake_discord.press(prompt.message_id, "parley:ap:1:y")
+        state = fake_discord.interactions[inter["id"]]
+        await fake_discord.wait(lambda: state["_answered"] is not None, 10.0, "the deferral")
+        assert state["_answered"]["body"] == {"type": 6}
+        # answered while discord.py was still sleeping out the 20 s global 429
+        assert len(fake_discord.calls_to("POST", r"/threads$")) == 1

@@ -14,17 +14,19 @@ from redis.asyncio import Redis
 
 from agent_core.agent.commands import builtin_commands
 from agent_core.errors import StoreUnavailable
-from agent_core.events import EventKind, InboundEvent, ThreadKey
+from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKey
 from agent_core.ingest import Ingest, Submitted
 from agent_core.store.pacing import Pacer
 from channels.base import ChannelDeps
 from channels.discord.channel import DiscordChannel
 from channels.discord.commands import FAILED_COMMAND_TEXT, app_commands, sync_commands
 from channels.discord.http import ParleyHTTPClient
+from channels.discord.sender import DiscordOutbox
 from channels.discord.settings import DiscordSettings
 from tests.fakes.discord import (
     ALICE,
     APP_ID,
+    BOB,
     BOT_ID,
     CHANNEL_ID,
     DM_CHANNEL_ID,
@@ -233,3 +235,56 @@ async def test_registration_against_discords_checks(fake_discord: FakeDiscord) -
         await fake_discord.slash(CHANNEL_ID, "legacy")  # Discord offers no such command
     with pytest.raises(KeyError):
         await fake_discord.slash(CHANNEL_ID, "new", "an option /new does not have")
+
+
+NOT_YOURS = "Only Alice or an approver can decide this."
+
+
+async def test_a_private_notice_answering_a_slash_command_is_ephemeral(
+    commands_gateway: Gateway, fake_discord: FakeDiscord, outbox: DiscordOutbox
+) -> None:
+    """Bob's /approve on Alice's prompt got "Only Alice or an approver can decide
+    this." posted for the whole channel; it is a follow-up only Bob sees."""
+    inter = await fake_discord.slash(CHANNEL_ID, "approve", user=BOB)
+    (event,) = await commands_gateway.wait_published(1)
+    await answered(fake_discord, inter)
+    notice = OutboundMessage(NOT_YOURS, notice=True, private_to=event.user_id)
+    await outbox.send(event.thread, notice, reply_to=event.reply_ref)
+    public = [m for m in fake_discord.messages[CHANNEL_ID].values() if NOT_YOURS in m["content"]]
+    assert public == []
+    (call,) = fake_discord.calls_to("POST", rf"^/webhooks/{APP_ID}/{inter['token']}$")
+    assert call.status == 200 and call.json["flags"] == EPHEMERAL
+    assert NOT_YOURS in call.json["content"]
+
+
+async def test_a_private_notice_for_someone_else_or_a_typed_message_is_posted(
+    commands_gateway: Gateway, fake_discord: FakeDiscord, outbox: DiscordOutbox
+) -> None:
+    """Discord has no ephemeral message outside an interaction: a notice private to
+    someone who did not invoke the command (or answering a typed message) is posted
+    in the channel, as before."""
+    await fake_discord.slash(CHANNEL_ID, "approve", user=ALICE)
+    (event,) = await commands_gateway.wait_published(1)
+    notice = OutboundMessage(NOT_YOURS, notice=True, private_to=BOB["id"])
+    await outbox.send(event.thread, notice, reply_to=event.reply_ref)
+    typed = OutboundMessage("typed " + NOT_YOURS, notice=True, private_to=BOB["id"])
+    await outbox.send(event.thread, typed)
+    public = [m for m in fake_discord.messages[CHANNEL_ID].values() if NOT_YOURS in m["content"]]
+    assert len(public) == 2
+    assert fake_discord.calls_to("POST", r"^/webhooks/") == []
+
+
+async def test_a_command_is_answered_while_discord_py_sleeps_out_a_global_429(
+    commands_gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """A global 429 on opening an auto-thread held every slash command's response
+    behind it past Discord's 3 s: "This interaction failed"."""
+    fake_discord.rate_limit("POST", r"/threads$", 20.0, is_global=True)
+    await fake_discord.user_message(CHANNEL_ID, "help please", mention=True)
+    await fake_discord.wait_call("POST", r"/threads$")
+    await asyncio.sleep(0.2)  # discord.py takes the 429 in: its global lock is held
+    inter = await fake_discord.slash(CHANNEL_ID, "status")
+    state = fake_discord.interactions[inter["id"]]
+    await fake_discord.wait(lambda: state["_answered"] is not None, 10.0, "the echo")
+    assert state["_answered"]["body"]["data"]["content"] == "`/status`"
+    assert len(fake_discord.calls_to("POST", r"/threads$")) == 1  # still held

@@ -116,3 +116,33 @@ def test_a_word_cut_does_not_fall_inside_a_span_or_link(lead: str, construct: st
         assert half.count("`") % 2 == 0 and half.count("**") % 2 == 0, half[-60:]
         assert len(re.findall(r"\[", half)) == len(re.findall(r"\]\([^)]*\)", half)), half[-60:]
     assert len(first) <= LIMIT and second.startswith(construct)
+
+
+_EMPTY_BLOCK_AT_END = re.compile(r"```[A-Za-z0-9_+\-.#]*\n```\s*$")
+
+
+def test_long_answer_never_ends_a_part_with_an_empty_code_block() -> None:
+    """Users saw a message ending in an empty code block showing only "python"
+    (```python then ```), the code itself starting in the next message."""
+    text = (
+        "Here is the script:\n" + "word " * 100 + "\n```python\n"
+        "x = 1  # " + "y" * 1600 + "\n```\nDone."
+    )
+    parts = render_text(text)
+    assert all(len(p) <= LIMIT for p in parts)
+    assert not any(_EMPTY_BLOCK_AT_END.search(p) for p in parts), parts
+    assert any(p.startswith("```python\nx = 1") for p in parts)
+
+
+def test_spoiler_line_is_not_a_table() -> None:
+    """A spoiler ``||42||`` on its own line was shown as literal pipes in a code block."""
+    out = to_discord_markdown("The answer is below.\n||42||")
+    assert out == "The answer is below.\n||42||"
+
+
+def test_table_needs_a_separator_row_and_its_fences_are_broken() -> None:
+    """Only a header row followed by |---| starts a table; a ``` in a cell would
+    have closed the code block the table is shown in."""
+    out = to_discord_markdown("| a | b |\n|---|:-:|\n| 1 | ```2 |\n|x|")
+    assert out == "```\n| a | b |\n|---|:-:|\n| 1 | ``\u200b`2 |\n|x|\n```"
+    assert to_discord_markdown("|a|\n|b|") == "|a|\n|b|"
