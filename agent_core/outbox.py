@@ -109,6 +109,7 @@ class _Hook:
     claim: WireClaim | None
     done: bool = False  # claimed (by on_wire or by a pacer)
     created: bool = False  # a platform message of this part exists (wire_created)
+    wired: bool = False  # on_wire() returned: the request may have left (wire_unsent)
 
 
 _ON_WIRE: ContextVar[_Hook | None] = ContextVar("parley_on_wire", default=None)
@@ -117,9 +118,12 @@ _ON_WIRE: ContextVar[_Hook | None] = ContextVar("parley_on_wire", default=None)
 async def on_wire() -> None:
     """Called by a channel right before the request that creates a message."""
     hook = _ON_WIRE.get()
-    if hook is not None and not hook.done:
+    if hook is None:
+        return
+    if not hook.done:
         hook.done = True
         await hook.callback()
+    hook.wired = True  # the request follows: from here on the part may be showing
 
 
 def wire_claim() -> WireClaim | None:
@@ -133,6 +137,16 @@ def wire_claimed() -> None:
     hook = _ON_WIRE.get()
     if hook is not None:
         hook.done = True
+
+
+def wire_unsent() -> bool:
+    """Whether the armed hook's request provably never left: ``on_wire()`` has not
+    returned since the hook was armed (or since its claim was last taken back) and
+    no message of the part was created.  A send that fails so (a Redis error while
+    booking its pacing slot, with the claim riding along) leaves no "maybe sent"
+    part: its claim, if it was made, is to be taken back (``ReplyWriter``)."""
+    hook = _ON_WIRE.get()
+    return hook is not None and not hook.wired and not hook.created
 
 
 def wire_created() -> None:
@@ -173,6 +187,7 @@ async def _take_back() -> None:
             await hook.claim.release()
     finally:
         hook.done = False
+        hook.wired = False  # the request created nothing; the next one calls on_wire()
 
 
 def set_on_wire(
@@ -198,6 +213,13 @@ def reset_on_wire(token: object) -> None:
 # (None: the part is not there; raises ChannelError if the platform cannot say;
 # ``reply_to``: what the part answers, as given to ``send``): the rerun
 # of a part whose sender died edits what it finds, or sends the part (Slack).
+#
+# A sender that can remove a message implements ``async def delete(ref) -> None``
+# (every platform message ``ref`` stands for; best effort, raises ChannelError at
+# most).  The agent uses it for a part an earlier execution of a turn sent and the
+# rerun did not write again (its answer came out in fewer parts); on a channel
+# without it that part is edited to a short note instead.  The Telegram sender
+# has it.
 
 _PART: ContextVar[str | None] = ContextVar("parley_part", default=None)
 

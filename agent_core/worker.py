@@ -91,6 +91,8 @@ class Worker:
         self.turns_done = 0
         self.reclaimed = 0
         self._next_consumer_sweep = 0.0  # when the sweeper next drops departed consumers
+        # (thread, part, marker): claims of sends that never left, to take back
+        self._unsent: list[tuple[ThreadKey, str, str]] = []
         # how long a thread waits for an earlier arrival whose reader died: long
         # enough for the sweeper to reclaim it
         self.gap_wait = 3 * settings.reclaim_idle_secs + 2 * settings.sweep_interval_secs
@@ -475,15 +477,40 @@ class Worker:
                 "[%s] Redis error in thread task (%s); lock will expire", thread, type(exc).__name__
             )
         finally:
-            if not released:
-                # let go of the thread (shutdown, Redis trouble) without counting
-                # this execution as interrupted: the next one is a plain rerun.  Before
-                # the task leaves ``running``: a hand-off meanwhile finds the lock ours
-                # and the task still running, and starts no second one on it.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.delivery.release(thread, self.owner))
-            self.running.pop(thread, None)
-            self.guards.pop(thread, None)
+            try:
+                await self._take_back_unsent(thread, guard)
+            finally:
+                if not released:
+                    # let go of the thread (shutdown, Redis trouble) without counting
+                    # this execution as interrupted: the next one is a plain rerun.
+                    # Before the task leaves ``running``: a hand-off meanwhile finds the
+                    # lock ours and the task still running, and starts no second one.
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(self.delivery.release(thread, self.owner))
+                self.running.pop(thread, None)
+                self.guards.pop(thread, None)
+
+    async def _take_back_unsent(self, thread: ThreadKey, guard: LockGuard) -> None:
+        """Claims of reply parts that never left, which the turn could not take back
+        (Redis trouble; ``LockGuard.unsent``): taken back before the thread is let
+        go, so its rerun sends those parts rather than taking them for maybe sent.
+        What still fails is left to the sweeper, tried again once Redis answers
+        (a rerun waits ``ReplyWriter.part_wait_secs`` for such a claim to go)."""
+        if not guard.unsent:
+            return
+        self._unsent.extend((thread, f, m) for f, m in guard.unsent)
+        guard.unsent.clear()
+        # bounded like the release after it: a Redis that does not answer holds no one
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.shield(asyncio.wait_for(self._retry_unsent(), 2.0))
+
+    async def _retry_unsent(self) -> None:
+        for item in list(self._unsent):
+            thread, part, marker = item
+            await self.delivery.unclaim_part(thread, part, marker)  # exactly that claim
+            with contextlib.suppress(ValueError):
+                self._unsent.remove(item)
+            log.info("[%s] claim of part %s (never sent) taken back", thread, part)
 
     # -- heartbeat and sweeper ---------------------------------------------
     async def _renew_once(self) -> None:
@@ -511,6 +538,7 @@ class Worker:
     async def sweep_once(self) -> int:
         """Reclaim orphaned stream entries and run orphaned threads; return how many."""
         n = 0
+        await self._retry_unsent()  # claims of sends that never left, still there
         # threads this worker emptied that no other round trip has taken out of the
         # index yet (an idle worker): first, so the scan below does not pick them up
         await self.delivery.flush_index()

@@ -299,6 +299,7 @@ class Agent:
                 head.event_id,
             )
             return TurnResult(session, 1, [], "no-channel")
+        recorded = list(state.sent)  # before this execution records its own
         writer = ReplyWriter(
             outbox,
             self.delivery,
@@ -312,6 +313,8 @@ class Agent:
         turn = Turn(self, thread, state, session, writer, guard)
         started = time.perf_counter()
         outcome = await turn.run(head)
+        if turn.consumed:
+            await writer.retire_rest((*state.pending, *recorded))
         self.turns_total += 1
         log.info(
             "[%s] turn %s for event %s: %s in %.0f ms",

@@ -19,9 +19,10 @@ message of this same turn, never add one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -36,10 +37,15 @@ from agent_core.outbox import (
     set_current_part,
     set_on_wire,
     wire_refused,
+    wire_unsent,
 )
 from agent_core.store.delivery import Delivery, claim_stamp, claim_time
 
 log = logging.getLogger(__name__)
+
+# What a part left over from an earlier execution of a turn is edited to, on a
+# channel that cannot delete messages (the answer is the message above it).
+RETIRED_NOTE = "(an earlier draft of the answer above)"
 
 
 @dataclass
@@ -48,6 +54,10 @@ class LockGuard:
 
     lost: bool = False
     owner: str = ""  # the lock owner token ('' = unfenced, for tests without a worker)
+    # (part, claim marker) of sends that never left and whose claim could not be
+    # taken back (Redis trouble): the worker takes them back before letting the
+    # thread go, or its sweeper once Redis answers (a rerun waits for them)
+    unsent: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def check(self) -> None:
         if self.lost:
@@ -141,6 +151,7 @@ class ReplyWriter:
             except _PartExists as exc:
                 return await self._existing(field, exc, message, again=again)
         token = None
+        stamp = ""
         if self.guard.owner and getattr(self.outbox, "wire_hook", False):
             stamp = claim_stamp()  # one marker for every claim of this send
             token = set_on_wire(
@@ -159,6 +170,12 @@ class ReplyWriter:
             ref = self._unknown()
         except _PartExists as exc:
             return await self._existing(field, exc, message, again=again)
+        except RedisError:
+            if token is not None and wire_unsent():
+                # It never left (the pacing booking that carried its claim failed):
+                # a claim left behind would make the rerun take it for maybe sent.
+                await self._take_back_unsent(field, f"pending:{stamp}")
+            raise
         except ChannelError:
             # Refused (or never sent) and nothing of it showing: give the claim
             # back, so a rerun after a crash sends the part rather than waiting
@@ -175,6 +192,21 @@ class ReplyWriter:
         self.sent[field] = ref
         await self.delivery.record_sent(self.thread, field, ref)
         return ref
+
+    async def _take_back_unsent(self, field: str, marker: str) -> None:
+        """Take back the claim of a send that never left (if it was made, and is
+        still exactly this send's); if Redis does not answer, the worker does it
+        later (``LockGuard.unsent``)."""
+        try:
+            await self.delivery.unclaim_part(self.thread, field, marker)
+        except RedisError as exc:
+            log.warning(
+                "[%s] part %s never left; its claim is taken back later (%s)",
+                self.thread,
+                field,
+                type(exc).__name__,
+            )
+            self.guard.unsent.append((field, marker))
 
     def _unknown(self) -> MessageRef:
         """A part that may be showing under an id we do not know (never edited)."""
@@ -305,6 +337,33 @@ class ReplyWriter:
 
     def stream(self) -> StreamingReply:
         return StreamingReply(self)
+
+    async def retire_rest(self, recorded: Iterable[str]) -> None:
+        """The turn is over: parts of its event that an earlier execution recorded
+        (or claimed) beyond the ones this one wrote are an answer this execution
+        did not give (a rerun whose model answered in fewer parts).  Each is
+        deleted on the platform (``Outbox.delete`` where the channel has it, else
+        edited to a short note) and its field joins :attr:`fields`, so the
+        completion removes its record.  Never raises but LockLost."""
+        prefix = f"{self.event_id}:"
+        rest = sorted(f for f in set(recorded) if f.startswith(prefix) and f not in self.fields)
+        for field in rest:
+            self.fields.append(field)
+            ref = self.sent.get(field)
+            if ref is None or not ref.message_id:
+                continue  # claimed and never recorded, or unknown: nothing to act on
+            self.guard.check()
+            log.info(
+                "[%s] part %s is left from an earlier execution; removing it", self.thread, field
+            )
+            delete = getattr(self.outbox, "delete", None)
+            try:
+                if delete is not None:
+                    await delete(ref)
+                else:
+                    await self.outbox.edit(ref, OutboundMessage(RETIRED_NOTE))
+            except ChannelError as exc:
+                log.warning("[%s] could not remove part %s: %s", self.thread, field, exc)
 
 
 class StreamingReply:

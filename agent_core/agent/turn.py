@@ -150,9 +150,13 @@ class Turn:
         # get turns of their own instead of riding in an answer that is never sent.
         # The same for any rerun of an execution that died: the head alone, so that a
         # message that arrived meanwhile and killed that worker (a file it was reading)
-        # does not take the head down with it.
+        # does not take the head down with it.  And the same for a head that already
+        # has reply parts recorded (an execution handed back mid-answer, by a
+        # shutdown or Redis trouble, whose start record went with it): a message
+        # folded in now would be answered by editing a part above it.
         prefix = f"{state.mailbox[0].event_id}:" if state.mailbox else "\0"
-        self.inject = not state.rerun and not any(f.startswith(prefix) for f in state.pending)
+        answered = any(f.startswith(prefix) for f in (*state.pending, *state.sent))
+        self.inject = not state.rerun and not answered
         self._typing: asyncio.Task[None] | None = None
         self._text_room: Room | None = None  # text files' and PDFs' share, this turn
         self._reply: StreamingReply | None = None

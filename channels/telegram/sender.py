@@ -614,6 +614,12 @@ class TelegramOutbox:
             refs.encode_parts(new),
         )
 
+    async def delete(self, ref: MessageRef) -> None:
+        """Remove every message of a reply part (``Outbox.delete``; best effort)."""
+        for mid, _ in refs.decode_parts(ref.extra, ref.message_id):
+            if mid != refs.UNKNOWN:
+                await self._delete(int(ref.conversation), mid)
+
     async def _delete(self, chat_id: int, message_id: int) -> None:
         try:
             await self._call(

@@ -11,7 +11,7 @@ from agent_core.events import InboundEvent, MessageRef, OutboundMessage, ThreadK
 
 @dataclass
 class Sent:
-    op: str  # send | edit | action
+    op: str  # send | edit | delete | action
     thread: str
     message_id: str
     message: OutboundMessage
@@ -39,6 +39,9 @@ class RecordingOutbox:
         self.log.append(Sent("edit", ref.conversation, ref.message_id, message))
         return ref
 
+    async def delete(self, ref: MessageRef) -> None:
+        self.log.append(Sent("delete", ref.conversation, ref.message_id, OutboundMessage("")))
+
     async def typing(self, thread: ThreadKey) -> None:
         return None
 
@@ -52,13 +55,17 @@ class RecordingOutbox:
         return [s for s in self.log if s.op == "send" and (thread is None or s.thread == thread)]
 
     def final_texts(self, thread: str | None = None) -> list[str]:
-        """The last text of every message, in the order the messages were created."""
+        """The last text of every message not deleted, in the order the messages
+        were created."""
         latest: dict[str, str] = {}
         order: list[str] = []
         for s in self.log:
             if (thread is not None and s.thread != thread) or s.op == "action":
                 continue
+            if s.op == "delete":
+                latest.pop(s.message_id, None)
+                continue
             if s.message_id not in latest:
                 order.append(s.message_id)
             latest[s.message_id] = s.message.text
-        return [latest[m] for m in order]
+        return [latest[m] for m in order if m in latest]
