@@ -588,6 +588,16 @@ return 1
 """
 
 
+# KEYS: once key, routine queue ; ARGV: once ttl seconds, queue item
+# Queues a routine run once per key (an event trigger: the inbound event's id, so a
+# platform's redelivery of the same event queues nothing).  1 queued, 0 not.
+QUEUE_RUN_ONCE = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1
+"""
+
+
 # --- conversation moves (agent_core/store/moves.py) ---
 # KEYS: moved_in (hash), session, then each key to write
 # ARGV: source thread, now_ms, marker_ttl_ms, session_json ('' = leave it),
