@@ -294,10 +294,11 @@ class Worker:
         task = asyncio.create_task(self._run_thread(thread, guard, state), name=f"thread {thread}")
         self.running[thread] = task
 
-    async def _waits_for_earlier(self, thread: ThreadKey, state: TurnState) -> bool:
+    async def _waits_for_earlier(self, thread: ThreadKey, state: TurnState) -> bool | None:
         """Is an earlier arrival of this thread still on its way (read by a worker
         that died before handing it off)?  Then wait for it, up to a bound; past
-        the bound run what is here and let the late one follow."""
+        the bound run what is here and let the late one follow.  None: one turned up
+        right at the bound (before the head): begin again, it runs first."""
         head = state.mailbox[0]
         expected = state.next_seq or 1
         if not head.seq or head.seq <= expected:
@@ -320,7 +321,10 @@ class Worker:
             self.gap_wait,
             head.seq,
         )
-        await self.delivery.skip_gap(thread, head.seq)
+        if not await self.delivery.skip_gap(thread, head, self.owner):
+            # a late arrival went before it just now: it runs first (a new begin)
+            log.info("[%s] arrival before %d turned up at the deadline", thread, head.seq)
+            return None
         return False
 
     async def _forward(self, thread: ThreadKey, state: TurnState) -> int:
@@ -344,7 +348,7 @@ class Worker:
         left = await self.delivery.complete(
             thread,
             self.owner,
-            consumed=len(state.mailbox),
+            consumed=state.mailbox,
             session_json=None,
             version=state.session_version,
             sent_fields=[],
@@ -388,7 +392,10 @@ class Worker:
                         released = ended
                         return
                     continue
-                if await self._waits_for_earlier(thread, state):
+                waits = await self._waits_for_earlier(thread, state)
+                if waits is None:
+                    continue
+                if waits:
                     if state.mailbox[0].kind == EventKind.ACTION:
                         self._press_waiting(state.mailbox[0])
                     await self.delivery.release(thread, self.owner)
@@ -426,7 +433,7 @@ class Worker:
                     left = await self.delivery.complete(
                         thread,
                         self.owner,
-                        consumed=1,
+                        consumed=state.mailbox[:1],
                         session_json=None,
                         version=state.session_version,
                         sent_fields=sorted(set(told)),
@@ -440,7 +447,7 @@ class Worker:
                 left = await self.delivery.complete(
                     thread,
                     self.owner,
-                    consumed=result.consumed,
+                    consumed=state.mailbox[: result.consumed],
                     session_json=result.session.to_json() if result.save_session else None,
                     version=state.session_version,
                     sent_fields=result.sent_fields,

@@ -349,7 +349,8 @@ class Turn:
         self.session.held = []
         # Another person's message kept meanwhile is not this turn's: it goes back to
         # the thread's mailbox (under a derived id: a rerun queues it once) and gets a
-        # turn of its own after this one, whose tools then act for its sender.
+        # turn of its own right after this one (before what was sent after it), whose
+        # tools then act for its sender.
         others = [
             e
             for e in held
@@ -359,6 +360,7 @@ class Turn:
             await self.agent.delivery.handoff(
                 [(b"", dataclasses.replace(e, event_id=e.event_id + HELD_SUFFIX)) for e in others],
                 self.guard.owner,
+                behind=self.consumed,
             )
             held = [e for e in held if e not in others]
 

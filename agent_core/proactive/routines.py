@@ -33,7 +33,8 @@ from redis.exceptions import WatchError
 
 from agent_core.events import CHANNELS, ThreadKey
 from agent_core.proactive.targets import TargetError, parse_target, retarget
-from agent_core.store import keys
+from agent_core.store import keys, scripts
+from agent_core.store.scripting import run_script
 
 TRIGGERS = ("cron", "event", "manual")
 ACTIONS = ("light", "full")
@@ -283,6 +284,7 @@ class RoutineStore:
     def __init__(self, redis: Redis, *, history: int = 20) -> None:
         self.redis = redis
         self.history = history
+        self._queue_once = redis.register_script(scripts.QUEUE_RUN_ONCE)
 
     async def add(self, r: Routine, *, replace: bool = False) -> bool:
         """Store a validated routine; False if the name is taken (and not ``replace``)."""
@@ -392,3 +394,14 @@ class RoutineStore:
         """Ask the scheduler (wherever it runs) to run ``name`` once."""
         item = {"r": name, "tr": trigger, "at": time.time(), **extra}
         await self.redis.rpush(keys.ROUTINE_QUEUE, orjson.dumps(item))
+
+    async def queue_run_once(
+        self, once: str, ttl_secs: int, name: str, trigger: str, **extra: Any
+    ) -> bool:
+        """``queue_run``, unless ``once`` (a key) queued it within ``ttl_secs``;
+        whether it was queued (one script: the key and the run, or neither)."""
+        item = {"r": name, "tr": trigger, "at": time.time(), **extra}
+        args = [ttl_secs, orjson.dumps(item)]
+        return bool(
+            await run_script(self.redis, self._queue_once, [once, keys.ROUTINE_QUEUE], args)
+        )

@@ -285,6 +285,11 @@ def new_fire_id(prefix: str) -> str:
     return f"{prefix}{int(time.time() * 1000)}{secrets.token_hex(2)}"
 
 
+# How long an inbound event's id keeps it from queueing the same routine again (as
+# long as Ingest's duplicate claim: a redelivery after that is a new event there too).
+TRIGGERED_TTL_SECS = 86_400
+
+
 class EventTriggers:
     """Ingest filter: queue event routines whose regex matches a message (never refuses)."""
 
@@ -370,11 +375,20 @@ class EventTriggers:
                 await self.redis.delete(cd)
             log.info("routine %s: same message within its dedup window; skipped", r.name)
             return
-        await self.store.queue_run(
+        # once per inbound event: this filter runs before Ingest's duplicate check, so
+        # a platform's redelivery of the event (or its retry after a refusal) comes
+        # here again
+        if not await self.store.queue_run_once(
+            keys.routine_triggered(r.name, event.channel, event.event_id),
+            TRIGGERED_TTL_SECS,
             r.name,
             "event",
             text=(event.text or "")[:2000],
             who=event.user_name or event.qualified_user,
             thread=str(event.thread),
-        )
+        ):
+            if r.cooldown_secs > 0:
+                await self.redis.delete(cd)  # taken by this redelivery, which runs nothing
+            log.info("routine %s: event %s queued it before", r.name, event.event_id)
+            return
         log.info("[%s] routine %s triggered by event %s", event.thread, r.name, event.event_id)

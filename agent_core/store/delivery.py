@@ -106,9 +106,13 @@ class Delivery:
         self._claim = redis.register_script(scripts.CLAIM_PART)
         self._unclaim = redis.register_script(scripts.UNCLAIM_PART)
         self._holds = redis.register_script(scripts.HOLDS)
+        self._skip_gap = redis.register_script(scripts.SKIP_GAP)
         # threads whose completion emptied the mailbox: they leave the active index in
         # the next round trip this process sends anyway (``leave_index_later``)
         self._emptied: dict[ThreadKey, None] = {}
+        # threads with events waiting whose ZADD back into the index failed: it is
+        # sent again (ZADD NX) with the next round trip that carries removals
+        self._reindex: dict[ThreadKey, None] = {}
 
     # -- stream ------------------------------------------------------------
     async def ensure_group(self) -> None:
@@ -152,10 +156,17 @@ class Delivery:
         return [(eid, _decode(f)) for eid, f in entries if f is not None]
 
     async def handoff(
-        self, entries: list[tuple[bytes, InboundEvent | None]], owner: str
+        self,
+        entries: list[tuple[bytes, InboundEvent | None]],
+        owner: str,
+        *,
+        behind: int = 0,
     ) -> list[ThreadKey]:
-        """Move entries into their mailboxes; return the threads whose lock is ours."""
-        return [t for t, _ in await self.handoff_and_begin(entries, owner)]
+        """Move entries into their mailboxes; return the threads whose lock is ours.
+        ``behind`` > 0: each goes back in line right behind the mailbox's first
+        ``behind`` entries (the turn running them), before the later arrivals waiting
+        after them (see scripts.HANDOFF)."""
+        return [t for t, _ in await self.handoff_and_begin(entries, owner, behind=behind)]
 
     async def handoff_and_begin(
         self,
@@ -163,11 +174,13 @@ class Delivery:
         owner: str,
         *,
         ack: bool = True,
+        behind: int = 0,
     ) -> list[tuple[ThreadKey, TurnState]]:
         """Move entries into their mailboxes; return the threads whose lock is
         ours (taken now, or ours already: ``TurnState.lock_was_ours``, which the
         caller may be running), each with the state its turn begins from (read
         by the same script, so the first turn needs no ``begin`` round trip).
+        ``behind``: as in ``handoff``.
 
         ``ack=False``: the caller acknowledges the entries later (``acknowledge``
         or ``read(ack_first=...)``).  Until then they stay pending in the stream:
@@ -202,6 +215,7 @@ class Delivery:
                             self.lock_ttl_ms,
                             self.seen_ttl_ms,
                             ev.seq,
+                            behind,
                         ],
                     )
                 )
@@ -374,14 +388,15 @@ class Delivery:
         thread: ThreadKey,
         owner: str,
         *,
-        consumed: int,
+        consumed: Sequence[InboundEvent],
         session_json: bytes | None,
         version: int,
         sent_fields: list[str],
         with_calls: Sequence[Call] = (),
         next_seq: int = 0,
     ) -> int:
-        """Complete the turn; ``with_calls`` (idempotent per-thread scripts such as
+        """Complete the turn that ran ``consumed`` (mailbox events, removed by event
+        id); ``with_calls`` (idempotent per-thread scripts such as
         the undo checkpoint) ride in the same round trip, and so do the index
         removals waiting for one (``leave_index_later``)."""
         done: Call = (
@@ -395,7 +410,7 @@ class Delivery:
             ],
             [
                 owner,
-                consumed,
+                orjson.dumps([ev.event_id for ev in consumed]),
                 session_json if session_json is not None else b"",
                 version,
                 self.session_ttl_ms,
@@ -430,7 +445,7 @@ class Delivery:
     async def flush_index(self) -> None:
         """The waiting index removals, in a round trip of their own (the sweeper's
         tick: a process with nothing else to send)."""
-        if not self._emptied:
+        if not self._emptied and not self._reindex:
             return
 
         async def send(removals: list[Command]) -> tuple[None, list[Any]]:
@@ -444,11 +459,21 @@ class Delivery:
         """``send(removals)``: a round trip carrying the waiting index removals after
         its own commands, answering (its own result, the removals' replies).  When it
         fails they wait for the next one (they may have run: ZREM + LLEN again is
-        harmless, and puts back a thread whose mailbox refilled)."""
+        harmless, and puts back a thread whose mailbox refilled); so that a thread
+        whose ZREM ran is never left out of the index meanwhile (its reply lost, and
+        its mailbox refilled), it is also put back first (ZADD NX) in that next one."""
         leaving = list(self._emptied)
         self._emptied.clear()
+        readd = list(self._reindex)
+        self._reindex.clear()
+        removals: list[Command] = []
+        if readd:  # first: a thread in both is put back, then removed if empty
+            now = _ms()
+            removals.append(
+                ("ZADD", keys.ACTIVE_THREADS, "NX", *(x for t in readd for x in (now, str(t))))
+            )
         # ZREM before LLEN, as in ``deactivate``
-        removals: list[Command] = [
+        removals += [
             c
             for t in leaving
             for c in (("ZREM", keys.ACTIVE_THREADS, str(t)), ("LLEN", keys.mailbox(t)))
@@ -457,7 +482,12 @@ class Delivery:
             out, replies = await send(removals)
         except BaseException:
             self._emptied.update(dict.fromkeys(leaving))
+            self._reindex.update(dict.fromkeys([*readd, *leaving]))
             raise
+        if readd:
+            if isinstance(replies[0], Exception):
+                self._reindex.update(dict.fromkeys(readd))
+            replies = replies[1:]
         await self._left_index(leaving, replies)
         return out
 
@@ -465,15 +495,29 @@ class Delivery:
         """After the removals of ``leaving`` (their replies): back into the index
         whichever mailbox refilled meanwhile (a hand-off between the completion and
         the ZREM); a removal the server refused is tried again later."""
-        back: dict[str, int] = {}
+        back: list[ThreadKey] = []
         for i, t in enumerate(leaving):
             zrem, llen = replies[2 * i], replies[2 * i + 1]
             if isinstance(zrem, Exception) or isinstance(llen, Exception):
                 self._emptied[t] = None
             elif llen:
-                back[str(t)] = _ms()
-        if back:
-            await self.redis.zadd(keys.ACTIVE_THREADS, back, nx=True)
+                back.append(t)
+        await self._put_back(back)
+
+    async def _put_back(self, threads: list[ThreadKey]) -> None:
+        """ZADD NX ``threads`` (mail waits in them) back into the active index.  If
+        that fails they are not lost from it: the ZADD rides again in the next round
+        trip that carries index removals (``flush_index``, the sweeper's tick, sends
+        it on its own), until it goes through."""
+        if not threads:
+            return
+        try:
+            await self.redis.zadd(
+                keys.ACTIVE_THREADS, dict.fromkeys(map(str, threads), _ms()), nx=True
+            )
+        except BaseException:
+            self._reindex.update(dict.fromkeys(threads))
+            raise
 
     async def save_session(self, thread: ThreadKey, data: bytes, version: int) -> int:
         return int(
@@ -485,10 +529,19 @@ class Delivery:
         return int(ver or 0), cast(bytes | None, data)
 
     # -- locks -------------------------------------------------------------
-    async def skip_gap(self, thread: ThreadKey, seq: int) -> None:
-        """Give up waiting for earlier arrivals: ``seq`` runs next (they will be
-        appended after it when they turn up)."""
-        await self.redis.set(keys.next_seq(thread), seq, px=self.next_ttl_ms)
+    async def skip_gap(self, thread: ThreadKey, head: InboundEvent, owner: str) -> bool:
+        """Give up waiting for earlier arrivals: ``head`` (the mailbox head the
+        caller read) runs next (they will be appended after it when they turn up).
+        False if it is not the head any more: a late arrival went before it in the
+        meantime, nothing was set, and the caller begins again (see scripts.SKIP_GAP)."""
+        return bool(
+            await run_script(
+                self.redis,
+                self._skip_gap,
+                [keys.mailbox(thread), keys.next_seq(thread), keys.sent(thread)],
+                [head.event_id, head.seq, self.next_ttl_ms, owner],
+            )
+        )
 
     async def try_lock(self, thread: ThreadKey, owner: str) -> bool:
         return bool(await self.redis.set(keys.lock(thread), owner, nx=True, px=self.lock_ttl_ms))
@@ -582,13 +635,20 @@ class Delivery:
         ZREM before LLEN: a hand-off RPUSHes before it ZADDs, so any push this
         LLEN misses has its ZADD after our ZREM.
         """
-        replies = await roundtrip(
-            self.redis,
-            [("ZREM", keys.ACTIVE_THREADS, str(thread)), ("LLEN", keys.mailbox(thread))],
-        )
-        raise_first(replies)
+        try:
+            replies = await roundtrip(
+                self.redis,
+                [("ZREM", keys.ACTIVE_THREADS, str(thread)), ("LLEN", keys.mailbox(thread))],
+            )
+            raise_first(replies)
+        except BaseException:
+            # the ZREM may have run and the mailbox refilled: put it back, and remove
+            # it again if empty, with the next round trip that carries removals
+            self._reindex[thread] = None
+            self._emptied[thread] = None
+            raise
         if replies[1]:
-            await self.redis.zadd(keys.ACTIVE_THREADS, {str(thread): _ms()}, nx=True)
+            await self._put_back([thread])
 
     async def pending_count(self) -> int:
         info = await self.redis.xpending(keys.INBOX_STREAM, keys.INBOX_GROUP)

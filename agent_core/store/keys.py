@@ -265,6 +265,11 @@ def routine_dedup(routine_id: str, digest: str) -> str:
     return f"{PREFIX}{{routines}}:dedup:{routine_id}:{digest}"
 
 
+def routine_triggered(routine_id: str, channel: str, event_id: str) -> str:
+    """STRING EX: this inbound event queued this routine (a redelivery queues nothing)."""
+    return f"{PREFIX}{{routines}}:by:{routine_id}:{channel}:{event_id}"
+
+
 # Heartbeat
 HEARTBEAT_CHECKLIST = PREFIX + "{heartbeat}:checklist"  # STRING set by /heartbeat set
 HEARTBEAT_STATE = PREFIX + "{heartbeat}:state"  # HASH last_tick, failures, outcome, at

@@ -108,12 +108,16 @@ end
 
 
 # KEYS: mailbox, seen, lock, next, session, sent, moved
-# ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms, seq
+# ARGV: event_id, event_json, now_ms, owner, lock_ttl_ms, seen_ttl_ms, seq, keep
 # Puts the event in the thread's mailbox unless it was handed off before
 # (idempotent on event id for seen_ttl), then tries the thread lock.  The
 # mailbox stays in arrival order: an event handed off late (its first reader
 # died) goes before later ones still waiting, never before the one running
-# (arrival number below the thread's next: appended at the end).
+# (arrival number below the thread's next: appended at the end).  keep > 0: the
+# event goes back in line behind the first ``keep`` entries (the turn running
+# them), before the first later arrival waiting after them (a message held
+# during an approval wait, queued again by the turn that ends the wait: it came
+# before what was sent since).
 # Returns {appended 0/1, lock acquired 0/1, mailbox length}, and when the lock
 # is this owner's, also what a turn begins from (as Delivery.begin reads it):
 # mailbox, session version, session data, sent records (flat), next arrival,
@@ -126,15 +130,16 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[3]) - tonumber(ARGV[6]))
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
   local seq = tonumber(ARGV[7])
+  local keep = tonumber(ARGV[8] or '0')
   local nxt = tonumber(redis.call('GET', KEYS[4]) or '1')
   local placed = false
-  if seq > 0 and seq >= nxt then
-    local items = redis.call('LRANGE', KEYS[1], 0, -1)
+  if seq > 0 and (keep > 0 or seq >= nxt) then
+    local items = redis.call('LRANGE', KEYS[1], keep, -1)
     for i = 1, #items do
       local other = tonumber(cjson.decode(items[i])['sq'] or 0)
       if other > seq then
         -- the head may be running; it cannot be while its number is beyond next
-        if i > 1 or other > nxt then
+        if keep > 0 or i > 1 or other > nxt then
           redis.call('LINSERT', KEYS[1], 'BEFORE', items[i], ARGV[2])
           placed = true
         end
@@ -162,12 +167,16 @@ return {appended, got, #box, box, sess[1] or '', sess[2] or '', sent,
 )
 
 # KEYS: mailbox, session, lock, sent, next
-# ARGV: owner, consumed, session_json ('' = unchanged), expected_version,
+# ARGV: owner, consumed (JSON list of the event ids the turn ran),
+#       session_json ('' = unchanged), expected_version,
 #       session_ttl_ms, lock_ttl_ms, next arrival number (0 = unchanged),
 #       next's ttl_ms, sent fields to delete...
 # Returns the mailbox length left, -1 if the lock is not ours, -2 on a version
 # conflict (nothing changed in either case).  Releases the lock when the mailbox
-# is empty, otherwise keeps (and renews) it for the next turn.
+# is empty, otherwise keeps (and renews) it for the next turn.  The entries
+# removed are the ones the turn ran, by event id: normally the mailbox's first
+# ones (LTRIM); if anything was put before or among them meanwhile, exactly
+# those entries go (LREM), never another event in their place.
 COMPLETE = """
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
 if ARGV[3] ~= '' then
@@ -176,16 +185,30 @@ if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'v', tonumber(ARGV[4]) + 1, 'd', ARGV[3])
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
-local n = tonumber(ARGV[2])
+local ids = cjson.decode(ARGV[2])
+local n = #ids
 if n > 0 then
-  -- the consumed events' start records go with them (see _mark_start)
-  for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, n - 1)) do
-    local ok, ev = pcall(cjson.decode, item)
-    if ok and type(ev) == 'table' and type(ev['id']) == 'string' then
-      redis.call('HDEL', KEYS[4], ev['id'] .. '#s:0')
+  local first = redis.call('LRANGE', KEYS[1], 0, n - 1)
+  local same = #first == n
+  for i = 1, #first do
+    local ok, ev = pcall(cjson.decode, first[i])
+    if not (ok and type(ev) == 'table' and ev['id'] == ids[i]) then same = false end
+  end
+  if same then
+    redis.call('LTRIM', KEYS[1], n, -1)
+  else
+    local ran = {}
+    for _, id in ipairs(ids) do ran[id] = true end
+    for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+      local ok, ev = pcall(cjson.decode, item)
+      if ok and type(ev) == 'table' and ran[ev['id']] then
+        redis.call('LREM', KEYS[1], 1, item)
+        ran[ev['id']] = nil
+      end
     end
   end
-  redis.call('LTRIM', KEYS[1], n, -1)
+  -- the consumed events' start records go with them (see _mark_start)
+  for _, id in ipairs(ids) do redis.call('HDEL', KEYS[4], id .. '#s:0') end
 end
 for i = 9, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
 local n2 = tonumber(ARGV[7])
@@ -199,6 +222,27 @@ else
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 return left
+"""
+
+# KEYS: mailbox, next, sent ; ARGV: head event id, its arrival number, next's
+#       ttl_ms, owner
+# Gives up waiting for earlier arrivals: the mailbox head runs next (``next``
+# becomes its number), only while it is still the head the caller read.  A late
+# arrival handed off since went before it (HANDOFF: its number is beyond next):
+# then nothing is set, the caller's start record on the old head goes (as in
+# RELEASE), and 0 tells the caller to begin again (the late one runs first).
+SKIP_GAP = """
+local ok, head = pcall(cjson.decode, redis.call('LINDEX', KEYS[1], 0) or '')
+if ok and type(head) == 'table' and head['id'] == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+local field = ARGV[1] .. '#s:0'
+local rec_ok, rec = pcall(cjson.decode, redis.call('HGET', KEYS[3], field) or '')
+if rec_ok and type(rec) == 'table' and rec['m'] == 'started:' .. ARGV[4] then
+  redis.call('HDEL', KEYS[3], field)
+end
+return 0
 """
 
 # KEYS: lock ; ARGV: owner, ttl_ms.  1 if renewed, 0 if the lock is not ours.
@@ -540,6 +584,16 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 2 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) - tonumber(ARGV[2]))
+return 1
+"""
+
+
+# KEYS: once key, routine queue ; ARGV: once ttl seconds, queue item
+# Queues a routine run once per key (an event trigger: the inbound event's id, so a
+# platform's redelivery of the same event queues nothing).  1 queued, 0 not.
+QUEUE_RUN_ONCE = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
 """
 

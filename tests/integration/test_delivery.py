@@ -204,13 +204,24 @@ async def test_a_turn_start_is_recorded_with_its_owner_and_goes_with_the_event(
     assert await records() == {"e1#s:0": "started:w3"}
     # consuming the event drops its record; the next head's begin records its own
     left = await d.complete(
-        t, "w3", consumed=1, session_json=None, version=state.session_version, sent_fields=[]
+        t,
+        "w3",
+        consumed=state.mailbox[:1],
+        session_json=None,
+        version=state.session_version,
+        sent_fields=[],
     )
     assert left == 1
     assert await records() == {}
-    assert (await d.begin(t, "w3")).mailbox[0].event_id == "e2"
+    state = await d.begin(t, "w3")
+    assert state.mailbox[0].event_id == "e2"
     assert await records() == {"e2#s:0": "started:w3"}
-    assert await d.complete(t, "w3", consumed=1, session_json=None, version=0, sent_fields=[]) == 0
+    assert (
+        await d.complete(
+            t, "w3", consumed=state.mailbox[:1], session_json=None, version=0, sent_fields=[]
+        )
+        == 0
+    )
     assert await r.exists(keys.sent(t)) == 0
 
 
@@ -247,7 +258,12 @@ async def test_an_emptied_thread_leaves_the_index_in_the_next_round_trip(
 
     async def finish(thread: ThreadKey) -> int:
         return await d.complete(
-            thread, "w1", consumed=1, session_json=None, version=0, sent_fields=[]
+            thread,
+            "w1",
+            consumed=await d.peek(thread, 0),
+            session_json=None,
+            version=0,
+            sent_fields=[],
         )
 
     await d.handoff([(b"1-1", msg(t, 1))], "w1")
@@ -286,11 +302,18 @@ async def test_a_removal_whose_round_trip_fails_is_sent_again(
     d = Delivery(r, redis_clients.blocking)
     t, u = ThreadKey("web", "local", "a"), ThreadKey("web", "local", "b")
     await d.handoff([(b"1-1", msg(t, 1)), (b"1-2", msg(u, 2))], "w1")
-    assert await d.complete(t, "w1", consumed=1, session_json=None, version=0, sent_fields=[]) == 0
+    assert (
+        await d.complete(
+            t, "w1", consumed=[msg(t, 1)], session_json=None, version=0, sent_fields=[]
+        )
+        == 0
+    )
     d.leave_index_later(t)
     await r.set(keys.session(u), "not a hash")
     with pytest.raises(Exception, match="WRONGTYPE"):
-        await d.complete(u, "w1", consumed=1, session_json=b"{}", version=0, sent_fields=[])
+        await d.complete(
+            u, "w1", consumed=[msg(u, 2)], session_json=b"{}", version=0, sent_fields=[]
+        )
     assert d.leaving_index(t)
     await d.flush_index()
     assert await r.zscore(keys.ACTIVE_THREADS, str(t)) is None
