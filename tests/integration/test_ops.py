@@ -225,3 +225,27 @@ async def test_a_worker_on_a_full_redis_stops_with_one_line_not_a_traceback(
     finally:
         await admin.redis.config_set("maxmemory", "0")
         await admin.close()
+
+
+@pytest.mark.parametrize(
+    ("core", "llm", "said"),
+    [
+        ({"context_window": 8000}, {"llm_backend": "openai", "openai_api_key": "sk-x"}, "8,000"),
+        ({}, {"llm_backend": "ollama", "ollama_model": "llama3.2"}, "OLLAMA_CONTEXT_LENGTH"),
+    ],
+)
+async def test_release_and_doctor_refuse_a_window_every_worker_refuses(
+    valkey: EmbeddedValkey, redis: Any, core: dict[str, Any], llm: dict[str, Any], said: str
+) -> None:
+    """A model window under 16K stops every worker at start (Agent.check_window);
+    release passed it ("llm: configuration valid") and doctor's llm row said OK."""
+    s = Settings(
+        core=CoreSettings(redis_url=valkey.url, **core),  # type: ignore[arg-type]
+        llm=LLMSettings(**llm),
+        web=WebSettings(web_chat_enabled=False),
+    )
+    with pytest.raises(ConfigError) as err:
+        await release(s)
+    assert "Parley needs at least 16,000" in str(err.value) and said in str(err.value)
+    check = {c.name: c for c in await doctor(s)}["llm"]
+    assert not check.ok and check.detail == err.value.problems[0], check
