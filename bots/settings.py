@@ -203,6 +203,8 @@ class Settings:
         for obj in objs:
             for name in type(obj).model_fields:
                 v = getattr(obj, name)
+                if obj is self.core and name == "redis_url":
+                    continue  # its password below: the host and port are no secret
                 if isinstance(v, SecretStr) and len(v.get_secret_value()) >= 6:
                     vals.append(v.get_secret_value())
         # credentials inside URLs (redis://:pw@…, https://user:key@proxy/v1)

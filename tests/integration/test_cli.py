@@ -291,3 +291,37 @@ def test_a_bad_env_file_line_is_reported_once_in_the_chosen_format(
         said = (r.stdout + r.stderr).splitlines()
     assert not [m for m in said if "python-dotenv" in m], said
     assert len([m for m in said if "line 2 cannot be parsed" in m]) == 1, said
+
+
+def test_doctor_shows_where_redis_is_and_hides_only_its_password(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """The redis row read `***: version …` for a URL without a password: the whole
+    REDIS_URL was a secret, host and path included.  Now only a password is hidden,
+    in the table and in JSON."""
+    import redis as redis_py
+
+    admin = redis_py.Redis.from_url(valkey.url)
+    admin.execute_command(
+        "ACL", "SETUSER", "doctor-shown", "on", ">pw-hunter2-doctor", "~*", "&*", "+@all"
+    )
+    try:
+        with_pw = valkey.url.replace("unix://", "unix://doctor-shown:pw-hunter2-doctor@", 1)
+        for url, shown in (
+            (valkey.url, valkey.url),
+            (with_pw, valkey.url.replace("unix://", "unix://doctor-shown:***@", 1)),
+        ):
+            env = {"REDIS_URL": url, "LLM_BACKEND": "demo", "PARLEY_DATA_DIR": str(tmp_path)}
+            r = parley(["doctor"], {**env, "COLUMNS": "400"}, timeout=60)
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            cells = [ln.split("│") for ln in r.stdout.splitlines() if ln.startswith("│")]
+            [row] = ["│".join(c) for c in cells if c[1].strip() == "redis"]
+            assert f"{shown}: version" in row, row
+            j = parley(["doctor"], {**env, "LOG_FORMAT": "json"}, timeout=60)
+            assert j.returncode == 0, (j.stdout, j.stderr)
+            said = [str(x["msg"]) for x in _json_lines(j.stdout) + _json_lines(j.stderr)]
+            assert f"doctor: redis: OK: {shown}: version" in "\n".join(said), said
+            assert "pw-hunter2-doctor" not in r.stdout + r.stderr + j.stdout + j.stderr
+    finally:
+        admin.execute_command("ACL", "DELUSER", "doctor-shown")
+        admin.close()
