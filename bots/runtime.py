@@ -461,6 +461,8 @@ class Runtime:
             tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="web"))
         await self._until_stop_or_crash(stop, tasks)
         self.draining = True
+        if self.embedded is not None:
+            self.embedded.stopping()  # a server gone now is not started again
         # one deadline for the whole shutdown, inside the platform's kill (Heroku:
         # SIGKILL 30 s after SIGTERM; SHUTDOWN_GRACE_SECS 20 + 5)
         self._deadline = time.monotonic() + self.settings.core.shutdown_grace_secs + 5
