@@ -285,6 +285,9 @@ async def _llm(settings: Settings, clients: RedisClients | None) -> Check:
                 f"check the model name ({model_var}); the server may not offer it",
                 warning=True,
             )
+        if demo := settings.demo_in_earnest():
+            problem, _, fix = demo.partition("; ")  # what is wrong; what to do
+            return Check("llm", True, f"{listed}; {problem}", fix, warning=True)
         if note:
             return Check("llm", True, f"{listed}; {note.removeprefix('note: ')}", warning=True)
         return Check("llm", True, listed)
@@ -329,6 +332,8 @@ async def release(settings: Settings) -> list[str]:
         # key presence and shape; the model's context window, as every worker checks it
         note = check_window(settings.core.context_window, build_provider(settings.llm, None), None)
         done.append(f"llm: configuration valid{f'; {note}' if note else ''}")
+        if demo := settings.demo_in_earnest():
+            done.append(f"llm: warning: {demo}")
         status = settings.platform_status()
         tg_on, _ = status.get("telegram", (False, ""))
         if tg_on:

@@ -325,3 +325,60 @@ def test_doctor_shows_where_redis_is_and_hides_only_its_password(
     finally:
         admin.execute_command("ACL", "DELUSER", "doctor-shown")
         admin.close()
+
+
+def _worker_summary(env: dict[str, str]) -> str:
+    """What `parley run worker` says at start (it is stopped once it consumes)."""
+    import signal
+
+    base = {
+        k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
+    }
+    for k in ("REDIS_URL", "PORT", "DYNO", "LLM_BACKEND"):
+        base.pop(k, None)
+    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", "COLUMNS": "200", **env})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", "run", "worker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=base,
+        cwd=ROOT,
+        text=True,
+    )
+    said: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # until the worker consumes (or exits)
+            said.append(line)
+            if "consuming" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+        said.append(rest)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return "".join(said)
+
+
+def test_a_worker_does_not_say_it_serves_the_web_chat(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """A worker serves no HTTP: its summary said `web: on (no platform configured)`."""
+    out = _worker_summary({"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path)})
+    assert "process role: worker" in out, out
+    assert "web:      replies only (no HTTP in this role)" in out, out
+    assert "web:      on" not in out and "http:" not in out, out
+
+
+def test_the_demo_model_on_a_deployment_is_a_warning_at_start(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """No LLM key on a Heroku dyno (a one-click deploy with TELEGRAM_BOT_TOKEN only):
+    the worker answered real people with canned demo replies, its summary silent."""
+    env = {"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path), "DYNO": "worker.1"}
+    out = _worker_summary(env)
+    assert "warning: the offline demo model answers, though this is a Heroku dyno" in out, out
+    local = _worker_summary({"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path)})
+    assert "demo" in local and "offline demo model answers" not in local, local
