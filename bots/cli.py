@@ -221,7 +221,14 @@ def print_summary(rt: Runtime, host: str, port: int) -> None:
     _say(f"  loop:     {_loop_name()}")
     if sm.llm:
         _say(f"  llm:      {escape(sm.llm)}")
+    if sm.llm_warning:
+        _say(f"  [yellow]warning:[/] {escape(sm.llm_warning)}", logging.WARNING)
     for name, on, why in sm.channels:
+        if name == "web" and not rt.runs_web:
+            # the web chat's status is the web process's: here, at most its replies
+            mark = "replies only" if rt.runs_worker else "[dim]off[/]"
+            _say(f"  {name + ':':10}{mark} (no HTTP in this role)")
+            continue
         mark = "[green]on[/]" if on else "[dim]off[/]"
         _say(f"  {name + ':':10}{mark} ({escape(why)})")
     if rt.runs_web:

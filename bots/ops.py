@@ -184,7 +184,7 @@ async def doctor(settings: Settings) -> list[Check]:
             try:
                 await ch.initialize()
                 if problem := getattr(ch, "unreachable", ""):  # started, not connected
-                    fix = "check this machine's network (or TELEGRAM_API_BASE_URL)"
+                    fix = f"check this machine's network (or {name.upper()}_API_BASE_URL)"
                     checks.append(Check(name, False, problem, fix))
                 else:
                     checks.append(Check(name, True, "token accepted"))
@@ -258,10 +258,15 @@ async def _telegram_webhook(settings: Settings) -> Check:
 
 
 async def _llm(settings: Settings, clients: RedisClients | None) -> Check:
+    from agent_core.agent.agent import check_window
     from agent_core.llm.factory import build_provider, describe
 
     try:
         provider = build_provider(settings.llm, clients.redis if clients else None)
+    except ConfigError as exc:
+        return Check("llm", False, exc.problems[0])
+    try:  # what every worker refuses at start
+        note = check_window(settings.core.context_window, provider, None)
     except ConfigError as exc:
         return Check("llm", False, exc.problems[0])
     backend = settings.llm.resolve_backend()[0]
@@ -280,6 +285,11 @@ async def _llm(settings: Settings, clients: RedisClients | None) -> Check:
                 f"check the model name ({model_var}); the server may not offer it",
                 warning=True,
             )
+        if demo := settings.demo_in_earnest():
+            problem, _, fix = demo.partition("; ")  # what is wrong; what to do
+            return Check("llm", True, f"{listed}; {problem}", fix, warning=True)
+        if note:
+            return Check("llm", True, f"{listed}; {note.removeprefix('note: ')}", warning=True)
         return Check("llm", True, listed)
     except llm_errors.LLMError as exc:
         return Check(
@@ -316,10 +326,14 @@ async def release(settings: Settings) -> list[str]:
         if not rc.ok:
             raise ConfigError([f"redis: {rc.detail}"])
         done.append(f"redis: {rc.detail}")
+        from agent_core.agent.agent import check_window
         from agent_core.llm.factory import build_provider
 
-        build_provider(settings.llm, None)  # key presence and shape
-        done.append("llm: configuration valid")
+        # key presence and shape; the model's context window, as every worker checks it
+        note = check_window(settings.core.context_window, build_provider(settings.llm, None), None)
+        done.append(f"llm: configuration valid{f'; {note}' if note else ''}")
+        if demo := settings.demo_in_earnest():
+            done.append(f"llm: warning: {demo}")
         status = settings.platform_status()
         tg_on, _ = status.get("telegram", (False, ""))
         if tg_on:

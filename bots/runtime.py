@@ -79,6 +79,7 @@ def _open(scope: Any) -> Response | None:
 class Summary:
     redis: str = ""
     llm: str = ""
+    llm_warning: str = ""  # the demo model on a deployment (Settings.demo_in_earnest)
     channels: list[tuple[str, bool, str]] = field(default_factory=list)
     role: str = ""
     url: str = ""
@@ -263,6 +264,8 @@ class Runtime:
             if self.llm is None:
                 self.llm = build_llm(self.settings, self.clients)
             self.summary.llm = describe_llm(self.settings) if not self._llm_given else self.llm.name
+            if not self._llm_given:
+                self.summary.llm_warning = self.settings.demo_in_earnest()
             await self.llm.initialize()
             self.agent = Agent(core, self.llm, self.delivery, self.outboxes)
             await self.agent.initialize()  # model window check, profiles, tool clients
@@ -461,6 +464,8 @@ class Runtime:
             tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="web"))
         await self._until_stop_or_crash(stop, tasks)
         self.draining = True
+        if self.embedded is not None:
+            self.embedded.stopping()  # a server gone now is not started again
         # one deadline for the whole shutdown, inside the platform's kill (Heroku:
         # SIGKILL 30 s after SIGTERM; SHUTDOWN_GRACE_SECS 20 + 5)
         self._deadline = time.monotonic() + self.settings.core.shutdown_grace_secs + 5

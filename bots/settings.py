@@ -157,6 +157,24 @@ class Settings:
         platforms say HOST=0.0.0.0 themselves (deploy/Dockerfile does)."""
         return bool(os.environ.get("DYNO"))
 
+    def demo_in_earnest(self) -> str:
+        """Why the offline demo model answering here is likely a mistake (a deployed
+        bot answering real people with canned replies); "" when it is not."""
+        if self.llm.resolve_backend()[0] != "demo":
+            return ""
+        platforms = [name for name, (on, _) in self.platform_status().items() if on]
+        if platforms:
+            where = f"{' and '.join(platforms)} {'is' if len(platforms) == 1 else 'are'} configured"
+        elif self.on_heroku:
+            where = "this is a Heroku dyno ($DYNO)"
+        else:
+            return ""
+        return (
+            f"the offline demo model answers, though {where}: people get canned demo "
+            "replies; set an LLM key (OPENAI_API_KEY, ANTHROPIC_API_KEY, a preset's key "
+            "such as OPENROUTER_API_KEY) or LLM_BACKEND"
+        )
+
     def require_shared_redis(self) -> None:
         """Raise ConfigError on Heroku ($DYNO) when REDIS_URL is unset (the add-on is
         missing or detached): each dyno would start its own embedded Valkey, and the
@@ -203,6 +221,8 @@ class Settings:
         for obj in objs:
             for name in type(obj).model_fields:
                 v = getattr(obj, name)
+                if obj is self.core and name == "redis_url":
+                    continue  # its password below: the host and port are no secret
                 if isinstance(v, SecretStr) and len(v.get_secret_value()) >= 6:
                     vals.append(v.get_secret_value())
         # credentials inside URLs (redis://:pw@…, https://user:key@proxy/v1)

@@ -114,6 +114,41 @@ def friendly_llm_error(exc: Exception) -> str:
     return "I couldn't reach the AI model just now. Please try again in a moment."
 
 
+def window_for(context_window: int, llm: LLMProvider, model: str | None) -> int:
+    """CONTEXT_WINDOW when set, else ``model``'s own (its provider's table)."""
+    if context_window:
+        return context_window
+    try:
+        return llm.model_info(model or None).context_window or DEFAULT_WINDOW
+    except Exception:
+        return DEFAULT_WINDOW
+
+
+def check_window(context_window: int, llm: LLMProvider, model: str | None) -> str:
+    """Refuse a model whose window is under 16K tokens (ConfigError); a note under
+    32K.  Every worker runs it at start; `parley release` and `doctor` run it too."""
+    window = window_for(context_window, llm, model)
+    name = model or llm.name
+    if window < MIN_WINDOW:
+        fix = "set CONTEXT_WINDOW if the model's size is known wrong"
+        if name.startswith("ollama"):
+            fix = (
+                "Ollama runs models with a 4,096-token context unless told otherwise: "
+                "start it with OLLAMA_CONTEXT_LENGTH=32768 and set the same value here "
+                "(OLLAMA_CONTEXT_LENGTH or OLLAMA_CONTEXT_WINDOW)"
+            )
+        raise ConfigError(
+            [
+                f"model {name}: its context window is {window:,} tokens; Parley needs at "
+                f"least {MIN_WINDOW:,} ({fix})"
+            ]
+        )
+    if window < WARN_WINDOW:
+        log.warning("model %s has a small context window (%d tokens)", name, window)
+        return f"note: {name} has a small context window ({window:,} tokens)"
+    return ""
+
+
 class Agent:
     def __init__(
         self,
@@ -174,35 +209,11 @@ class Agent:
         await self.tools.shutdown()
 
     def window_for(self, model: str | None) -> int:
-        if self.settings.context_window:
-            return self.settings.context_window
-        try:
-            return self.llm.model_info(model or None).context_window or DEFAULT_WINDOW
-        except Exception:
-            return DEFAULT_WINDOW
+        return window_for(self.settings.context_window, self.llm, model)
 
     def check_window(self, model: str | None) -> str:
         """Refuse a model whose window is under 16K tokens; warn under 32K."""
-        window = self.window_for(model)
-        name = model or self.llm.name
-        if window < MIN_WINDOW:
-            fix = "set CONTEXT_WINDOW if the model's size is known wrong"
-            if name.startswith("ollama"):
-                fix = (
-                    "Ollama runs models with a 4,096-token context unless told otherwise: "
-                    "start it with OLLAMA_CONTEXT_LENGTH=32768 and set the same value here "
-                    "(OLLAMA_CONTEXT_LENGTH or OLLAMA_CONTEXT_WINDOW)"
-                )
-            raise ConfigError(
-                [
-                    f"model {name}: its context window is {window:,} tokens; Parley needs at "
-                    f"least {MIN_WINDOW:,} ({fix})"
-                ]
-            )
-        if window < WARN_WINDOW:
-            log.warning("model %s has a small context window (%d tokens)", name, window)
-            return f"note: {name} has a small context window ({window:,} tokens)"
-        return ""
+        return check_window(self.settings.context_window, self.llm, model)
 
     def cheap_llm(self) -> LLMProvider:
         cheap = getattr(self.llm, "cheap", None)

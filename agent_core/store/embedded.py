@@ -16,11 +16,15 @@ stops last (it alone can take the lock exclusively) stops the server with
 SHUTDOWN, so a server left by a Parley killed outright (SIGKILL) is stopped by the
 next Parley that uses it, when that one stops.
 
-The server starts with SIGINT and SIGHUP blocked: Ctrl-C in a terminal (or the
-terminal closing) signals the whole foreground process group, and Parley must
-finish the turns in hand before the server goes, so only Parley's own stop ends
-it.  A Parley killed outright (SIGKILL) leaves it running; the next start finds
-it answering, uses it, and stops it if it is the last user (above).
+The server starts with SIGINT, SIGHUP and SIGTERM blocked: Ctrl-C in a terminal (or
+the terminal closing) signals the whole foreground process group, and so do
+systemd's default stop (KillMode=control-group: SIGTERM to every process of the
+service), `timeout` and Heroku (SIGTERM to every process of the dyno).  Parley
+must finish the turns in hand before the server goes, so only Parley's own stop
+(SHUTDOWN, after the drain) ends it.  Once Parley's shutdown has begun
+(:meth:`EmbeddedValkey.stopping`), a server that goes away is not started again.
+A Parley killed outright (SIGKILL) leaves it running; the next start finds it
+answering, uses it, and stops it if it is the last user (above).
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ log = logging.getLogger(__name__)
 
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 WATCH_SECS = 1.0  # how often a process checks that the shared server still answers
-# what a terminal sends its whole foreground process group (Ctrl-C; closing it)
-_TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
+# what a terminal sends its whole foreground process group (Ctrl-C; closing it), and
+# what a service manager sends the whole service (systemd, `timeout`, Heroku's stop)
+_GROUP_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGTERM})
 
 
 def socket_path_for(data_dir: Path) -> Path:
@@ -132,6 +137,7 @@ class EmbeddedValkey:
         self._watch: asyncio.Task[None] | None = None
         self._users: Any = None  # valkey.users, locked shared while this process uses it
         self._busy = threading.Lock()  # a start (the watch's) and the stop, one at a time
+        self._stopping = False  # Parley's shutdown has begun: the watch starts nothing
 
     @property
     def url(self) -> str:
@@ -203,8 +209,9 @@ class EmbeddedValkey:
                     save="3600 1 300 100",
                     logfile="valkey.log",
                 )
-                # the server inherits this thread's signal mask: Ctrl-C is Parley's
-                held = signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINAL_SIGNALS)
+                # the server inherits this thread's signal mask: Ctrl-C and a
+                # SIGTERM to the group are Parley's (it stops the server after its drain)
+                held = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
                 try:
                     server.start(timeout=15.0)
                 except Exception as exc:
@@ -265,12 +272,25 @@ class EmbeddedValkey:
         if self.watch and self._watch is None:
             self._watch = asyncio.create_task(self._watch_server(), name="embedded-valkey-watch")
 
+    def stopping(self) -> None:
+        """This process's shutdown has begun (it drains, then calls :meth:`stop`):
+        the watch no longer starts a server that went away."""
+        self._stopping = True
+
     async def _watch_server(self, every: float = WATCH_SECS) -> None:
-        """Start the server again if the process that ran it exited."""
+        """Start the server again if the process that ran it exited (not once this
+        process is stopping: a server started during its drain would be stopped again
+        moments later, or be left to whoever comes next)."""
         while True:
             await asyncio.sleep(every)
             if await asyncio.to_thread(_listening, self.socket_path):
                 continue  # answering, or busy: either way not gone
+            if self._stopping:
+                log.warning(
+                    "embedded Valkey at %s went away during shutdown; not starting it again",
+                    self.socket_path,
+                )
+                return
             log.warning("embedded Valkey at %s went away; starting it again", self.socket_path)
             try:
                 await asyncio.to_thread(self._start_sync)

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
 from agent_core.outbox import Outbox
+from agent_core.store.client import redact_url
 from channels.base import Channel, ChannelDeps
 
 from .commands import app_commands, sync_commands
@@ -60,6 +61,7 @@ class DiscordChannel(Channel):
         # (a reply to its message, or in a thread it follows, does): see agent_core.outbox
         self._outbox.group_text_reaches = deps.group_reply == "all"
         self.message_content: bool | None = None  # known after initialize()
+        self.unreachable = ""  # why initialize() could not check the token ("" if it did)
         self.client: GatewayClient | None = None  # the running gateway client
         # Parley's commands as Discord takes them, once publish_commands gave them
         self.commands: list[dict[str, Any]] | None = None
@@ -91,6 +93,11 @@ class DiscordChannel(Channel):
         except discord.LoginFailure:
             raise ConfigError([BAD_TOKEN]) from None
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            self.unreachable = (
+                f"DISCORD_BOT_TOKEN: could not reach the Discord API at "
+                f"{redact_url(self.settings.discord_api_base_url)} ({type(exc).__name__}); "
+                "the token is not checked"
+            )
             log.warning(  # RateLimited (a long 429) included
                 "Discord: cannot check the bot token now (%s); will retry", type(exc).__name__
             )

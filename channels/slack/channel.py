@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute
 from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
 from agent_core.outbox import Outbox
+from agent_core.store.client import redact_url
 
 from ..base import Channel, ChannelDeps
 from .client import make_session, make_web_client
@@ -39,7 +40,9 @@ class SlackChannel(Channel):
         self.state = SlackState(deps.redis, settings.slack_thread_ttl_secs)
         self.bot_user_id = ""
         self.team_id = ""
-        self.missing_scopes: list[str] = []  # "scope: what goes missing", from auth.test
+        # "scope: what goes missing", from auth.test (None: not known, Slack not reached)
+        self.missing_scopes: list[str] | None = None
+        self.unreachable = ""  # the problem while auth.test has not answered
         self._session: aiohttp.ClientSession | None = None
         self._web: AsyncWebClient | None = None
         self._outbox: SlackOutbox | None = None
@@ -82,8 +85,13 @@ class SlackChannel(Channel):
             ) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             # Slack unreachable at start: keep going, events carry the bot id too
+            self.unreachable = (
+                f"SLACK_BOT_TOKEN: could not reach the Slack API at {redact_url(s.slack_api_base_url)} "
+                f"({type(exc).__name__}); the token is not checked"
+            )
             log.warning("Slack auth.test failed (%s); continuing", type(exc).__name__)
             return
+        self.unreachable = ""
         self.bot_user_id = str(auth.get("user_id") or "")
         self.team_id = str(auth.get("team_id") or "")
         self.missing_scopes = missing(granted(auth.headers))

@@ -291,3 +291,94 @@ def test_a_bad_env_file_line_is_reported_once_in_the_chosen_format(
         said = (r.stdout + r.stderr).splitlines()
     assert not [m for m in said if "python-dotenv" in m], said
     assert len([m for m in said if "line 2 cannot be parsed" in m]) == 1, said
+
+
+def test_doctor_shows_where_redis_is_and_hides_only_its_password(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """The redis row read `***: version …` for a URL without a password: the whole
+    REDIS_URL was a secret, host and path included.  Now only a password is hidden,
+    in the table and in JSON."""
+    import redis as redis_py
+
+    admin = redis_py.Redis.from_url(valkey.url)
+    admin.execute_command(
+        "ACL", "SETUSER", "doctor-shown", "on", ">pw-hunter2-doctor", "~*", "&*", "+@all"
+    )
+    try:
+        with_pw = valkey.url.replace("unix://", "unix://doctor-shown:pw-hunter2-doctor@", 1)
+        for url, shown in (
+            (valkey.url, valkey.url),
+            (with_pw, valkey.url.replace("unix://", "unix://doctor-shown:***@", 1)),
+        ):
+            env = {"REDIS_URL": url, "LLM_BACKEND": "demo", "PARLEY_DATA_DIR": str(tmp_path)}
+            r = parley(["doctor"], {**env, "COLUMNS": "400"}, timeout=60)
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            cells = [ln.split("│") for ln in r.stdout.splitlines() if ln.startswith("│")]
+            [row] = ["│".join(c) for c in cells if c[1].strip() == "redis"]
+            assert f"{shown}: version" in row, row
+            j = parley(["doctor"], {**env, "LOG_FORMAT": "json"}, timeout=60)
+            assert j.returncode == 0, (j.stdout, j.stderr)
+            said = [str(x["msg"]) for x in _json_lines(j.stdout) + _json_lines(j.stderr)]
+            assert f"doctor: redis: OK: {shown}: version" in "\n".join(said), said
+            assert "pw-hunter2-doctor" not in r.stdout + r.stderr + j.stdout + j.stderr
+    finally:
+        admin.execute_command("ACL", "DELUSER", "doctor-shown")
+        admin.close()
+
+
+def _worker_summary(env: dict[str, str]) -> str:
+    """What `parley run worker` says at start (it is stopped once it consumes)."""
+    import signal
+
+    base = {
+        k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
+    }
+    for k in ("REDIS_URL", "PORT", "DYNO", "LLM_BACKEND"):
+        base.pop(k, None)
+    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", "COLUMNS": "200", **env})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", "run", "worker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=base,
+        cwd=ROOT,
+        text=True,
+    )
+    said: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # until the worker consumes (or exits)
+            said.append(line)
+            if "consuming" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+        said.append(rest)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return "".join(said)
+
+
+def test_a_worker_does_not_say_it_serves_the_web_chat(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """A worker serves no HTTP: its summary said `web: on (no platform configured)`."""
+    out = _worker_summary({"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path)})
+    assert "process role: worker" in out, out
+    assert "web:      replies only (no HTTP in this role)" in out, out
+    assert "web:      on" not in out and "http:" not in out, out
+
+
+def test_the_demo_model_on_a_deployment_is_a_warning_at_start(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """No LLM key on a Heroku dyno (a one-click deploy with TELEGRAM_BOT_TOKEN only):
+    the worker answered real people with canned demo replies, its summary silent."""
+    env = {"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path), "DYNO": "worker.1"}
+    out = _worker_summary(env)
+    assert "warning: the offline demo model answers, though this is a Heroku dyno" in out, out
+    local = _worker_summary({"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path)})
+    assert "demo" in local and "offline demo model answers" not in local, local

@@ -6,6 +6,7 @@ Real subprocesses and a real embedded Valkey, like tests/integration/test_cli.py
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -217,6 +218,38 @@ def test_doctor_with_unreachable_telegram_prints_no_asyncio_errors(tmp_path: Pat
     # the telegram row itself fails (the channel starts anyway, doctor must not say OK)
     assert "token accepted" not in r.stdout
     assert "could not reach the Telegram Bot API" in r.stdout + r.stderr
+
+
+def test_doctor_fails_slack_and_discord_it_could_not_reach(tmp_path: Path) -> None:
+    """Slack's auth.test and Discord's application lookup never answered: their rows
+    fail with "could not reach", not "token accepted", and no scopes row says every
+    scope is granted (nothing was learned)."""
+    r = parley(
+        ["doctor"],
+        {
+            "PARLEY_DATA_DIR": str(tmp_path / "d"),
+            "LOG_FORMAT": "json",
+            "SLACK_BOT_TOKEN": "xoxb-not-a-real-token",
+            "SLACK_SIGNING_SECRET": "abcdef123456",
+            "SLACK_API_BASE_URL": "http://127.0.0.1:9/api/",
+            "DISCORD_BOT_TOKEN": "not.a.token",
+            "DISCORD_API_BASE_URL": "http://127.0.0.1:9/api/v10",
+        },
+        timeout=60,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-800:]
+    rows = [
+        str(json.loads(line)["msg"])
+        for line in out.splitlines()
+        if line.startswith("{") and '"doctor: ' in line
+    ]
+    for name in ("slack", "discord"):
+        [row] = [m for m in rows if m.startswith(f"doctor: {name}: ")]
+        assert row.startswith(f"doctor: {name}: problem: "), row
+        assert "could not reach" in row and f"{name.upper()}_API_BASE_URL" in row, row
+    assert not any(m.startswith("doctor: slack scopes:") for m in rows), rows
+    assert "token accepted" not in out and "not-a-real-token" not in out
 
 
 def test_doctor_refuses_credentials_in_the_llm_url_without_echoing_them(tmp_path: Path) -> None:

@@ -305,3 +305,54 @@ async def test_a_data_dir_file_that_cannot_be_opened_is_one_line(tmp_path: Path,
     line = exc.value.problems[0]
     assert line.startswith(f"PARLEY_DATA_DIR: cannot open {data / name} ("), line
     assert "another user" in line, line
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    """/proc/<pid>/status as a dict (SigBlk: the signals it blocks, hex)."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return dict(ln.split(":\t", 1) for ln in text.splitlines() if ":\t" in ln)
+
+
+async def test_a_sigterm_to_the_group_leaves_the_server_to_parleys_own_stop(
+    tmp_path: Path,
+) -> None:
+    """systemd (KillMode=control-group), `timeout` and Heroku send SIGTERM to every
+    process: the server keeps it pending (blocked) and keeps serving the drain;
+    Parley's stop ends it."""
+    import os
+    import signal
+
+    valkey = EmbeddedValkey(tmp_path / "data")
+    await valkey.start()
+    try:
+        pid = valkey._server._process.pid
+        os.kill(pid, signal.SIGTERM)
+        fields = _proc_status(pid)
+        bit = 1 << (signal.SIGTERM - 1)
+        assert int(fields["SigBlk"], 16) & bit, fields  # held, not acted on
+        assert (int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)) & bit, fields
+        c = make_clients(valkey.url)
+        await c.redis.set("k", "v")
+        assert await c.redis.get("k") == b"v"
+        await c.close()
+    finally:
+        await valkey.stop()
+    assert not _answers_ping(valkey.socket_path)
+    assert _servers(tmp_path / "data") == []
+
+
+async def test_the_watch_starts_nothing_once_shutdown_has_begun(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server gone during Parley's drain is not started again (it would be stopped
+    moments later, or left behind)."""
+    import asyncio
+
+    (tmp_path / "data").mkdir()
+    valkey = EmbeddedValkey(tmp_path / "data")
+    starts: list[int] = []
+    valkey._start_sync = lambda: starts.append(1)  # type: ignore[method-assign]
+    valkey.stopping()
+    await asyncio.wait_for(valkey._watch_server(every=0.01), 10)  # returns: not a loop
+    assert starts == []
+    assert "went away during shutdown; not starting it again" in caplog.text

@@ -225,3 +225,59 @@ async def test_a_worker_on_a_full_redis_stops_with_one_line_not_a_traceback(
     finally:
         await admin.redis.config_set("maxmemory", "0")
         await admin.close()
+
+
+@pytest.mark.parametrize(
+    ("core", "llm", "said"),
+    [
+        ({"context_window": 8000}, {"llm_backend": "openai", "openai_api_key": "sk-x"}, "8,000"),
+        ({}, {"llm_backend": "ollama", "ollama_model": "llama3.2"}, "OLLAMA_CONTEXT_LENGTH"),
+    ],
+)
+async def test_release_and_doctor_refuse_a_window_every_worker_refuses(
+    valkey: EmbeddedValkey, redis: Any, core: dict[str, Any], llm: dict[str, Any], said: str
+) -> None:
+    """A model window under 16K stops every worker at start (Agent.check_window);
+    release passed it ("llm: configuration valid") and doctor's llm row said OK."""
+    s = Settings(
+        core=CoreSettings(redis_url=valkey.url, **core),  # type: ignore[arg-type]
+        llm=LLMSettings(**llm),
+        web=WebSettings(web_chat_enabled=False),
+    )
+    with pytest.raises(ConfigError) as err:
+        await release(s)
+    assert "Parley needs at least 16,000" in str(err.value) and said in str(err.value)
+    check = {c.name: c for c in await doctor(s)}["llm"]
+    assert not check.ok and check.detail == err.value.problems[0], check
+
+
+async def test_the_demo_model_on_a_deployment_is_a_warning(
+    valkey: EmbeddedValkey, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No LLM key: the offline demo model.  On a laptop that is the point; on a dyno,
+    or with a platform configured, people get canned replies: doctor and release
+    said 'OK' / 'configuration valid' and nothing else."""
+    monkeypatch.delenv("DYNO", raising=False)
+    s = _plain_settings(valkey.url)
+    check = {c.name: c for c in await doctor(s)}["llm"]
+    assert check.ok and not check.warning, check
+    assert not any("demo" in line for line in await release(s))
+
+    monkeypatch.setenv("DYNO", "run.1")
+    check = {c.name: c for c in await doctor(s)}["llm"]
+    assert check.ok and check.warning, check
+    assert "offline demo model answers" in check.detail and "Heroku" in check.detail, check
+    assert "OPENAI_API_KEY" in check.fix, check
+    [line] = [x for x in await release(s) if x.startswith("llm: warning:")]
+    assert "canned demo replies" in line
+
+    monkeypatch.delenv("DYNO")
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        s = settings_for(valkey, fake, "http://127.0.0.1:9/v1")
+        s.llm = LLMSettings(llm_backend="demo")
+        check = {c.name: c for c in await doctor(s)}["llm"]
+        assert check.warning and "telegram is configured" in check.detail, check
+    finally:
+        await fake.stop()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agent_core.store.embedded import EmbeddedValkey, _answers_ping
 from tests.fakes.llm_servers import FakeLLMServer
@@ -108,19 +109,24 @@ async def test_sigterm_mid_turn_finishes_the_turn_and_exits(
     await _answered(redis)
 
 
-async def test_ctrl_c_in_a_terminal_finishes_the_turn_before_the_embedded_valkey_stops(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm-to-the-group"]
+)
+async def test_a_signal_to_the_group_finishes_the_turn_before_the_embedded_valkey_stops(
+    tmp_path: Path, sig: signal.Signals
 ) -> None:
     """No REDIS_URL: the embedded Valkey is Parley's child, in the terminal's process
-    group, so Ctrl-C reaches it too.  It must outlive the drain (before: it died at
-    once, the turn could not complete and waited for the next start)."""
+    group, so Ctrl-C reaches it too; systemd's default stop (KillMode=control-group),
+    `timeout` and Heroku send SIGTERM to every process.  It must outlive the drain
+    (before: it died at once, the turn could not complete and waited for the next
+    start; with SIGTERM the watch even started it again mid-shutdown)."""
     data = tmp_path / "data"
     async with FakeLLMServer(latency=2.0) as llm:
         port = free_port()
         env = _env(llm, port, PARLEY_DATA_DIR=str(data))
         proc = await _mid_turn(llm, port, env, own_group=True)
         try:
-            os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+            os.killpg(proc.pid, sig)  # what the terminal (or the service manager) does
             code = await asyncio.wait_for(proc.wait(), 25)
         finally:
             if proc.returncode is None:

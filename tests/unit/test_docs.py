@@ -40,3 +40,15 @@ def test_readme_names_the_two_commands_and_ci_runs_the_test_one() -> None:
     assert "./scripts/start.sh" in readme
     assert "./scripts/test.sh" in readme
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_quick_start_says_a_platform_token_turns_the_web_chat_off() -> None:
+    """README's quick start read as if the web chat and the platforms ran together;
+    a platform token turns the chat off (quoted as the start-up summary says it)."""
+    from channels.web import channel as web_channel
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("./scripts/start.sh")
+    quick = readme[start : readme.index("Run every check", start)]
+    _, why = web_channel.status(WebSettings(), ["telegram"])
+    assert f"web: off ({why})" in " ".join(quick.split()), quick
