@@ -182,9 +182,13 @@ class GatewayClient(discord.AutoShardedClient):
 
         def ready_payload(data: Any) -> None:
             # before discord.py handles READY, so before any message of this session
-            marks: Marks = asyncio.get_running_loop().create_future()
-            self._marks[_ready_shard(data)] = marks
-            self._queue.put_nowait(marks)
+            # A second READY before the first one's catch-up keeps the first marks:
+            # what was said before the first session is still to be caught up.
+            shard = _ready_shard(data)
+            if shard not in self._marks:
+                marks: Marks = asyncio.get_running_loop().create_future()
+                self._marks[shard] = marks
+                self._queue.put_nowait(marks)
             ready(data)
 
         parsers["READY"] = ready_payload

@@ -302,7 +302,9 @@ class DiscordOutbox:
         when ``private_to`` invoked it: only they see it.  None when that is not
         possible (a typed message: Discord has no ephemeral message outside an
         interaction; another user's command; the follow-up refused, e.g. after
-        the token's 15 minutes): the caller posts it in the channel."""
+        the token's 15 minutes): the caller posts it in the channel.  A follow-up
+        that may have been made (no answer came back) or is rate limited raises, as
+        any send does: it is never posted publicly as well."""
         interaction = decode_extra(reply_to.extra)[1]
         if interaction is None or decode_invoker(reply_to.extra) != message.private_to:
             return None
@@ -313,6 +315,8 @@ class DiscordOutbox:
             await on_wire()  # the agent claims the part here (once)
             try:
                 data = await self._followup(app_id, token, body, time.time())
+            except (SendUnconfirmed, SendRateLimited):
+                raise  # it may be showing, or is to be tried again: never posted as well
             except ChannelError as exc:
                 if ids:
                     raise

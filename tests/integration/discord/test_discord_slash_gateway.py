@@ -13,7 +13,7 @@ from discord_harness import Gateway, wait_client_ready
 from redis.asyncio import Redis
 
 from agent_core.agent.commands import builtin_commands
-from agent_core.errors import StoreUnavailable
+from agent_core.errors import SendUnconfirmed, StoreUnavailable
 from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKey
 from agent_core.ingest import Ingest, Submitted
 from agent_core.store.pacing import Pacer
@@ -255,6 +255,24 @@ async def test_a_private_notice_answering_a_slash_command_is_ephemeral(
     (call,) = fake_discord.calls_to("POST", rf"^/webhooks/{APP_ID}/{inter['token']}$")
     assert call.status == 200 and call.json["flags"] == EPHEMERAL
     assert NOT_YOURS in call.json["content"]
+
+
+async def test_a_private_notice_whose_follow_up_answer_was_lost_is_not_posted_as_well(
+    commands_gateway: Gateway, fake_discord: FakeDiscord, outbox: DiscordOutbox
+) -> None:
+    """The follow-up was made but its answer was lost (the connection dropped): Bob
+    had seen the notice privately, and it was posted for the whole channel too.
+    Now the send is unconfirmed, like any send whose answer was lost."""
+    inter = await fake_discord.slash(CHANNEL_ID, "approve", user=BOB)
+    (event,) = await commands_gateway.wait_published(1)
+    await answered(fake_discord, inter)
+    fake_discord.fail("POST", r"^/webhooks/", 0, after=True)  # made, then hung up
+    notice = OutboundMessage(NOT_YOURS, notice=True, private_to=event.user_id)
+    with pytest.raises(SendUnconfirmed):
+        await outbox.send(event.thread, notice, reply_to=event.reply_ref)
+    assert len(fake_discord.calls_to("POST", rf"^/webhooks/{APP_ID}/")) == 1
+    public = [m for m in fake_discord.messages[CHANNEL_ID].values() if NOT_YOURS in m["content"]]
+    assert public == []
 
 
 async def test_a_private_notice_for_someone_else_or_a_typed_message_is_posted(
