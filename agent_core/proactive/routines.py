@@ -337,6 +337,11 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
     return Routine(**d)
 
 
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally in a SCAN MATCH pattern."""
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
+
+
 # --- the store ------------------------------------------------------------------
 @dataclass
 class RunRecord:
@@ -418,7 +423,22 @@ class RoutineStore:
             pipe.delete(keys.routine_state(name), keys.routine_runs(name))
             pipe.delete(keys.routine_running(name), keys.routine_cooldown(name))
             res = await pipe.execute()
+        if res[0]:
+            await self._forget_dedup(name)
         return bool(res[0])
+
+    async def _forget_dedup(self, name: str) -> None:
+        """Delete the removed routine's dedup keys (one per message text it saw), so a
+        routine added again under the same name is not muted by them."""
+        match = keys.routine_dedup(_glob_escape(name), "*")
+        batch: list[bytes | str] = []
+        async for key in self.redis.scan_iter(match=match, count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await self.redis.delete(*batch)
+                batch.clear()
+        if batch:
+            await self.redis.delete(*batch)
 
     async def set_enabled(self, name: str, enabled: bool) -> Routine | None:
         r = await self.get(name)
