@@ -653,14 +653,12 @@ def routines_list() -> None:
 def routines_add(ctx: typer.Context) -> None:
     """NAME (--cron 'EXPR' [--tz Z] | --event REGEX [--channel C] [--cooldown S] [--max N]
     [--dedup S] | --manual) [--full] --notify TARGET PROMPT..."""
-    import shlex
-
     from agent_core.proactive.routines import RoutineError, parse_add, validate
 
     s = _settings()
     try:
         r = validate(
-            parse_add(shlex.join(ctx.args), created_by="cli", default_tz=s.core.routine_timezone)
+            parse_add(list(ctx.args), created_by="cli", default_tz=s.core.routine_timezone)
         )
     except RoutineError as exc:
         _fail([f"routine not added: {exc}"])

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from agent_core.agent.access import AccessControl
 from agent_core.agent.agent import Agent
 from agent_core.agent.commands import builtin_commands
 from agent_core.agent.interrupt import interrupt_filter
@@ -215,8 +216,11 @@ class Runtime:
         )
         # agent core (issue 4): /interrupt flags a busy thread before it is queued
         self.ingest.add_filter(interrupt_filter(redis))
-        # proactive (issue 12): event-triggered routines watch what comes in (never refuse)
-        self.ingest.add_filter(EventTriggers(redis, RoutineStore(redis)))
+        # proactive (issue 12): event-triggered routines watch what comes in (never refuse),
+        # from the people the worker would answer (its access rules, checked quietly)
+        self.ingest.add_filter(
+            EventTriggers(redis, RoutineStore(redis), access=AccessControl(redis, core))
+        )
         self.delivery = Delivery(
             redis,
             self.clients.blocking,

@@ -107,6 +107,16 @@ class AccessControl:
             return self.s.dm_policy == "open"
         return not self.allowed_users
 
+    async def admits(self, event: InboundEvent) -> bool:
+        """Whether the worker would let ``event``'s sender in (DM policy, allow list,
+        pairing), without the side effects of :meth:`check`: no pairing code, no
+        notice, no rate window.  For watchers that act on a message before the worker
+        does (event-triggered routines): a stranger the worker refuses may not
+        trigger anything either."""
+        if self._trivially_allowed(event):
+            return True
+        return bool(await self.redis.sismember(keys.PAIRED_USERS, event.qualified_user))
+
     async def check(self, event: InboundEvent) -> AccessVerdict:
         verdict = await self._access(event)
         if not verdict.allowed:

@@ -122,7 +122,23 @@ async def _refusal(ctx: CommandContext) -> str:
     return await ctx.turn.pending_refusal(ctx.event) if ctx.turn is not None else ""
 
 
+def _group_refusal(ctx: CommandContext, what: str) -> str:
+    """'' unless this is a group conversation, approvers or admins are configured and
+    the sender is neither: then what changes the conversation for everyone there
+    (/new, /clear, /undo, /redo, /model NAME, /agent NAME, /agent reload) is theirs.
+    With none configured anyone may (else nobody could); direct chats are unchanged."""
+    a = ctx.agent
+    me = ctx.event.qualified_user
+    if ctx.event.is_direct or not (a.approver_ids or a.admin_ids):
+        return ""
+    if me in a.approver_ids or me in a.admin_ids:
+        return ""
+    return f"Only an approver or an admin can {what}."
+
+
 async def _new(ctx: CommandContext, args: str) -> str:
+    if refused := _group_refusal(ctx, "start a new conversation in this group"):
+        return refused
     if refused := await _refusal(ctx):
         return refused
     note = await _end_conversation(ctx, "new")
@@ -144,6 +160,8 @@ async def _new(ctx: CommandContext, args: str) -> str:
 
 
 async def _clear(ctx: CommandContext, args: str) -> str:
+    if refused := _group_refusal(ctx, "clear this group's conversation"):
+        return refused
     if refused := await _refusal(ctx):
         return refused
     note = await _end_conversation(ctx, "clear")
@@ -160,6 +178,9 @@ async def _clear(ctx: CommandContext, args: str) -> str:
 
 
 async def _undo(ctx: CommandContext, args: str) -> str:
+    # it rewinds the shared history (whoever's turn was last), like /clear
+    if refused := _group_refusal(ctx, "undo in this group's conversation"):
+        return refused
     if refused := await _refusal(ctx):
         return refused
     note = ""
@@ -178,6 +199,8 @@ async def _undo(ctx: CommandContext, args: str) -> str:
 
 
 async def _redo(ctx: CommandContext, args: str) -> str:
+    if refused := _group_refusal(ctx, "redo in this group's conversation"):
+        return refused
     if ctx.session.state == ThreadState.AWAITING_APPROVAL:
         return "Decide the pending approval first (or /undo to cancel it)."
     if not await ctx.agent.undo.redo(ctx.thread, ctx.event.event_id, ctx.session):
@@ -318,6 +341,8 @@ async def _model(ctx: CommandContext, args: str) -> str:
         current = turn.model() or ctx.agent.llm.name
         listed = "\n".join(f"- `{m}`" for m in models[:30]) or "(the provider did not list any)"
         return f"Current model: `{current}`\n\nAvailable:\n{listed}\n\n`/model default` resets."
+    if refused := _group_refusal(ctx, "switch this group's model"):
+        return refused
     if name in ("default", "reset"):
         ctx.session.model = ""
         return "Back to the default model."
@@ -345,6 +370,8 @@ async def _agent(ctx: CommandContext, args: str) -> str:
     name = args.strip().lower()
     profiles = ctx.agent.profiles
     if name == "reload":
+        if refused := _group_refusal(ctx, "reload the agent profiles from a group"):
+            return refused
         n = await asyncio.to_thread(profiles.load)
         errs = "".join(f"\n- {e}" for e in profiles.errors)
         return f"Reloaded {n} agent profile(s)." + errs
@@ -356,6 +383,8 @@ async def _agent(ctx: CommandContext, args: str) -> str:
             for p in profiles.all()
         ]
         return "**Agents**\n" + "\n".join(rows) + "\n\n`/agent NAME` switches, `/agent reload`."
+    if refused := _group_refusal(ctx, "switch this group's agent"):
+        return refused
     if not profiles.has(name):
         return f"No agent named `{name}`. Send /agent for the list."
     if ctx.session.state == ThreadState.AWAITING_APPROVAL:
@@ -493,7 +522,12 @@ def builtin_commands() -> CommandRegistry:
     reg.add("model", "list models, or switch this conversation's model", _model, "[name]")
     reg.add("agent", "list agent profiles, or switch to one", _agent, "[name]")
     reg.add("tools", "the tools I can use and which ask first", _tools)
-    reg.add("always", "list or withdraw the tools you approved for good", _always, "[off [tool]]")
+    reg.add(
+        "always",
+        "list or withdraw the tools you approved for good",
+        _always,
+        "[off [tool|everyone]]",
+    )
     reg.add("ping", "check that I'm alive", _ping)
     reg.add("version", "Parley's version", _version)
     reg.add("approve", "approve the pending action", _approve, "[id] [always]")

@@ -29,6 +29,18 @@ ROUTINE_USAGE = (
 )
 
 
+HEARTBEAT_USAGE = "`/heartbeat` (the status) · `/heartbeat set <checklist>` · `/heartbeat clear`"
+
+
+def _subcommand(args: str) -> tuple[str, str]:
+    """``'set\n- item'`` -> ('set', '- item'): the subcommand ends at any whitespace
+    (a checklist naturally starts on the next line)."""
+    parts = args.strip().split(None, 1)
+    if not parts:
+        return "", ""
+    return parts[0].lower(), (parts[1].strip() if len(parts) > 1 else "")
+
+
 def is_admin(ctx: CommandContext) -> bool:
     return ctx.event.qualified_user in ctx.agent.admin_ids or ctx.event.channel == "console"
 
@@ -44,8 +56,7 @@ def _when(ts: float) -> str:
 async def routine_command(ctx: CommandContext, args: str) -> str:
     if not is_admin(ctx):
         return NOT_ADMIN
-    sub, _, rest = args.strip().partition(" ")
-    sub, rest = sub.lower(), rest.strip()
+    sub, rest = _subcommand(args)
     store = _store(ctx)
     if sub in ("", "help"):
         return ROUTINE_USAGE
@@ -128,12 +139,10 @@ async def show_text(store: RoutineStore, name: str) -> str:
 async def heartbeat_command(ctx: CommandContext, args: str) -> str:
     if not is_admin(ctx):
         return NOT_ADMIN
-    sub, _, rest = args.strip().partition(" ")
-    sub = sub.lower()
+    sub, text = _subcommand(args)
     redis = ctx.agent.redis
     s = ctx.agent.settings
     if sub == "set":
-        text = rest.strip()
         if not text:
             return "Usage: `/heartbeat set <checklist>` (`/heartbeat clear` goes back to the file)."
         await redis.set(keys.HEARTBEAT_CHECKLIST, text)
@@ -143,6 +152,8 @@ async def heartbeat_command(ctx: CommandContext, args: str) -> str:
     if sub == "clear":
         await redis.delete(keys.HEARTBEAT_CHECKLIST)
         return f"Heartbeat checklist cleared (the file {s.heartbeat_file} is used if present)."
+    if sub not in ("", "show", "status"):
+        return f"Unknown subcommand `{sub}`. " + HEARTBEAT_USAGE
     raw = await redis.get(keys.HEARTBEAT_CHECKLIST)
     raw_state = cast(dict[bytes, bytes], await redis.hgetall(keys.HEARTBEAT_STATE))
     st = {k.decode(): v.decode() for k, v in raw_state.items()}

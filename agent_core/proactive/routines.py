@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, cast
@@ -199,14 +199,93 @@ _FLAGS = {
 KNOWN_FLAGS = (*_FLAGS, "--manual", "--full", "--light")
 
 
-def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine:
-    """``NAME --cron '0 9 * * *' --notify telegram:1 Summarise ...`` -> a Routine."""
-    for smart, plain in (("“", '"'), ("”", '"'), ("‘", "'"), ("’", "'"), ("—", "--")):
-        args = args.replace(smart, plain)  # phones "improve" quotes and dashes
-    try:
-        words = shlex.split(args)
-    except ValueError as exc:
-        raise RoutineError(f"cannot read the arguments: {exc}") from None
+_QUOTES = {'"': '"', "'": "'", "“": "”", "”": "”", "‘": "’", "’": "’", "„": "“"}
+_DASHES = ("—", "–")  # phones turn -- into a dash
+
+
+def _token(text: str, i: int) -> tuple[str, int]:
+    """The word at ``text[i]`` (not whitespace) and where it ends: a quoted value
+    (``'0 9 * * 1-5'``, “…”) is read to its closing quote, verbatim (a backslash
+    stays a backslash); anything else runs to the next whitespace."""
+    close = _QUOTES.get(text[i])
+    if close is not None:
+        end = text.find(close, i + 1)
+        if end < 0 and close in "”’":  # a straight closing quote after a curly opening one
+            end = text.find('"' if close == "”" else "'", i + 1)
+        if end < 0:
+            raise RoutineError(f"no closing quote for the value at {text[i : i + 20]!r}")
+        return text[i + 1 : end], end + 1
+    end = i
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    return text[i:end], end
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _unwrap(prompt: str) -> str:
+    """A prompt typed whole in quotes loses them (``"Summarise it"``); one with
+    quotes inside (``Bob's and Alice's``) is kept as typed."""
+    close = _QUOTES.get(prompt[:1])
+    if close is None or len(prompt) < 2 or prompt[-1] not in (close, prompt[0]):
+        return prompt
+    inner = prompt[1:-1]
+    return prompt if prompt[0] in inner or prompt[-1] in inner else inner
+
+
+def _dashed(word: str) -> str:
+    for dash in _DASHES:
+        if word.startswith(dash):
+            return "--" + word[len(dash) :]
+    return word
+
+
+def _option_words(text: str) -> tuple[list[str], int]:
+    """The name and the options of a ``/routine add`` text as words, and where its
+    prompt starts (-1: no prompt).  The prompt starts at the first word that is not
+    an option or an option's value, or after a lone ``--``."""
+    words: list[str] = []
+    i = _skip_space(text, 0)
+    if i >= len(text):
+        return words, -1
+    name, i = _token(text, i)
+    words.append(name)
+    while (i := _skip_space(text, i)) < len(text):
+        raw, after = _token(text, i)
+        w = _dashed(raw) if text[i] not in _QUOTES else raw
+        if w == "--":
+            return words, after
+        if w in _FLAGS:
+            words.append(w)
+            i = _skip_space(text, after)
+            if i < len(text):
+                value, i = _token(text, i)
+                words.append(value)
+            continue
+        if not w.startswith("--") or text[i] in _QUOTES:
+            return words, i
+        words.append(w)  # --manual, --full, --light, or an unknown option (refused)
+        i = after
+    return words, -1
+
+
+def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "UTC") -> Routine:
+    """``NAME --cron '0 9 * * *' --notify telegram:1 Summarise ...`` -> a Routine.
+
+    From a chat (``args`` a string) only the name and options are read as words (a
+    quoted value is one word); the prompt is the rest of the text as typed, from its
+    first word (or after a lone ``--``): apostrophes, backslashes and line breaks are
+    kept, and an option name inside it is a word of the prompt.  From a shell
+    (``args`` the argument list) the shell has split the words already."""
+    prompt_at = -1
+    if isinstance(args, str):
+        words, prompt_at = _option_words(args)
+    else:
+        words = [*args[:1], *(_dashed(w) for w in args[1:])]
     if not words:
         raise RoutineError("usage: " + ADD_USAGE)
     d: dict[str, Any] = {"name": words[0], "tz": default_tz, "created_by": created_by}
@@ -216,7 +295,7 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
     while i < len(words):
         w = words[i]
         if w == "--":  # the flags end here: the rest is the prompt, even '--…'
-            prompt += words[i + 1 :]
+            prompt = [*args[i + 1 :]]
             break
         if w in _FLAGS:
             if i + 1 >= len(words):
@@ -234,18 +313,22 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
             d["action"] = "full"
         elif w == "--light":
             d["action"] = "light"
-        elif w.startswith("--") and not prompt:  # a mistyped flag, not the prompt's start
+        elif w.startswith("--"):  # a mistyped flag, not the prompt's start
             raise RoutineError(
                 f"unknown option {w}; the options are {', '.join(KNOWN_FLAGS)} "
                 "(a prompt that starts with -- goes after a lone --)"
             )
-        else:
-            prompt.append(w)
+        else:  # the prompt has begun: every later word is a word of it
+            prompt = [*args[i:]]
+            break
         i += 1
+    if isinstance(args, str):
+        d["prompt"] = _unwrap(args[prompt_at:].strip()) if prompt_at >= 0 else ""
+    else:
+        d["prompt"] = " ".join(prompt)
     if not trigger:
         raise RoutineError("say when it runs: --cron 'EXPR', --event REGEX or --manual")
     d["trigger"] = trigger
-    d["prompt"] = " ".join(prompt)
     try:
         for k, conv in (("cooldown_secs", float), ("dedup_secs", float), ("max_concurrent", int)):
             if k in d:
@@ -253,6 +336,11 @@ def parse_add(args: str, *, created_by: str, default_tz: str = "UTC") -> Routine
     except ValueError:
         raise RoutineError("--cooldown, --dedup and --max take numbers") from None
     return Routine(**d)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally in a SCAN MATCH pattern."""
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 # --- the store ------------------------------------------------------------------
@@ -337,7 +425,22 @@ class RoutineStore:
             pipe.delete(keys.routine_state(name), keys.routine_runs(name))
             pipe.delete(keys.routine_running(name), keys.routine_cooldown(name))
             res = await pipe.execute()
+        if res[0]:
+            await self._forget_dedup(name)
         return bool(res[0])
+
+    async def _forget_dedup(self, name: str) -> None:
+        """Delete the removed routine's dedup keys (one per message text it saw), so a
+        routine added again under the same name is not muted by them."""
+        match = keys.routine_dedup(_glob_escape(name), "*")
+        batch: list[bytes | str] = []
+        async for key in self.redis.scan_iter(match=match, count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await self.redis.delete(*batch)
+                batch.clear()
+        if batch:
+            await self.redis.delete(*batch)
 
     async def set_enabled(self, name: str, enabled: bool) -> Routine | None:
         r = await self.get(name)

@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused
+from agent_core.agent.parser import is_command
 from agent_core.errors import SendFailed, SendUnconfirmed
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
@@ -46,6 +47,7 @@ from agent_core.settings import CoreSettings
 from agent_core.store import keys, scripts
 
 if TYPE_CHECKING:
+    from agent_core.agent.access import AccessControl
     from agent_core.agent.agent import Agent
     from agent_core.agent.hooks import TurnInfo
     from agent_core.ingest import Ingest
@@ -291,11 +293,22 @@ TRIGGERED_TTL_SECS = 86_400
 
 
 class EventTriggers:
-    """Ingest filter: queue event routines whose regex matches a message (never refuses)."""
+    """Ingest filter: queue event routines whose regex matches a message (never refuses).
 
-    def __init__(self, redis: Redis, store: RoutineStore, *, refresh_secs: float = 5.0) -> None:
+    Only a person the worker would answer may trigger (``access``: the agent's access
+    rules, checked without their side effects); a chat command never does."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        store: RoutineStore,
+        *,
+        access: AccessControl | None = None,
+        refresh_secs: float = 5.0,
+    ) -> None:
         self.redis = redis
         self.store = store
+        self.access = access  # None: no access rules (tests, the operator's own tools)
         self.refresh_secs = refresh_secs
         self._loaded_at = -1e9
         self._routines: list[tuple[Routine, re.Pattern[str]]] = []
@@ -333,6 +346,8 @@ class EventTriggers:
     async def __call__(self, event: InboundEvent) -> str | None:
         if event.kind != EventKind.MESSAGE or event.event_id.startswith(SYNTHETIC_PREFIXES):
             return None
+        if is_command(event.text or ""):  # /routine run outage is not an outage
+            return None
         try:
             await self._learn_tenant(event)
         except Exception as exc:  # a nicety for short targets; the triggers go on
@@ -341,6 +356,8 @@ class EventTriggers:
             routines = await self._load()
         except Exception as exc:  # a trigger must never block a message
             log.warning("event triggers: routines not loaded (%s)", type(exc).__name__)
+            return None
+        if not routines or not await self._admitted(event):
             return None
         for r, rx in routines:  # one routine failing never keeps the others from their turn
             try:
@@ -352,6 +369,17 @@ class EventTriggers:
             except Exception:  # nor may a bad routine
                 log.exception("event triggers: routine %s failed on this message; ignored", r.name)
         return None
+
+    async def _admitted(self, event: InboundEvent) -> bool:
+        """A stranger the worker refuses (not paired, not on the allow list) must not
+        set a routine off: a full routine would act on their text in an admin's chat."""
+        if self.access is None:
+            return True
+        try:
+            return await self.access.admits(event)
+        except Exception as exc:  # unknown: do not act on it (the message itself goes on)
+            log.warning("event triggers: access not checked (%s)", type(exc).__name__)
+            return False
 
     async def _maybe_queue(self, r: Routine, event: InboundEvent) -> None:
         # A text counts as seen for its dedup window only once it triggered: one

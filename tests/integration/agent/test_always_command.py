@@ -83,3 +83,11 @@ async def test_in_a_group_only_an_approver_withdraws_everyones(world: Any) -> No
     assert (await w.session(G)).always_tools("telegram:alice") == {"counter"}
     assert "Withdrew every Always" in await say(w, G, "/always off everyone", "boss")
     assert (await w.session(G)).always_approved == set()
+
+
+async def test_help_shows_always_off_everyone(world: Any) -> None:
+    """/help showed `/always [off [tool]]`, while docs/agent.md (and /always itself)
+    know `/always off everyone`."""
+    w = world(count_model())
+    await w.start()
+    assert "`/always [off [tool|everyone]]`" in await say(w, T, "/help")

@@ -179,7 +179,7 @@ async def test_event_trigger_cooldown_dedup_and_concurrency(pworld: Any) -> None
     runs = await p.store.runs("outage")
     outcomes = sorted(r.outcome for r in runs)
     assert outcomes == ["sent", "skipped: 1 run(s) already in flight"], outcomes
-    assert texts_to(w, TG) == ["Alert: U1: the site is down"]
+    assert texts_to(w, TG) == ["Alert: > the site is down"]  # quoted as data (from U1)
     # the slot is free again afterwards
     assert await w.redis.zcard(keys.routine_running("outage")) == 0
 
