@@ -545,7 +545,10 @@ class Worker:
     async def sweep_once(self) -> int:
         """Reclaim orphaned stream entries and run orphaned threads; return how many."""
         n = 0
-        await self._retry_unsent()  # claims of sends that never left, still there
+        # claims of sends that never left, still there; a claim that cannot be taken
+        # back now never keeps the sweep from its own work (tried again next tick)
+        with contextlib.suppress(RedisError):
+            await self._retry_unsent()
         # threads this worker emptied that no other round trip has taken out of the
         # index yet (an idle worker): first, so the scan below does not pick them up
         await self.delivery.flush_index()

@@ -133,11 +133,20 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   local keep = tonumber(ARGV[8] or '0')
   local nxt = tonumber(redis.call('GET', KEYS[4]) or '1')
   local placed = false
-  if seq > 0 and (keep > 0 or seq >= nxt) then
+  if keep > 0 or (seq > 0 and seq >= nxt) then
     local items = redis.call('LRANGE', KEYS[1], keep, -1)
     for i = 1, #items do
-      local other = tonumber(cjson.decode(items[i])['sq'] or 0)
-      if other > seq then
+      local ev = cjson.decode(items[i])
+      local other = tonumber(ev['sq'] or 0)
+      local later = false
+      if seq > 0 and other > 0 then
+        later = other > seq
+      elseif keep > 0 then
+        -- no number to compare (forwarded after a move): behind the held messages
+        -- queued again before it, before anything else
+        later = string.sub(tostring(ev['id'] or ''), -5) ~= '~held'
+      end
+      if later then
         -- the head may be running; it cannot be while its number is beyond next
         if keep > 0 or i > 1 or other > nxt then
           redis.call('LINSERT', KEYS[1], 'BEFORE', items[i], ARGV[2])

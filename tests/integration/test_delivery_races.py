@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agent_core.events import ThreadKey
+from agent_core.events import InboundEvent, ThreadKey
 from agent_core.ingest import Ingest
 from agent_core.llm.base import Completion, CompletionRequest
 from agent_core.store import keys
@@ -164,3 +165,27 @@ async def test_a_failed_deactivate_puts_the_thread_back_in_the_index(
     assert await r.zscore(keys.ACTIVE_THREADS, str(t)) is None
     await d.flush_index()
     assert await r.zscore(keys.ACTIVE_THREADS, str(t)) is not None
+
+
+async def test_held_messages_without_a_number_go_back_behind_the_running_turn(
+    redis_clients: RedisClients,
+) -> None:
+    """Events forwarded into a conversation after a move carry no arrival number:
+    a held one queued again went to the end, behind the same person's later
+    message (found by review; the numbered case was fixed before).  Two held
+    messages keep their order."""
+    r = redis_clients.redis
+    d = Delivery(r, redis_clients.blocking)
+    await d.ensure_group()
+    t = ThreadKey("web", "local", "keep0")
+    for text in ("head", "later"):
+        await d.handoff([(b"", dataclasses.replace(msg(t, text), seq=0))], "w")
+    for text in ("held1~held", "held2~held"):
+        await d.handoff([(b"", dataclasses.replace(msg(t, text), seq=0))], "w", behind=1)
+    box = await r.lrange(keys.mailbox(t), 0, -1)
+    assert [InboundEvent.from_json(x).event_id for x in box] == [
+        "ehead",
+        "eheld1~held",
+        "eheld2~held",
+        "elater",
+    ]
