@@ -244,21 +244,25 @@ def _dashed(word: str) -> str:
     return word
 
 
-def _option_words(text: str) -> tuple[list[str], int]:
-    """The name and the options of a ``/routine add`` text as words, and where its
-    prompt starts (-1: no prompt).  The prompt starts at the first word that is not
-    an option or an option's value, or after a lone ``--``."""
+def _option_words(text: str) -> tuple[list[str], int, bool]:
+    """The name and the options of a ``/routine add`` text as words, where its
+    prompt starts (-1: no prompt), and whether a lone ``--`` came before it.  The
+    prompt starts at the first word that is not an option or an option's value, or
+    after a lone ``--``."""
     words: list[str] = []
     i = _skip_space(text, 0)
     if i >= len(text):
-        return words, -1
+        return words, -1, False
     name, i = _token(text, i)
     words.append(name)
     while (i := _skip_space(text, i)) < len(text):
-        raw, after = _token(text, i)
+        try:
+            raw, after = _token(text, i)
+        except RoutineError:  # an apostrophe starting the prompt ('Tis, ’90s), no value
+            return words, i, False
         w = _dashed(raw) if text[i] not in _QUOTES else raw
         if w == "--":
-            return words, after
+            return words, after, True
         if w in _FLAGS:
             words.append(w)
             i = _skip_space(text, after)
@@ -267,10 +271,10 @@ def _option_words(text: str) -> tuple[list[str], int]:
                 words.append(value)
             continue
         if not w.startswith("--") or text[i] in _QUOTES:
-            return words, i
+            return words, i, False
         words.append(w)  # --manual, --full, --light, or an unknown option (refused)
         i = after
-    return words, -1
+    return words, -1, False
 
 
 def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "UTC") -> Routine:
@@ -282,8 +286,9 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
     kept, and an option name inside it is a word of the prompt.  From a shell
     (``args`` the argument list) the shell has split the words already."""
     prompt_at = -1
+    after_dashes = False  # the prompt follows a lone --: option names in it are words
     if isinstance(args, str):
-        words, prompt_at = _option_words(args)
+        words, prompt_at, after_dashes = _option_words(args)
     else:
         words = [*args[:1], *(_dashed(w) for w in args[1:])]
     if not words:
@@ -296,6 +301,10 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
         w = words[i]
         if w == "--":  # the flags end here: the rest is the prompt, even '--…'
             prompt = [*args[i + 1 :]]
+            after_dashes = True
+            break
+        if any(c.isspace() for c in w):  # a quoted prompt from a shell ("--verbose …")
+            prompt = [*args[i:]]
             break
         if w in _FLAGS:
             if i + 1 >= len(words):
@@ -324,8 +333,18 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
         i += 1
     if isinstance(args, str):
         d["prompt"] = _unwrap(args[prompt_at:].strip()) if prompt_at >= 0 else ""
+        prompt_words = [_dashed(w) for w in d["prompt"].split()]
     else:
         d["prompt"] = " ".join(prompt)
+        prompt_words = [_dashed(w) for w in prompt]
+    late = next((w for w in prompt_words if w in KNOWN_FLAGS), None)
+    if late is not None and not after_dashes:
+        # Never taken as an option (a stray --full would make a tool-running job),
+        # never swallowed either (--tz at the end would leave the routine in UTC).
+        raise RoutineError(
+            f"{late} comes after the prompt's first word: put options before the "
+            "prompt, or a lone -- before a prompt that contains option names"
+        )
     if not trigger:
         raise RoutineError("say when it runs: --cron 'EXPR', --event REGEX or --manual")
     d["trigger"] = trigger

@@ -357,12 +357,18 @@ class EventTriggers:
         except Exception as exc:  # a trigger must never block a message
             log.warning("event triggers: routines not loaded (%s)", type(exc).__name__)
             return None
-        if not routines or not await self._admitted(event):
-            return None
-        for r, rx in routines:  # one routine failing never keeps the others from their turn
+        matching = []
+        for r, rx in routines:
             try:
-                if r.channel not in ("*", event.channel) or not rx.search(event.text or ""):
-                    continue
+                if r.channel in ("*", event.channel) and rx.search(event.text or ""):
+                    matching.append(r)
+            except Exception:  # a bad routine never keeps the others from their turn
+                log.exception("event triggers: routine %s failed on this message; ignored", r.name)
+        # who sent it is looked up only for a message some routine is waiting for
+        if not matching or not await self._admitted(event):
+            return None
+        for r in matching:  # one routine failing never keeps the others from their turn
+            try:
                 await self._maybe_queue(r, event)
             except RedisError as exc:
                 log.warning("event triggers: routine %s: Redis error (%s)", r.name, exc)

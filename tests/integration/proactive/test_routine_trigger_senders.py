@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from agent_core.agent.access import AccessControl
-from agent_core.events import ThreadKey
+from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.base import Completion
-from agent_core.proactive.routines import Routine, validate
+from agent_core.proactive.routines import Routine, RoutineStore, validate
 from agent_core.proactive.runner import EventTriggers
+from agent_core.settings import CoreSettings
 from agent_core.store import keys
 from tests.fakes.llm_servers import FakeClock
 from tests.integration.agent.conftest import FnModel, user_event
@@ -108,3 +109,47 @@ async def test_a_command_never_triggers_an_event_routine(pworld: Any) -> None:
         await p.scheduler.wait_idle()
     runs = [x.trigger for x in await p.store.runs("outage", 5)]
     assert runs == ["manual"], runs
+
+
+class CountingRedis:
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.reads = inner, 0
+
+    async def sismember(self, *a: Any) -> Any:
+        self.reads += 1
+        return await self.inner.sismember(*a)
+
+
+async def test_no_access_read_when_no_routine_watches_this_message(redis: Any) -> None:
+    """One event routine watching Slack for 'outage': every Telegram DM (with
+    DM_POLICY=pairing no one is trivially allowed) paid a SISMEMBER at ingest, though
+    no routine watches Telegram; who sent it is asked only when a routine matches."""
+    store = RoutineStore(redis)
+    assert await store.add(
+        validate(
+            Routine(
+                name="outage",
+                trigger="event",
+                pattern="outage",
+                channel="slack",
+                notify="telegram:500",
+                prompt="Investigate.",
+                created_by="telegram:500",
+            )
+        )
+    )
+    access = AccessControl(redis, CoreSettings(dm_policy="pairing"))
+    counting = CountingRedis(redis)
+    access.redis = counting  # type: ignore[assignment]
+    trig = EventTriggers(redis, store, access=access, refresh_secs=0)
+    for i in range(5):
+        ev = InboundEvent(
+            event_id=f"e{i}",
+            kind=EventKind.MESSAGE,
+            channel="telegram",
+            thread=ThreadKey("telegram", "bot1", "999"),
+            user_id="999",
+            text="hello there",
+        )
+        assert await trig(ev) is None
+    assert counting.reads == 0, f"{counting.reads} SISMEMBER for 5 messages no routine watches"

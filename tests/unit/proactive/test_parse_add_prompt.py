@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent_core.proactive.routines import parse_add
+from agent_core.proactive.routines import RoutineError, parse_add
 
 
 @pytest.mark.parametrize("apos", ["'", "\u2019"])
@@ -36,15 +36,27 @@ def test_backslashes_and_line_breaks_are_kept() -> None:
     assert (r.pattern, r.prompt) == ("5\\d\\d", "Check:\n- the logs in C:\\logs\n- the queue")
 
 
-def test_an_option_name_inside_the_prompt_is_a_word_of_it() -> None:
-    """docs/proactive.md: "Once the prompt has begun, its words are words." Yet
-    "Summarise the news, --full details please" made the routine a full one (tools,
-    approvals) and dropped the word from the prompt."""
+def test_an_option_name_inside_the_prompt_is_refused_never_taken() -> None:
+    """ "Summarise the news, --full details please" made the routine a full one (tools,
+    approvals) and dropped the word from the prompt; and an option put at the end
+    ("… --tz Europe/Paris") was swallowed into the prompt, leaving the routine in UTC.
+    Now such a text is refused with how to say it; after a lone -- it is the prompt's."""
+    for tail in ("Summarise the news, --full details please", "Summarise it —tz Europe/Paris"):
+        with pytest.raises(RoutineError, match="put options before the prompt"):
+            parse_add(f"digest --manual --notify telegram:1 {tail}", created_by="telegram:1")
     r = parse_add(
-        "digest --manual --notify telegram:1 Summarise the news, --full details please",
+        "digest --manual --notify telegram:1 -- Summarise the news, --full details please",
         created_by="telegram:1",
     )
     assert (r.action, r.prompt) == ("light", "Summarise the news, --full details please")
+
+
+@pytest.mark.parametrize(
+    "prompt", ["'Tis the season", "’90s hits of the day", "'s Ochtends nieuws"]
+)
+def test_a_prompt_may_start_with_an_apostrophe(prompt: str) -> None:
+    """It was read as an unclosed quoted value ("no closing quote")."""
+    assert parse_add(f"x --manual --notify t:1 {prompt}", created_by="t:1").prompt == prompt
 
 
 def test_quoted_values_dashes_and_a_lone_double_dash() -> None:
@@ -64,9 +76,13 @@ def test_quoted_values_dashes_and_a_lone_double_dash() -> None:
 
 
 def test_the_shell_passes_its_words() -> None:
-    """`parley routines add` gives the argument list as the shell split it."""
-    r = parse_add(
-        ["x", "--manual", "--notify", "web:s", "Check:\ntoday's", "--full", "list"],
-        created_by="cli",
-    )
-    assert (r.action, r.prompt) == ("light", "Check:\ntoday's --full list")
+    """`parley routines add` gives the argument list as the shell split it (click
+    drops a lone --): a word with a space in it (a quoted prompt) begins the prompt,
+    even one starting with --; an option name as a word of its own after the
+    prompt's start is refused, as from a chat."""
+    r = parse_add(["x", "--manual", "--notify", "web:s", "Check:\ntoday's list"], created_by="cli")
+    assert (r.action, r.prompt) == ("light", "Check:\ntoday's list")
+    r = parse_add(["x", "--manual", "--notify", "web:s", "--verbose output"], created_by="cli")
+    assert r.prompt == "--verbose output"
+    with pytest.raises(RoutineError, match="put options before the prompt"):
+        parse_add(["x", "--manual", "--notify", "web:s", "Check", "--full", "list"], created_by="c")
