@@ -87,7 +87,10 @@ def user_message_text(event: InboundEvent) -> str:
     return text
 
 
-def friendly_llm_error(exc: Exception) -> str:
+def friendly_llm_error(exc: Exception, *, start_over: str = "Send /new") -> str:
+    """A short notice for a failed model call; ``start_over`` says who starts a fresh
+    conversation (a group's member who may not: "Ask an approver or an admin to send
+    /new")."""
     if isinstance(exc, llm_errors.RateLimited):
         return "The AI model is rate limited right now. Please try again in a minute."
     if isinstance(exc, llm_errors.AuthFailed):
@@ -97,13 +100,13 @@ def friendly_llm_error(exc: Exception) -> str:
             "The configured AI model is not available. The operator needs to check the model name."
         )
     if isinstance(exc, llm_errors.ContextLengthExceeded):
-        return "This conversation is too long for the model. Send /new to start a fresh one."
+        return f"This conversation is too long for the model. {start_over} to start a fresh one."
     if isinstance(exc, llm_errors.BadRequest):
         # permanent: asking again sends the same request (its history, its tool
         # rounds) and is refused again; the provider's body stays in the log
         return (
             "The AI model's provider refused this request, possibly over something in "
-            "this conversation's history. Send /new to start a fresh conversation."
+            f"this conversation's history. {start_over} to start a fresh conversation."
         )
     if isinstance(exc, llm_errors.CircuitOpen):
         return (
@@ -225,6 +228,15 @@ class Agent:
 
     def outbox_for(self, channel: str) -> Outbox | None:
         return self.outboxes.get(channel)
+
+    def may_change_shared(self, event: InboundEvent) -> bool:
+        """Whether ``event``'s sender may change its conversation for everyone in it
+        (/new, /clear, /undo, /redo, /model NAME, /agent NAME): anyone in a direct
+        chat, or where no approver or admin is configured (else nobody could);
+        otherwise, in a group, only approvers and admins."""
+        if event.is_direct or not (self.approver_ids or self.admin_ids):
+            return True
+        return event.qualified_user in self.approver_ids | self.admin_ids
 
     def may_decide(self, user: str, approval: PendingApproval) -> bool:
         return user == approval.requester or user in self.approver_ids

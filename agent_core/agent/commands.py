@@ -127,11 +127,7 @@ def _group_refusal(ctx: CommandContext, what: str) -> str:
     the sender is neither: then what changes the conversation for everyone there
     (/new, /clear, /undo, /redo, /model NAME, /agent NAME, /agent reload) is theirs.
     With none configured anyone may (else nobody could); direct chats are unchanged."""
-    a = ctx.agent
-    me = ctx.event.qualified_user
-    if ctx.event.is_direct or not (a.approver_ids or a.admin_ids):
-        return ""
-    if me in a.approver_ids or me in a.admin_ids:
+    if ctx.agent.may_change_shared(ctx.event):
         return ""
     return f"Only an approver or an admin can {what}."
 

@@ -433,14 +433,19 @@ class Turn:
         except llm_errors.LLMError as exc:
             log.warning("[%s] LLM call failed: %s: %s", self.thread, type(exc).__name__, exc)
             await self._stop_streaming("_(cut off)_")  # a partial answer is final, marked
+            # what a group's member who may not start over is told to do instead
+            mine = self.head is None or self.agent.may_change_shared(self.head)
             if isinstance(exc, llm_errors.ModelNotAvailable) and self.session.model:
                 # the model this conversation chose with /model, not the operator's
+                back = "Send" if mine else "Ask an approver or an admin to send"
                 await self.say_notice(
                     f"The model `{self.session.model}` chosen with /model is not available. "
-                    "Send `/model default` to go back to the default, or `/model` for the list."
+                    f"{back} `/model default` to go back to the default, or `/model` for "
+                    "the list."
                 )
             else:
-                await self.say_notice(friendly_llm_error(exc))
+                start_over = "Send /new" if mine else "Ask an approver or an admin to send /new"
+                await self.say_notice(friendly_llm_error(exc, start_over=start_over))
             outcome = Stopped("llm-error")
         if not isinstance(outcome, NeedApproval):
             repair_history(history)  # a stop mid-round leaves no call without a result

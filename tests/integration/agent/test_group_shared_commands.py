@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from agent_core.llm import errors as llm_errors
+from agent_core.llm.base import Completion
+from tests.integration.agent.conftest import FnModel
 from tests.integration.agent.test_always_command import G, T, always_for, count_model, say
 
 
@@ -58,3 +61,18 @@ async def test_direct_chats_are_unchanged(world: Any) -> None:
     w = world(count_model(), approver_ids="telegram:boss")
     await w.start()
     assert "Cleared the conversation" in await say(w, T, "/clear", "u1")
+
+
+async def test_a_member_who_may_not_start_over_is_told_who_may(world: Any) -> None:
+    """A provider refusing the group's history told every member "Send /new", which
+    /new then refused them: the group was stuck until someone asked an admin."""
+
+    def refuse(req: Any) -> Completion:
+        raise llm_errors.BadRequest("refused")
+
+    w = world(FnModel(refuse), approver_ids="telegram:boss", group_reply="all")
+    await w.start()
+    assert "Ask an approver or an admin to send /new" in await say(w, G, "hello", "bob")
+    boss = await say(w, G, "hello again", "boss")
+    assert "Send /new to start" in boss and "Ask an approver" not in boss
+    assert "Send /new to start" in await say(w, T, "hello", "u1")  # a direct chat
