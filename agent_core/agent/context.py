@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused, Meter
-from agent_core.agent.session import Session
+from agent_core.agent.session import Session, starts_turn
 from agent_core.agent.tokens import estimate, text_tokens
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
 from agent_core.llm.schema import LENGTH_NOTE
@@ -56,7 +56,9 @@ SUMMARY_SYSTEM = (
 
 
 def turn_starts(history: Sequence[ChatMessage]) -> list[int]:
-    return [i for i, m in enumerate(history) if m.role == "user"]
+    """Where turns start: the people's messages that opened them (never the loop's
+    nudge or a message taken in mid-turn), so the last is the current turn's."""
+    return [i for i, m in enumerate(history) if starts_turn(m)]
 
 
 def keep_cut(history: Sequence[ChatMessage], turns: int) -> int:

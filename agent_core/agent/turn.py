@@ -59,7 +59,7 @@ from agent_core.agent.pdfs import is_pdf
 from agent_core.agent.people import named
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
-from agent_core.agent.session import Session, ThreadState
+from agent_core.agent.session import Session, ThreadState, mid_turn
 from agent_core.agent.tokens import estimate, tools_tokens
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
@@ -339,8 +339,11 @@ class Turn:
                 self.agent.undo.checkpoint_call(self.thread, head.event_id, self.session)
             )
         prefix = await self.take_held()
-        self.session.history.extend(prefix)
-        self.session.history.append(await self.user_message(head))
+        opening = [*prefix, await self.user_message(head)]
+        # the turn starts at its first message: the others are taken in by it
+        first = next(i for i, m in enumerate(opening) if m.role == "user")
+        self.session.history.extend(opening[: first + 1])
+        self.session.history.extend(mid_turn(m) for m in opening[first + 1 :])
         return await self.loop()
 
     async def take_held(self) -> list[ChatMessage]:
@@ -391,7 +394,7 @@ class Turn:
                 len(history),
             )
             history[at:at] = held[cut:]
-        self.pending_inject = held[:cut]
+        self.pending_inject = [mid_turn(m) for m in held[:cut]]  # taken in by this turn
 
     async def record_note(self, head: InboundEvent) -> str:
         """Add what Parley said outside a turn to the history, with no model call
