@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agent_core.agent.budget import answer_chars, estimated_cost, unreported
+from agent_core.agent.budget import answer_chars, estimated_cost, reserved_cost, unreported
 from agent_core.agent.tokens import estimate, tools_tokens
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.llm import errors as llm_errors
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from agent_core.agent.turn import Turn
 
 log = logging.getLogger(__name__)
-
-OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
 
 
 async def call_llm(
@@ -84,9 +82,7 @@ async def call_once(
     # the prompt as the provider counts it: the messages and the tools' specs
     raw = estimate(messages) + tools_tokens(tools)
     est_in = int(raw * self.session.token_ratio)
-    est_usd = (
-        est_in * info.input_cost_per_token + OUTPUT_ALLOWANCE_TOKENS * info.output_cost_per_token
-    )
+    est_usd = reserved_cost(info, est_in, request.max_tokens)  # a whole answer's worth
     self.streamed_chars = 0
     async with self.meter().call(est_usd) as bill:
         try:

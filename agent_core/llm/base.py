@@ -160,6 +160,9 @@ class ModelInfo:
     cache_write_cost_per_token: float = 0.0
     # an OpenAI reasoning model (o1, o3, o4-mini, gpt-5...): rejects temperature and stop
     reasoning: bool = False
+    # the answer budget of a request that sets no max_tokens (the backend's
+    # LLM_MAX_TOKENS); 0: not known.  The cost guard reserves this much answer.
+    max_output_tokens: int = 0
 
     def cost(self, usage: TokenUsage) -> float:
         """USD cost of ``usage`` on this model.  Cached tokens of a model whose cache
