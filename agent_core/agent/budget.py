@@ -2,12 +2,16 @@
 
 Checked before every LLM call and recorded after it with the real usage, in
 integer micro-dollars, by two Lua scripts on keys sharing the ``{budget}``
-hash tag.  A check *reserves* the call's estimated cost, so N processes racing
-near the limit cannot all pass on the same spare cent: what is spent plus what
-is reserved must stay under the limit for a call to start, so the total can
-overshoot by at most one call (by less, when the estimate is not below the
-real cost).  Counters are per UTC day (keys expire after two days); the hourly
-window is a per-user sorted set.
+hash tag.  A check *reserves* the call's cost at most (:func:`reserved_cost`:
+the prompt estimate and a whole answer of the request's max_tokens, else the
+backend's LLM_MAX_TOKENS), so N processes racing near the limit cannot all pass
+on the same spare cent: what is spent plus what is reserved must stay under the
+limit for a call to start, so the total overshoots by at most one call's
+reservation, as long as no call costs more than it reserved (a prompt above its
+estimate; an OpenAI-compatible server, which is sent no limit when the request
+sets none, answering longer than LLM_MAX_TOKENS; a call still running when its
+reservation lapses after 10 minutes).  Counters are per UTC day (keys expire
+after two days); the hourly window is a per-user sorted set.
 """
 
 from __future__ import annotations
@@ -189,6 +193,18 @@ class BudgetGuard:
 
 
 CHARS_PER_TOKEN = 4
+
+
+DEFAULT_ANSWER_TOKENS = 4096  # LLM_MAX_TOKENS' default: a provider that says none
+
+
+def reserved_cost(info: ModelInfo, prompt_tokens: int, max_tokens: int | None) -> float:
+    """What a check reserves for a call: its prompt and the longest answer it may
+    get (the request's ``max_tokens``, else the backend's LLM_MAX_TOKENS), so a
+    call's real cost is not above its reservation unless the prompt estimate is
+    low (or a server that is sent no limit answers longer)."""
+    answer = max_tokens or info.max_output_tokens or DEFAULT_ANSWER_TOKENS
+    return prompt_tokens * info.input_cost_per_token + answer * info.output_cost_per_token
 
 
 def estimated_cost(info: ModelInfo, prompt_tokens: int, answer_chars: int) -> float:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from agent_core.agent.budget import BudgetRefused
 from agent_core.agent.session import Session, ThreadState
 from agent_core.events import InboundEvent, ThreadKey
-from agent_core.llm.base import TokenUsage
+from agent_core.llm.base import ChatMessage, TokenUsage
 from agent_core.proactive.commands import register as register_proactive_commands
 
 if TYPE_CHECKING:
@@ -210,9 +210,15 @@ async def _compact(ctx: CommandContext, args: str) -> str:
         return "Decide the pending approval first."
     turn = ctx.the_turn()
     window = ctx.agent.window_for(turn.model() or None)
+    fixed = turn.fixed_tokens(ChatMessage("system", turn.system_prompt()))
     try:
         res = await ctx.agent.compactor.compact(
-            ctx.session, ctx.session.history, window, force="summarise", meter=turn.meter()
+            ctx.session,
+            ctx.session.history,
+            window,
+            system_tokens=fixed,
+            force="summarise",
+            meter=turn.meter(),
         )
     except BudgetRefused as exc:
         return str(exc)
@@ -242,13 +248,13 @@ async def _interrupt(ctx: CommandContext, args: str) -> str | None:
 
 def _fill(ctx: CommandContext) -> tuple[int, int, int]:
     from agent_core.agent.tokens import estimate
-    from agent_core.llm.base import ChatMessage
 
     turn = ctx.the_turn()
     window = ctx.agent.window_for(turn.model() or None)
-    # as /context and compaction count it: the system prompt (with the summary) too
+    # as /context and compaction count it: the system prompt (with the summary) and
+    # the tools' specs too
     system = ChatMessage("system", turn.system_prompt())
-    est = estimate([system, *ctx.session.history], ctx.session.token_ratio)
+    est = estimate(ctx.session.history, ctx.session.token_ratio) + turn.fixed_tokens(system)
     return est, window, round(100 * est / max(1, window))
 
 
@@ -304,14 +310,15 @@ async def _cost(ctx: CommandContext, args: str) -> str:
 
 
 async def _context(ctx: CommandContext, args: str) -> str:
-    from agent_core.agent.tokens import by_role, estimate
-    from agent_core.llm.base import ChatMessage
+    from agent_core.agent.tokens import by_role, estimate, tools_tokens
 
     turn = ctx.the_turn()
     system = ChatMessage("system", turn.system_prompt())
-    roles = by_role([system, *ctx.session.history], ctx.session.token_ratio)
+    ratio = ctx.session.token_ratio
+    roles = by_role([system, *ctx.session.history], ratio)
+    roles["tools"] = int(tools_tokens(turn.tools()) * ratio)  # their specs
     window = ctx.agent.window_for(turn.model() or None)
-    total = estimate([system, *ctx.session.history], ctx.session.token_ratio)
+    total = estimate(ctx.session.history, ratio) + turn.fixed_tokens(system)
     lines = [
         f"**Context:** ~{total:,} of {window:,} tokens ({round(100 * total / max(1, window))}%)",
         *(f"- {role}: ~{n:,}" for role, n in roles.items()),

@@ -1,8 +1,9 @@
 """Context monitor and compaction: keep the prompt inside the model's window.
 
 Tokens are estimated (words × 1.3 + 4 per message), scaled by a per-session
-ratio calibrated from what the provider reports.  Against the window
-(CONTEXT_WINDOW, else the model's, else 100,000):
+ratio calibrated from what the provider reports.  The prompt counts the system
+prompt and the tools' specs (``tokens.tools_tokens``) too, as the provider's
+report does.  Against the window (CONTEXT_WINDOW, else the model's, else 100,000):
 
 * above 80 %: move old turns to the thread's archive in Redis, keep the last 10;
 * above 85 %: summarise old turns with the cheap model (temperature 0.3,
@@ -10,6 +11,11 @@ ratio calibrated from what the provider reports.  Against the window
 * above 95 %: truncate to the last 3 turns, no LLM call.
 
 Steps repeat until the estimate is under 80 % or nothing is left to drop.
+A turn start is a person's message that opened a turn (``session.starts_turn``),
+never the loop's nudge or a message taken in mid-turn, so no cut falls inside
+the current turn: when it alone is too big, its older tool results are
+shortened instead (never the latest round's, which the model has not seen,
+unless the prompt is still over 95 % or the provider refused it).
 Summaries are built chunk by chunk (each chunk within a token budget, tool
 results stripped first) and keep identifiers, decisions, open tasks and
 commitments.  A failed summary falls back to truncation, never to an error;
@@ -26,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused, Meter
-from agent_core.agent.session import Session
+from agent_core.agent.session import Session, starts_turn
 from agent_core.agent.tokens import estimate, text_tokens
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
 from agent_core.llm.schema import LENGTH_NOTE
@@ -50,7 +56,9 @@ SUMMARY_SYSTEM = (
 
 
 def turn_starts(history: Sequence[ChatMessage]) -> list[int]:
-    return [i for i, m in enumerate(history) if m.role == "user"]
+    """Where turns start: the people's messages that opened them (never the loop's
+    nudge or a message taken in mid-turn), so the last is the current turn's."""
+    return [i for i, m in enumerate(history) if starts_turn(m)]
 
 
 def keep_cut(history: Sequence[ChatMessage], turns: int) -> int:
@@ -128,13 +136,23 @@ def chunks(lines: list[str], budget: int) -> list[str]:
     return out
 
 
-def _shorten_results(history: list[ChatMessage], keep_last: int = 2) -> int:
-    """Shorten the tool results of the current turn except the last ``keep_last``
-    (one request followed by many tool rounds can outgrow the window alone); each
-    keeps its head and its call id, so every call still has its result."""
+def _shorten_results(
+    history: list[ChatMessage], keep_last: int = 2, *, fresh_too: bool = False
+) -> int:
+    """Shorten the tool results of the current turn (one request followed by many
+    tool rounds can outgrow the window alone); each keeps its head and its call id,
+    so every call still has its result.  The last ``keep_last`` stay whole, and so
+    do the results of the latest round: the model has not seen them yet (cutting
+    them would make it answer from 300 characters of what it just fetched).  Only
+    ``fresh_too`` (nothing else left and the prompt still over the window's
+    truncate level, where the call would fail) shortens those as well."""
     results = [i for i, m in enumerate(history) if m.role == "tool"]
+    cut = results[: max(0, len(results) - keep_last)]
+    if not fresh_too:
+        last_round = next((i for i in range(len(history) - 1, -1, -1) if history[i].tool_calls), -1)
+        cut = [i for i in cut if i < last_round]
     shortened = 0
-    for i in results[: max(0, len(results) - keep_last)]:
+    for i in cut:
         m = history[i]
         if len(m.content) > SHORT_RESULT_CHARS * 2:
             omitted = len(m.content) - SHORT_RESULT_CHARS
@@ -216,9 +234,13 @@ class Compactor:
     ) -> Compaction | None:
         """Bring ``history`` under the thresholds (or apply ``force``: summarise | truncate).
 
+        ``system_tokens``: the prompt's fixed part as the history's estimate counts
+        it (the system prompt and the tools' specs, scaled by the session's ratio).
+
         A summary refused by the budgets raises :class:`BudgetRefused`: nothing is
         dropped (truncating instead would lose the turns the summary was to keep)."""
         before = estimate(history, session.token_ratio) + system_tokens
+        forced = bool(force)  # the provider refused the prompt, or /compact
         applied = ""
         dropped = 0
         for _ in range(4):
@@ -241,7 +263,13 @@ class Compactor:
             turns = len(turn_starts(history))
             cut = keep_cut(history, min(keep, max(1, turns - 1)))
             if cut == 0:  # only the current turn is left: shorten its older tool results
-                if level != "move" and _shorten_results(history):
+                if level != "move" and (
+                    _shorten_results(history)
+                    or (
+                        (forced or level == "truncate")
+                        and _shorten_results(history, fresh_too=True)
+                    )
+                ):
                     applied = "shortened"
                     continue
                 break

@@ -24,8 +24,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agent_core.agent.budget import answer_chars, estimated_cost, unreported
-from agent_core.agent.tokens import estimate
+from agent_core.agent.budget import answer_chars, estimated_cost, reserved_cost, unreported
+from agent_core.agent.tokens import estimate, tools_tokens
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import (
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OUTPUT_ALLOWANCE_TOKENS = 1024  # output tokens reserved per call by the cost guard
-
 
 async def call_llm(
     self: Turn, messages: list[ChatMessage], tools: Sequence[ToolSpec]
@@ -60,6 +58,7 @@ async def call_llm(
             self.session,
             history,
             self.agent.window_for(self.model() or None),
+            system_tokens=self.fixed_tokens(ChatMessage("system", self.system_prompt())),
             force="summarise",
             meter=self.meter(),
         )
@@ -80,10 +79,10 @@ async def call_once(
         model_chosen=bool(model and model == self.session.model),  # /model's
     )
     info = self.agent.llm.model_info(model)
-    est_in = estimate(messages, self.session.token_ratio)
-    est_usd = (
-        est_in * info.input_cost_per_token + OUTPUT_ALLOWANCE_TOKENS * info.output_cost_per_token
-    )
+    # the prompt as the provider counts it: the messages and the tools' specs
+    raw = estimate(messages) + tools_tokens(tools)
+    est_in = int(raw * self.session.token_ratio)
+    est_usd = reserved_cost(info, est_in, request.max_tokens)  # a whole answer's worth
     self.streamed_chars = 0
     async with self.meter().call(est_usd) as bill:
         try:
@@ -105,10 +104,11 @@ async def call_once(
     self.session.usage = self.session.usage + final.usage
     self.session.cost_usd += cost
     prompt_tokens = final.usage.prompt
-    if prompt_tokens > 0 and est_in > 0:
-        raw = estimate(messages)
-        if raw > 0:
-            self.session.token_ratio = max(0.3, min(3.0, prompt_tokens / raw))
+    if prompt_tokens > 0 and raw > 0:
+        # calibrated on what the report covers (the tools' specs too): against the
+        # messages alone a short exchange would sit at the cap and make every later
+        # estimate ~3x too big
+        self.session.token_ratio = max(0.3, min(3.0, prompt_tokens / raw))
         self.session.last_prompt_tokens = prompt_tokens
     return final
 

@@ -153,7 +153,7 @@ async def run_loop(
             if nudges < max_nudges and says_tool_intent(completion.text, tools):
                 nudges += 1
                 history.append(ChatMessage("assistant", completion.text))
-                history.append(ChatMessage("user", NUDGE))
+                history.append(ChatMessage("user", NUDGE, mid_turn=True))
                 # what of it was streamed is kept whole, like the text before a call
                 await delegate.keep_streamed(completion)
                 await delegate.after_iteration(iteration)

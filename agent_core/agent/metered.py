@@ -9,11 +9,15 @@ ends, exactly like a turn's calls (:class:`agent_core.agent.budget.Meter`).
 
 from __future__ import annotations
 
-from agent_core.agent.budget import Meter, answer_chars, estimated_cost, unreported
+from agent_core.agent.budget import (
+    Meter,
+    answer_chars,
+    estimated_cost,
+    reserved_cost,
+    unreported,
+)
 from agent_core.agent.tokens import estimate
 from agent_core.llm.base import Completion, CompletionRequest, LLMProvider
-
-ANSWER_TOKENS = 1024  # the estimate's answer length when the request sets none
 
 
 async def complete(
@@ -26,10 +30,7 @@ async def complete(
         result = await provider.complete(req)
         return result, provider.model_info(result.model or None).cost(result.usage)
     info = provider.model_info(None)
-    est_usd = (
-        estimate(list(req.messages)) * info.input_cost_per_token
-        + (req.max_tokens or ANSWER_TOKENS) * info.output_cost_per_token
-    )
+    est_usd = reserved_cost(info, estimate(list(req.messages)), req.max_tokens)
     async with meter.call(est_usd) as bill:
         result = await provider.complete(req)
         priced = provider.model_info(result.model or None)

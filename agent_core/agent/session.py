@@ -11,13 +11,27 @@ loading and saving a session costs the same on day 1 and day 300.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 import orjson
 
+from agent_core.agent.loop import NUDGE
 from agent_core.llm.base import ChatMessage, TokenUsage
+
+
+def starts_turn(m: ChatMessage) -> bool:
+    """Does ``m`` open a turn: a person's message, not one added inside a running
+    turn (the loop's nudge, a message taken in mid-turn)?  Compaction and trimming
+    cut only here, so a cut never drops the request the current turn answers.  A
+    nudge stored before messages were marked is known by its text."""
+    return m.role == "user" and not m.mid_turn and m.content != NUDGE
+
+
+def mid_turn(m: ChatMessage) -> ChatMessage:
+    """``m`` marked as taken in by a running turn (no turn start of its own)."""
+    return replace(m, mid_turn=True) if m.role == "user" and not m.mid_turn else m
 
 
 class ThreadState(StrEnum):
@@ -132,7 +146,7 @@ class Session:
     def trim(self, max_messages: int) -> list[ChatMessage]:
         """Drop the oldest messages beyond ``max_messages``; return what was dropped.
 
-        Cuts where a turn starts (a user message, as compaction does), so the kept
+        Cuts where a turn starts (:func:`starts_turn`, as compaction does), so the kept
         history starts with the user, as providers require (Anthropic refuses a
         first message from the assistant).  When the last turn alone is longer than
         the limit it is kept whole, up to twice the limit; beyond that (a long run
@@ -143,11 +157,11 @@ class Session:
         if len(h) <= max_messages:
             return []
         cut = len(h) - max_messages
-        later = next((i for i in range(cut, len(h)) if h[i].role == "user"), None)
+        later = next((i for i in range(cut, len(h)) if starts_turn(h[i])), None)
         if later is not None:
             cut = later
         else:
-            turn = next((i for i in range(cut - 1, -1, -1) if h[i].role == "user"), None)
+            turn = next((i for i in range(cut - 1, -1, -1) if starts_turn(h[i])), None)
             if turn is not None and len(h) - turn <= 2 * max_messages:
                 cut = turn
             while cut < len(h) and h[cut].role == "tool":

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from agent_core.agent.interrupt import flag_is_newer, flag_user, is_interrupt
 from agent_core.agent.loop import Signals
 from agent_core.agent.parser import is_command
+from agent_core.agent.session import mid_turn
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.store import keys
@@ -97,7 +98,7 @@ async def check_signals(self: Turn) -> Signals:
                 if verdict.notice:
                     await self.say_notice(verdict.notice)
                 continue
-        signals.injected.append(await self.user_message(ev))
+        signals.injected.append(mid_turn(await self.user_message(ev)))  # this turn's
         self.consumed += 1
     return signals
 

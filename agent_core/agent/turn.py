@@ -59,8 +59,8 @@ from agent_core.agent.pdfs import is_pdf
 from agent_core.agent.people import named
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
-from agent_core.agent.session import Session, ThreadState
-from agent_core.agent.tokens import estimate
+from agent_core.agent.session import Session, ThreadState, mid_turn
+from agent_core.agent.tokens import estimate, tools_tokens
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
@@ -162,6 +162,7 @@ class Turn:
         self._reply: StreamingReply | None = None
         self.streamed_chars = 0  # text the current model call streamed
         self._profile: Profile | None = None
+        self._specs: Sequence[ToolSpec] | None = None  # the tools last offered
 
     # -- entry -------------------------------------------------------------
     async def run(self, head: InboundEvent) -> str:
@@ -338,8 +339,11 @@ class Turn:
                 self.agent.undo.checkpoint_call(self.thread, head.event_id, self.session)
             )
         prefix = await self.take_held()
-        self.session.history.extend(prefix)
-        self.session.history.append(await self.user_message(head))
+        opening = [*prefix, await self.user_message(head)]
+        # the turn starts at its first message: the others are taken in by it
+        first = next(i for i, m in enumerate(opening) if m.role == "user")
+        self.session.history.extend(opening[: first + 1])
+        self.session.history.extend(mid_turn(m) for m in opening[first + 1 :])
         return await self.loop()
 
     async def take_held(self) -> list[ChatMessage]:
@@ -390,7 +394,7 @@ class Turn:
                 len(history),
             )
             history[at:at] = held[cut:]
-        self.pending_inject = held[:cut]
+        self.pending_inject = [mid_turn(m) for m in held[:cut]]  # taken in by this turn
 
     async def record_note(self, head: InboundEvent) -> str:
         """Add what Parley said outside a turn to the history, with no model call
@@ -545,10 +549,16 @@ class Turn:
 
         return DATA_RULE
 
+    def fixed_tokens(self, system: ChatMessage) -> int:
+        """The prompt's part that compaction cannot shrink, as the provider counts
+        it: the system prompt (with the summary) and the tools' specs."""
+        specs = self.tools() if self._specs is None else self._specs
+        return int((estimate([system]) + tools_tokens(specs)) * self.session.token_ratio)
+
     async def before_llm_call(self, messages: list[ChatMessage]) -> list[ChatMessage]:
         system = ChatMessage("system", self.system_prompt())
         window = self.agent.window_for(self.model() or None)
-        sys_tokens = estimate([system], self.session.token_ratio)
+        sys_tokens = self.fixed_tokens(system)
         if estimate(messages, self.session.token_ratio) + sys_tokens > 0.8 * window:
             await self.agent.compactor.compact(
                 self.session, messages, window, system_tokens=sys_tokens, meter=self.meter()
@@ -562,6 +572,10 @@ class Turn:
         return [n for n in names if only is None or n in only]
 
     def tools(self) -> Sequence[ToolSpec]:
+        self._specs = self._offered_specs()  # counted by before_llm_call's estimate
+        return self._specs
+
+    def _offered_specs(self) -> Sequence[ToolSpec]:
         try:
             if not self.agent.llm.model_info(self.model() or None).supports_tools:
                 return ()

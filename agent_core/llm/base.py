@@ -45,9 +45,14 @@ class ChatMessage:
     tool_call_id: str = ""  # for role == "tool"
     name: str = ""  # tool name for role == "tool"
     images: tuple[ImagePart, ...] = ()
+    # a user-role message added inside a running turn (the loop's nudge, a message
+    # taken in mid-turn): not the start of a turn, where compaction may cut
+    mid_turn: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"r": self.role, "c": self.content}
+        if self.mid_turn:
+            d["mt"] = 1
         if self.tool_calls:
             d["tc"] = [t.to_dict() for t in self.tool_calls]
         if self.tool_call_id:
@@ -65,6 +70,7 @@ class ChatMessage:
             tool_calls=tuple(ToolCall.from_dict(t) for t in d.get("tc", ())),
             tool_call_id=d.get("id", ""),
             name=d.get("n", ""),
+            mid_turn=bool(d.get("mt")),
         )
 
 
@@ -154,6 +160,9 @@ class ModelInfo:
     cache_write_cost_per_token: float = 0.0
     # an OpenAI reasoning model (o1, o3, o4-mini, gpt-5...): rejects temperature and stop
     reasoning: bool = False
+    # the answer budget of a request that sets no max_tokens (the backend's
+    # LLM_MAX_TOKENS); 0: not known.  The cost guard reserves this much answer.
+    max_output_tokens: int = 0
 
     def cost(self, usage: TokenUsage) -> float:
         """USD cost of ``usage`` on this model.  Cached tokens of a model whose cache

@@ -326,6 +326,7 @@ class HTTPBackend:
 
     def model_info(self, model: str | None = None) -> ModelInfo:
         info = self.prices.lookup(model or self.config.model, local=self.config.local)
+        info = replace(info, max_output_tokens=self.config.max_tokens)
         if self.config.context_window:  # the server's own limit (Ollama's num_ctx)
             info = replace(info, context_window=self.config.context_window)
         if self.config.vision is not None and (model is None or model == self.config.model):

@@ -8,6 +8,7 @@ from typing import Any
 
 from agent_core.agent.budget import BudgetGuard
 from agent_core.agent.interrupt import interrupt_filter
+from agent_core.agent.tokens import tools_tokens
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion, ModelInfo, TokenUsage
 from agent_core.settings import CoreSettings
@@ -30,8 +31,9 @@ async def test_interrupted_model_calls_still_count_against_the_budget(world: Any
     assert len(model.requests) == 3  # three calls reached the provider
     assert sum("Stopped" in t for t in w.texts(T)) == 3, w.texts(T)
     spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
-    # each prompt is some tens of tokens at $0.001 a token
-    assert 3 * 0.02 < spend.user_usd < 3 * 0.5, spend
+    # each prompt is some tens of tokens and the tools' specs, at $0.001 a token
+    specs = tools_tokens(w.workers[0][0].agent.tools.specs()) * 0.001
+    assert 3 * (0.02 + specs) < spend.user_usd < 3 * (0.5 + specs), spend
     assert spend.day_usd == spend.user_usd
     assert (await w.session(T)).cost_usd == spend.user_usd
 

@@ -14,6 +14,7 @@ import pytest
 
 from agent_core.agent.budget import BudgetGuard
 from agent_core.agent.fences import with_marker
+from agent_core.agent.tokens import tools_tokens
 from agent_core.events import ThreadKey
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import Completion, CompletionRequest, ModelInfo, TextDelta, TokenUsage
@@ -63,14 +64,21 @@ async def test_context_length_after_text_is_a_cut_off_not_a_second_answer(world:
     assert "too long for the model" in texts[-1]
 
 
+def _specs_usd(w: Any) -> float:
+    """The tools' specs, part of every prompt, at $0.001 a token."""
+    return tools_tokens(w.workers[0][0].agent.tools.specs()) * 0.001
+
+
 async def test_a_completed_call_without_usage_is_billed_an_estimate(world: Any) -> None:
     answer = "The sea is large. " * 20
     model = Streams([TextDelta(answer), Completion(answer)])  # no usage reported
     w, t = await _turn(model, world, "dm-no-usage", user_daily_budget_usd=5.0)
     assert w.texts(t)[-1] == answer.strip()
     spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
-    # a prompt of some tens of tokens and ~90 answer tokens, at $0.001 a token
-    assert 0.1 < spend.user_usd < 1.0, spend
+    # a prompt of some tens of tokens and the tools' specs, ~90 answer tokens, at
+    # $0.001 a token
+    specs = _specs_usd(w)
+    assert 0.1 + specs < spend.user_usd < 1.0 + specs, spend
     assert (await w.session(t)).cost_usd == pytest.approx(spend.user_usd)
 
 
@@ -92,7 +100,8 @@ async def test_a_call_that_fails_after_text_is_billed_an_estimate(world: Any) ->
     w, t = await _turn(model, world, "dm-cut-billed", user_daily_budget_usd=5.0)
     assert w.texts(t)[0].endswith("_(cut off)_")
     spend = await BudgetGuard(w.redis, w.settings).spend("telegram:u1")
-    assert 0.1 < spend.user_usd < 1.0, spend
+    specs = _specs_usd(w)
+    assert 0.1 + specs < spend.user_usd < 1.0 + specs, spend
     assert (await w.session(t)).cost_usd == pytest.approx(spend.user_usd)
 
 
