@@ -230,22 +230,29 @@ class Compactor:
         *,
         system_tokens: int = 0,
         force: str = "",
+        refused: bool = False,
         meter: Meter | None = None,
     ) -> Compaction | None:
         """Bring ``history`` under the thresholds (or apply ``force``: summarise | truncate).
 
         ``system_tokens``: the prompt's fixed part as the history's estimate counts
         it (the system prompt and the tools' specs, scaled by the session's ratio).
+        ``refused``: the provider refused this prompt as too long, so the estimate
+        of it is too low: it is counted as at least the whole window, and the
+        history is brought under the thresholds by that measure (older turns
+        summarised, then tool results shortened, the latest round's too).
 
         A summary refused by the budgets raises :class:`BudgetRefused`: nothing is
         dropped (truncating instead would lose the turns the summary was to keep)."""
         before = estimate(history, session.token_ratio) + system_tokens
         forced = bool(force)  # the provider refused the prompt, or /compact
+        # what was refused filled the window at least, whatever the estimate said
+        scale = max(1.0, window / max(1, before)) if refused else 1.0
         applied = ""
         dropped = 0
         for _ in range(4):
             used = estimate(history, session.token_ratio) + system_tokens
-            fill = used / max(1, window)
+            fill = used * scale / max(1, window)
             if force:
                 level, force = force, ""
             elif fill > TRUNCATE_AT:

@@ -60,6 +60,7 @@ async def call_llm(
             self.agent.window_for(self.model() or None),
             system_tokens=self.fixed_tokens(ChatMessage("system", self.system_prompt())),
             force="summarise",
+            refused=True,
             meter=self.meter(),
         )
         prompt = await self.before_llm_call(history)
