@@ -10,12 +10,15 @@ limit for a call to start, so the total overshoots by at most one call's
 reservation, as long as no call costs more than it reserved (a prompt above its
 estimate; an OpenAI-compatible server, which is sent no limit when the request
 sets none, answering longer than LLM_MAX_TOKENS; a call still running when its
-reservation lapses after 10 minutes).  Counters are per UTC day (keys expire
-after two days); the hourly window is a per-user sorted set.
+reservation lapses after 10 minutes).  When what is left of a budget is not
+spent but reserved by calls in flight, a call waits for them to settle (up to
+RESERVE_WAIT_SECS) instead of being told the budget is used up.  Counters are per
+UTC day (keys expire after two days); the hourly window is a per-user sorted set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -24,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from redis.asyncio import Redis
@@ -39,6 +42,9 @@ log = logging.getLogger(__name__)
 MICRO = 1_000_000
 DAY_TTL = 2 * 86_400
 WARN_AT = 0.8
+# how long a call waits for calls in flight to settle when their reservations hold
+# what is left of a budget (the budget.py header)
+RESERVE_WAIT_SECS = 20.0
 
 
 class BudgetRefused(Exception):
@@ -77,9 +83,37 @@ class BudgetGuard:
         return datetime.fromtimestamp(self.clock(), UTC).strftime("%Y%m%d")
 
     async def reserve(self, user: str, estimate_usd: float) -> str:
-        """Reserve one call; returns its reservation id ('' when no limit is set)."""
+        """Reserve one call; returns its reservation id ('' when no limit is set).
+
+        While what is left of a budget is only reserved by calls in flight (each
+        reserves a whole answer, and settles at its real cost within seconds), it
+        asks again for up to RESERVE_WAIT_SECS before refusing: a burst of people
+        writing at once is answered, not told the budget is used up."""
         if not self.enabled:
             return ""
+        deadline = time.monotonic() + RESERVE_WAIT_SECS
+        delay = 0.2
+        while True:
+            code, rid = await self._try_reserve(user, estimate_usd)
+            if code not in (2, -3) or time.monotonic() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        if code == 1:
+            return rid
+        if code == 2:
+            raise BudgetRefused(
+                "Today's AI budget for this bot is nearly reached and other requests are "
+                "still running. Please try again in a minute."
+            )
+        if code == -3:
+            raise BudgetRefused(
+                "Your daily AI budget is nearly reached while your other requests run. "
+                "Please try again in a minute."
+            )
+        return self._refused(code)
+
+    async def _try_reserve(self, user: str, estimate_usd: float) -> tuple[int, str]:
         day = self.day()
         rid = secrets.token_hex(6)
         res = await self._reserve(
@@ -100,9 +134,9 @@ class BudgetGuard:
                 user,
             ],
         )
-        code = int(res[0])
-        if code == 1:
-            return rid
+        return int(res[0]), rid
+
+    def _refused(self, code: int) -> NoReturn:
         if code == 0:
             log.warning(
                 "daily budget of $%.2f reached; refusing LLM calls", self.s.daily_budget_usd

@@ -443,7 +443,9 @@ return snap
 # All amounts are integer micro-dollars; a limit of 0 means none.  Refuses when
 # what is spent plus what calls in flight have reserved reaches a limit, else
 # reserves ``estimate`` (and counts one action).  Returns {code, day, user}:
-# 1 ok, 0 day budget, -1 user budget, -2 hourly action limit.
+# 1 ok, 0 day budget, -1 user budget, -2 hourly action limit; 2 / -3: the day's /
+# the user's budget is not spent, but calls in flight have reserved the rest (they
+# settle at their real cost within seconds: the caller asks again).
 BUDGET_RESERVE = """
 local now = tonumber(ARGV[1])
 local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -460,8 +462,10 @@ for i = 1, #res, 2 do
   end
 end
 local dl, ul = tonumber(ARGV[2]), tonumber(ARGV[3])
-if dl > 0 and spent + rtot >= dl then return {0, spent, uspent} end
-if ul > 0 and uspent + ruser >= ul then return {-1, spent, uspent} end
+if dl > 0 and spent >= dl then return {0, spent, uspent} end
+if ul > 0 and uspent >= ul then return {-1, spent, uspent} end
+if dl > 0 and spent + rtot >= dl then return {2, spent, uspent} end
+if ul > 0 and uspent + ruser >= ul then return {-3, spent, uspent} end
 local hl = tonumber(ARGV[6])
 if hl > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 3600000)
