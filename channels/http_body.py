@@ -17,7 +17,7 @@ class BodyTooLarge(Exception):
 async def read_capped_body(request: Request, limit: int) -> bytes:
     """The request body; raises :class:`BodyTooLarge` past ``limit`` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
     body = bytearray()
     async for chunk in request.stream():

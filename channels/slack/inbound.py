@@ -4,7 +4,8 @@ Nothing is acknowledged to Slack before :meth:`Ingest.submit` returned: the
 HTTP route answers 2xx (the Socket Mode loop sends the envelope ack) only
 after the event is durably in the inbox stream, or was a duplicate / refused.
 If Redis is unreachable the route answers 503 (Socket Mode does not ack) and
-Slack delivers again.
+Slack delivers again; a slash command, which Slack never delivers again, is
+answered with a short ephemeral explanation instead.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ from .state import SlackState
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+STORE_DOWN_TEXT = (
+    "Parley cannot take commands right now (its storage is not answering). "
+    "Please try again in a minute."
+)
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # Slack's payloads are a few KB
 
 
@@ -96,7 +101,13 @@ class SlackInbound:
         event = parse_command(form, command=self.slash_command)
         if event is None:
             return {"response_type": "ephemeral", "text": "Unknown command."}
-        result = await self.ingest.submit(event)
+        try:
+            result = await self.ingest.submit(event)
+        except StoreUnavailable as exc:
+            # Slack never delivers a slash command again (only Events API callbacks):
+            # the person is told, rather than shown Slack's bare "failed" error.
+            log.error("Slack command not taken (%s); its sender is told", exc)
+            return {"response_type": "ephemeral", "text": STORE_DOWN_TEXT}
         if result == Submitted.REFUSED:
             return {"response_type": "ephemeral", "text": "Parley cannot take this request now."}
         shown = event.text if len(event.text) <= 200 else event.text[:199] + "…"

@@ -47,11 +47,13 @@ def host_of(header: str | None) -> str | None:
     if h.startswith("["):
         end = h.find("]")
         rest = h[end + 1 :]
-        if end < 0 or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+        if end < 0 or (
+            rest and not (rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit())
+        ):
             return None
         return h[1:end]
     name, sep, port = h.partition(":")
-    if (sep and not port.isdigit()) or not name:
+    if (sep and not (port.isascii() and port.isdigit())) or not name:
         return None
     return name.rstrip(".")
 
@@ -211,7 +213,9 @@ async def json_body(request: Request) -> dict[str, Any] | Response:
             {"error": "send JSON (Content-Type: application/json)"}, status_code=415
         )
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and (
+        not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY
+    ):
         return JSONResponse({"error": "body too large"}, status_code=413)
     body = b""
     async for chunk in request.stream():

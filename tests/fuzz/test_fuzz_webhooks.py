@@ -380,6 +380,18 @@ async def test_web_chat_huge_body_is_413_and_not_read(
     assert ingest.published == []
 
 
+@pytest.mark.parametrize("path", ["/slack/events", "/api/login"])
+async def test_a_content_length_of_non_ascii_digits_is_4xx(
+    app: httpx.AsyncClient, ingest: CountingIngest, path: str
+) -> None:
+    """'²' is a digit to str.isdigit() and not to int(): a 500 before the signature
+    check (uvicorn refuses such a header itself; another ASGI server might not)."""
+    headers = {"Content-Type": "application/json", "Content-Length": b"\xb2"}
+    r = await app.post(path, content=b"{}", headers=headers)
+    assert 400 <= r.status_code < 500, r.status_code
+    assert ingest.published == []
+
+
 # --- positive controls: the fuzzed endpoints do publish well-formed requests ---------
 async def test_controls_valid_requests_are_published(
     app: httpx.AsyncClient, ingest: CountingIngest

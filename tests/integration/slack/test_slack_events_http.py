@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.ingest import Ingest
 from channels.slack.channel import SlackChannel
-from channels.slack.inbound import EventsEndpoint, SlackInbound
+from channels.slack.inbound import STORE_DOWN_TEXT, EventsEndpoint, SlackInbound
 from channels.slack.state import SlackState
 from tests.fakes.slack import BOT_USER, TEAM, FakeSlack
 
@@ -292,6 +292,27 @@ async def test_store_unavailable_answers_503_so_slack_retries(
     finally:
         await broken.aclose()
     assert dm.status_code == 503 and follow.status_code == 503
+
+
+async def test_a_slash_command_while_the_store_is_down_is_answered_with_why(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
+) -> None:
+    """Slack never delivers a slash command again: the 503 showed Slack's bare
+    "/parley failed with the error …" and the command was lost without a word."""
+    broken = Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        inbound = SlackInbound(Ingest(broken), SlackState(broken, 60), bot_user_id=lambda: BOT_USER)
+        asgi = Starlette(routes=EventsEndpoint(inbound, fake_slack.signing_secret).routes())
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=asgi), base_url="http://p"
+        ) as c:
+            r = await fake_slack.deliver(c, fake_slack.command("C1", "hello"), form=True)
+    finally:
+        await broken.aclose()
+    assert r.status_code == 200
+    assert r.json() == {"response_type": "ephemeral", "text": STORE_DOWN_TEXT}
 
 
 async def test_ack_is_fast(fake_slack: FakeSlack, app: httpx.AsyncClient) -> None:
