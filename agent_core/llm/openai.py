@@ -239,9 +239,11 @@ class _Calls:
     A delta names its call by ``index``.  Some servers (Ollama's ``/v1``) send
     parallel calls whole, one per chunk, every one with index 0 and its own id:
     a delta bringing a function name and a different id to a slot that already
-    has an id and whole JSON arguments opens a new slot; later deltas of that
-    index continue the newest.  A different id alone does not: a few servers
-    change the id between the fragments of one call.
+    has an id and whole JSON arguments, or a name of another function, opens a
+    new slot; later deltas of that index continue the newest.  A different id
+    alone does not: a few servers change the id between the fragments of one
+    call.  A delta without an index continues the newest call unless it brings an
+    id or a name of its own (a server that sends no index, fragments and all).
     """
 
     def __init__(self) -> None:
@@ -251,14 +253,22 @@ class _Calls:
     def merge(self, tc: dict[str, Any]) -> None:
         """Fold one streamed tool-call delta into the calls assembled so far."""
         index = tc.get("index")
-        if not isinstance(index, int):
-            index = max((i for i, _ in self._slots), default=-1) + 1
         cid = str(tc.get("id") or "")
         fn = tc.get("function") or {}
         name = fn.get("name")
+        if not isinstance(index, int):
+            last = self._slots[-1] if self._slots else None
+            if last is not None and (not (cid or name) or cid == last[1]["id"]):
+                index = last[0]  # a fragment of the newest call
+            else:
+                index = max((i for i, _ in self._slots), default=-1) + 1
         slot = self._current.get(index)
         if slot is None or (
-            cid and name and slot["id"] and cid != slot["id"] and arguments_complete(slot["args"])
+            cid
+            and name
+            and slot["id"]
+            and cid != slot["id"]
+            and (arguments_complete(slot["args"]) or not _same_function(slot["name"], name))
         ):
             slot = self._current[index] = {"id": "", "name": "", "args": ""}
             self._slots.append((index, slot))
@@ -280,3 +290,11 @@ class _Calls:
         """The calls in index order (calls sharing an index in arrival order)."""
         order = sorted(range(len(self._slots)), key=lambda n: (self._slots[n][0], n))
         return [self._slots[n][1] for n in order]
+
+
+def _same_function(have: str, name: str) -> bool:
+    """Whether ``name`` (a delta's, with a new id) can be ``have``'s call going on:
+    the same name repeated whole, or one of them a prefix of the other; a name of
+    another function (``clock`` then ``search``) cannot.  (A name streamed in
+    pieces never comes with a new id, which is the only case this is asked.)"""
+    return not have or name.startswith(have) or have.startswith(name)

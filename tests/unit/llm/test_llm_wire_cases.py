@@ -138,6 +138,78 @@ async def test_ollama_parallel_tool_calls_reusing_index_zero_stay_separate(
     )
 
 
+async def test_parallel_calls_at_index_zero_the_first_with_no_arguments_stay_separate(
+    server: FakeLLMServer,
+) -> None:
+    """A no-argument call sent as ``arguments: ""`` (not ``{}``) is not whole JSON, so
+    the next call at index 0 was folded into it: one call to ``clocksearch``."""
+    clock = ToolSpec("clock", "time", {"type": "object", "properties": {}})
+    server.push(
+        Reply(
+            events=[
+                _chunk({"role": "assistant", "content": ""}),
+                _call_delta(
+                    id="call_a",
+                    index=0,
+                    type="function",
+                    function={"name": "clock", "arguments": ""},
+                ),
+                _call_delta(
+                    id="call_b",
+                    index=0,
+                    type="function",
+                    function={"name": "search", "arguments": '{"q":"x"}'},
+                ),
+                _chunk({}, "tool_calls"),
+                ("", "[DONE]"),
+            ]
+        )
+    )
+    p = OllamaProvider(config_for(server, "ollama"), PriceTable())
+    await p.initialize()
+    req = CompletionRequest((ChatMessage("user", "time, then x"),), tools=(SEARCH, clock))
+    final = (await _items(p, req))[-1]
+    assert isinstance(final, Completion)
+    assert final.tool_calls == (
+        ToolCall("call_a", "clock", {}),
+        ToolCall("call_b", "search", {"q": "x"}),
+    )
+
+
+async def test_a_call_streamed_in_fragments_without_index_is_one_call(
+    server: FakeLLMServer,
+) -> None:
+    """A server that sends no ``index``: every fragment opened a call of its own (one
+    with half the JSON, one with no name)."""
+    server.push(
+        Reply(
+            events=[
+                _chunk({"role": "assistant", "content": ""}),
+                _chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "search", "arguments": '{"q": '},
+                            }
+                        ]
+                    }
+                ),
+                _chunk({"tool_calls": [{"function": {"arguments": '"paris"}'}}]}),
+                _chunk({}, "tool_calls"),
+                ("", "[DONE]"),
+            ]
+        )
+    )
+    p = OllamaProvider(config_for(server, "ollama"), PriceTable())
+    await p.initialize()
+    req = CompletionRequest((ChatMessage("user", "paris"),), tools=(SEARCH,))
+    final = (await _items(p, req))[-1]
+    assert isinstance(final, Completion)
+    assert final.tool_calls == (ToolCall("call_1", "search", {"q": "paris"}),)
+
+
 async def test_an_id_changing_between_fragments_of_one_call_does_not_split_it(
     server: FakeLLMServer,
 ) -> None:
