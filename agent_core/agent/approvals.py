@@ -61,6 +61,9 @@ class PendingApproval:
     created_at: float = 0.0
     expires_at: float = 0.0
     prompt_ref: MessageRef | None = None
+    # the reply part its prompt was sent as ("<event id>:<n>"): a rerun of the turn
+    # that asks again sends its own prompt as the same part (the same message)
+    prompt_part: str = ""
     # decision fields (set by the claim)
     decision: str = ""
     decided_by: str = ""
@@ -100,6 +103,7 @@ class PendingApproval:
             created_at=d.get("ca", 0.0),
             expires_at=d.get("ea", 0.0),
             prompt_ref=MessageRef.from_dict(orjson.loads(ref)) if ref else None,
+            prompt_part=h.get(b"part", b"").decode(),
             decision=h.get(b"dec", b"").decode(),
             decided_by=h.get(b"by", b"").decode(),
             decided_by_name=h.get(b"byn", b"").decode(),
@@ -383,10 +387,28 @@ class ApprovalStore:
                 pipe.zadd(keys.APPROVALS_DUE, {due_member(thread, a.id): a.expires_at})
             await pipe.execute()
 
-    async def set_prompt_ref(self, thread: ThreadKey, approval_id: str, ref: MessageRef) -> None:
-        await self.redis.hset(
-            keys.approval(thread, approval_id), "ref", orjson.dumps(ref.to_dict())
-        )
+    async def set_prompt_ref(
+        self, thread: ThreadKey, approval_id: str, ref: MessageRef, part: str = ""
+    ) -> None:
+        """Where approval ``approval_id``'s prompt is; ``part``: the reply part it was
+        sent as, which from now on shows this approval (see :meth:`prompt_owner`)."""
+        raw_ref = orjson.dumps(ref.to_dict())
+        if not part:
+            await self.redis.hset(keys.approval(thread, approval_id), "ref", raw_ref)
+            return
+        owners = keys.approval_prompts(thread)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.approval(thread, approval_id), mapping={"ref": raw_ref, "part": part})
+            pipe.hset(owners, part, approval_id)
+            pipe.expire(owners, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
+            await pipe.execute()
+
+    async def prompt_owner(self, thread: ThreadKey, part: str) -> str:
+        """The approval whose prompt reply part ``part`` shows now ('' unknown): a
+        rerun that asked again took over its earlier execution's prompt message, and
+        the earlier approval (never to be decided) must not edit it when it expires."""
+        raw = await self.redis.hget(keys.approval_prompts(thread), part)
+        return raw.decode() if isinstance(raw, bytes) else str(raw or "")
 
     async def load(self, thread: ThreadKey, approval_id: str) -> PendingApproval | None:
         raw = cast(dict[bytes, bytes], await self.redis.hgetall(keys.approval(thread, approval_id)))

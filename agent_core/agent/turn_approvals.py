@@ -59,8 +59,9 @@ async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
         command=typed_command(self),
     )
     ref = await self.writer.say(OutboundMessage(text, buttons=ap.buttons(a.id, always=always)))
-    await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref)
-    a.prompt_ref = ref
+    part = self.writer.fields[-1]  # a rerun asking again sends its prompt as this part
+    await self.agent.approvals.set_prompt_ref(self.thread, a.id, ref, part)
+    a.prompt_ref, a.prompt_part = ref, part
     # what arrived up to now was sent before this prompt could be seen: a "yes" among
     # it answers something else (the model's question, an earlier prompt), not this
     rs["seen"] = await self.agent.approvals.arrivals(self.thread)
@@ -73,6 +74,12 @@ async def ask(self: Turn, call: ToolCall) -> ap.PendingApproval:
 async def close_prompt(self: Turn, a: ap.PendingApproval, decision: str, by_name: str) -> None:
     if a.prompt_ref is None:
         return
+    if a.prompt_part:
+        owner = await self.agent.approvals.prompt_owner(self.thread, a.prompt_part)
+        if owner and owner != a.id:
+            # a rerun asked again in this message: it shows that approval now
+            log.info("[%s] prompt of %s shows %s now; left as it is", self.thread, a.id, owner)
+            return
     text = ap.resolved_text(a, decision, by_name, self.agent.clock())
     try:
         await self.writer.edit(a.prompt_ref, OutboundMessage(text))
@@ -347,6 +354,8 @@ async def decide(
         return "approval-expired"
     if not current:
         await self.private(head, "That approval is not active any more.", button=button)
+        # nothing waits for it (its turn failed after asking): its buttons go
+        await self.close_prompt(a, "cancel", "")
         return "approval-stale"
     decision = res.decision
     if button:

@@ -103,6 +103,11 @@ def approval(t: ThreadKey, approval_id: str) -> str:
     return f"{PREFIX}{t.tag}:approval:{approval_id}"
 
 
+def approval_prompts(t: ThreadKey) -> str:
+    """HASH: reply part ('<event id>:<n>') -> the approval whose prompt it shows."""
+    return f"{PREFIX}{t.tag}:approval-prompts"
+
+
 # ZSET '["<thread>", "<approval id>"]' -> expires_at (s): the prompts the scheduler
 # closes when their time runs out (agent_core/proactive/approval_expiry.py)
 APPROVALS_DUE = PREFIX + "{approvals}:due"
