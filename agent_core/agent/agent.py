@@ -333,6 +333,12 @@ class Agent:
             head.reply_ref,
             pending=state.pending,
         )
+        earlier = [f for f in (*state.pending, *recorded) if f.startswith(f"{head.event_id}:")]
+        if earlier:
+            # an earlier execution of this event wrote these parts: approval prompts
+            # among them stop being theirs (the rerun writes over them), so such an
+            # approval, never to be decided now, never edits them when it expires
+            await self.approvals.forget_prompts(thread, earlier)
         turn = Turn(self, thread, state, session, writer, guard)
         started = time.perf_counter()
         outcome = await turn.run(head)

@@ -17,7 +17,7 @@ import contextlib
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -402,6 +402,12 @@ class ApprovalStore:
             pipe.hset(owners, part, approval_id)
             pipe.expire(owners, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
             await pipe.execute()
+
+    async def forget_prompts(self, thread: ThreadKey, parts: Sequence[str]) -> None:
+        """A rerun of a turn rewrites ``parts`` (an earlier execution's): the prompts
+        they showed are gone, whatever the rerun writes there (text, another prompt)."""
+        if parts:
+            await self.redis.hdel(keys.approval_prompts(thread), *parts)
 
     async def prompt_owner(self, thread: ThreadKey, part: str) -> str:
         """The approval whose prompt reply part ``part`` shows now ('' unknown): a

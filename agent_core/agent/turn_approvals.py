@@ -76,9 +76,9 @@ async def close_prompt(self: Turn, a: ap.PendingApproval, decision: str, by_name
         return
     if a.prompt_part:
         owner = await self.agent.approvals.prompt_owner(self.thread, a.prompt_part)
-        if owner and owner != a.id:
-            # a rerun asked again in this message: it shows that approval now
-            log.info("[%s] prompt of %s shows %s now; left as it is", self.thread, a.id, owner)
+        if owner != a.id:
+            # a rerun of its turn wrote over that message (another prompt, its text)
+            log.info("[%s] prompt of %s was written over; left as it is", self.thread, a.id)
             return
     text = ap.resolved_text(a, decision, by_name, self.agent.clock())
     try:

@@ -8,13 +8,15 @@ failed after asking kept live-looking buttons that every press refused."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 from agent_core.agent import approvals as ap
 from agent_core.events import ThreadKey
+from agent_core.llm.base import Completion, CompletionRequest, TokenUsage, ToolCall
 from agent_core.proactive.approval_expiry import expiry_event
 from tests.integration.agent.approval_helpers import approval_id, press
-from tests.integration.agent.conftest import user_event
+from tests.integration.agent.conftest import FnModel, user_event
 from tests.integration.agent.test_approval_binding import model
 from tests.integration.test_delivery import wait_for
 
@@ -94,3 +96,59 @@ async def test_a_prompt_whose_turn_failed_after_asking_loses_its_buttons_on_a_pr
     assert w.private_notes()[-1] == "That approval is not active any more."
     assert "Cancelled" in _prompt_texts(w, prompt)[-1]
     assert await w.counter("x") == 0
+
+
+async def test_an_earlier_approval_never_rewrites_the_text_a_rerun_put_in_its_place(
+    world: Any,
+) -> None:
+    """The rerun's model streamed a line before asking: the line went into the part
+    the first prompt had been (an edit of that message), the new prompt into the next
+    part; the first approval's expiry edited the line to "Expired — not run"."""
+    asks = {"n": 0}
+    calls = itertools.count()
+
+    def rule(req: CompletionRequest) -> Completion:
+        m = req.messages[-1]
+        if m.role == "tool":
+            return Completion("done", usage=TokenUsage(10, 5))
+        text = "Let me count that for you." if asks["n"] else ""
+        return Completion(
+            text, tool_calls=(ToolCall(f"c{next(calls)}", "counter", {"label": "x"}),)
+        )
+
+    w = world(FnModel(rule), scheduler_enabled=True)
+    w.outbox.stream_interval = 0.0  # a streaming channel (Telegram, Slack, Discord)
+    await w.start()
+    worker, _stop, task = w.workers[0]
+    asked = asyncio.Event()
+
+    async def never(*a: Any, **k: Any) -> int:
+        asked.set()
+        await asyncio.Event().wait()
+        return 0
+
+    async def nothing(*a: Any, **k: Any) -> None:
+        return None
+
+    worker.delivery.complete = never
+    worker.delivery.release = nothing
+    t = ThreadKey("telegram", "bot1", "text-first-rerun")
+    await w.send(user_event(t, "count it", eid="q1"))
+    await asyncio.wait_for(asked.wait(), 10)
+    first = approval_id(w, t)
+    first_msg = [s for s in w.outbox.log if s.message.buttons][-1].message_id
+    for th in list(worker.running.values()):
+        th.cancel()
+    task.cancel()
+    await asyncio.gather(task, *worker.running.values(), return_exceptions=True)
+    w.workers.clear()
+    asks["n"] = 1  # the rerun's model streams a line before asking
+    await w.start()
+    await wait_for(lambda: _shown(w) not in ("", first), 15)
+    await w.settle(t)
+    texts = [s.message.text for s in w.outbox.log if s.message_id == first_msg and s.op != "action"]
+    assert texts[-1] == "Let me count that for you.", texts
+    await w.send(expiry_event(t, first))
+    await w.settle(t)
+    texts = [s.message.text for s in w.outbox.log if s.message_id == first_msg and s.op != "action"]
+    assert "Expired" not in texts[-1], texts
