@@ -464,12 +464,14 @@ end
 local dl, ul = tonumber(ARGV[2]), tonumber(ARGV[3])
 if dl > 0 and spent >= dl then return {0, spent, uspent} end
 if ul > 0 and uspent >= ul then return {-1, spent, uspent} end
-if dl > 0 and spent + rtot >= dl then return {2, spent, uspent} end
-if ul > 0 and uspent + ruser >= ul then return {-3, spent, uspent} end
 local hl = tonumber(ARGV[6])
 if hl > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 3600000)
   if redis.call('ZCARD', KEYS[4]) >= hl then return {-2, spent, uspent} end
+end
+if dl > 0 and spent + rtot >= dl then return {2, spent, uspent} end
+if ul > 0 and uspent + ruser >= ul then return {-3, spent, uspent} end
+if hl > 0 then
   redis.call('ZADD', KEYS[4], now, ARGV[5])
   redis.call('PEXPIRE', KEYS[4], 3600000)
 end

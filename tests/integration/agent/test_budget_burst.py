@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from agent_core.agent.budget import BudgetGuard
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion, CompletionRequest, ModelInfo, TokenUsage
@@ -51,3 +53,18 @@ async def test_a_reservation_above_a_small_budget_does_not_refuse_a_lone_call(wo
         await w.send(user_event(t, "hi", user="solo"))
         await w.settle(t)
     assert w.texts(t) == ["ok"] * 3, w.texts(t)
+
+
+async def test_the_hourly_limit_is_said_even_while_calls_in_flight_fill_the_day(
+    redis: Any,
+) -> None:
+    """Over the hourly action limit while the day's budget is reserved by a call in
+    flight: the person waited 20 s and was told the budget was nearly reached,
+    instead of the hourly limit at once."""
+    from agent_core.agent.budget import BudgetRefused
+    from agent_core.settings import CoreSettings
+
+    guard = BudgetGuard(redis, CoreSettings(daily_budget_usd=1.0, hourly_action_limit=1))
+    assert await guard.reserve("web:p1", 1.0)  # in flight, reserving the whole day
+    with pytest.raises(BudgetRefused, match="AI calls per hour"):
+        await guard.reserve("web:p1", 0.01)
