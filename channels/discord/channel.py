@@ -23,6 +23,7 @@ from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
 from agent_core.outbox import Outbox
 from agent_core.store.client import redact_url
+from agent_core.store.lease import holds
 from channels.base import Channel, ChannelDeps
 
 from .commands import app_commands, sync_commands
@@ -191,6 +192,7 @@ class DiscordChannel(Channel):
                 group_reply=self.deps.group_reply,
                 message_content=content,
                 command_names=lambda: self.command_names,
+                valid=holds(stop),
             )
             self.client = client
             try:
