@@ -30,7 +30,7 @@ from .commands import app_commands, sync_commands
 from .gateway import GatewayClient, wait_first
 from .http import ParleyHTTPClient
 from .sender import DiscordOutbox
-from .settings import DiscordSettings, parse_shards
+from .settings import DiscordSettings, gateway_lease
 from .state import DiscordState
 
 log = logging.getLogger(__name__)
@@ -153,10 +153,7 @@ class DiscordChannel(Channel):
         """One lease per shard set: ``DISCORD_SHARDS=0-3/8`` and ``4-7/8`` are two
         gateway processes running side by side; two processes with the same set (or
         both ``auto``) are one running and one standing by."""
-        ids, count = parse_shards(self.settings.discord_shards)
-        if ids is None:
-            return self.name
-        return f"{self.name}:{','.join(map(str, ids))}/{count}"
+        return gateway_lease(self.settings.discord_shards)
 
     def outbox(self) -> Outbox:
         return self._outbox

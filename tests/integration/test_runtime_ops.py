@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
+import pytest
 import redis as sync_redis
 
 from agent_core.metrics import Metrics
 from agent_core.store import keys
 from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.lease import Lease, run_under_lease
+from bots.gateway_watch import watch_gateways
 from bots.metrics import render
 
 
@@ -323,3 +326,67 @@ async def test_lease_valid_while_renewed_and_not_after_its_hold(redis: Any) -> N
         assert lease.lost.is_set()
     finally:
         await lease.release()
+
+
+async def test_a_worker_warns_once_when_no_process_holds_a_needed_gateway(
+    redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the operator saw: Discord configured, no gateway process running (app.json
+    starts none): the workers ran on without a word and the bot never answered.  A
+    worker's look-out warns once per episode (two checks in a row without a holder),
+    and says when a process holds the gateway again."""
+    stop = asyncio.Event()
+    key = keys.lease("gateway:discord")
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    async def until(text: str, count: int = 1) -> None:
+        for _ in range(500):
+            if len(said(text)) >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never logged {text!r}")
+
+    async def checks(n: int) -> None:  # n more EXISTS of the lease key
+        before = len(exists)
+        for _ in range(500):
+            if len(exists) >= before + n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the look-out stopped checking")
+
+    exists: list[str] = []
+    real = redis.exists
+
+    async def counted(*names: str) -> int:
+        exists.extend(names)
+        return int(await real(*names))
+
+    redis.exists = counted
+    with caplog.at_level(logging.INFO, logger="bots.gateway_watch"):
+        task = asyncio.create_task(
+            watch_gateways(
+                redis, {"discord": "discord"}, stop, on_heroku=True, grace=0.01, interval=0.02
+            )
+        )
+        try:
+            await until("no process holds the discord gateway")
+            await checks(4)  # still missing: no second warning
+            [line] = said("no process holds the discord gateway")
+            assert line.levelno == logging.WARNING
+            assert "heroku ps:scale gateway=1" in line.getMessage()
+            await redis.set(key, "gateway.1")  # a gateway process connected
+            await until("the discord gateway is held again")
+            await redis.delete(key)  # and went away again: a new episode
+            await until("no process holds the discord gateway", 2)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 5)
+            del redis.exists
+    assert set(exists) == {key}  # one EXISTS per check, nothing else
+
+
+async def test_gateway_up_renders_as_a_labelled_gauge(redis: Any) -> None:
+    body = (await render(redis, {"parley_gateway_up|channel=discord": 0.0})).decode()
+    assert 'parley_gateway_up{channel="discord"} 0.0' in body
