@@ -230,6 +230,10 @@ def print_summary(rt: Runtime, host: str, port: int) -> None:
             _say(f"  {name + ':':10}{mark} (no HTTP in this role)")
             continue
         mark = "[green]on[/]" if on else "[dim]off[/]"
+        ch = rt.channels.get(name)
+        if on and ch is not None and ch.has_gateway and not rt.runs_gateway:
+            # heard only by a gateway process: not this one, whatever "on" suggests
+            why += "; its connection runs in a gateway process, not here"
         _say(f"  {name + ':':10}{mark} ({escape(why)})")
     if rt.runs_web:
         chat = any(name == "web" and on for name, on, _ in sm.channels)

@@ -20,6 +20,10 @@ from redis.exceptions import RedisError
 from agent_core.metrics import DESCRIPTIONS, parse_field
 from agent_core.store import keys
 
+GAUGE_HELP = {
+    "parley_gateway_up": "1 while a process holds the channel's gateway connection (its lease)",
+}
+
 
 class _Snapshot(Collector):
     def __init__(self, values: dict[str, float], gauges: dict[str, float]) -> None:
@@ -63,9 +67,17 @@ class _Snapshot(Collector):
                 )
                 fam_h.add_metric([labels.get(k, "") for k in label_names], buckets, slot["sum"])
             yield fam_h
-        for name, v in sorted(self.gauges.items()):
-            g = GaugeMetricFamily(name, name.replace("_", " "))
-            g.add_metric([], v)
+        gauges: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for field, v in self.gauges.items():  # "name" or "name|label=value"
+            name, labels = parse_field(field)
+            gauges[name].append((labels, v))
+        for name, rows in sorted(gauges.items()):
+            label_names = sorted({k for labels, _ in rows for k in labels})
+            g = GaugeMetricFamily(
+                name, GAUGE_HELP.get(name, name.replace("_", " ")), labels=label_names
+            )
+            for labels, v in rows:
+                g.add_metric([labels.get(k, "") for k in label_names], v)
             yield g
 
 

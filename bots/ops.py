@@ -17,6 +17,7 @@ from agent_core.errors import ConfigError
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.config import backend_config
 from agent_core.llm.settings import PRESETS
+from agent_core.store import keys
 from agent_core.store.client import (
     RedisClients,
     check_reachable,
@@ -212,6 +213,8 @@ async def doctor(settings: Settings) -> list[Check]:
                         else "",
                     )
                 )
+        if clients is not None and rc.ok:
+            checks.extend(await _gateways(settings, clients))
         # LLM
         checks.append(await _llm(settings, clients))
     finally:
@@ -220,6 +223,26 @@ async def doctor(settings: Settings) -> list[Check]:
         if embedded is not None:
             await embedded.stop()
     return checks
+
+
+async def _gateways(settings: Settings, clients: RedisClients) -> list[Check]:
+    """Whether a process holds each needed gateway connection now (its lease)."""
+    out = []
+    for name, line in zip(settings.gateway_platforms(), gateway_lines(settings), strict=True):
+        lease = keys.lease(f"gateway:{settings.gateway_lease(name)}")
+        try:
+            holder = await clients.redis.get(lease)
+        except (RedisError, OSError) as exc:
+            out.append(Check(f"{name} gateway", False, f"not checked ({type(exc).__name__})"))
+            continue
+        if holder is not None:
+            who = holder.decode() if isinstance(holder, bytes) else str(holder)
+            out.append(Check(f"{name} gateway", True, f"connected by {who}"))
+        else:
+            fix = line.split(": needs a gateway process: ", 1)[1]
+            # a warning, not a failure: a doctor run before the processes start is fine
+            out.append(Check(f"{name} gateway", True, "no process holds it now", fix))
+    return out
 
 
 async def _telegram_webhook(settings: Settings) -> Check:
@@ -313,6 +336,18 @@ def _llm_variables(backend: str) -> tuple[str, str]:
     return "LLM_*", "LLM_MODEL"
 
 
+def gateway_lines(settings: Settings) -> list[str]:
+    """One line per configured platform that only a gateway process connects to:
+    the web and worker processes never do, and app.json starts with no gateway dyno,
+    so without one that platform stays silent and nothing else says why."""
+    how = (
+        "heroku ps:scale gateway=1"
+        if os.environ.get("DYNO")
+        else "run `parley run gateway` (or one process of role all)"
+    )
+    return [f"{name}: needs a gateway process: {how}" for name in settings.gateway_platforms()]
+
+
 async def release(settings: Settings) -> list[str]:
     """Validate settings, the event loop and Redis, register the Telegram webhook.
     Raises ConfigError."""
@@ -345,11 +380,9 @@ async def release(settings: Settings) -> list[str]:
             else:
                 line = "telegram: polling mode (no PUBLIC_URL), webhook not registered"
                 if os.environ.get("DYNO"):
-                    line += (
-                        "; Telegram is answered only by a gateway process (heroku ps:scale "
-                        "gateway=1), or set PUBLIC_URL to this app's URL for a webhook"
-                    )
+                    line += "; or set PUBLIC_URL to this app's URL for a webhook"
                 done.append(line)
+        done.extend(gateway_lines(settings))
     finally:
         if clients is not None:
             await clients.close()

@@ -44,6 +44,7 @@ from agent_core.outbox import Outbox
 from agent_core.proactive.routines import RoutineStore
 from agent_core.proactive.runner import EventTriggers
 from agent_core.proactive.service import Proactive
+from agent_core.store import keys
 from agent_core.store.client import (
     SHUTDOWN_STEP_SECS,
     RedisClients,
@@ -60,6 +61,7 @@ from agent_core.store.lease import Lease, run_under_lease
 from agent_core.store.pacing import Pacer
 from agent_core.tools.shell import make_undumpable
 from agent_core.worker import Worker, worker_name
+from bots.gateway_watch import watch_gateways
 from bots.settings import Settings
 from channels.base import Channel, ChannelDeps
 from channels.web import channel as web_channel
@@ -366,7 +368,13 @@ class Runtime:
 
         assert self.clients is not None
         await self._flush_metrics()
-        body = await render(self.clients.redis, {"parley_draining": float(self.draining)})
+        gauges = {"parley_draining": float(self.draining)}
+        for name, ch in self.channels.items():
+            if ch.has_gateway:  # one EXISTS each: is a process connected for it?
+                with contextlib.suppress(RedisError, OSError):
+                    up = await self.clients.redis.exists(keys.lease(f"gateway:{ch.gateway_lease}"))
+                    gauges[f"parley_gateway_up|channel={name}"] = float(bool(up))
+        body = await render(self.clients.redis, gauges)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _flush_metrics(self) -> None:
@@ -459,6 +467,14 @@ class Runtime:
                         asyncio.create_task(self._run_gateway(ch, stop), name=f"gateway-{ch.name}")
                     )
         tasks.append(asyncio.create_task(self._metrics_loop(stop), name="metrics"))
+        if self.role == "worker" and self.clients is not None:
+            # no gateway here: say so when no process holds one (bots/gateway_watch.py)
+            leases = {n: ch.gateway_lease for n, ch in self.channels.items() if ch.has_gateway}
+            if leases:
+                watch = watch_gateways(
+                    self.clients.redis, leases, stop, on_heroku=self.settings.on_heroku
+                )
+                tasks.append(asyncio.create_task(watch, name="gateway-watch"))
         if self.proactive is not None and self.role in ("all", "worker"):
             tasks.append(asyncio.create_task(self.proactive.run(stop), name="scheduler"))
         if self.runs_web:

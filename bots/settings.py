@@ -201,6 +201,31 @@ class Settings:
                 out[name] = mod.status(self.platforms[name])
         return out
 
+    def gateway_platforms(self) -> list[str]:
+        """The platforms on whose connection only a gateway process listens (the
+        Discord gateway, Telegram long polling, Slack Socket Mode): configured,
+        they are silent unless a process of role ``gateway`` (or ``all``) runs."""
+        out = []
+        for name, (on, _) in self.platform_status().items():
+            s: Any = self.platforms.get(name)
+            if not on or s is None:
+                continue
+            if (
+                name == "discord"
+                or (name == "telegram" and s.resolved_mode(self.core.public_url) == "polling")
+                or (name == "slack" and s.slack_app_token is not None)
+            ):
+                out.append(name)
+        return out
+
+    def gateway_lease(self, name: str) -> str:
+        """The lease name of ``name``'s gateway connection (``Channel.gateway_lease``)."""
+        if name == "discord":
+            from channels.discord.settings import gateway_lease
+
+            return gateway_lease(self.platforms[name].discord_shards)
+        return name
+
     def incomplete_platforms(self) -> list[str]:
         """Platforms that are off though one of their secrets is set (a token
         without the rest): the web chat's line names them."""

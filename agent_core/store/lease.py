@@ -10,6 +10,14 @@ TTL later, when it runs it), and every renewal must answer before that count run
 out less a margin (ttl/5) left for stopping the connection: a Redis that stalls
 (a partition, no error, no answer; the client has no read timeout) sets ``lost``
 before the key can expire and another process take it, never after.
+
+A process paused longer than that (a long GC pause, a frozen VM, SIGSTOP) resumes
+with its timers overdue, and its gateway's short sleeps may run before the keeper's
+renewal can answer: :meth:`Lease.valid` says, without Redis, whether the hold is
+still surely ours, and :func:`run_under_lease` hands the run a :class:`LeaseStop`
+whose ``is_set()`` is also true once it is not, so the gateway stops before its
+next step (a getUpdates, submitting an event) instead of acting beside the new
+holder.
 """
 
 from __future__ import annotations
@@ -53,6 +61,13 @@ class Lease:
         if raw is None:
             return None
         return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    def valid(self) -> bool:
+        """Whether the lease is still surely ours: before the time by which it would
+        have expired had no renewal answered, less :attr:`margin`.  No Redis call:
+        what a gateway checks before each step, as a process resuming from a pause
+        longer than its hold must not act before its keeper has noticed."""
+        return asyncio.get_running_loop().time() < self._valid_until - self.margin
 
     @property
     def margin(self) -> float:
@@ -99,6 +114,10 @@ class Lease:
             sent = loop.time()
             budget = self._valid_until - margin - sent
             ok = False
+            if budget <= 0:  # woken late: paused past our hold
+                log.warning("lease %s lost (this process was paused past its hold)", self.name)
+                self.lost.set()
+                return
             if budget > 0:
                 try:
                     renewed = await asyncio.wait_for(
@@ -132,6 +151,28 @@ class Lease:
             )
 
 
+class LeaseStop(asyncio.Event):
+    """The stop handed to a run under a lease: set when the process stops or the
+    keeper learns the lease is lost, and ``is_set()`` is true as soon as the lease is
+    no longer surely ours (:meth:`Lease.valid`), before the keeper has run: every
+    ``while not stop.is_set()`` of a gateway is a validity check.  ``wait()``
+    returns when it is set (the keeper sets ``lost`` at its next turn)."""
+
+    def __init__(self, valid: Callable[[], bool]) -> None:
+        super().__init__()
+        self.valid = valid
+
+    def is_set(self) -> bool:
+        return super().is_set() or not self.valid()
+
+
+def holds(stop: asyncio.Event) -> Callable[[], bool]:
+    """The validity check of a run's stop: its lease's :meth:`Lease.valid` when it
+    runs under one, else always true (tests, a process with no lease)."""
+    valid = getattr(stop, "valid", None)
+    return valid if callable(valid) else (lambda: True)
+
+
 async def run_under_lease(
     make_lease: Callable[[], Lease],
     run: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
@@ -139,7 +180,8 @@ async def run_under_lease(
 ) -> None:
     """Run ``run(inner_stop)`` only while holding a lease, until ``stop``.
 
-    Waits for the lease, runs, and when the lease is lost sets ``inner_stop`` and
+    Waits for the lease, runs, and ``inner_stop`` (a :class:`LeaseStop`) reads as set
+    as soon as the lease is not surely ours (a resumed pause); when the lease is lost sets ``inner_stop`` and
     gives ``run`` most of :attr:`Lease.margin` to return before cancelling it: the
     connection it holds must be gone before another process can take the lease, or
     two gateways (two pollers) would run at once.  Then waits to take the lease back.
@@ -150,7 +192,7 @@ async def run_under_lease(
         lease = make_lease()
         if not await lease.acquire(stop):
             return
-        inner = asyncio.Event()
+        inner = LeaseStop(lease.valid)
         task: asyncio.Task[None] = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
         waits = {
             asyncio.create_task(stop.wait()),

@@ -23,13 +23,14 @@ from agent_core.errors import ConfigError
 from agent_core.ingest import Ingest
 from agent_core.outbox import Outbox
 from agent_core.store.client import redact_url
+from agent_core.store.lease import holds
 from channels.base import Channel, ChannelDeps
 
 from .commands import app_commands, sync_commands
 from .gateway import GatewayClient, wait_first
 from .http import ParleyHTTPClient
 from .sender import DiscordOutbox
-from .settings import DiscordSettings, parse_shards
+from .settings import DiscordSettings, gateway_lease
 from .state import DiscordState
 
 log = logging.getLogger(__name__)
@@ -152,10 +153,7 @@ class DiscordChannel(Channel):
         """One lease per shard set: ``DISCORD_SHARDS=0-3/8`` and ``4-7/8`` are two
         gateway processes running side by side; two processes with the same set (or
         both ``auto``) are one running and one standing by."""
-        ids, count = parse_shards(self.settings.discord_shards)
-        if ids is None:
-            return self.name
-        return f"{self.name}:{','.join(map(str, ids))}/{count}"
+        return gateway_lease(self.settings.discord_shards)
 
     def outbox(self) -> Outbox:
         return self._outbox
@@ -191,6 +189,7 @@ class DiscordChannel(Channel):
                 group_reply=self.deps.group_reply,
                 message_content=content,
                 command_names=lambda: self.command_names,
+                valid=holds(stop),
             )
             self.client = client
             try:

@@ -20,6 +20,12 @@
   Those last seen marks are read at READY, in the consumer's order, before any
   message of the new session is handled (which moves them forward): the catch-up
   itself starts later (after the guild-ready wait) from that snapshot.
+* Under the gateway lease, a message is handled only while the lease is surely
+  this process's (``valid``, no Redis): one that arrives after a pause longer than
+  the lease (another process has taken the gateway over) is dropped, its last seen
+  mark left alone; the new holder's own session receives it (or its catch-up
+  does).  Interactions are not dropped: Discord sends each to one session only
+  and never again, and Ingest's dedup covers an overlap.
 """
 
 from __future__ import annotations
@@ -126,6 +132,7 @@ class GatewayClient(discord.AutoShardedClient):
         group_reply: str,
         message_content: bool,
         command_names: Callable[[], frozenset[str] | None] = lambda: None,
+        valid: Callable[[], bool] = lambda: True,
     ) -> None:
         # Parley never joins voice: discord.py's warnings that voice libraries are
         # missing would only puzzle whoever reads the log
@@ -157,6 +164,7 @@ class GatewayClient(discord.AutoShardedClient):
         self.state = state
         self.group_reply = group_reply
         self.command_names = command_names  # Parley's command names, once known
+        self.valid = valid  # the gateway lease is still surely ours (see the module doc)
         # messages to handle, in order, and (at a READY) the future the consumer
         # fills with the catch-up marks before handling any later message
         self._queue: asyncio.Queue[tuple[RawMessage, str] | Marks] = asyncio.Queue()
@@ -273,6 +281,13 @@ class GatewayClient(discord.AutoShardedClient):
 
     async def _handle_message(self, raw: RawMessage, parent_hint: str = "") -> None:
         channel_id = raw["channel_id"]
+        if not self.valid():
+            log.info(
+                "discord message %s in %s dropped: the gateway lease is no longer ours",
+                raw.get("id"),
+                channel_id,
+            )
+            return
         guild_id = raw.get("guild_id", "")
         parent, active = self._thread_parent(channel_id, guild_id)
         if not parent and parent_hint:

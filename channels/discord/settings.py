@@ -123,3 +123,11 @@ def parse_shards(spec: str) -> tuple[list[int] | None, int | None]:
     if not ids or count < 1 or any(i < 0 or i >= count for i in ids):
         raise ValueError("shard ids must lie in 0..count-1")
     return sorted(set(ids)), count
+
+
+def gateway_lease(spec: str) -> str:
+    """The gateway lease's name for ``DISCORD_SHARDS=spec``: one per shard set."""
+    ids, count = parse_shards(spec)
+    if ids is None:
+        return "discord"
+    return f"discord:{','.join(map(str, ids))}/{count}"

@@ -9,7 +9,10 @@ One small loop, on aiohttp (the same session as the Web API client):
    back in time is closed and replaced (never left silently half-open);
 3. each envelope is handed to :class:`SlackInbound`; its ``envelope_id`` is
    acknowledged only after ``Ingest.submit`` returned (not at all when Redis is
-   unreachable: Slack redelivers);
+   unreachable: Slack redelivers); an envelope that arrives once this process is
+   no longer surely the gateway lease's holder (it resumed from a pause longer
+   than the lease) is neither handled nor acknowledged: Slack redelivers it, to
+   the new holder's socket;
 4. on ``disconnect`` (Slack refreshes sockets every few hours) the loop
    reconnects at once; on errors with exponential backoff and jitter.
 
@@ -23,6 +26,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -31,6 +35,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.errors import StoreUnavailable
+from agent_core.store.lease import holds
 
 from .inbound import SlackInbound
 
@@ -74,6 +79,7 @@ class SocketModeGateway:
         self.connects = 0  # sockets opened so far (tests, metrics)
         self.connected = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._valid: Callable[[], bool] = lambda: True  # the lease's, from run()'s stop
 
     def _backoff(self, attempt: int) -> float:
         """1st retry ~backoff_base, then doubling up to backoff_max, with jitter."""
@@ -81,6 +87,7 @@ class SocketModeGateway:
         return delay * (0.5 + random.random() / 2)
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._valid = holds(stop)
         attempt = 0
         while not stop.is_set():
             try:
@@ -169,6 +176,9 @@ class SocketModeGateway:
 
     async def _envelope(self, ws: aiohttp.ClientWebSocketResponse, data: dict[str, Any]) -> None:
         envelope_id = str(data["envelope_id"])
+        if not self._valid():  # the lease is another's now: no submit, no ack
+            log.info("Slack envelope left unacknowledged: the gateway lease is no longer ours")
+            return
         kind = data.get("type")
         payload = data.get("payload") or {}
         ack: dict[str, Any] = {"envelope_id": envelope_id}

@@ -4,7 +4,15 @@ The offset sent to Telegram - which is what confirms updates - only moves past
 an update after :meth:`Ingest.submit` returned for it.  If Ingest fails, the
 same update is fetched again after a pause.  A 409 Conflict (a webhook is set,
 or another process polls with this token) is explained in one log line and
-retried quietly, never a crash loop.
+retried quietly, never a crash loop; the first 409 of a run is retried after a
+couple of seconds rather than 30: right after this process took the gateway lease it
+is most likely the previous holder's last getUpdates (a holder resuming from a
+pause), which stops within the lease's margin.
+
+Under a lease the poller checks it is still the holder (``holds(stop)``, no Redis)
+before each getUpdates and each update it publishes: a process resuming from a
+pause longer than its lease sends nothing more (a getUpdates of its own would
+terminate the new holder's with a 409).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
 
 from agent_core.errors import ConfigError, StoreUnavailable
 from agent_core.ingest import Ingest
+from agent_core.store.lease import holds
 from channels.telegram.parse import ParseContext, parse_update
 
 log = logging.getLogger(__name__)
@@ -45,6 +54,7 @@ class Poller:
         timeout: int = 30,
         retry_secs: float = 5.0,
         conflict_retry_secs: float = 30.0,
+        first_conflict_retry_secs: float = 2.0,
         max_skips: int = 5,
     ) -> None:
         self._bot = bot
@@ -52,6 +62,7 @@ class Poller:
         self._timeout = timeout
         self._retry = retry_secs
         self._conflict_retry = conflict_retry_secs
+        self._first_conflict_retry = min(first_conflict_retry_secs, conflict_retry_secs)
         self._max_skips = max_skips
         self.offset: int | None = None
 
@@ -116,15 +127,19 @@ class Poller:
 
     async def run(self, ingest: Ingest, stop: asyncio.Event) -> None:
         conflicted = False
+        conflicts = 0  # in this run: the first is retried soon (see the module's doc)
+        valid = holds(stop)
         log.info("telegram polling started")
-        while not stop.is_set():
+        while not stop.is_set() and valid():
             try:
                 updates = await self._fetch(stop)
             except Conflict:
+                conflicts += 1
                 if not conflicted:
                     log.error(CONFLICT_HINT)
                     conflicted = True
-                await _sleep(stop, self._conflict_retry)
+                first = conflicts == 1
+                await _sleep(stop, self._first_conflict_retry if first else self._conflict_retry)
                 continue
             except InvalidToken:
                 # a failure, not an end: the gateway task fails, and the process exits 1
@@ -161,7 +176,8 @@ class Poller:
                 if not await self._publish(ingest, update, stop):
                     break  # stopping: the offset stays on the unpublished update
                 self.offset = update.update_id + 1
-        await self._confirm()
+        if valid():  # a getUpdates after the lease is gone would disturb the new holder
+            await self._confirm()
         log.info("telegram polling stopped")
 
     async def _confirm(self) -> None:

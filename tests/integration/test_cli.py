@@ -152,6 +152,31 @@ def test_release_on_heroku_without_public_url_says_how_telegram_gets_connected(
     assert "heroku ps:scale gateway=1" in r.stdout and "PUBLIC_URL" in r.stdout
 
 
+DISCORD_ENV = {
+    "DISCORD_BOT_TOKEN": "MTIz.fake.token-for-the-test-only-xxxxxxxxxxxxxxxxx",
+    "DISCORD_API_BASE_URL": "http://127.0.0.1:9/api/v10",
+}
+
+
+def test_release_on_heroku_says_discord_needs_a_gateway_process(
+    tmp_path: Path, valkey: EmbeddedValkey
+) -> None:
+    """What the operator saw: app.json starts no gateway dyno; with DISCORD_BOT_TOKEN
+    set the release said nothing (it did for Telegram polling), every process looked
+    healthy and the bot never answered on Discord: only a gateway process connects."""
+    r = parley(
+        ["release"],
+        {
+            "PARLEY_DATA_DIR": str(tmp_path / "data"),
+            "REDIS_URL": valkey.url,
+            "DYNO": "release.1",
+            **DISCORD_ENV,
+        },
+    )
+    assert r.returncode == 0, r.stderr[-600:]
+    assert "discord: needs a gateway process: heroku ps:scale gateway=1" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "dyno"),
     [
@@ -370,6 +395,18 @@ def test_a_worker_does_not_say_it_serves_the_web_chat(
     assert "process role: worker" in out, out
     assert "web:      replies only (no HTTP in this role)" in out, out
     assert "web:      on" not in out and "http:" not in out, out
+
+
+def test_a_worker_says_discords_gateway_runs_in_another_process(
+    valkey: EmbeddedValkey, tmp_path: Path
+) -> None:
+    """What the operator saw: a worker's summary said `discord: on (gateway ...)`
+    though a worker never connects to Discord, and no gateway process ran."""
+    out = _worker_summary(
+        {"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path), **DISCORD_ENV}
+    )
+    assert "process role: worker" in out, out
+    assert "its connection runs in a gateway process, not here" in out, out
 
 
 def test_the_demo_model_on_a_deployment_is_a_warning_at_start(

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
+import pytest
+import redis as sync_redis
+
 from agent_core.metrics import Metrics
+from agent_core.store import keys
+from agent_core.store.embedded import EmbeddedValkey
 from agent_core.store.lease import Lease, run_under_lease
+from bots.gateway_watch import watch_gateways
 from bots.metrics import render
 
 
@@ -253,3 +261,132 @@ async def test_a_cancelled_holder_stops_its_gateway_and_releases_the_lease(redis
     assert holder.cancelled()
     assert gateway_cancelled.is_set(), "the gateway ran on after its holder was cancelled"
     assert await redis.get("parley:lease:gateway:cancel") is None, "the lease was kept"
+
+
+async def test_a_holder_resuming_from_a_pause_longer_than_its_lease_stops_before_acting(
+    redis: Any, valkey: EmbeddedValkey
+) -> None:
+    """What the operator saw: a gateway process paused longer than the 15 s lease
+    (a long GC pause, a frozen VM, SIGSTOP) lost its lease to a standby, and on
+    resuming went on for a moment as if it still held it: its gateway's short
+    sleeps ran before the lease's keeper could notice, so the old Telegram poller
+    sent one more getUpdates and the new holder got a 409 and went quiet for 30 s.
+
+    The paused holder's run must stop before its next step: its stop reads as set
+    as soon as the lease is not surely its own (``Lease.valid``), without Redis."""
+    ttl = 1.5
+    key = keys.lease("gateway:paused")
+    acted: list[tuple[float, str | None]] = []  # (when, the holder then) of each step
+    # blocking calls: nothing else runs on the loop between the pause and the take-over
+    sync = sync_redis.Redis.from_url(valkey.url)
+
+    async def gateway(inner: asyncio.Event) -> None:
+        # a gateway's loop: one step (read a frame, one getUpdates) at a time
+        while not inner.is_set():
+            await asyncio.sleep(0.05)
+            if inner.is_set():
+                break
+            holder = sync.get(key)
+            acted.append((time.monotonic(), holder.decode() if holder else None))
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_under_lease(lambda: Lease(redis, "gateway:paused", "A", ttl=ttl), gateway, stop)
+    )
+    for _ in range(100):
+        if await redis.get(key) == b"A":
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(ttl)  # A holds and runs, renewing
+    assert await redis.get(key) == b"A"
+
+    time.sleep(ttl * 1.6)  # A's process is paused: its loop does nothing  # noqa: ASYNC251 (the pause itself)
+    # meanwhile the standby B took the lease (its Lease.try_acquire: SET NX PX)
+    assert sync.set(key, "B", nx=True, px=int(ttl * 1000))
+    resumed = time.monotonic()
+
+    await asyncio.sleep(ttl)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    after = [h for t, h in acted if t >= resumed]
+    assert "B" not in after, f"A's gateway ran {after.count('B')} step(s) while B held it"
+
+
+async def test_lease_valid_while_renewed_and_not_after_its_hold(redis: Any) -> None:
+    lease = Lease(redis, "gateway:valid", "me", ttl=0.6)
+    assert not lease.valid()  # not taken yet
+    assert await lease.acquire(asyncio.Event())
+    try:
+        assert lease.valid()
+        await asyncio.sleep(0.9)  # past the TTL, renewed meanwhile
+        assert lease.valid() and not lease.lost.is_set()
+        time.sleep(0.7)  # paused past the hold  # noqa: ASYNC251
+        assert not lease.valid()
+        await asyncio.sleep(0.05)  # the keeper's overdue turn
+        assert lease.lost.is_set()
+    finally:
+        await lease.release()
+
+
+async def test_a_worker_warns_once_when_no_process_holds_a_needed_gateway(
+    redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the operator saw: Discord configured, no gateway process running (app.json
+    starts none): the workers ran on without a word and the bot never answered.  A
+    worker's look-out warns once per episode (two checks in a row without a holder),
+    and says when a process holds the gateway again."""
+    stop = asyncio.Event()
+    key = keys.lease("gateway:discord")
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    async def until(text: str, count: int = 1) -> None:
+        for _ in range(500):
+            if len(said(text)) >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never logged {text!r}")
+
+    async def checks(n: int) -> None:  # n more EXISTS of the lease key
+        before = len(exists)
+        for _ in range(500):
+            if len(exists) >= before + n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the look-out stopped checking")
+
+    exists: list[str] = []
+    real = redis.exists
+
+    async def counted(*names: str) -> int:
+        exists.extend(names)
+        return int(await real(*names))
+
+    redis.exists = counted
+    with caplog.at_level(logging.INFO, logger="bots.gateway_watch"):
+        task = asyncio.create_task(
+            watch_gateways(
+                redis, {"discord": "discord"}, stop, on_heroku=True, grace=0.01, interval=0.02
+            )
+        )
+        try:
+            await until("no process holds the discord gateway")
+            await checks(4)  # still missing: no second warning
+            [line] = said("no process holds the discord gateway")
+            assert line.levelno == logging.WARNING
+            assert "heroku ps:scale gateway=1" in line.getMessage()
+            await redis.set(key, "gateway.1")  # a gateway process connected
+            await until("the discord gateway is held again")
+            await redis.delete(key)  # and went away again: a new episode
+            await until("no process holds the discord gateway", 2)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 5)
+            del redis.exists
+    assert set(exists) == {key}  # one EXISTS per check, nothing else
+
+
+async def test_gateway_up_renders_as_a_labelled_gauge(redis: Any) -> None:
+    body = (await render(redis, {"parley_gateway_up|channel=discord": 0.0})).decode()
+    assert 'parley_gateway_up{channel="discord"} 0.0' in body

@@ -14,6 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_core.errors import ConfigError
 from agent_core.events import OutboundMessage
+from agent_core.store.lease import LeaseStop
 from channels.discord import channel as discord_channel
 from channels.discord.channel import BAD_TOKEN
 from channels.discord.gateway import GatewayClient
@@ -390,5 +391,36 @@ async def test_a_message_said_while_away_is_caught_up_when_the_person_writes_aga
         await fake_discord.wait(lambda: client.catchups > catchups, 10, "catch-up")
         ids = [e.event_id for e in await gw.wait_published(3)]
         assert nudge["id"] in ids and missed["id"] in ids
+    finally:
+        await gw.halt()
+
+
+async def test_a_message_after_the_lease_is_gone_is_not_submitted(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What the operator saw: a gateway process resuming from a pause longer than its
+    lease (another process had connected to Discord in its place) went on publishing
+    the messages its old session still received, beside the new holder.  Once the
+    lease is not surely ours a message is dropped: the new holder's session has it."""
+    gw = make_gateway()
+    held = [True]
+    await gw.channel.initialize()
+    gw.stop = LeaseStop(lambda: held[0])
+    gw.task = asyncio.create_task(gw.channel.run_gateway(gw.ingest, gw.stop))
+    try:
+        await wait_client_ready(gw)
+        await fake_discord.user_message(DM_CHANNEL_ID, "held")
+        await gw.wait_published(1)
+        held[0] = False  # resumed from a pause: the lease is another process's now
+        with caplog.at_level(logging.INFO, logger="channels.discord.gateway"):
+            late = await fake_discord.user_message(DM_CHANNEL_ID, "not ours")
+            for _ in range(250):
+                if any(late["id"] in r.getMessage() for r in caplog.records):
+                    break
+                await asyncio.sleep(0.02)
+        assert [e.text for e in await gw.published()] == ["held"]
+        assert any("no longer ours" in r.getMessage() for r in caplog.records)
     finally:
         await gw.halt()

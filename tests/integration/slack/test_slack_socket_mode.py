@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.ingest import Ingest
+from agent_core.store.lease import LeaseStop
 from channels.slack.channel import SlackChannel
 from channels.slack.inbound import SlackInbound
 from channels.slack.socket_mode import SocketModeGateway
@@ -127,6 +128,31 @@ async def test_no_ack_when_the_store_is_down(fake_slack: FakeSlack, slack: Slack
                 await fake_slack.wait_ack(env, within=0.5)
     finally:
         await broken.aclose()
+
+
+async def test_an_envelope_after_the_lease_is_gone_is_not_submitted_nor_acked(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    """What the operator saw: a gateway process resuming from a pause longer than its
+    lease (another process had taken the Socket Mode connection over) went on
+    handling and acknowledging envelopes beside the new holder.  Once the lease is
+    not surely ours an envelope is left alone: Slack redelivers an unacknowledged
+    envelope, to the new holder."""
+    held = [True]
+    stop = LeaseStop(lambda: held[0])
+    task = asyncio.create_task(slack.run_gateway(ingest, stop))
+    try:
+        await fake_slack.wait_connected()
+        env = await fake_slack.push("events_api", fake_slack.message("D1", "held"))
+        await fake_slack.wait_ack(env)
+        held[0] = False  # resumed from a pause: the lease is another process's now
+        env = await fake_slack.push("events_api", fake_slack.message("D1", "not ours"))
+        with pytest.raises(TimeoutError):
+            await fake_slack.wait_ack(env, within=0.5)
+        assert [e.text for e in await published()] == ["held"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
 
 
 async def test_bad_app_token_is_one_line_not_a_loop(

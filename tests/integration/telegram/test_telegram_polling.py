@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from agent_core.errors import ConfigError, StoreUnavailable
 from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest
+from agent_core.store.lease import LeaseStop
 from channels.telegram import TelegramChannel, admin
 from channels.telegram.polling import Poller
 from tests.fakes.telegram import WEBHOOK_SECRET, FakeTelegram
@@ -115,6 +116,49 @@ async def test_conflict_is_one_log_line_and_polling_resumes(
         await asyncio.wait_for(task, 5)
     assert [e.text for e in await published()] == ["back"]
     assert any("resumed" in r.getMessage() for r in caplog.records)
+    await channel.shutdown()
+
+
+async def test_the_first_conflict_after_taking_over_is_retried_soon_not_after_30_s(
+    fake: FakeTelegram, channel_factory, ingest: Ingest, published,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """What the operator saw: after a gateway take-over the previous holder (resuming
+    from a pause) sent one more getUpdates, the new holder's got a 409, and it waited
+    the full conflict retry (30 s) before polling again: Telegram was silent for half
+    a minute.  The first 409 of a run is retried after a couple of seconds."""
+    channel = await channel_factory(public_url="")
+    fake.webhook = {"url": "https://elsewhere.example/hook", "secret_token": ""}
+    stop = asyncio.Event()
+    p = Poller(channel.bot, lambda: channel.context, timeout=1, retry_secs=0.05,
+               conflict_retry_secs=600, first_conflict_retry_secs=0.05)  # fmt: skip
+    task = asyncio.create_task(p.run(ingest, stop))
+    await wait_for(lambda: any(c.status == 409 for c in fake.calls))
+    fake.webhook = {"url": "", "secret_token": ""}  # the other poller is gone
+    fake.queue_update(fake.message_update(42, "after the take-over"))
+    await wait_for(lambda: p.offset is not None)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert [e.text for e in await published()] == ["after the take-over"]
+    await channel.shutdown()
+
+
+async def test_a_poller_whose_lease_is_no_longer_valid_sends_no_getupdates(
+    fake: FakeTelegram, channel_factory, ingest: Ingest,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """A holder resuming from a pause longer than its lease sends no getUpdates
+    (nor the confirming one on its way out): it would cut off the new holder's."""
+    channel = await channel_factory(public_url="")
+    held = [True]
+    stop = LeaseStop(lambda: held[0])
+    p = poller(channel)
+    task = asyncio.create_task(p.run(ingest, stop))
+    await wait_for(lambda: any(c.method == "getUpdates" for c in fake.calls))
+    p.offset = 7  # something to confirm, had it still held the lease
+    held[0] = False  # paused past its hold: the in-flight long poll comes back
+    await asyncio.wait_for(task, 5)
+    sent = len([c for c in fake.calls if c.method == "getUpdates"])
+    await asyncio.sleep(0.2)
+    assert len([c for c in fake.calls if c.method == "getUpdates"]) == sent == 1
     await channel.shutdown()
 
 
