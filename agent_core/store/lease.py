@@ -193,6 +193,7 @@ async def run_under_lease(
         if not await lease.acquire(stop):
             return
         inner = LeaseStop(lease.valid)
+        expired = False
         task: asyncio.Task[None] = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
         waits = {
             asyncio.create_task(stop.wait()),
@@ -215,6 +216,10 @@ async def run_under_lease(
                     )
                     task.cancel()
             await asyncio.wait({task})  # its end, without taking its cancellation for ours
+            # stopped because the hold was no longer surely ours (a resumed pause),
+            # though the keeper's late renewal may have answered: taken back below
+            # like a lost lease, never left with no gateway at all
+            expired = not lease.valid()
             failed = None if task.cancelled() else task.exception()
             if failed is not None:
                 raise failed
@@ -224,6 +229,6 @@ async def run_under_lease(
             raise
         finally:
             await lease.release()
-        if not lease.lost.is_set() or stop.is_set():
+        if stop.is_set() or not (lease.lost.is_set() or expired):
             return
         log.warning("lease %s lost; waiting to take it back", lease.name)

@@ -390,3 +390,38 @@ async def test_a_worker_warns_once_when_no_process_holds_a_needed_gateway(
 async def test_gateway_up_renders_as_a_labelled_gauge(redis: Any) -> None:
     body = (await render(redis, {"parley_gateway_up|channel=discord": 0.0})).decode()
     assert 'parley_gateway_up{channel="discord"} 0.0' in body
+
+
+async def test_a_run_stopped_by_a_doubtful_hold_is_started_again(redis: Any) -> None:
+    """The run stops as soon as its hold is not surely ours; if the keeper's renewal
+    then answers after all (the lease was never lost), run_under_lease returned and
+    the process ran on with no gateway at all.  Now it takes the lease back."""
+    doubtful = {"on": False}
+
+    class Doubted(Lease):
+        def valid(self) -> bool:
+            return not doubtful["on"] and super().valid()
+
+    runs: list[int] = []
+
+    async def gateway(inner: asyncio.Event) -> None:
+        runs.append(1)
+        while not inner.is_set():
+            await asyncio.sleep(0.02)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_under_lease(lambda: Doubted(redis, "gateway:doubt", "A", ttl=0.6), gateway, stop)
+    )
+    for _ in range(200):
+        if runs:
+            break
+        await asyncio.sleep(0.02)
+    doubtful["on"] = True  # the gateway stops at its next step
+    await asyncio.sleep(0.1)
+    doubtful["on"] = False  # and the hold was ours all along
+    await asyncio.sleep(0.3)
+    assert not task.done() and len(runs) >= 2  # it runs again, under the lease
+    assert await redis.get("parley:lease:gateway:doubt") == b"A"
+    stop.set()
+    await asyncio.wait_for(task, 10)
