@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from agent_core.events import Button, ButtonStyle, MessageRef, OutboundMessage
+from channels.graphemes import back_to_boundary
 
 log = logging.getLogger(__name__)
 
@@ -215,9 +216,10 @@ def _split_line(line: str, width: int, *, code: bool = False) -> list[str]:
     pieces: list[str] = []
     while len(line) > width:
         cut = line.rfind(" ", width // 2, width - 1) if code else _word_cut(line, width)
-        if cut <= 0:
-            pieces.append(line[:width])
-            line = line[width:]
+        if cut <= 0:  # no space: a hard cut, between two whole characters
+            hard = back_to_boundary(line, width, 0)
+            pieces.append(line[:hard])
+            line = line[hard:]
         elif code:
             pieces.append(line[: cut + 1])
             line = line[cut + 1 :]

@@ -23,6 +23,8 @@ from typing import Any
 
 import pyromark
 
+from channels.graphemes import back_to_boundary
+
 log = logging.getLogger(__name__)
 
 _OPTIONS = (
@@ -394,7 +396,7 @@ def _cut_point(text: str, limit: int) -> int:
         i = window.rfind(sep)
         if i >= limit // 3:
             return _outside(text, i + len(sep), limit)
-    return _outside(text, limit, limit)
+    return _outside(text, back_to_boundary(text, limit, 0), limit)  # whole characters
 
 
 def split_text(text: str, limit: int) -> list[str]:

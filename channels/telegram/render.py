@@ -28,6 +28,7 @@ from telegramify_markdown.config import RenderConfig
 from telegramify_markdown.converter import STANDARD_OPTIONS
 
 from agent_core.events import Button
+from channels.graphemes import back_to_boundary, is_boundary
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +170,14 @@ def _cut_point(text: str, start: int, end: int, protected: list[tuple[int, int]]
             found.append(cut)
     if found:
         return max(found)
-    # No boundary at all: hard cut, outside protected spans when possible.
+    # No boundary at all: hard cut, outside protected spans when possible, and never
+    # inside a character a person sees as one (a flag, an emoji sequence, an accent).
     cut = end
-    while cut > start + 1 and not ok(cut):
+    while cut > start + 1 and not (ok(cut) and is_boundary(text, cut)):
         cut -= 1
-    return cut if cut > start + 1 else end
+    if cut > start + 1:
+        return cut
+    return back_to_boundary(text, end, start + 1)
 
 
 def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TEXT) -> list[Part]:
