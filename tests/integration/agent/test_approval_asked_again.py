@@ -17,6 +17,7 @@ from agent_core.llm.base import Completion, CompletionRequest, TokenUsage, ToolC
 from agent_core.proactive.approval_expiry import expiry_event
 from tests.integration.agent.approval_helpers import approval_id, press
 from tests.integration.agent.conftest import FnModel, user_event
+from tests.integration.agent.crash import die_before_completion, replace_worker
 from tests.integration.agent.test_approval_binding import model
 from tests.integration.test_delivery import wait_for
 
@@ -34,29 +35,12 @@ def _prompt_texts(w: Any, message_id: str) -> list[str]:
 async def test_an_earlier_executions_approval_never_rewrites_the_prompt(world: Any) -> None:
     w = world(model({"count it": [("counter", {"label": "x"})]}), scheduler_enabled=True)
     await w.start()
-    worker, _stop, task = w.workers[0]
-    asked = asyncio.Event()
-
-    async def never(*a: Any, **k: Any) -> int:  # dies before saving that it waits...
-        asked.set()
-        await asyncio.Event().wait()
-        return 0
-
-    async def nothing(*a: Any, **k: Any) -> None:  # ...like a SIGKILL: releases nothing
-        return None
-
-    worker.delivery.complete = never
-    worker.delivery.release = nothing
+    asked = die_before_completion(w)  # like a SIGKILL before it saves the wait
     t = ThreadKey("telegram", "bot1", "asked-again")
     await w.send(user_event(t, "count it", eid="q1"))
     await asyncio.wait_for(asked.wait(), 10)
     first = approval_id(w, t)
-    for th in list(worker.running.values()):
-        th.cancel()
-    task.cancel()
-    await asyncio.gather(task, *worker.running.values(), return_exceptions=True)
-    w.workers.clear()
-    await w.start()  # the replacement worker reruns the turn once the lock expires
+    await replace_worker(w)  # it reruns the turn once the lock expires
     await wait_for(lambda: _shown(w) not in ("", first), 15)
     await w.settle(t)
     second = _shown(w)
@@ -119,31 +103,14 @@ async def test_an_earlier_approval_never_rewrites_the_text_a_rerun_put_in_its_pl
     w = world(FnModel(rule), scheduler_enabled=True)
     w.outbox.stream_interval = 0.0  # a streaming channel (Telegram, Slack, Discord)
     await w.start()
-    worker, _stop, task = w.workers[0]
-    asked = asyncio.Event()
-
-    async def never(*a: Any, **k: Any) -> int:
-        asked.set()
-        await asyncio.Event().wait()
-        return 0
-
-    async def nothing(*a: Any, **k: Any) -> None:
-        return None
-
-    worker.delivery.complete = never
-    worker.delivery.release = nothing
+    asked = die_before_completion(w)  # like a SIGKILL before it saves the wait
     t = ThreadKey("telegram", "bot1", "text-first-rerun")
     await w.send(user_event(t, "count it", eid="q1"))
     await asyncio.wait_for(asked.wait(), 10)
     first = approval_id(w, t)
     first_msg = [s for s in w.outbox.log if s.message.buttons][-1].message_id
-    for th in list(worker.running.values()):
-        th.cancel()
-    task.cancel()
-    await asyncio.gather(task, *worker.running.values(), return_exceptions=True)
-    w.workers.clear()
     asks["n"] = 1  # the rerun's model streams a line before asking
-    await w.start()
+    await replace_worker(w)
     await wait_for(lambda: _shown(w) not in ("", first), 15)
     await w.settle(t)
     texts = [s.message.text for s in w.outbox.log if s.message_id == first_msg and s.op != "action"]

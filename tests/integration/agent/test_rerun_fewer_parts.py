@@ -23,6 +23,7 @@ from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion, CompletionRequest, ToolCall
 from agent_core.store import keys
 from tests.integration.agent.conftest import FnModel, user_event
+from tests.integration.agent.crash import die_before_completion, replace_worker
 from tests.integration.test_delivery import wait_for
 
 
@@ -44,30 +45,13 @@ async def test_a_rerun_with_fewer_parts_removes_the_dead_executions_extra_part(
     if not can_delete:
         w.outbox.delete = None  # a channel without Outbox.delete (the web chat)
     await w.start()
-    worker, _stop, task = w.workers[0]
-    sent_two = asyncio.Event()
-
-    async def never(*a: Any, **k: Any) -> int:  # dies before its completion...
-        sent_two.set()
-        await asyncio.Event().wait()
-        return 0
-
-    async def nothing(*a: Any, **k: Any) -> None:  # ...like a SIGKILL: releases nothing
-        return None
-
-    worker.delivery.complete = never
-    worker.delivery.release = nothing
+    sent_two = die_before_completion(w)  # dies before its completion, like a SIGKILL
     t = ThreadKey("telegram", "bot1", "77")
     await w.send(user_event(t, "what is the weather?", eid="q1"))
     await asyncio.wait_for(sent_two.wait(), 10)
     assert w.texts(t) == ["Looking it up…", "answer v1"]
-    for th in list(worker.running.values()):
-        th.cancel()
-    task.cancel()
-    await asyncio.gather(task, *worker.running.values(), return_exceptions=True)
-    w.workers.clear()
     phase["rerun"] = True
-    await w.start()  # the replacement worker reruns the turn once the lock expires
+    await replace_worker(w)  # it reruns the turn once the lock expires
     await wait_for(lambda: any("v2" in x for x in w.texts(t)), 15)
     await w.settle(t)
     if can_delete:
