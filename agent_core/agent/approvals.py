@@ -339,6 +339,9 @@ class ClaimResult:
     mine: bool = False  # this event's claim decided it (now, or on a rerun of it)
 
 
+WRITTEN_OVER = "-"  # approval-prompts: the part shows no earlier approval's prompt now
+
+
 @dataclass
 class ApprovalStore:
     redis: Redis
@@ -407,10 +410,15 @@ class ApprovalStore:
         """A rerun of a turn rewrites ``parts`` (an earlier execution's): the prompts
         they showed are gone, whatever the rerun writes there (text, another prompt)."""
         if parts:
-            await self.redis.hdel(keys.approval_prompts(thread), *parts)
+            owners = keys.approval_prompts(thread)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hset(owners, mapping=dict.fromkeys(parts, WRITTEN_OVER))
+                pipe.expire(owners, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
+                await pipe.execute()
 
     async def prompt_owner(self, thread: ThreadKey, part: str) -> str:
-        """The approval whose prompt reply part ``part`` shows now ('' unknown): a
+        """The approval whose prompt reply part ``part`` shows now (WRITTEN_OVER: none,
+        a rerun wrote over it; '' unknown, e.g. a conversation that moved): a
         rerun that asked again took over its earlier execution's prompt message, and
         the earlier approval (never to be decided) must not edit it when it expires."""
         raw = await self.redis.hget(keys.approval_prompts(thread), part)

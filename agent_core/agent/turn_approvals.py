@@ -76,7 +76,7 @@ async def close_prompt(self: Turn, a: ap.PendingApproval, decision: str, by_name
         return
     if a.prompt_part:
         owner = await self.agent.approvals.prompt_owner(self.thread, a.prompt_part)
-        if owner != a.id:
+        if owner and owner != a.id:
             # a rerun of its turn wrote over that message (another prompt, its text)
             log.info("[%s] prompt of %s was written over; left as it is", self.thread, a.id)
             return
