@@ -34,8 +34,10 @@ def _regional(ch: str) -> bool:
     return 0x1F1E6 <= ord(ch) <= 0x1F1FF
 
 
-def is_boundary(text: str, i: int) -> bool:
-    """Whether cutting ``text`` before index ``i`` keeps every character whole."""
+def is_boundary(text: str, i: int, floor: int = 0) -> bool:
+    """Whether cutting ``text`` before index ``i`` keeps every character whole;
+    ``floor``: a known boundary at or before ``i`` (flags are paired from there, so
+    a long run of them is not counted back to its start on every call)."""
     if i <= 0 or i >= len(text):
         return True
     if _extends(text[i]) or text[i - 1] == _ZWJ:
@@ -43,7 +45,7 @@ def is_boundary(text: str, i: int) -> bool:
     if _regional(text[i]) and _regional(text[i - 1]):
         run = 0
         j = i - 1
-        while j >= 0 and _regional(text[j]):
+        while j >= floor and _regional(text[j]):
             run += 1
             j -= 1
         return run % 2 == 0  # a flag is a pair: cut between pairs only
@@ -54,6 +56,6 @@ def back_to_boundary(text: str, cut: int, floor: int) -> int:
     """The nearest ``i`` <= ``cut`` above ``floor`` that is a boundary; ``cut`` itself
     if there is none (a run of one character's marks longer than a message)."""
     i = cut
-    while i > floor and not is_boundary(text, i):
+    while i > floor and not is_boundary(text, i, floor):
         i -= 1
     return i if i > floor else cut

@@ -193,7 +193,6 @@ async def run_under_lease(
         if not await lease.acquire(stop):
             return
         inner = LeaseStop(lease.valid)
-        expired = False
         task: asyncio.Task[None] = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
         waits = {
             asyncio.create_task(stop.wait()),
@@ -216,10 +215,6 @@ async def run_under_lease(
                     )
                     task.cancel()
             await asyncio.wait({task})  # its end, without taking its cancellation for ours
-            # stopped because the hold was no longer surely ours (a resumed pause),
-            # though the keeper's late renewal may have answered: taken back below
-            # like a lost lease, never left with no gateway at all
-            expired = not lease.valid()
             failed = None if task.cancelled() else task.exception()
             if failed is not None:
                 raise failed
@@ -229,6 +224,9 @@ async def run_under_lease(
             raise
         finally:
             await lease.release()
-        if stop.is_set() or not (lease.lost.is_set() or expired):
+        if stop.is_set():
             return
+        # lost, or the run stopped because the hold was in doubt (a resumed pause)
+        # though the keeper's late renewal answered after all: taken back either way,
+        # never left with no gateway at all
         log.warning("lease %s lost; waiting to take it back", lease.name)

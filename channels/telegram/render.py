@@ -173,11 +173,11 @@ def _cut_point(text: str, start: int, end: int, protected: list[tuple[int, int]]
     # No boundary at all: hard cut, outside protected spans when possible, and never
     # inside a character a person sees as one (a flag, an emoji sequence, an accent).
     cut = end
-    while cut > start + 1 and not (ok(cut) and is_boundary(text, cut)):
+    while cut > start + 1 and not (ok(cut) and is_boundary(text, cut, start)):
         cut -= 1
     if cut > start + 1:
         return cut
-    return back_to_boundary(text, end, start + 1)
+    return back_to_boundary(text, end, start)
 
 
 def split(text: str, entities: Sequence[MessageEntity] = (), limit: int = MAX_TEXT) -> list[Part]:

@@ -41,3 +41,12 @@ def test_discord_and_slack_hard_cuts_keep_flags_whole(platform: str) -> None:
     assert "".join(parts) == text and len(parts) > 1
     for p in parts:
         assert sum(1 for c in p if 0x1F1E6 <= ord(c) <= 0x1F1FF) == 2 * p.count(US)
+
+
+def test_flags_are_paired_from_a_known_boundary() -> None:
+    """With ``floor`` (a boundary the caller knows, its part's start) a run of flags is
+    counted from there, not back to the text's start on every call (a long run split
+    into messages was quadratic); the answers are the same."""
+    text = "x" + US * 50
+    for floor in (1, 3, 41):
+        assert all(is_boundary(text, i, floor) == is_boundary(text, i) for i in range(floor, 102))
