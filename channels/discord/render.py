@@ -243,6 +243,8 @@ def split_text(text: str, limit: int = LIMIT) -> list[str]:
     for raw in text.split("\n"):
         f = _fence(raw)
         if f is not None and f[0][0] == "`":
+            if len(raw) > limit // 2:  # an info string no message could hold (the
+                raw = f[2] + f[0] + f[1][:20]  # language word is all Discord reads)
             lines.append(raw)
             open_before.append(fence)
             fence = None if fence is not None else "```" + f[1][:20]
