@@ -5,11 +5,14 @@ HTTP route answers 2xx (the Socket Mode loop sends the envelope ack) only
 after the event is durably in the inbox stream, or was a duplicate / refused.
 If Redis is unreachable the route answers 503 (Socket Mode does not ack) and
 Slack delivers again; a slash command, which Slack never delivers again, is
-answered with a short ephemeral explanation instead.
+answered with a short ephemeral explanation instead, and so is a button press
+(Slack never sends one again either): it is acknowledged and its presser is told,
+through the payload's ``response_url``, to press again in a minute.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +21,7 @@ from urllib.parse import parse_qs
 import orjson
 from redis.exceptions import RedisError
 from slack_sdk.signature import SignatureVerifier
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -46,6 +50,10 @@ STORE_DOWN_TEXT = (
     "Parley cannot take commands right now (its storage is not answering). "
     "Please try again in a minute."
 )
+PRESS_NOT_TAKEN_TEXT = (
+    "Parley could not take that button press (its storage is not answering). "
+    "Please press it again in a minute."
+)
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # Slack's payloads are a few KB
 
 
@@ -72,6 +80,7 @@ class SlackInbound:
         self._bot_user_id = bot_user_id
         self.group_reply = group_reply
         self.slash_command = slash_command
+        self._notices: set[asyncio.Task[None]] = set()  # "press again" posts under way
 
     async def on_event(self, body: Payload) -> Submitted | None:
         """An ``event_callback`` body. Raises StoreUnavailable (answer 5xx / do not ack)."""
@@ -91,10 +100,36 @@ class SlackInbound:
         return await self._submit(event)
 
     async def on_action(self, payload: Payload) -> Submitted | None:
+        """A ``block_actions`` payload.  With Redis unreachable the press is not
+        taken; Slack never sends it again, so its presser is told through the
+        payload's ``response_url`` (StoreUnavailable is raised only without one)."""
         event = parse_action(payload)
         if event is None:
             return None
-        return await self.ingest.submit(event)
+        try:
+            return await self.ingest.submit(event)
+        except StoreUnavailable as exc:
+            url = payload.get("response_url")
+            if not isinstance(url, str) or not url:
+                raise
+            log.error("Slack button press not taken (%s); its presser is told", exc)
+            task = asyncio.create_task(self._tell(url, PRESS_NOT_TAKEN_TEXT))
+            self._notices.add(task)
+            task.add_done_callback(self._notices.discard)
+            return None
+
+    async def _tell(self, response_url: str, text: str) -> None:
+        """A private note to the person behind an interaction, sent after the ack
+        (Slack wants that within 3 s; the note may take longer)."""
+        try:
+            resp = await AsyncWebhookClient(response_url, timeout=10).send_dict(
+                {"response_type": "ephemeral", "replace_original": False, "text": text}
+            )
+        except Exception as exc:  # a lost note is only logged
+            log.warning("Slack response_url note not sent: %s", type(exc).__name__)
+            return
+        if resp.status_code >= 300:
+            log.warning("Slack response_url note refused: HTTP %s", resp.status_code)
 
     async def on_command(self, form: Payload) -> dict[str, Any]:
         """A slash command; returns the ephemeral acknowledgement shown to its user."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import httpx
 from redis.asyncio import Redis
@@ -11,10 +13,22 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 
-from agent_core.events import EventKind, InboundEvent, MessageRef, OutboundMessage, ThreadKey
+from agent_core.events import (
+    Button,
+    EventKind,
+    InboundEvent,
+    MessageRef,
+    OutboundMessage,
+    ThreadKey,
+)
 from agent_core.ingest import Ingest
 from channels.slack.channel import SlackChannel
-from channels.slack.inbound import STORE_DOWN_TEXT, EventsEndpoint, SlackInbound
+from channels.slack.inbound import (
+    PRESS_NOT_TAKEN_TEXT,
+    STORE_DOWN_TEXT,
+    EventsEndpoint,
+    SlackInbound,
+)
 from channels.slack.state import SlackState
 from tests.fakes.slack import BOT_USER, TEAM, FakeSlack
 
@@ -273,9 +287,11 @@ async def test_button_press_is_acked_and_published_as_action(
     assert ev.reply_ref == MessageRef("slack", "C8", ref.message_id, thread=root)
 
 
-async def test_store_unavailable_answers_503_so_slack_retries(
-    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
-) -> None:
+@asynccontextmanager
+async def store_down(
+    fake_slack: FakeSlack,
+) -> AsyncIterator[tuple[httpx.AsyncClient, SlackInbound]]:
+    """The events route (and its inbound) on a Redis that never answers."""
     broken = Redis(
         host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
     )
@@ -285,12 +301,17 @@ async def test_store_unavailable_answers_503_so_slack_retries(
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=asgi), base_url="http://p"
         ) as c:
-            dm = await fake_slack.deliver(c, fake_slack.message("D1", "hello"))
-            follow = await fake_slack.deliver(
-                c, fake_slack.message("C1", "x", thread_ts="1.000001")
-            )
+            yield c, inbound
     finally:
         await broken.aclose()
+
+
+async def test_store_unavailable_answers_503_so_slack_retries(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
+) -> None:
+    async with store_down(fake_slack) as (c, _):
+        dm = await fake_slack.deliver(c, fake_slack.message("D1", "hello"))
+        follow = await fake_slack.deliver(c, fake_slack.message("C1", "x", thread_ts="1.000001"))
     assert dm.status_code == 503 and follow.status_code == 503
 
 
@@ -299,20 +320,43 @@ async def test_a_slash_command_while_the_store_is_down_is_answered_with_why(
 ) -> None:
     """Slack never delivers a slash command again: the 503 showed Slack's bare
     "/parley failed with the error …" and the command was lost without a word."""
-    broken = Redis(
-        host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
-    )
-    try:
-        inbound = SlackInbound(Ingest(broken), SlackState(broken, 60), bot_user_id=lambda: BOT_USER)
-        asgi = Starlette(routes=EventsEndpoint(inbound, fake_slack.signing_secret).routes())
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=asgi), base_url="http://p"
-        ) as c:
-            r = await fake_slack.deliver(c, fake_slack.command("C1", "hello"), form=True)
-    finally:
-        await broken.aclose()
+    async with store_down(fake_slack) as (c, _):
+        r = await fake_slack.deliver(c, fake_slack.command("C1", "hello"), form=True)
     assert r.status_code == 200
     assert r.json() == {"response_type": "ephemeral", "text": STORE_DOWN_TEXT}
+
+
+async def test_a_button_press_while_the_store_is_down_tells_its_presser(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
+) -> None:
+    """Slack never delivers a press again: the 503 left only Slack's error mark on
+    the button, and the person did not know whether the approval was taken."""
+    root = fake_slack.add_user_message("C8", "do it").ts
+    prompt = OutboundMessage("Run `make`?", buttons=(Button("Approve", "ap:9:y"),))
+    ref = await slack.outbox().send(ThreadKey("slack", TEAM, "C8", root), prompt)
+    async with store_down(fake_slack) as (c, inbound):
+        r = await fake_slack.deliver(
+            c, fake_slack.press("C8", ref.message_id, "Approve"), form=True
+        )
+        assert r.status_code == 200
+        await asyncio.gather(*inbound._notices)  # the note is sent after the ack
+    [note] = fake_slack.responses
+    assert note["text"] == PRESS_NOT_TAKEN_TEXT
+    assert note["response_type"] == "ephemeral" and note["replace_original"] is False
+    assert [m.text for m in fake_slack.messages.values()][-1].startswith("Run")  # prompt kept
+
+
+async def test_a_press_without_a_response_url_while_the_store_is_down_is_503(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis
+) -> None:
+    root = fake_slack.add_user_message("C8", "do it").ts
+    prompt = OutboundMessage("Run `make`?", buttons=(Button("Approve", "ap:9:y"),))
+    ref = await slack.outbox().send(ThreadKey("slack", TEAM, "C8", root), prompt)
+    payload = fake_slack.press("C8", ref.message_id, "Approve")
+    del payload["response_url"]
+    async with store_down(fake_slack) as (c, _):
+        r = await fake_slack.deliver(c, payload, form=True)
+    assert r.status_code == 503 and fake_slack.responses == []
 
 
 async def test_ack_is_fast(fake_slack: FakeSlack, app: httpx.AsyncClient) -> None:
