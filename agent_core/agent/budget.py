@@ -12,8 +12,21 @@ estimate; an OpenAI-compatible server, which is sent no limit when the request
 sets none, answering longer than LLM_MAX_TOKENS; a call still running when its
 reservation lapses after 10 minutes).  When what is left of a budget is not
 spent but reserved by calls in flight, a call waits for them to settle (up to
-RESERVE_WAIT_SECS) instead of being told the budget is used up.  Counters are per
-UTC day (keys expire after two days); the hourly window is a per-user sorted set.
+RESERVE_WAIT_SECS) instead of being told the budget is used up; a turn's call
+stops waiting at once on /interrupt (or a lost lock), like a call cut off while it
+streams, and makes no call, is billed nothing and leaves no reservation behind (a
+check cut off while its script was in flight gives back what it reserved as soon
+as the reply is in; the turn's timeout cancels the wait the same way).
+
+Recording is exactly once per reservation: the script claims a marker with SET NX
+as it adds the cost.  A record that fails (a Redis error, a reply lost or cut off:
+Redis may or may not have run it) is kept and sent again with the next
+:meth:`BudgetGuard.flush` (every 5 s, like the spend counted for later), which
+adds the cost if it was not added and drops the reservation either way; before,
+the reservation stayed for its 10 minutes, and near a limit every later call of
+that person (or everyone's, for the day's budget) waited 20 s to be refused.
+Counters are per UTC day (keys expire after two days); the hourly window is a
+per-user sorted set.
 """
 
 from __future__ import annotations
@@ -23,7 +36,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +58,10 @@ WARN_AT = 0.8
 # how long a call waits for calls in flight to settle when their reservations hold
 # what is left of a budget (the budget.py header)
 RESERVE_WAIT_SECS = 20.0
+
+Attempt = tuple[int, str]  # a check's code and its reservation id
+# runs the wait for room (a turn's ``interruptible``: /interrupt cuts it short)
+Waiter = Callable[[Coroutine[Any, Any, Attempt]], Awaitable[Attempt]]
 
 
 class BudgetRefused(Exception):
@@ -70,6 +87,8 @@ class BudgetGuard:
         self.clock = clock
         self._unbooked: dict[str, int] = {}  # key -> micro-dollars (book_later)
         self._batches: list[tuple[str, dict[str, int]]] = []  # sent, outcome unknown
+        self._unrecorded: list[tuple[list[str], list[Any]]] = []  # records to send again
+        self._releases: set[asyncio.Task[None]] = set()  # checks cut off, given back
         self._reserve = redis.register_script(scripts.BUDGET_RESERVE)
         self._record = redis.register_script(scripts.BUDGET_RECORD)
         self._book = redis.register_script(scripts.BUDGET_FLUSH)
@@ -82,23 +101,23 @@ class BudgetGuard:
     def day(self) -> str:
         return datetime.fromtimestamp(self.clock(), UTC).strftime("%Y%m%d")
 
-    async def reserve(self, user: str, estimate_usd: float) -> str:
+    async def reserve(self, user: str, estimate_usd: float, wait: Waiter | None = None) -> str:
         """Reserve one call; returns its reservation id ('' when no limit is set).
 
         While what is left of a budget is only reserved by calls in flight (each
         reserves a whole answer, and settles at its real cost within seconds), it
         asks again for up to RESERVE_WAIT_SECS before refusing: a burst of people
-        writing at once is answered, not told the budget is used up."""
+        writing at once is answered, not told the budget is used up.  That wait
+        runs under ``wait`` when given (a turn's ``interruptible``, so /interrupt
+        ends it at once with whatever that raises); a first check that finds room
+        runs as before, with no task or watch of its own."""
         if not self.enabled:
             return ""
         deadline = time.monotonic() + RESERVE_WAIT_SECS
-        delay = 0.2
-        while True:
-            code, rid = await self._try_reserve(user, estimate_usd)
-            if code not in (2, -3) or time.monotonic() + delay > deadline:
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        code, rid = await self._try_reserve(user, estimate_usd)
+        if code in (2, -3):
+            room = self._wait_for_room(user, estimate_usd, deadline, (code, rid))
+            code, rid = await (room if wait is None else wait(room))
         if code == 1:
             return rid
         if code == 2:
@@ -113,28 +132,83 @@ class BudgetGuard:
             )
         return self._refused(code)
 
-    async def _try_reserve(self, user: str, estimate_usd: float) -> tuple[int, str]:
+    async def _wait_for_room(
+        self, user: str, estimate_usd: float, deadline: float, first: Attempt
+    ) -> Attempt:
+        code, rid = first
+        delay = 0.2
+        while code in (2, -3) and time.monotonic() + delay <= deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            code, rid = await self._try_reserve(user, estimate_usd)
+        return code, rid
+
+    async def _try_reserve(self, user: str, estimate_usd: float) -> Attempt:
         day = self.day()
-        rid = secrets.token_hex(6)
-        res = await self._reserve(
-            keys=[
+        rid = secrets.token_hex(8)  # also names the record's marker for two days
+        call = asyncio.ensure_future(
+            self._reserve(
+                keys=[
+                    keys.budget_day(day),
+                    keys.budget_user(day, user),
+                    keys.budget_reserved(day),
+                    keys.budget_actions(user),
+                ],
+                args=[
+                    int(self.clock() * 1000),
+                    micro(self.s.daily_budget_usd),
+                    micro(self.s.user_daily_budget_usd),
+                    micro(estimate_usd),
+                    rid,
+                    self.s.hourly_action_limit,
+                    DAY_TTL,
+                    user,
+                ],
+            )
+        )
+        try:
+            res = await asyncio.shield(call)
+        except BaseException:
+            # cut off (/interrupt, the turn's timeout) or failed with the script
+            # perhaps run: what it reserved goes back once its outcome is known
+            call.add_done_callback(lambda done: self._give_back(done, day, user, rid))
+            raise
+        return int(res[0]), rid
+
+    def _give_back(self, call: asyncio.Future[Any], day: str, user: str, rid: str) -> None:
+        """A check whose caller stopped waiting for it: if it reserved (or may have:
+        an error), the reservation and its hourly action are dropped, at no cost."""
+        if call.cancelled():
+            return  # never sent
+        if call.exception() is None and int(call.result()[0]) != 1:
+            return  # it reserved nothing
+        keys_, args = self._record_args(day, user, rid, 0)
+        keys_.append(keys.budget_actions(user))
+        task = asyncio.get_running_loop().create_task(self._send_record(keys_, args))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _send_record(self, keys_: list[str], args: list[Any]) -> None:
+        """One record now, kept for :meth:`flush` if it fails (or is cut off)."""
+        try:
+            await self._record(keys=keys_, args=args, client=self.redis)
+        except BaseException as exc:
+            self._unrecorded.append((keys_, args))
+            if not isinstance(exc, Exception):
+                raise
+            log.debug("budget: a reservation not given back yet: %s", type(exc).__name__)
+
+    @staticmethod
+    def _record_args(day: str, user: str, rid: str, cost: int) -> tuple[list[str], list[Any]]:
+        return (
+            [
                 keys.budget_day(day),
                 keys.budget_user(day, user),
                 keys.budget_reserved(day),
-                keys.budget_actions(user),
+                keys.budget_recorded(rid),
             ],
-            args=[
-                int(self.clock() * 1000),
-                micro(self.s.daily_budget_usd),
-                micro(self.s.user_daily_budget_usd),
-                micro(estimate_usd),
-                rid,
-                self.s.hourly_action_limit,
-                DAY_TTL,
-                user,
-            ],
+            [rid, cost, DAY_TTL],
         )
-        return int(res[0]), rid
 
     def _refused(self, code: int) -> NoReturn:
         if code == 0:
@@ -155,15 +229,23 @@ class BudgetGuard:
         )
 
     async def record(self, user: str, reservation: str, cost_usd: float) -> list[str]:
-        """Book the real cost; returns the scopes that just crossed 80 % (once per day)."""
+        """Book the real cost; returns the scopes that just crossed 80 % (once per day).
+
+        If it fails (or is cut off) the record is kept, and the next :meth:`flush`
+        sends it again (adding the cost only if this one did not); the error is
+        raised all the same."""
         day = self.day()
         cost = micro(cost_usd)
-        res: Any = await self._record(
-            keys=[keys.budget_day(day), keys.budget_user(day, user), keys.budget_reserved(day)],
-            args=[reservation or "-", cost, DAY_TTL],
-        )
+        keys_, args = self._record_args(day, user, reservation or secrets.token_hex(8), cost)
+        try:
+            res: Any = await self._record(keys=keys_, args=args)
+        except BaseException:
+            self._unrecorded.append((keys_, args))
+            raise
         day_total, user_total = int(res[0]), int(res[1])
         crossed: list[str] = []
+        if not int(res[2]):
+            return crossed  # booked before (cannot happen on a first try)
         for scope, limit, total in (
             ("all", micro(self.s.daily_budget_usd), day_total),
             (user, micro(self.s.user_daily_budget_usd), user_total),
@@ -200,7 +282,21 @@ class BudgetGuard:
         wrong when the call is cut off after it was sent (a cancellation, a reply
         that comes late or is lost): Redis may have added them, and the next flush
         would count them twice; dropping them instead would lose spend that was never
-        added.  With the token the retry adds them exactly once either way."""
+        added.  With the token the retry adds them exactly once either way.
+
+        Records of real costs that failed (:meth:`record`) are sent again first, and
+        checks cut off after they reserved give their reservation back: the same
+        script, idempotent per reservation, so each is added once and its reservation
+        dropped however many times it is sent."""
+        records, self._unrecorded = self._unrecorded, []
+        while records:
+            keys_, args = records[0]
+            try:
+                await self._record(keys=keys_, args=args, client=self.redis)
+            except BaseException:
+                self._unrecorded = records + self._unrecorded
+                raise
+            records.pop(0)
         batches, self._batches = self._batches, []
         if self._unbooked:
             batches.append((secrets.token_hex(8), self._unbooked))
@@ -284,9 +380,11 @@ class Meter:
     warn: Callable[[list[str]], Awaitable[None]] | None = None
 
     @asynccontextmanager
-    async def call(self, estimate_usd: float) -> AsyncIterator[Bill]:
-        """Raises :class:`BudgetRefused` (before the call) when over a limit."""
-        reservation = await self.guard.reserve(self.user, estimate_usd)
+    async def call(self, estimate_usd: float, wait: Waiter | None = None) -> AsyncIterator[Bill]:
+        """Raises :class:`BudgetRefused` (before the call) when over a limit.  A wait
+        for calls in flight to settle runs under ``wait`` (a turn's
+        ``interruptible``): what it raises ends the call before it starts."""
+        reservation = await self.guard.reserve(self.user, estimate_usd, wait)
         bill = Bill()
         try:
             yield bill

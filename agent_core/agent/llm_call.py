@@ -9,7 +9,9 @@ provider had the prompt — cut off by /interrupt or the turn's timeout, or an
 LLMError after text streamed — the budgets count an estimate instead: the
 prompt, and 4 characters a token of the answer
 (:func:`agent_core.agent.budget.estimated_cost`).  A
-call refused before any text is not billed.
+call refused before any text is not billed.  A call waiting for room in a budget
+held by calls in flight (budget.py) is cut short by /interrupt like the stream: it
+is never made and not billed.
 
 A prompt too long for the model is compacted and asked again once, but only
 while nothing has streamed: after text, the error ends the call like any other
@@ -85,7 +87,8 @@ async def call_once(
     est_in = int(raw * self.session.token_ratio)
     est_usd = reserved_cost(info, est_in, request.max_tokens)  # a whole answer's worth
     self.streamed_chars = 0
-    async with self.meter().call(est_usd) as bill:
+    # a wait for calls in flight to settle (budget.py) ends on /interrupt, like the call
+    async with self.meter().call(est_usd, wait=self.interruptible) as bill:
         try:
             final = await self.interruptible(self._stream(request))  # bench hooks it
         except (Interrupted, asyncio.CancelledError, llm_errors.LLMError) as exc:

@@ -186,6 +186,11 @@ def budget_flushed(token: str) -> str:
     return f"{PREFIX}{{budget}}:flushed:{token}"
 
 
+def budget_recorded(reservation: str) -> str:
+    """STRING set when a reservation's real cost was booked (idempotent retry)."""
+    return f"{PREFIX}{{budget}}:recorded:{reservation}"
+
+
 def budget_reserved(day: str) -> str:
     """HASH reservation id -> micro-dollars held by LLM calls in flight."""
     return f"{PREFIX}{{budget}}:reserved:{day}"

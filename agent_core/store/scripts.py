@@ -480,15 +480,26 @@ redis.call('EXPIRE', KEYS[3], ARGV[7])
 return {1, spent, uspent}
 """
 
-# KEYS: day spent, user spent, reservations ; ARGV: reservation_id, cost, ttl_s
-# Replaces a reservation by the real cost.  Returns {day total, user total}.
+# KEYS: day spent, user spent, reservations, recorded marker[, user's hourly actions]
+# ARGV: reservation_id, cost, ttl_s
+# Replaces a reservation by the real cost, once per reservation: the marker
+# (SET NX, as long as the counters) makes a retry after an unknown outcome (an
+# error, a reply lost or cut off) add nothing the second time, while it still
+# drops the reservation.  With the fifth key the reservation is given back for a
+# call never made (its check was cut off): its hourly action goes too.
+# Returns {day total, user total, 1 if added now else 0}.
 BUDGET_RECORD = """
 redis.call('HDEL', KEYS[3], ARGV[1])
+if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[1]) end
+if not redis.call('SET', KEYS[4], '1', 'NX', 'EX', ARGV[3]) then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'),
+          tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
+end
 local d = redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 local u = redis.call('INCRBY', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
-return {d, u}
+return {d, u, 1}
 """
 
 # KEYS: flush token, then counters ; ARGV: ttl_s, then one amount per counter
