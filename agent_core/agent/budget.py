@@ -58,6 +58,9 @@ WARN_AT = 0.8
 # how long a call waits for calls in flight to settle when their reservations hold
 # what is left of a budget (the budget.py header)
 RESERVE_WAIT_SECS = 20.0
+# how long a record's "booked" marker lives: a kept record is sent again with the
+# next flush (every 5 s), so an hour covers any retry without a key per call per day
+RECORDED_TTL = 3600
 
 Attempt = tuple[int, str]  # a check's code and its reservation id
 # runs the wait for room (a turn's ``interruptible``: /interrupt cuts it short)
@@ -145,7 +148,7 @@ class BudgetGuard:
 
     async def _try_reserve(self, user: str, estimate_usd: float) -> Attempt:
         day = self.day()
-        rid = secrets.token_hex(8)  # also names the record's marker for two days
+        rid = secrets.token_hex(8)  # also names the record's marker (RECORDED_TTL)
         call = asyncio.ensure_future(
             self._reserve(
                 keys=[
@@ -207,7 +210,7 @@ class BudgetGuard:
                 keys.budget_reserved(day),
                 keys.budget_recorded(rid),
             ],
-            [rid, cost, DAY_TTL],
+            [rid, cost, DAY_TTL, RECORDED_TTL],
         )
 
     def _refused(self, code: int) -> NoReturn:

@@ -481,17 +481,17 @@ return {1, spent, uspent}
 """
 
 # KEYS: day spent, user spent, reservations, recorded marker[, user's hourly actions]
-# ARGV: reservation_id, cost, ttl_s
+# ARGV: reservation_id, cost, ttl_s, marker ttl_s
 # Replaces a reservation by the real cost, once per reservation: the marker
-# (SET NX, as long as the counters) makes a retry after an unknown outcome (an
-# error, a reply lost or cut off) add nothing the second time, while it still
-# drops the reservation.  With the fifth key the reservation is given back for a
+# (SET NX, an hour: retries come with the next flush) makes a retry after an
+# unknown outcome (an error, a reply lost or cut off) add nothing the second
+# time, while it still drops the reservation.  With the fifth key the reservation is given back for a
 # call never made (its check was cut off): its hourly action goes too.
 # Returns {day total, user total, 1 if added now else 0}.
 BUDGET_RECORD = """
 redis.call('HDEL', KEYS[3], ARGV[1])
 if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[1]) end
-if not redis.call('SET', KEYS[4], '1', 'NX', 'EX', ARGV[3]) then
+if not redis.call('SET', KEYS[4], '1', 'NX', 'EX', ARGV[4]) then
   return {tonumber(redis.call('GET', KEYS[1]) or '0'),
           tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
 end
