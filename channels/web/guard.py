@@ -24,7 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-MAX_BODY = 64 * 1024
+# room for a message of MAX_TEXT characters however a client encodes it: JSON may
+# escape each as \uXXXX, twelve bytes for one emoji (a surrogate pair)
+MAX_BODY = 256 * 1024
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"

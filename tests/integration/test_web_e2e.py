@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -85,18 +86,43 @@ async def test_bad_bodies_get_4xx_and_publish_nothing(runtime: Any, redis: Any) 
                 (b'{"text": 5}', 400),
                 (b'{"text": "   "}', 400),
                 (orjson.dumps({"text": "x" * 20_000}), 413),
-                (b"{" + b" " * 70_000 + b"}", 413),
+                (b"{" + b" " * 300_000 + b"}", 413),
+                # past the characters, however escaped: the limit is named, not the bytes
+                (json.dumps({"text": "\U0001f600" * 16_001}).encode(), 413),
             ]
             for body, status in cases:
                 r = await client.post(
                     "/api/messages", content=body, headers={"content-type": "application/json"}
                 )
                 assert r.status_code == status, (body[:20], r.status_code)
+                if body.startswith(b'{"text": "\\ud83d'):
+                    assert r.json()["error"] == "message longer than 16000 characters"
             r = await client.post("/api/actions", json={"token": "é" * 10})
             assert r.status_code == 400
             r = await client.get("/api/events", params={"after": "nonsense"})
             assert r.status_code == 400
     assert await ever_published(redis) == 0
+
+
+async def test_a_long_emoji_message_escaped_by_its_client_is_taken(
+    runtime: Any, redis: Any
+) -> None:
+    """16,000 characters are allowed; a client that escapes non-ASCII (Python's
+    json, many HTTP libraries) sends an emoji as twelve bytes, and the 64 KiB body
+    cap answered "body too large" at 5,400 emoji."""
+    async with (
+        runtime("all", serve_web=True) as rt,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{rt.port}", timeout=10) as c,
+    ):
+        await asyncio.sleep(0.3)  # the server starting, as above
+        await c.get("/")
+        body = json.dumps({"text": "\U0001f600" * 16_000}).encode()
+        assert len(body) > 190_000
+        r = await c.post(
+            "/api/messages", content=body, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 202, r.text
+    assert await ever_published(redis) == 1
 
 
 async def test_web_chat_token_is_required_when_set(runtime: Any, monkeypatch: Any) -> None:
