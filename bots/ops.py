@@ -185,7 +185,9 @@ async def doctor(settings: Settings) -> list[Check]:
             try:
                 await ch.initialize()
                 if problem := getattr(ch, "unreachable", ""):  # started, not connected
-                    fix = f"check this machine's network (or {name.upper()}_API_BASE_URL)"
+                    fix = getattr(ch, "unreachable_fix", "") or (
+                        f"check this machine's network (or {name.upper()}_API_BASE_URL)"
+                    )
                     checks.append(Check(name, False, problem, fix))
                 else:
                     checks.append(Check(name, True, "token accepted"))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from starlette.routing import BaseRoute, Route
 from telegram import Bot, BotCommand
-from telegram.error import InvalidToken, NetworkError, TelegramError
+from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from agent_core.errors import ConfigError
 from agent_core.events import Attachment
@@ -74,14 +74,46 @@ def limits_for(settings: TelegramSettings) -> Limits:
 IDENTIFY_RETRY_SECS = (5.0, 10.0, 20.0, 30.0)
 
 
+# a 429 on getMe asking for at most this many seconds is waited out once
+SHORT_RETRY_AFTER_SECS = 3.0
+
+
 class TelegramUnreachable(ConfigError):
-    """getMe could not reach the Bot API (a network error, Telegram's 5xx)."""
+    """getMe could not reach the Bot API (a network error, a timeout, Telegram's 5xx)."""
+
+    retry_after = 0.0  # Telegram asked to wait this long first (flood control)
+    fix = ""  # what to do instead of checking the network ("" = check the network)
+
+
+class TelegramRateLimited(TelegramUnreachable):
+    """getMe answered 429 (flood control, e.g. many processes restarting at once):
+    Telegram asks to wait; the token is not at fault (nor checked yet)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(
+            [
+                "TELEGRAM_BOT_TOKEN: rate limited by Telegram (429 Too Many Requests on "
+                f"getMe); retry in {retry_after:g} s (the token was not checked)"
+            ]
+        )
+        self.retry_after = retry_after
+        self.fix = f"retry in {retry_after:g} s (Telegram's flood control, not the token)"
+
+
+def retry_after_secs(exc: RetryAfter) -> float:
+    """The wait a 429 asks for, in seconds (an int or a timedelta, by library version)."""
+    wait = exc.retry_after
+    return float(wait if isinstance(wait, int | float) else wait.total_seconds())
 
 
 async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
     """Bot.initialize() (getMe); one clear ConfigError line when the token is bad,
-    :class:`TelegramUnreachable` when the Bot API cannot be reached."""
-    for attempt in range(attempts):
+    :class:`TelegramUnreachable` when the Bot API cannot be reached, and
+    :class:`TelegramRateLimited` when Telegram's flood control asks to wait longer
+    than a few seconds (a short wait is waited out once)."""
+    waited = False
+    attempt = 0
+    while True:
         try:
             await bot.initialize()
             return
@@ -104,6 +136,13 @@ async def check_bot(bot: Bot, *, attempts: int = 3) -> None:
                     ]
                 ) from None
             await asyncio.sleep(1.0 + attempt)
+            attempt += 1
+        except RetryAfter as exc:
+            secs = retry_after_secs(exc)
+            if waited or secs > SHORT_RETRY_AFTER_SECS:
+                raise TelegramRateLimited(secs) from None
+            waited = True
+            await asyncio.sleep(secs)
         except TelegramError as exc:
             raise ConfigError([f"TELEGRAM_BOT_TOKEN: getMe failed: {exc.message}"]) from None
 
@@ -130,6 +169,7 @@ class TelegramChannel(Channel):
         self.identify_retry_secs = IDENTIFY_RETRY_SECS
         self._menu: Sequence[tuple[str, str, str]] | None = None  # to publish once identified
         self.unreachable = ""  # the problem while getMe has not answered ("" once it has)
+        self.unreachable_fix = ""  # what to do about it, when not "check the network"
 
     @property
     def context(self) -> ParseContext:
@@ -157,22 +197,26 @@ class TelegramChannel(Channel):
             await check_bot(self.bot)
         except TelegramUnreachable as exc:
             self.unreachable = exc.problems[0]
+            self.unreachable_fix = exc.fix
+            first = max(self.identify_retry_secs[0], exc.retry_after)
             # Not a setting's fault, and Slack and Discord in this process must not go
             # down with it: start, and learn the bot's @name once Telegram answers
             # (until then a group message naming the bot by @name is not taken for a
             # mention, replies to it are, and a group command naming a bot is
-            # ignored).  A revoked token still stops here.
+            # ignored).  A revoked token still stops here.  Flood control (429) is
+            # taken the same way, first asked again once the wait is over.
             log.warning(
                 "telegram: %s; starting anyway, asking again in %g s",
                 exc.problems[0].split(": ", 1)[1],
-                self.identify_retry_secs[0],
+                first,
             )
-            self._identify = asyncio.create_task(self._identify_later(), name="telegram-getme")
+            self._identify = asyncio.create_task(self._identify_later(first), name="telegram-getme")
             return
         self._identified()
 
     def _identified(self) -> None:
         self.unreachable = ""
+        self.unreachable_fix = ""
         self._ctx = ParseContext(
             bot_id=str(self.bot.id),
             username=self.bot.username or "",
@@ -181,12 +225,14 @@ class TelegramChannel(Channel):
         )
         log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
 
-    async def _identify_later(self) -> None:
+    async def _identify_later(self, first: float) -> None:
         """getMe until it answers (the bot's @name, for mentions in groups); then the
-        command menu, if it was asked for meanwhile."""
-        for attempt in itertools.count():
+        command menu, if it was asked for meanwhile.  ``first``: the first wait."""
+        wait = first
+        for attempt in itertools.count(1):
+            await asyncio.sleep(wait)
             delays = self.identify_retry_secs
-            await asyncio.sleep(delays[min(attempt, len(delays) - 1)])
+            wait = delays[min(attempt, len(delays) - 1)]
             try:
                 await self.bot.initialize()
             except InvalidToken:
@@ -195,6 +241,10 @@ class TelegramChannel(Channel):
                     "get a new one from @BotFather (/token)"
                 )
                 return
+            except RetryAfter as exc:
+                wait = max(wait, retry_after_secs(exc))
+                log.info("telegram: getMe rate limited by Telegram; asking again in %g s", wait)
+                continue
             except TelegramError as exc:
                 log.info("telegram: Bot API still unreachable (%s)", type(exc).__name__)
                 continue

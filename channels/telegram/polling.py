@@ -13,6 +13,11 @@ Under a lease the poller checks it is still the holder (``holds(stop)``, no Redi
 before each getUpdates and each update it publishes: a process resuming from a
 pause longer than its lease sends nothing more (a getUpdates of its own would
 terminate the new holder's with a 409).
+
+A batch is fetched as raw JSON and each update read on its own: one the Telegram
+library cannot read (a field in a form it does not know) is logged and skipped - the
+offset moves past it - instead of failing the whole batch (``Bot.get_updates`` reads
+them all at once) and so the poller, again after every restart, with the same batch.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
@@ -66,15 +72,44 @@ class Poller:
         self._max_skips = max_skips
         self.offset: int | None = None
 
-    async def _fetch(self, stop: asyncio.Event) -> tuple[Update, ...] | None:
-        poll = asyncio.ensure_future(
-            self._bot.get_updates(
-                offset=self.offset,
-                timeout=self._timeout,
-                allowed_updates=list(ALLOWED_UPDATES),
-                read_timeout=self._timeout + 10,
-            )
+    async def _get_updates(self) -> list[tuple[int | None, Update | None]]:
+        """One getUpdates; each update read on its own ((update_id, None) when the
+        library cannot read it)."""
+        data: dict[str, Any] = {
+            "timeout": self._timeout,
+            "offset": self.offset,
+            "allowed_updates": list(ALLOWED_UPDATES),
+        }
+        # What Bot.get_updates sends (the same request object, the getUpdates one), but
+        # the result is left as JSON: Bot.get_updates reads the whole batch at once and
+        # one unreadable update would fail all of them, every time.  Its read timeout
+        # was the one given plus the long poll: kept.
+        result = await self._bot._post(
+            "getUpdates", data, read_timeout=self._timeout + 10 + self._timeout
         )
+        out: list[tuple[int | None, Update | None]] = []
+        for raw in result if isinstance(result, list) else ():
+            uid = raw.get("update_id") if isinstance(raw, dict) else None
+            uid = uid if type(uid) is int else None
+            try:
+                update = Update.de_json(raw, self._bot)
+            except Exception as exc:
+                log.warning(
+                    "telegram update %s could not be read (%s reading %s); skipped",
+                    uid,
+                    type(exc).__name__,
+                    ", ".join(str(k) for k in raw if k != "update_id")[:200]
+                    if isinstance(raw, dict)
+                    else type(raw).__name__,
+                    exc_info=True,
+                )
+                out.append((uid, None))
+                continue
+            out.append((update.update_id, update))
+        return out
+
+    async def _fetch(self, stop: asyncio.Event) -> list[tuple[int | None, Update | None]] | None:
+        poll = asyncio.ensure_future(self._get_updates())
         stopper = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({poll, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -170,12 +205,14 @@ class Poller:
             if conflicted:
                 log.info("telegram polling resumed")
                 conflicted = False
-            for update in updates:
-                if self.offset is not None and update.update_id < self.offset:
+            for update_id, update in updates:
+                if update_id is None:
+                    continue  # unreadable and without an id: the next one confirms it
+                if self.offset is not None and update_id < self.offset:
                     continue
-                if not await self._publish(ingest, update, stop):
+                if update is not None and not await self._publish(ingest, update, stop):
                     break  # stopping: the offset stays on the unpublished update
-                self.offset = update.update_id + 1
+                self.offset = update_id + 1  # published, or unreadable (logged above)
         if valid():  # a getUpdates after the lease is gone would disturb the new holder
             await self._confirm()
         log.info("telegram polling stopped")
@@ -185,6 +222,8 @@ class Poller:
         if self.offset is None:
             return
         try:
-            await self._bot.get_updates(offset=self.offset, timeout=0, limit=1)
+            # raw, like the polling: the update after the offset is not read (an
+            # unreadable one would fail the shutdown)
+            await self._bot._post("getUpdates", {"offset": self.offset, "timeout": 0, "limit": 1})
         except TelegramError as exc:
             log.info("telegram: could not confirm offset on shutdown (%s); dedup covers it", exc)

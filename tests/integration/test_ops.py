@@ -125,6 +125,24 @@ async def test_doctor_reports_a_revoked_token(valkey: EmbeddedValkey, redis: Any
         await fake.stop()
 
 
+async def test_doctor_reports_flood_control_on_getme_as_a_wait_not_the_token(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    fake.fail_next("getMe", 429, retry_after=30)
+    try:
+        async with FakeLLMServer() as llm:
+            checks = {c.name: c for c in await doctor(settings_for(valkey, fake, llm.openai_url))}
+            check = checks["telegram"]
+            assert not check.ok
+            assert "rate limited by Telegram" in check.detail and "retry in 30 s" in check.detail
+            assert "getMe failed" not in check.detail and "retry in 30 s" in check.fix
+            assert "settings" not in check.fix and "network" not in check.fix
+    finally:
+        await fake.stop()
+
+
 async def test_release_fails_when_event_loop_uvloop_cannot_be_had(
     valkey: EmbeddedValkey, redis: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

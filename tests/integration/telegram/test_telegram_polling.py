@@ -52,6 +52,41 @@ async def test_polling_publishes_in_order_and_confirms(
     await channel.shutdown()
 
 
+async def test_an_update_the_library_cannot_read_is_skipped_not_fatal(
+    fake: FakeTelegram,
+    channel_factory,
+    ingest: Ingest,
+    published,
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    """One update in a form the Telegram library does not know (its whole-batch
+    reading raised) killed the poller, and every restart fetched the same batch:
+    Telegram silent for up to 24 h.  It is logged and skipped, the others are
+    published in order and the offset moves past all of them (as the webhook
+    acknowledges and drops such an update)."""
+    channel = await channel_factory(public_url="")
+    fake.queue_update(fake.message_update(42, "before the broken one", update_id=6))
+    fake.queue_update({"update_id": 7, "message": {"chat": 5}})  # a message without its fields
+    fake.queue_update(fake.message_update(42, "after the broken one", update_id=8))
+    stop = asyncio.Event()
+    p = poller(channel)
+    with caplog.at_level(logging.WARNING, logger="channels.telegram.polling"):
+        task = asyncio.create_task(p.run(ingest, stop))
+        try:
+            await wait_for(lambda: p.offset == 9 or task.done())
+            assert not task.done(), f"the poller ended: {task.exception()!r}"
+        finally:
+            stop.set()
+            if not task.done():
+                await asyncio.wait_for(task, 5)
+    assert [e.text for e in await published()] == ["before the broken one", "after the broken one"]
+    assert not fake.pending  # the broken one is confirmed too: not fetched again
+    [line] = [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
+    assert "update 7" in line and "reading message" in line, line
+    assert fake.token not in caplog.text and fake.token.split(":")[1] not in caplog.text
+    await channel.shutdown()
+
+
 async def test_offset_not_advanced_past_unpublished_update(
     fake: FakeTelegram,
     channel_factory,

@@ -1,6 +1,8 @@
 """Telegram's Bot API unreachable at start (a network outage, Telegram's 502s): the
 process starts anyway, Slack and Discord with it, and learns the bot's name when
-Telegram answers; a token Telegram rejects still stops it with one clear line."""
+Telegram answers; a token Telegram rejects still stops it with one clear line.
+Telegram's flood control on getMe (429) is taken the same way, never blamed on the
+token."""
 
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ from agent_core.errors import ConfigError
 from agent_core.store.pacing import Pacer
 from channels.base import ChannelDeps
 from channels.telegram import TelegramChannel
-from channels.telegram.channel import TelegramUnreachable, check_bot, make_bot
+from channels.telegram.channel import (
+    TelegramRateLimited,
+    TelegramUnreachable,
+    check_bot,
+    make_bot,
+)
 from tests.fakes.telegram import BOT_USERNAME, TOKEN, FakeTelegram
 from tests.integration.telegram.conftest import FAST, make_settings
 
@@ -71,3 +78,62 @@ async def test_a_rejected_token_still_stops_the_start(fake: FakeTelegram, redis:
     assert not isinstance(exc.value, TelegramUnreachable)
     assert exc.value.problems[0].startswith("TELEGRAM_BOT_TOKEN: rejected by Telegram")
     await ch.shutdown()
+
+
+async def test_flood_control_on_getme_at_start_is_waited_out_not_blamed_on_the_token(
+    fake: FakeTelegram, redis: Redis
+) -> None:
+    """A 429 on getMe (many processes restarting at once) stopped the whole process
+    with "TELEGRAM_BOT_TOKEN: getMe failed: Flood control exceeded", Slack, Discord
+    and the web chat with it.  A short wait is waited out and getMe asked again."""
+    fake.fail_next("getMe", 429, retry_after=1)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    try:
+        await ch.initialize()
+        assert ch.context.username == BOT_USERNAME and ch.unreachable == ""
+        assert [c.status for c in fake.calls if c.method == "getMe"] == [429, 200]
+    finally:
+        await ch.shutdown()
+
+
+async def test_a_long_flood_control_wait_on_getme_starts_anyway_and_asks_later(
+    fake: FakeTelegram, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Telegram asks for a longer wait than start-up should take: the channel starts
+    (as when Telegram is unreachable) and asks getMe again once the wait is over."""
+    fake.fail_next("getMe", 429, retry_after=30)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    with caplog.at_level(logging.INFO):
+        try:
+            await ch.initialize()  # no exception
+            assert ch.unreachable.startswith(
+                "TELEGRAM_BOT_TOKEN: rate limited by Telegram (429 Too Many Requests on getMe)"
+            ), ch.unreachable
+            assert "retry in 30 s" in ch.unreachable and "getMe failed" not in ch.unreachable
+            assert "retry in 30 s" in ch.unreachable_fix
+            assert "starting anyway, asking again in 30 s" in caplog.text
+            assert [c.status for c in fake.calls if c.method == "getMe"] == [429]  # not hammered
+        finally:
+            await ch.shutdown()
+    assert TOKEN not in caplog.text
+
+
+async def test_check_bot_reports_flood_control_as_a_wait(fake: FakeTelegram) -> None:
+    """`parley release` / `parley telegram ...` (one getMe): the line says to retry
+    later, not that the token failed; a second 429 after a short wait is not waited
+    out again."""
+    bot = make_bot(make_settings(fake))
+    try:
+        fake.fail_next("getMe", 429, retry_after=1, count=2)
+        with pytest.raises(TelegramRateLimited) as exc:
+            await check_bot(bot, attempts=1)
+    finally:
+        await bot.shutdown()
+    [line] = exc.value.problems
+    detail, _, fix = line.partition("; ")
+    assert detail == "TELEGRAM_BOT_TOKEN: rate limited by Telegram (429 Too Many Requests on getMe)"
+    assert fix.startswith("retry in 1 s"), fix
+    assert exc.value.retry_after == 1
+    assert [c.status for c in fake.calls if c.method == "getMe"] == [429, 429]
