@@ -284,10 +284,36 @@ def http_url(
     return v
 
 
+def not_utf8(path: str | os.PathLike[str]) -> str | None:
+    """The problem line if the file at ``path`` is not UTF-8 text (a ``.env`` saved
+    as Latin-1 / Windows-1252 by a Windows editor), else None (a missing or
+    unreadable file too: whoever reads it says so).  The byte is 1-based."""
+    try:
+        Path(path).expanduser().read_bytes().decode("utf-8")
+    except OSError:
+        return None
+    except UnicodeDecodeError as exc:
+        return f"{path}: is not UTF-8 text (byte {exc.start + 1}); save it as UTF-8"
+    return None
+
+
+def _env_files(cls: type[BaseSettings], overrides: dict[str, Any]) -> list[Any]:
+    files = overrides.get("_env_file", cls.model_config.get("env_file"))
+    if files is None:
+        return []
+    return [files] if isinstance(files, str | os.PathLike) else list(files)
+
+
 def load(cls: type[S], **overrides: Any) -> S:
     """Build ``cls`` from the environment; raise ConfigError with readable lines."""
     try:
         return cls(**overrides)
+    except UnicodeDecodeError:
+        # python-dotenv reading a .env file that is not UTF-8: name the file
+        problems = [p for f in _env_files(cls, overrides) if (p := not_utf8(f))]
+        raise ConfigError(
+            problems or ["the .env file is not UTF-8 text; save it as UTF-8"]
+        ) from None
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False, include_input=False):
