@@ -486,6 +486,33 @@ class CoreSettings(ParleySettings):
         parse_rate(v)  # raises ValueError with a readable message
         return v.strip()
 
+    @field_validator("approver_ids", "admin_ids", "allowed_users")
+    @classmethod
+    def _user_ids(cls, v: str) -> str:
+        """``<channel>:<id>`` entries, the form :attr:`InboundEvent.qualified_user`
+        takes: a bare ``123456789`` matches nobody (and a bare ADMIN_IDS still
+        counts as "an approver is configured", so nobody in a group could /new).
+        The channel is lower-cased; the id keeps its case (Slack's U0123ABCD)."""
+        from agent_core.events import CHANNELS
+
+        out, bad = [], []
+        for entry in (p.strip() for p in v.split(",")):
+            if not entry:
+                continue
+            channel, sep, uid = entry.partition(":")
+            channel, uid = channel.strip().lower(), uid.strip()
+            if not sep or channel not in CHANNELS or not uid:
+                bad.append(entry)
+            else:
+                out.append(f"{channel}:{uid}")
+        if bad:
+            names = ", ".join(repr(b) for b in bad)
+            raise ValueError(
+                f"{names} {'is' if len(bad) == 1 else 'are'} not <channel>:<id>; expected "
+                f"e.g. telegram:123456789 (channel: {', '.join(CHANNELS[:-1])} or {CHANNELS[-1]})"
+            )
+        return ",".join(out)
+
     @staticmethod
     def id_list(raw: str) -> frozenset[str]:
         return frozenset(p.strip() for p in raw.split(",") if p.strip())
