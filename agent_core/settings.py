@@ -284,10 +284,36 @@ def http_url(
     return v
 
 
+def not_utf8(path: str | os.PathLike[str]) -> str | None:
+    """The problem line if the file at ``path`` is not UTF-8 text (a ``.env`` saved
+    as Latin-1 / Windows-1252 by a Windows editor), else None (a missing or
+    unreadable file too: whoever reads it says so).  The byte is 1-based."""
+    try:
+        Path(path).expanduser().read_bytes().decode("utf-8")
+    except OSError:
+        return None
+    except UnicodeDecodeError as exc:
+        return f"{path}: is not UTF-8 text (byte {exc.start + 1}); save it as UTF-8"
+    return None
+
+
+def _env_files(cls: type[BaseSettings], overrides: dict[str, Any]) -> list[Any]:
+    files = overrides.get("_env_file", cls.model_config.get("env_file"))
+    if files is None:
+        return []
+    return [files] if isinstance(files, str | os.PathLike) else list(files)
+
+
 def load(cls: type[S], **overrides: Any) -> S:
     """Build ``cls`` from the environment; raise ConfigError with readable lines."""
     try:
         return cls(**overrides)
+    except UnicodeDecodeError:
+        # python-dotenv reading a .env file that is not UTF-8: name the file
+        problems = [p for f in _env_files(cls, overrides) if (p := not_utf8(f))]
+        raise ConfigError(
+            problems or ["the .env file is not UTF-8 text; save it as UTF-8"]
+        ) from None
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False, include_input=False):
@@ -459,6 +485,33 @@ class CoreSettings(ParleySettings):
 
         parse_rate(v)  # raises ValueError with a readable message
         return v.strip()
+
+    @field_validator("approver_ids", "admin_ids", "allowed_users")
+    @classmethod
+    def _user_ids(cls, v: str) -> str:
+        """``<channel>:<id>`` entries, the form :attr:`InboundEvent.qualified_user`
+        takes: a bare ``123456789`` matches nobody (and a bare ADMIN_IDS still
+        counts as "an approver is configured", so nobody in a group could /new).
+        The channel is lower-cased; the id keeps its case (Slack's U0123ABCD)."""
+        from agent_core.events import CHANNELS
+
+        out, bad = [], []
+        for entry in (p.strip() for p in v.split(",")):
+            if not entry:
+                continue
+            channel, sep, uid = entry.partition(":")
+            channel, uid = channel.strip().lower(), uid.strip()
+            if not sep or channel not in CHANNELS or not uid:
+                bad.append(entry)
+            else:
+                out.append(f"{channel}:{uid}")
+        if bad:
+            names = ", ".join(repr(b) for b in bad)
+            raise ValueError(
+                f"{names} {'is' if len(bad) == 1 else 'are'} not <channel>:<id>; expected "
+                f"e.g. telegram:123456789 (channel: {', '.join(CHANNELS[:-1])} or {CHANNELS[-1]})"
+            )
+        return ",".join(out)
 
     @staticmethod
     def id_list(raw: str) -> frozenset[str]:

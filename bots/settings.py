@@ -23,6 +23,7 @@ from agent_core.settings import (
     ParleySettings,
     is_secret,
     load,
+    not_utf8,
 )
 from agent_core.store.client import url_secrets
 from channels.web.channel import WebSettings
@@ -302,6 +303,9 @@ def _check_env_file() -> None:
 
     path = Path(ENV_FILE)
     logging.getLogger("dotenv.main").setLevel(logging.ERROR)
+    if problem := not_utf8(path):
+        # once, not again from every settings class that reads the file
+        raise ConfigError([problem])
     try:
         with path.open(encoding="utf-8") as f:
             bad = [b.original.line for b in parse_stream(f) if b.error]

@@ -6,7 +6,10 @@ backend (Ollama, the demo model) cost nothing, whatever their name.  Everything
 else, open models included (``llama-3.3-70b-versatile`` on Groq,
 ``deepseek/deepseek-chat`` on OpenRouter, ``mistral-large-latest``, a vLLM
 server), is paid for: unknown models get :data:`DEFAULT_PRICE`, with one
-warning per model.  ``LLM_PRICES_FILE`` (TOML or JSON) adds or overrides models::
+warning per model.  ``LLM_PRICES_FILE`` (TOML or JSON) adds or overrides models;
+each entry starts from what the table says of its model (the default price for
+one it does not know), so a key left out keeps its value; an unknown key, or a
+negative or infinite number, stops Parley::
 
     [models."my-model"]
     input_per_million = 0.5
@@ -21,9 +24,12 @@ warning per model.  ``LLM_PRICES_FILE`` (TOML or JSON) adds or overrides models:
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
+import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -140,7 +146,9 @@ class PriceTable:
         self._cache: dict[tuple[str, bool], ModelInfo] = {}
         self._warned: set[str] = set()
         if prices_file:
-            self._known.update(load_prices_file(prices_file))
+            # each entry starts from what the table says of its model
+            entries = load_prices_file(prices_file, lambda n: self._resolve(n, False, warn=False))
+            self._known.update(entries)
 
     def lookup(self, model: str, *, local: bool = False) -> ModelInfo:
         """ModelInfo for ``model``; ``local`` (Ollama) forces zero cost."""
@@ -150,7 +158,7 @@ class PriceTable:
             hit = self._cache[key] = self._resolve(model, local)
         return hit
 
-    def _resolve(self, model: str, local: bool) -> ModelInfo:
+    def _resolve(self, model: str, local: bool, *, warn: bool = True) -> ModelInfo:
         bare = strip_prefix(model)
         exact = self._known.get(model.lower()) or self._known.get(bare)
         if exact is None:
@@ -165,7 +173,7 @@ class PriceTable:
             if exact is not None:
                 ctx = exact.context_window
             return ModelInfo(name=model, context_window=ctx, supports_vision=vision)
-        if model not in self._warned:
+        if warn and model not in self._warned:
             self._warned.add(model)
             log.warning(
                 "no price known for model %r; using the default of $%.2f/$%.2f per million "
@@ -179,8 +187,67 @@ class PriceTable:
         return replace(DEFAULT_PRICE, name=model)
 
 
-def load_prices_file(path: str) -> dict[str, ModelInfo]:
-    """Parse a TOML or JSON price file into ModelInfo by lower-case model name."""
+# the keys of a price file's entry: a number (>= 0) or a whole number (>= 1) each,
+# or true / false
+_PRICE_KEYS = {
+    "input_per_million": "input_cost_per_token",
+    "output_per_million": "output_cost_per_token",
+    "cache_read_per_million": "cache_read_cost_per_token",
+    "cache_write_per_million": "cache_write_cost_per_token",
+}
+_FLAG_KEYS = {
+    "supports_vision": "supports_vision",
+    "supports_tools": "supports_tools",
+    "reasoning": "reasoning",
+}
+KNOWN_KEYS = (*_PRICE_KEYS, "context_window", *_FLAG_KEYS)
+
+
+def _entry(
+    where: str, base: ModelInfo, spec: dict[str, Any], problems: list[str]
+) -> ModelInfo | None:
+    """``base`` with the fields ``spec`` gives; a line in ``problems`` for each key
+    that is unknown or whose value is not of its kind (None then)."""
+    changes: dict[str, Any] = {}
+    bad = len(problems)
+    for key, value in spec.items():
+        if key in _PRICE_KEYS:
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                price = float(value)
+            except (TypeError, ValueError):
+                problems.append(f"{where}: {key} must be a number")
+                continue
+            if not math.isfinite(price) or price < 0:
+                problems.append(f"{where}: {key} must be a finite number, 0 or more")
+                continue
+            changes[_PRICE_KEYS[key]] = price * M
+        elif key == "context_window":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(f"{where}: {key} must be a whole number, 1 or more")
+                continue
+            changes["context_window"] = value
+        elif key in _FLAG_KEYS:
+            if not isinstance(value, bool):
+                problems.append(f"{where}: {key} must be true or false")
+                continue
+            changes[_FLAG_KEYS[key]] = value
+        else:
+            close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            if isinstance(value, dict):  # [models.gpt-4.1]: TOML splits the name at the dot
+                hint = 'quote a model name holding a dot: [models."gpt-4.1"]; '
+            problems.append(f"{where}: unknown key {key!r} ({hint}known: {', '.join(KNOWN_KEYS)})")
+    return None if len(problems) > bad else replace(base, **changes)
+
+
+def load_prices_file(path: str, base: Callable[[str], ModelInfo]) -> dict[str, ModelInfo]:
+    """Parse a TOML or JSON price file into ModelInfo by lower-case model name.  Each
+    entry starts from ``base(name)`` (the built-in entry, or the default price of a
+    model Parley does not know), so a field the file leaves out keeps its value;
+    an unknown key (a misspelt price would be silently lost) or a value that is not
+    of its kind (a negative or infinite price) is a ConfigError line."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -193,23 +260,13 @@ def load_prices_file(path: str) -> dict[str, ModelInfo]:
     out: dict[str, ModelInfo] = {}
     problems: list[str] = []
     for name, spec in models.items():
+        where = f"LLM_PRICES_FILE: {path}: models.{json.dumps(name)}"
         if not isinstance(spec, dict):
-            problems.append(f"LLM_PRICES_FILE: models.{name} must be a table")
+            problems.append(f"{where} must be a table")
             continue
-        try:
-            out[name.lower()] = _m(
-                name.lower(),
-                float(spec.get("input_per_million", 0.0)),
-                float(spec.get("output_per_million", 0.0)),
-                float(spec.get("cache_read_per_million", 0.0)),
-                float(spec.get("cache_write_per_million", 0.0)),
-                ctx=int(spec.get("context_window", 128_000)),
-                vision=bool(spec.get("supports_vision", False)),
-                tools=bool(spec.get("supports_tools", True)),
-                reasoning=bool(spec.get("reasoning", False)),
-            )
-        except (TypeError, ValueError):
-            problems.append(f"LLM_PRICES_FILE: models.{name} has a non-numeric value")
+        info = _entry(where, replace(base(name.lower()), name=name.lower()), spec, problems)
+        if info is not None:
+            out[name.lower()] = info
     if problems:
         raise ConfigError(problems)
     return out

@@ -42,6 +42,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 ROUTINE_OK = "ROUTINE_OK"
 MAX_WINDOW_SECS = 30 * 86_400  # cooldown / dedup windows: at most 30 days
 MIN_WINDOW_SECS = 0.001  # ... and, when set, at least 1 ms (Redis SET PX >= 1)
+MAX_CONCURRENT = 1_000  # --max: runs of one routine at once (a 64-bit overflow beyond)
 
 
 class RoutineError(ValueError):
@@ -173,8 +174,10 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
                 f"the {what} window must be 0 (none) or at least {MIN_WINDOW_SECS:g} s "
                 f"(1 ms); {secs:g} s is too short"
             )
-    if r.max_concurrent < 1:
-        raise RoutineError("max concurrent runs must be at least 1")
+    if not 1 <= r.max_concurrent <= MAX_CONCURRENT:
+        raise RoutineError(
+            f"max concurrent runs (--max) must be at least 1 and at most {MAX_CONCURRENT:,}"
+        )
     return r
 
 

@@ -118,6 +118,20 @@ def test_bad_configuration_is_one_clear_line_and_exit_2(
     assert "hunter2secret" not in r.stderr + r.stdout
 
 
+def test_routines_add_with_a_huge_max_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """--max beyond 64 bits overflowed when the routine was stored: a traceback."""
+    r = parley(
+        [
+            *("routines", "add", "r1", "--event", "down"),
+            *("--max", "99999999999999999999", "--notify", "web:abc", "summarise"),
+        ],
+        {"PARLEY_DATA_DIR": str(tmp_path / "d")},
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode == 2, (r.returncode, r.stderr[-600:])
+    assert "at most 1,000" in r.stderr
+
+
 def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

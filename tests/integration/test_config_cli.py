@@ -165,6 +165,22 @@ def test_non_utf8_secret_file_is_one_line(tmp_path: Path) -> None:
     assert "OPENAI_API_KEY_FILE:" in r.stderr
 
 
+def test_non_utf8_dotenv_file_is_one_line(tmp_path: Path) -> None:
+    """A .env saved as Windows-1252 (a curly apostrophe in SYSTEM_PROMPT): every
+    command stops with one line naming the file, not a UnicodeDecodeError."""
+    env = tmp_path / ".env"
+    env.write_bytes(b"SYSTEM_PROMPT=Be nice\x92s\n")
+    r = parley(
+        ["release"],
+        {"PARLEY_ENV_FILE": str(env), "PARLEY_DATA_DIR": str(tmp_path / "d")},
+        timeout=40,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode == 2, (r.returncode, r.stderr[-600:])
+    line = f"{env}: is not UTF-8 text (byte 22); save it as UTF-8"
+    assert r.stderr.count(line) == 1, r.stderr[-600:]
+
+
 # --- SIGTERM during start-up ---------------------------------------------------------
 
 

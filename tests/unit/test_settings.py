@@ -149,6 +149,41 @@ def test_a_mistyped_setting_is_named_with_the_closest_one(
     ]
 
 
+@pytest.mark.parametrize("name", ["ADMIN_IDS", "APPROVER_IDS", "ALLOWED_USERS"])
+@pytest.mark.parametrize("bad", ["123456789", "tg:123456789", "telegram:", " :5"])
+def test_a_user_id_without_its_channel_stops_startup_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, name: str, bad: str
+) -> None:
+    """A bare Telegram id matched nobody, silently: a bare ADMIN_IDS / APPROVER_IDS
+    still counted as 'an approver is configured' (nobody in a group could /new), a
+    bare ALLOWED_USERS silenced every group."""
+    monkeypatch.setenv(name, f"slack:U01,{bad}")
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings)
+    assert exc.value.problems == [
+        f"{name}: {bad.strip()!r} is not <channel>:<id>; expected e.g. telegram:123456789 "
+        "(channel: telegram, slack, discord, web or console)"
+    ]
+
+
+def test_user_ids_take_the_channel_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADMIN_IDS", " Telegram:123 , SLACK:U0123ABCD,discord: 42 ")
+    s = load(CoreSettings)
+    assert s.id_list(s.admin_ids) == {"telegram:123", "slack:U0123ABCD", "discord:42"}
+
+
+def test_load_settings_refuses_a_bare_admin_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bots.settings import load_settings
+
+    monkeypatch.setenv("ADMIN_IDS", "123456789")
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert [p for p in exc.value.problems if p.startswith("ADMIN_IDS:")] == [
+        "ADMIN_IDS: '123456789' is not <channel>:<id>; expected e.g. telegram:123456789 "
+        "(channel: telegram, slack, discord, web or console)"
+    ]
+
+
 @pytest.mark.parametrize("bad", ["telgram:123", "telegram", "slack:T01//C1", "web:a/b"])
 def test_a_mistyped_heartbeat_target_stops_startup_with_one_line(
     monkeypatch: pytest.MonkeyPatch, bad: str

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_core.errors import ConfigError
 from agent_core.llm.settings import LLMSettings
-from agent_core.settings import PLAINTEXT_SECRETS
+from agent_core.settings import PLAINTEXT_SECRETS, CoreSettings, load
 
 
 def test_a_secret_file_named_in_dotenv_is_read(
@@ -59,3 +60,27 @@ def test_the_environments_file_ranks_above_the_dotenv_file(
     s = LLMSettings(_env_file=str(env))  # type: ignore[call-arg]
     assert s.openai_api_key is not None
     assert s.openai_api_key.get_secret_value() == "sk-env-file"
+
+
+def test_a_dotenv_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """A .env saved as Latin-1 by a Windows editor (an accent in AGENT_NAME): a
+    ConfigError naming the file and the byte, not a UnicodeDecodeError."""
+    env = tmp_path / ".env"
+    env.write_bytes(b"AGENT_NAME=Ren\xe9\nDM_POLICY=open\n")
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings, _env_file=str(env))
+    assert exc.value.problems == [f"{env}: is not UTF-8 text (byte 15); save it as UTF-8"]
+
+
+def test_load_settings_reports_a_non_utf8_dotenv_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every settings class reads the .env file: the line is said once, not once each."""
+    import bots.settings as bs
+
+    env = tmp_path / ".env"
+    env.write_bytes(b"SYSTEM_PROMPT=Be nice\x92s\n")
+    monkeypatch.setattr(bs, "ENV_FILE", str(env))
+    with pytest.raises(ConfigError) as exc:
+        bs.load_settings()
+    assert exc.value.problems == [f"{env}: is not UTF-8 text (byte 22); save it as UTF-8"]

@@ -49,3 +49,16 @@ async def test_routine_subcommand_followed_by_a_line_break(pworld: Any) -> None:
     assert reply.startswith("Added routine `daily`"), reply
     shown = await say(w, "/routine show\ndaily")
     assert "- prompt: Check:\n- the queue" in shown, shown
+
+
+async def test_routine_add_with_a_huge_max_says_the_bound(pworld: Any) -> None:
+    """`--max 99999999999999999999` overflowed when the routine was stored, and the
+    chat got the generic 'Something went wrong'."""
+    w = await start(pworld)
+    reply = await say(
+        w, "/routine add r1 --event down --max 99999999999999999999 --notify telegram:900 hi"
+    )
+    assert "must be at least 1 and at most 1,000" in reply, reply
+    assert "Something went wrong" not in reply
+    listed = await say(w, "/routine list")
+    assert "r1" not in listed, listed

@@ -178,6 +178,63 @@ def test_bad_prices_file(tmp_path: Path) -> None:
         PriceTable(str(tmp_path / "missing.toml"))
 
 
+def test_a_misspelt_key_in_the_prices_file_is_refused_not_free(tmp_path: Path) -> None:
+    """input_per_millon was ignored and the model cost $0: DAILY_BUDGET_USD never
+    tripped.  One line naming the file, the model, the key and the known keys."""
+    f = tmp_path / "prices.toml"
+    f.write_text('[models."my-model"]\ninput_per_millon = 2.5\noutput_per_million = 10\n')
+    with pytest.raises(ConfigError) as exc:
+        PriceTable(str(f))
+    [line] = exc.value.problems
+    assert line.startswith(
+        f"LLM_PRICES_FILE: {f}: models.\"my-model\": unknown key 'input_per_millon'"
+    )
+    assert "did you mean input_per_million?" in line
+    assert "known: input_per_million, output_per_million, " in line
+
+
+def test_a_prices_file_entry_keeps_what_it_leaves_out(tmp_path: Path) -> None:
+    """'adds to and overrides the table': gpt-4o's context_window alone keeps its
+    prices and vision; a new model given only an input price keeps the default
+    output price (budgets err high), not $0."""
+    before = PriceTable().lookup("gpt-4o")
+    f = tmp_path / "prices.toml"
+    f.write_text(
+        '[models."gpt-4o"]\ncontext_window = 64000\n[models."my-model"]\ninput_per_million = 1\n'
+    )
+    t = PriceTable(str(f))
+    after = t.lookup("gpt-4o")
+    assert after.context_window == 64000
+    assert after.input_cost_per_token == before.input_cost_per_token
+    assert after.output_cost_per_token == before.output_cost_per_token
+    assert after.cache_read_cost_per_token == before.cache_read_cost_per_token
+    assert after.supports_vision == before.supports_vision
+    mine = t.lookup("my-model")
+    assert mine.input_cost_per_token == pytest.approx(1e-6)
+    assert mine.output_cost_per_token == DEFAULT_PRICE.output_cost_per_token
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("input_per_million = -1", "input_per_million must be a finite number, 0 or more"),
+        ("output_per_million = inf", "output_per_million must be a finite number, 0 or more"),
+        ("cache_read_per_million = nan", "cache_read_per_million must be a finite number"),
+        ("context_window = 0", "context_window must be a whole number, 1 or more"),
+        ('supports_vision = "no"', "supports_vision must be true or false"),
+    ],
+)
+def test_a_negative_or_non_finite_number_in_the_prices_file_is_refused(
+    tmp_path: Path, line: str, problem: str
+) -> None:
+    f = tmp_path / "prices.toml"
+    f.write_text(f'[models."m"]\n{line}\n')
+    with pytest.raises(ConfigError) as exc:
+        PriceTable(str(f))
+    [got] = exc.value.problems
+    assert got.startswith(f'LLM_PRICES_FILE: {f}: models."m": {problem}'), got
+
+
 def test_cached_tokens_without_a_known_cache_price_are_billed_as_input() -> None:
     """A model whose cache prices are unknown (unknown models, price-file entries
     without them, e.g. chatgpt-4o) must not bill cached prompt tokens at $0."""

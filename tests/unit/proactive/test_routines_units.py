@@ -52,6 +52,9 @@ def test_next_fire_in_a_timezone_across_dst() -> None:
         (Routine("Bad Name!", "manual", "p", notify="web:s"), "name"),
         (Routine("r", "manual", " ", notify="web:s"), "prompt is empty"),
         (Routine("r", "manual", "p", notify="web:s", max_concurrent=0), "at least 1"),
+        (Routine("r", "manual", "p", notify="web:s", max_concurrent=1001), "at most 1,000"),
+        # beyond 64 bits: was an OverflowError when the routine was stored
+        (Routine("r", "manual", "p", notify="web:s", max_concurrent=10**20), "at most 1,000"),
     ],
 )
 def test_bad_routines_are_refused_with_the_reason(routine: Routine, reason: str) -> None:
