@@ -52,7 +52,12 @@ from agent_core.outbox import current_part, on_wire, wire_claim, wire_created, w
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
-from .client import SafeConnectionErrorRetryHandler, channel_pace, current_channel
+from .client import (
+    POSTING_METHODS,
+    SafeConnectionErrorRetryHandler,
+    channel_pace,
+    current_channel,
+)
 from .files import SlackFiles, complete, file_origins
 from .find import find_part, part_metadata, reader
 from .mrkdwn import to_mrkdwn
@@ -184,7 +189,8 @@ class SlackOutbox:
                     # this process's previews hold back, posts go on
                     self._previews_quiet_until = time.monotonic() + retry_after
                     return None
-                await self.pacer.pause(channel_pace(channel), retry_after)
+                if method in POSTING_METHODS:  # not chat.delete's own limit
+                    await self.pacer.pause(channel_pace(channel), retry_after)
                 raise SendRateLimited(retry_after, f"Slack {method}") from exc
             if error in _FORMAT_ERRORS:
                 raise FormattingRejected(f"Slack {method}: {error}") from exc

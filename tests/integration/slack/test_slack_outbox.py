@@ -184,6 +184,34 @@ async def test_429_honours_retry_after_and_pauses_the_channel(
         await slack.outbox().send(thread, OutboundMessage("once more"))
 
 
+async def test_a_rate_limited_working_reaction_does_not_pause_the_channel(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reactions.add / reactions.remove have their own limit (per method and
+    workspace): their 429 is waited out by that call alone; posting into the
+    channel, every worker's, goes on."""
+    from agent_core.store.pacing import Pacer
+
+    paused: list[str] = []
+    real = Pacer.pause
+
+    async def recording(self: Pacer, key: str, seconds: float) -> None:
+        paused.append(key)
+        await real(self, key, seconds)
+
+    monkeypatch.setattr(Pacer, "pause", recording)
+    user_msg = fake_slack.add_user_message("C7", "hi")
+    thread = ThreadKey("slack", TEAM, "C7", user_msg.ts)
+    await SlackState(redis, 60).remember(last=(thread, f"C7 {user_msg.ts}"))
+    fake_slack.rate_limit("reactions.add", retry_after=0)
+    await slack.outbox().typing(thread)
+    fake_slack.rate_limit("reactions.remove", retry_after=0)
+    await slack.outbox().turn_finished(thread, None)
+    assert [c.status for c in fake_slack.calls_to("reactions.add", ok=None)] == [429, 200]
+    assert [c.status for c in fake_slack.calls_to("reactions.remove", ok=None)] == [429, 200]
+    assert paused == []
+
+
 async def test_pacing_is_shared_between_processes(
     fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
 ) -> None:
