@@ -319,7 +319,9 @@ def parse_action(
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, team, channel, thread),
         user_id=user_id,
-        user_name=_loose(user, "username") or _loose(user, "name"),
+        # user.username / user.name is the legacy handle, not the name Slack shows:
+        # left empty, the display name is looked up (users.info, cached)
+        user_name="",
         is_direct=is_dm(channel),
         mentions_bot=True,
         action=Action(token=value),
@@ -350,7 +352,7 @@ def parse_command(
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, team, channel, ""),
         user_id=user,
-        user_name=str(form.get("user_name") or ""),
+        user_name="",  # the form's user_name is the legacy handle: looked up instead
         text=text,
         is_direct=is_dm(channel),
         mentions_bot=True,
