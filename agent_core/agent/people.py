@@ -52,6 +52,21 @@ class AttachmentCompleter(Protocol):
     ) -> tuple[Attachment, ...]: ...
 
 
+async def author_name(outbox: object, event: InboundEvent) -> str:
+    """The name of ``event``'s author for Parley's own texts (who decided an
+    approval, whose decision it waits for): the event's name, else the one the
+    channel's :class:`NameResolver` gives (the lookup :func:`named` made for the
+    model, kept by the channel), else '' (the caller falls back to the id or to
+    "the person who asked").  Within :data:`NAME_TIMEOUT_SECS`."""
+    if event.user_name or not event.user_id or not isinstance(outbox, NameResolver):
+        return event.user_name
+    try:
+        return await asyncio.wait_for(outbox.user_display_name(event.user_id), NAME_TIMEOUT_SECS)
+    except Exception as exc:  # a name is a nicety: never fails a decision
+        log.info("[%s] name not looked up: %s", event.thread, type(exc).__name__)
+        return ""
+
+
 async def named(outbox: object, event: InboundEvent) -> InboundEvent:
     """``event`` with its author's name filled in where a group needs it, the
     people it mentions named where the platform wrote ids, and its files

@@ -56,7 +56,7 @@ from agent_core.agent.loopguard import Level, LoopGuard
 from agent_core.agent.office import office_kind
 from agent_core.agent.parser import ApprovalReply, Command, parse
 from agent_core.agent.pdfs import is_pdf
-from agent_core.agent.people import named
+from agent_core.agent.people import author_name, named
 from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState, mid_turn
@@ -643,7 +643,9 @@ class Turn:
             "iter": self.iteration + 2,  # this one (iteration + 1) is done once results are in
             "guard": self.loop_guard.to_dict(),
             "user": self.user,
-            "name": self.head.user_name if self.head else "",
+            # the requester's name for the prompt and the notices about it (a
+            # platform whose events carry only an id: looked up, see people.py)
+            "name": await author_name(self.writer.outbox, self.head) if self.head else "",
         }
         a = await self.ask(asks[0].call)
         return ToolRound(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from agent_core.agent import approvals as ap
 from agent_core.agent.executor import Planned, cap, run_one
 from agent_core.agent.loopguard import LoopGuard
+from agent_core.agent.people import author_name
 from agent_core.agent.session import Session, ThreadState
 from agent_core.errors import ChannelError
 from agent_core.events import EventKind, InboundEvent, OutboundMessage
@@ -281,7 +282,7 @@ async def cancel_pending(self: Turn, head: InboundEvent, why: str = "cancel") ->
         await self.settle_given_up(a)
         return False
     if a is not None:
-        by = head.user_name or head.user_id
+        by = await author_name(self.writer.outbox, head) or head.user_id
         res = await self.agent.approvals.claim(
             self.thread, aid, why, head.qualified_user, by, head.event_id
         )
@@ -329,7 +330,7 @@ async def decide(
         return "approval-early"
     if decision == "always" and not may_always(self, a.tool):
         decision = "approve"  # a typed "always" for a tool that asks every time
-    by = head.user_name or head.user_id
+    by = await author_name(self.writer.outbox, head) or head.user_id
     res = await store.claim(self.thread, aid, decision, head.qualified_user, by, head.event_id)
     if res.outcome is ap.ClaimOutcome.UNKNOWN:
         await self.private(head, "That approval is not active any more.", button=button)

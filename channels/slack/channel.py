@@ -119,6 +119,7 @@ class SlackChannel(Channel):
             ingest,
             self.state,
             bot_user_id=lambda: self.bot_user_id,
+            team_id=lambda: self.team_id,
             group_reply=self.deps.group_reply,
             slash_command=self.settings.slack_slash_command,
         )

@@ -33,6 +33,18 @@ def channel_pace(channel: str) -> str:
 current_channel: ContextVar[str] = ContextVar("slack_current_channel", default="")
 
 
+# The calls whose 429 pauses a channel's posting pace: the messages of a channel
+# (Slack's ~1 a second per channel).  Other limits (reactions.add/remove,
+# users.info, chat.delete, history: per method and workspace) say nothing about
+# posting into that channel, so their 429 only waits for itself.
+POSTING_METHODS = frozenset({"chat.postMessage", "chat.postEphemeral", "chat.update"})
+
+
+def _request_method(request: HttpRequest) -> str:
+    """The Web API method of a request (``…/api/chat.postMessage`` -> chat.postMessage)."""
+    return request.url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+
+
 def _request_channel(request: HttpRequest) -> str:
     params: Any = request.body_params
     if isinstance(params, dict) and params.get("channel"):
@@ -51,8 +63,9 @@ def _retry_after(response: HttpResponse) -> float:
 
 
 class PacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
-    """Honours Retry-After (sleep, retry once) and pauses the channel's shared pace,
-    so every worker process backs off from that channel, not only this one."""
+    """Honours Retry-After (sleep, retry once); a 429 on a message of a channel
+    (:data:`POSTING_METHODS`) also pauses the channel's shared pace, so every worker
+    process backs off from that channel, not only this one."""
 
     def __init__(self, pacer: Pacer | None, max_retry_count: int = 1) -> None:
         super().__init__(max_retry_count=max_retry_count)
@@ -66,7 +79,11 @@ class PacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> None:
-        if response is not None and self._pacer is not None:
+        if (
+            response is not None
+            and self._pacer is not None
+            and _request_method(request) in POSTING_METHODS
+        ):
             channel = _request_channel(request)
             if channel:
                 try:

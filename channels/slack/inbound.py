@@ -72,12 +72,17 @@ class SlackInbound:
         state: SlackState,
         *,
         bot_user_id: Callable[[], str],
+        team_id: Callable[[], str] = lambda: "",
         group_reply: str = "mention",
         slash_command: str = "/parley",
     ) -> None:
         self.ingest = ingest
         self.state = state
         self._bot_user_id = bot_user_id
+        # the workspace Parley is installed in (auth.test): every conversation is
+        # keyed by it, whatever team a Slack Connect payload names ('' : unknown,
+        # each payload's installation team is used, see parse.py)
+        self._team_id = team_id
         self.group_reply = group_reply
         self.slash_command = slash_command
         self._notices: set[asyncio.Task[None]] = set()  # "press again" posts under way
@@ -86,14 +91,19 @@ class SlackInbound:
         """An ``event_callback`` body. Raises StoreUnavailable (answer 5xx / do not ack)."""
         bot = self._bot_user_id()
         in_thread = False
-        cand = followup_candidate(body, bot)
+        team = self._team_id()
+        cand = followup_candidate(body, bot, team=team)
         if cand is not None:
             try:
                 in_thread = await self.state.in_thread(*cand)
             except RedisError as exc:
                 raise StoreUnavailable(f"cannot reach Redis: {type(exc).__name__}") from exc
         event = parse_event(
-            body, bot_user_id=bot, group_reply=self.group_reply, in_bot_thread=in_thread
+            body,
+            bot_user_id=bot,
+            group_reply=self.group_reply,
+            in_bot_thread=in_thread,
+            team=team,
         )
         if event is None:
             return None
@@ -103,7 +113,7 @@ class SlackInbound:
         """A ``block_actions`` payload.  With Redis unreachable the press is not
         taken; Slack never sends it again, so its presser is told through the
         payload's ``response_url`` (StoreUnavailable is raised only without one)."""
-        event = parse_action(payload)
+        event = parse_action(payload, team=self._team_id())
         if event is None:
             return None
         try:
@@ -133,7 +143,7 @@ class SlackInbound:
 
     async def on_command(self, form: Payload) -> dict[str, Any]:
         """A slash command; returns the ephemeral acknowledgement shown to its user."""
-        event = parse_command(form, command=self.slash_command)
+        event = parse_command(form, command=self.slash_command, team=self._team_id())
         if event is None:
             return {"response_type": "ephemeral", "text": "Unknown command."}
         try:

@@ -52,13 +52,18 @@ from agent_core.outbox import current_part, on_wire, wire_claim, wire_created, w
 from agent_core.store.pacing import Pacer
 from channels.never_sent import never_sent
 
-from .client import SafeConnectionErrorRetryHandler, channel_pace, current_channel
+from .client import (
+    POSTING_METHODS,
+    SafeConnectionErrorRetryHandler,
+    channel_pace,
+    current_channel,
+)
 from .files import SlackFiles, complete, file_origins
 from .find import find_part, part_metadata, reader
 from .mrkdwn import to_mrkdwn
 from .parse import CHANNEL, RESPONSE_URL_PREFIX, is_dm
 from .people import SlackNames
-from .render import SlackPost, render, render_preview
+from .render import SlackPost, render, render_preview, text_only
 from .settings import DEFAULT_API_BASE_URL
 from .state import SlackState
 
@@ -184,7 +189,8 @@ class SlackOutbox:
                     # this process's previews hold back, posts go on
                     self._previews_quiet_until = time.monotonic() + retry_after
                     return None
-                await self.pacer.pause(channel_pace(channel), retry_after)
+                if method in POSTING_METHODS:  # not chat.delete's own limit
+                    await self.pacer.pause(channel_pace(channel), retry_after)
                 raise SendRateLimited(retry_after, f"Slack {method}") from exc
             if error in _FORMAT_ERRORS:
                 raise FormattingRejected(f"Slack {method}: {error}") from exc
@@ -297,8 +303,10 @@ class SlackOutbox:
         try:
             sent = await self._post_all(channel, thread_ts, render(message))
         except FormattingRejected:
-            log.warning("[%s] Slack refused the formatting; sending plain text", thread)
-            sent = await self._post_all(channel, thread_ts, render(message, plain=True))
+            # nothing is showing: the whole answer again, text only (buttons kept)
+            log.warning("[%s] Slack refused the formatting; sending text only", thread)
+            posts = [text_only(p) for p in render(message)]
+            sent = await self._post_all(channel, thread_ts, posts)
         except SendFailed as exc:
             if _not_member(exc) and extra.startswith(RESPONSE_URL_PREFIX):
                 # /parley used where the bot is not a member: answer privately
@@ -398,16 +406,19 @@ class SlackOutbox:
         sent again as text only, a rate limit is waited out (:meth:`_call_waiting`),
         a request whose answer was lost counts as posted (never repeated).
         """
-        text_only = False
+        plain = False
+        update = method == "chat.update"
         while True:
             try:
-                resp = await self._call_waiting(method, channel, **args, **post.kwargs())
+                resp = await self._call_waiting(
+                    method, channel, **args, **post.kwargs(update=update)
+                )
                 return str(resp["ts"]) if resp is not None else UNKNOWN_TS
             except FormattingRejected:
-                if text_only:
+                if plain:
                     raise
                 log.warning("Slack refused the formatting of a later message; text only")
-                post, text_only = _text_only(post), True
+                post, plain = text_only(post), True
             except SendUnconfirmed:
                 return str(args.get("ts", UNKNOWN_TS))
 
@@ -452,8 +463,8 @@ class SlackOutbox:
         try:
             return await self._replace(ref, render(message))
         except FormattingRejected:
-            log.warning("Slack refused the formatting of an edit; sending plain text")
-            return await self._replace(ref, render(message, plain=True))
+            log.warning("Slack refused the formatting of an edit; sending text only")
+            return await self._replace(ref, [text_only(p) for p in render(message)])
 
     async def _preview(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         now = time.monotonic()
@@ -465,7 +476,11 @@ class SlackOutbox:
         post = render_preview(message)
         try:
             resp = await self._call(
-                "chat.update", ref.conversation, droppable=True, ts=ref.message_id, **post.kwargs()
+                "chat.update",
+                ref.conversation,
+                droppable=True,
+                ts=ref.message_id,
+                **post.kwargs(update=True),
             )
         except ChannelError as exc:
             log.debug("streamed Slack edit skipped: %s", exc)
@@ -494,7 +509,9 @@ class SlackOutbox:
                 args = {"thread_ts": ref.thread or None, "unfurl_links": False}
                 method = "chat.postMessage"
             if i == 0:  # the final text's head: waited out, never skipped
-                await self._call_waiting(method, ref.conversation, **args, **post.kwargs())
+                await self._call_waiting(
+                    method, ref.conversation, **args, **post.kwargs(update=method == "chat.update")
+                )
                 tss.append(existing[0])
                 continue
             try:
@@ -622,12 +639,6 @@ def _not_member(exc: ChannelError) -> bool:
     if isinstance(cause, SlackApiError) and cause.response is not None:
         return str(cause.response.get("error", "")) in _NOT_MEMBER
     return False
-
-
-def _text_only(post: SlackPost) -> SlackPost:
-    """``post`` without its text blocks (Slack renders ``text`` as mrkdwn); the
-    buttons, if any, stay."""
-    return SlackPost(post.text, [b for b in post.blocks if b.get("type") == "actions"])
 
 
 def _cut_note(post: SlackPost) -> SlackPost:

@@ -169,7 +169,9 @@ def bot_user_of(body: Payload, default: str = "") -> str:
     return ""
 
 
-def followup_candidate(body: Payload, bot_user_id: str = "") -> tuple[str, str, str] | None:
+def followup_candidate(
+    body: Payload, bot_user_id: str = "", *, team: str = ""
+) -> tuple[str, str, str] | None:
     """(team, channel, thread_ts) when this is a plain channel message in a thread.
 
     Whether Parley answers it depends on whether it takes part in that thread,
@@ -185,11 +187,18 @@ def followup_candidate(body: Payload, bot_user_id: str = "") -> tuple[str, str, 
     thread_ts = _str(ev, "thread_ts")
     if not thread_ts:
         return None
-    return _team(body, ev), _str(ev, "channel"), thread_ts
+    return team or _team(body, ev), _str(ev, "channel"), thread_ts
 
 
 def _team(body: Payload, ev: Payload) -> str:
-    return _str(body, "team_id") or _str(ev, "team") or _str(ev, "user_team")
+    """The workspace Parley is installed in, for an Events API body whose caller
+    does not know it (auth.test did not answer).  In a Slack Connect channel hosted
+    by another organisation the body's ``team_id`` is the host's; the installation's
+    is ``authorizations[0].team_id`` (as slack_bolt's extract_team_id reads it)."""
+    auths = body.get("authorizations")
+    first = auths[0] if isinstance(auths, list) and auths else None
+    installed = _str(first, "team_id") if isinstance(first, dict) else ""
+    return installed or _str(body, "team_id") or _str(ev, "team") or _str(ev, "user_team")
 
 
 def parse_event(
@@ -199,8 +208,11 @@ def parse_event(
     group_reply: str = "mention",
     in_bot_thread: bool = False,
     received_at: float | None = None,
+    team: str = "",
 ) -> InboundEvent | None:
-    """An Events API ``event_callback`` body -> InboundEvent, or None to ignore it."""
+    """An Events API ``event_callback`` body -> InboundEvent, or None to ignore it.
+    ``team``: the workspace Parley is installed in (auth.test), which keys every
+    Slack conversation ('' : read from the body, see :func:`_team`)."""
     if body.get("type") != "event_callback":
         return None
     ev = as_object(body.get("event"), "event")
@@ -218,7 +230,7 @@ def parse_event(
     ts = _str(ev, "ts") or _str(ev, "event_ts")
     raw_text = _str(ev, "text")
     thread_ts = _str(ev, "thread_ts")
-    team = _team(body, ev)
+    team = team or _team(body, ev)
     if not user or (bot and user == bot) or not channel or not ts:
         return None
     mention = bool(bot) and f"<@{bot}>" in raw_text
@@ -268,8 +280,11 @@ def parse_event(
     )
 
 
-def parse_action(payload: Payload, *, received_at: float | None = None) -> InboundEvent | None:
-    """A ``block_actions`` payload (a press on one of our buttons) -> action event."""
+def parse_action(
+    payload: Payload, *, received_at: float | None = None, team: str = ""
+) -> InboundEvent | None:
+    """A ``block_actions`` payload (a press on one of our buttons) -> action event.
+    ``team``: the installation's workspace (auth.test; '': the payload's ``team.id``)."""
     if payload.get("type") != "block_actions":
         return None
     actions = payload.get("actions") or []
@@ -288,7 +303,7 @@ def parse_action(payload: Payload, *, received_at: float | None = None) -> Inbou
     msg_ts = _str(container, "message_ts") or _str(message, "ts")
     user_id = _str(user, "id")
     thread = _str(message, "thread_ts") or _str(container, "thread_ts")
-    team = _str(as_object(payload.get("team"), "team"), "id") or _str(user, "team_id")
+    team = team or _str(as_object(payload.get("team"), "team"), "id") or _str(user, "team_id")
     response_url = _str(payload, "response_url")
     action_ts = _str(action, "action_ts") or _str(payload, "trigger_id")
     if not value or not channel or not msg_ts or not user_id:
@@ -304,7 +319,9 @@ def parse_action(payload: Payload, *, received_at: float | None = None) -> Inbou
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, team, channel, thread),
         user_id=user_id,
-        user_name=_loose(user, "username") or _loose(user, "name"),
+        # user.username / user.name is the legacy handle, not the name Slack shows:
+        # left empty, the display name is looked up (users.info, cached)
+        user_name="",
         is_direct=is_dm(channel),
         mentions_bot=True,
         action=Action(token=value),
@@ -314,9 +331,10 @@ def parse_action(payload: Payload, *, received_at: float | None = None) -> Inbou
 
 
 def parse_command(
-    form: Payload, *, command: str = "/parley", received_at: float | None = None
+    form: Payload, *, command: str = "/parley", received_at: float | None = None, team: str = ""
 ) -> InboundEvent | None:
-    """A slash command (``/parley <text>``) -> a message event answered in its channel."""
+    """A slash command (``/parley <text>``) -> a message event answered in its channel.
+    ``team``: the installation's workspace (auth.test; '': the form's ``team_id``)."""
     name = str(form.get("command") or "")
     if command and name != command:
         return None
@@ -327,14 +345,14 @@ def parse_command(
         return None
     text = plain_text(str(form.get("text") or "")) or "/help"
     response_url = str(form.get("response_url") or "")
-    team = str(form.get("team_id") or "")
+    team = team or str(form.get("team_id") or "")
     return InboundEvent(
         event_id=f"c:{trigger}",
         kind=EventKind.MESSAGE,
         channel=CHANNEL,
         thread=ThreadKey(CHANNEL, team, channel, ""),
         user_id=user,
-        user_name=str(form.get("user_name") or ""),
+        user_name="",  # the form's user_name is the legacy handle: looked up instead
         text=text,
         is_direct=is_dm(channel),
         mentions_bot=True,

@@ -15,7 +15,7 @@ from typing import Any
 
 from agent_core.events import Button, ButtonStyle, OutboundMessage
 
-from .mrkdwn import escape, split_text, to_mrkdwn
+from .mrkdwn import split_text, to_mrkdwn
 
 MESSAGE_LIMIT = 3_900  # Slack truncates ``text`` past 4,000 characters
 SECTION_LIMIT = 3_000  # section block text limit
@@ -34,8 +34,14 @@ class SlackPost:
     text: str
     blocks: list[Block] = field(default_factory=list)
 
-    def kwargs(self) -> dict[str, Any]:
-        return {"text": self.text, "blocks": self.blocks}
+    def kwargs(self, *, update: bool = False) -> dict[str, Any]:
+        """``text`` and ``blocks``.  A new message without blocks sends no ``blocks``
+        field (Slack may refuse an empty array); an update (``chat.update``) always
+        sends it: there ``blocks: []`` removes the message's previous blocks, while
+        a missing field would keep them."""
+        if self.blocks or update:
+            return {"text": self.text, "blocks": self.blocks}
+        return {"text": self.text}
 
 
 def action_id(button: Button, index: int) -> str:
@@ -86,13 +92,10 @@ def _post(chunk: str, buttons: tuple[Button, ...] = ()) -> SlackPost:
     return SlackPost(text=chunk, blocks=blocks[:MAX_BLOCKS])
 
 
-def render(message: OutboundMessage, *, plain: bool = False) -> list[SlackPost]:
-    """The Slack messages for ``message``, in order (never empty).
-
-    ``plain`` skips markdown conversion (only escaping): the fallback when
-    Slack rejected the formatted version.
-    """
-    body = escape(message.text) if plain else to_mrkdwn(message.text)
+def render(message: OutboundMessage) -> list[SlackPost]:
+    """The Slack messages for ``message``, in order (never empty).  If Slack
+    refuses their blocks, :func:`text_only` gives what to send instead."""
+    body = to_mrkdwn(message.text)
     if message.notice and body.strip():
         body = "_" + body.strip() + "_" if "\n" not in body and "_" not in body else body
     chunks = split_text(body, MESSAGE_LIMIT) if body.strip() else []
@@ -105,6 +108,14 @@ def render(message: OutboundMessage, *, plain: bool = False) -> list[SlackPost]:
     posts = [_post(c) for c in chunks[:-1]]
     posts.append(_post(chunks[-1], message.buttons))
     return posts
+
+
+def text_only(post: SlackPost) -> SlackPost:
+    """``post`` without its text blocks, for when Slack refused its blocks
+    (``invalid_blocks``): ``text`` alone carries the content (Slack renders it as
+    mrkdwn); the buttons, if any, stay as the only block (an actions block alone is
+    a valid message), so an approval prompt keeps them."""
+    return SlackPost(post.text, [b for b in post.blocks if b.get("type") == "actions"])
 
 
 def render_preview(message: OutboundMessage) -> SlackPost:

@@ -140,6 +140,8 @@ class FakeSlack:
         self.ephemerals: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []  # response_url posts
         self.not_member: set[str] = set()  # channels where chat.postMessage -> not_in_channel
+        # block types answered with invalid_blocks (a Slack that counts them invalid)
+        self.refused_blocks: set[str] = set()
         self.acks: dict[str, dict[str, Any]] = {}
         self.files: dict[str, FakeFile] = {}
         self.file_objects: dict[str, dict[str, Any]] = {}  # files.info answers
@@ -386,6 +388,8 @@ class FakeSlack:
         if len(text) > 40_000:
             raise SlackApiFault("msg_too_long")
         _check_blocks(blocks)
+        if any(b.get("type") in self.refused_blocks for b in blocks):
+            raise SlackApiFault("invalid_blocks")
         return text, blocks
 
     def _m_chat_postMessage(self, args: dict[str, Any], request: web.Request) -> dict[str, Any]:
@@ -453,6 +457,8 @@ class FakeSlack:
 
     def _m_chat_update(self, args: dict[str, Any], request: web.Request) -> dict[str, Any]:
         m = self._find(args)
+        if "blocks" not in args:  # Slack keeps the previous blocks ([] removes them)
+            args = {**args, "blocks": m.blocks}
         text, blocks = self._text_and_blocks(args)
         m.text, m.blocks, m.edits = text, blocks, m.edits + 1
         return {"channel": m.channel, "ts": m.ts, "text": text}

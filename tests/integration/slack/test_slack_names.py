@@ -56,6 +56,26 @@ async def test_a_mention_without_a_profile_reaches_the_model_with_the_name(
     assert turn["content"] == "alice: what do you think?"
 
 
+async def test_a_slash_command_reaches_the_model_with_the_shown_name_not_the_handle(
+    valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack, slack_settings: SlackSettings
+) -> None:
+    """A /parley form carries ``user_name``, Slack's legacy handle: not what Slack
+    shows, so the display name is looked up as for a mention without a profile."""
+    fake_slack.add_user("U1", "Alice Smith", "Ally")
+    async with FakeLLMServer() as llm:
+        settings = runtime_settings(valkey.url, slack_settings, llm.openai_url)
+        async with serving(settings) as client:
+            form = fake_slack.command("C1", "what is up?")
+            form["user_name"] = "alice.smith"  # the legacy handle
+            assert (await fake_slack.deliver(client, form, form=True)).status_code == 200
+            deadline = time.monotonic() + 10
+            while not llm.requests:
+                assert time.monotonic() < deadline, "the model was not asked"
+                await asyncio.sleep(0.05)
+        turn = llm.requests[0].body["messages"][-1]
+    assert turn["content"] == "Ally: what is up?"
+
+
 async def test_a_slow_lookup_is_remembered_as_a_miss(
     fake_slack: FakeSlack, slack: SlackChannel, monkeypatch: Any
 ) -> None:

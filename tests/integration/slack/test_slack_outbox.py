@@ -184,6 +184,34 @@ async def test_429_honours_retry_after_and_pauses_the_channel(
         await slack.outbox().send(thread, OutboundMessage("once more"))
 
 
+async def test_a_rate_limited_working_reaction_does_not_pause_the_channel(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reactions.add / reactions.remove have their own limit (per method and
+    workspace): their 429 is waited out by that call alone; posting into the
+    channel, every worker's, goes on."""
+    from agent_core.store.pacing import Pacer
+
+    paused: list[str] = []
+    real = Pacer.pause
+
+    async def recording(self: Pacer, key: str, seconds: float) -> None:
+        paused.append(key)
+        await real(self, key, seconds)
+
+    monkeypatch.setattr(Pacer, "pause", recording)
+    user_msg = fake_slack.add_user_message("C7", "hi")
+    thread = ThreadKey("slack", TEAM, "C7", user_msg.ts)
+    await SlackState(redis, 60).remember(last=(thread, f"C7 {user_msg.ts}"))
+    fake_slack.rate_limit("reactions.add", retry_after=0)
+    await slack.outbox().typing(thread)
+    fake_slack.rate_limit("reactions.remove", retry_after=0)
+    await slack.outbox().turn_finished(thread, None)
+    assert [c.status for c in fake_slack.calls_to("reactions.add", ok=None)] == [429, 200]
+    assert [c.status for c in fake_slack.calls_to("reactions.remove", ok=None)] == [429, 200]
+    assert paused == []
+
+
 async def test_pacing_is_shared_between_processes(
     fake_slack: FakeSlack, channel_factory: Callable[..., SlackChannel]
 ) -> None:
@@ -283,7 +311,7 @@ async def test_bad_bot_token_is_one_config_error(
     assert len(fake_slack.calls_to("auth.test", ok=None)) == 1
 
 
-async def test_formatting_rejected_falls_back_to_plain(
+async def test_formatting_rejected_falls_back_to_text_only(
     fake_slack: FakeSlack, slack: SlackChannel, caplog: pytest.LogCaptureFixture
 ) -> None:
     thread = _thread(fake_slack)
@@ -291,8 +319,48 @@ async def test_formatting_rejected_falls_back_to_plain(
     with caplog.at_level(logging.WARNING):
         await slack.outbox().send(thread, OutboundMessage("**bold** answer"))
     [msg] = fake_slack.thread("C1", thread.thread)
-    assert msg.text == "**bold** answer"
-    assert "plain text" in caplog.text
+    assert msg.text == "*bold* answer" and msg.blocks == []
+    assert "text only" in caplog.text
+
+
+async def test_a_first_message_whose_blocks_slack_refuses_every_time_still_shows(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    """invalid_blocks is about the blocks themselves (a section Slack counts as too
+    long): sent again with the same sections, the answer would be refused again
+    and lost.  It goes text only, without an empty ``blocks`` field."""
+    thread = _thread(fake_slack)
+    fake_slack.refused_blocks.add("section")
+    await slack.outbox().send(thread, OutboundMessage("**Done**, see the notes."))
+    [msg] = fake_slack.thread("C1", thread.thread)
+    assert msg.text == "*Done*, see the notes." and msg.blocks == []
+    last = fake_slack.calls_to("chat.postMessage")[-1]
+    assert "blocks" not in last.args
+
+
+async def test_an_approval_prompt_whose_blocks_slack_refuses_keeps_its_buttons(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    fake_slack.refused_blocks.add("section")
+    await slack.outbox().send(thread, OutboundMessage("Run `rm -rf build`?", buttons=APPROVAL))
+    [msg] = fake_slack.thread("C1", thread.thread)
+    assert "rm -rf build" in msg.text
+    assert [b["type"] for b in msg.blocks] == ["actions"]
+    assert [e["text"]["text"] for e in msg.blocks[0]["elements"]] == ["Approve", "Always", "Deny"]
+
+
+async def test_a_final_edit_whose_blocks_slack_refuses_is_sent_text_only(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    box = slack.outbox()
+    ref = await box.send(thread, OutboundMessage("Work", final=False))
+    fake_slack.refused_blocks.add("section")
+    await box.edit(ref, OutboundMessage("**Done**, see the notes."))
+    [msg] = fake_slack.thread("C1", thread.thread)
+    # the preview's section is gone (chat.update with blocks: [] removes it)
+    assert msg.text == "*Done*, see the notes." and msg.blocks == []
 
 
 async def test_pacer_pause_applies_to_other_processes(redis: Redis) -> None:

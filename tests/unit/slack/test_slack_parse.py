@@ -118,7 +118,8 @@ def test_action() -> None:
     }
     ev = parse_action(payload)
     assert ev is not None and ev.kind == EventKind.ACTION
-    assert ev.action == Action("ap:1:n") and ev.user_id == "U2" and ev.user_name == "bob"
+    assert ev.action == Action("ap:1:n") and ev.user_id == "U2"
+    assert ev.user_name == ""  # "bob" is the legacy handle: the shown name is looked up
     assert ev.thread == ThreadKey("slack", "T1", "C1", "100.0")
     assert ev.event_id == "a:C1:105.0:106.5"
     # a top-level prompt (its own thread root) belongs to the channel-level conversation

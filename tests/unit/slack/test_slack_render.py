@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_core.events import Button, ButtonStyle, OutboundMessage
-from channels.slack.render import MESSAGE_LIMIT, SECTION_LIMIT, render, render_preview
+from channels.slack.render import MESSAGE_LIMIT, SECTION_LIMIT, render, render_preview, text_only
 
 APPROVAL = (
     Button("Approve", "ap:1:y", ButtonStyle.PRIMARY),
@@ -49,9 +49,13 @@ def test_edit_without_buttons_has_no_actions_block() -> None:
     assert [b["type"] for b in post.blocks] == ["section"]
 
 
-def test_plain_fallback_only_escapes() -> None:
-    [post] = render(OutboundMessage("**a** < b"), plain=True)
-    assert post.text == "**a** &lt; b"
+def test_text_only_fallback_keeps_the_buttons_and_sends_no_empty_blocks() -> None:
+    [post] = render(OutboundMessage("**a** < b"))
+    plain = text_only(post)
+    assert plain.text == "*a* &lt; b" and plain.kwargs() == {"text": "*a* &lt; b"}
+    assert plain.kwargs(update=True) == {"text": "*a* &lt; b", "blocks": []}
+    [prompt] = render(OutboundMessage("?", buttons=APPROVAL))
+    assert [b["type"] for b in text_only(prompt).blocks] == ["actions"]
 
 
 def test_preview_is_one_message() -> None:
