@@ -51,6 +51,7 @@ _ERROR_STATUS = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
+    "billing_error": 402,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,

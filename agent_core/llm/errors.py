@@ -4,7 +4,7 @@
 
     LLMError (agent_core.errors.ParleyError)
     ├── RateLimited(retry_after)   429; transient, honour retry_after
-    ├── AuthFailed                 401/403; permanent
+    ├── AuthFailed                 401/403, 402, out of credit; permanent
     ├── ContextLengthExceeded      the prompt does not fit; compact and retry once
     ├── ModelNotAvailable          404 / unknown model; permanent
     ├── BadRequest                 other 4xx: the request itself is wrong; permanent

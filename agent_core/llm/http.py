@@ -69,6 +69,15 @@ _MODEL_MARKERS = (
     "unknown model",
     "no such model",
 )
+# the provider account has no credit left (a problem of the account, not the
+# request): Anthropic's 400 "Your credit balance is too low..." and its
+# billing_error, OpenRouter's 402 "Insufficient credits", OpenAI's insufficient_quota
+_NO_CREDIT_MARKERS = (
+    "insufficient_quota",
+    "billing_error",
+    "credit balance is too low",
+    "insufficient credits",
+)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -117,9 +126,9 @@ def status_error(
     code, message = error_detail(body)
     text = redact(f"{label}: HTTP {status}" + (f": {message[:300]}" if message else ""), *secrets)
     low = f"{code} {message}".lower()
+    if status == 402 or any(m in low for m in _NO_CREDIT_MARKERS):
+        return AuthFailed(text + " (the account is out of credit)")
     if status == 429:
-        if "insufficient_quota" in low:
-            return AuthFailed(text + " (the account is out of credit)")
         return RateLimited(text, retry_after(headers))
     if status in (401, 403):
         return AuthFailed(text)
