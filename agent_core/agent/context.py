@@ -35,7 +35,7 @@ from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.session import Session, starts_turn
 from agent_core.agent.tokens import estimate, text_tokens
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
-from agent_core.llm.schema import LENGTH_NOTE
+from agent_core.llm.schema import FILTER_NOTE, LENGTH_NOTE
 
 log = logging.getLogger(__name__)
 
@@ -206,9 +206,10 @@ class Compactor:
             if session is not None:
                 session.usage = session.usage + result.usage
                 session.cost_usd += cost
-            # a summary cut by the length limit is kept as far as it goes, without the
-            # note meant for a person (it would sit in every later system prompt)
-            text = result.text.replace(LENGTH_NOTE, "").strip()
+            # a summary cut by the length limit (or the content filter) is kept as far
+            # as it goes, without the note meant for a person (it would sit in every
+            # later system prompt)
+            text = result.text.replace(LENGTH_NOTE, "").replace(FILTER_NOTE, "").strip()
             if not text:
                 raise ValueError("empty summary")
             summary = text

@@ -4,7 +4,8 @@
   answer when the connection then drops without a proper end or stays open;
 * OpenAI refusals are the answer's text, streamed or not;
 * an answer of text only cut by the output limit ends with a note, after
-  closing a code block it was cut in;
+  closing a code block it was cut in; one stopped by the provider's content
+  filter (``content_filter``, ``refusal``) ends with a note too;
 * an Anthropic tool call with no arguments that got its ``content_block_stop``
   is whole, even when the answer hit ``max_tokens``;
 * Anthropic stream events that are ``[DONE]`` or JSON but not an object are
@@ -30,7 +31,7 @@ from agent_core.llm.base import (
 )
 from agent_core.llm.openai import OpenAIProvider
 from agent_core.llm.prices import PriceTable
-from agent_core.llm.schema import LENGTH_NOTE, drop_cut_calls
+from agent_core.llm.schema import FILTER_NOTE, LENGTH_NOTE, drop_cut_calls
 from tests.fakes.llm_servers import (
     FakeLLMServer,
     Reply,
@@ -206,6 +207,59 @@ def test_the_length_note_only_for_an_answer_cut_by_a_token_limit() -> None:
     assert drop_cut_calls("", [], "length")[0] == LENGTH_NOTE
     whole = ToolCall("c1", "list_files", {})
     assert drop_cut_calls("", [(whole, True)], "length") == ("", [whole], "")
+
+
+# --- 8b. an answer stopped by the provider's content filter says so -------------------
+async def test_an_openai_answer_stopped_by_the_content_filter_ends_with_a_note(
+    server: FakeLLMServer,
+) -> None:
+    """finish_reason content_filter: the half sentence was shown as the whole answer."""
+    server.push(
+        Reply(
+            events=[
+                _chunk({"role": "assistant", "content": "First, open the"}),
+                _chunk({}, "content_filter"),
+                ("", "[DONE]"),
+            ]
+        )
+    )
+    p = await _provider(server, "openai")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.finish_reason == "content_filter"
+    assert final.text == f"First, open the\n\n{FILTER_NOTE}"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_anthropic_refusal_stop_ends_with_a_note(
+    server: FakeLLMServer, stream: bool
+) -> None:
+    """stop_reason refusal (Anthropic's streaming classifiers stopped the answer)."""
+    if stream:
+        reply = anthropic_stream(["Step one is to"])
+        assert reply.events is not None
+        for name, data in reply.events:
+            if name == "message_delta":
+                data["delta"]["stop_reason"] = "refusal"
+    else:
+        reply = anthropic_text("Step one is to")
+        reply.json["stop_reason"] = "refusal"
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        out = _final(await _items(p)) if stream else await p.complete(HELLO)
+    finally:
+        await p.shutdown()
+    assert out.text == f"Step one is to\n\n{FILTER_NOTE}"
+
+
+def test_the_filter_note_for_a_filtered_answer_and_its_cut_calls() -> None:
+    assert drop_cut_calls("", [], "content_filter")[0] == FILTER_NOTE
+    half = ToolCall("c1", "list_files", {"_raw": '{"dir": "/'})
+    _, kept, note = drop_cut_calls("", [(half, False)], "content_filter")
+    assert kept == [] and "content filter" in note and "`list_files`" in note
 
 
 # --- 9. an Anthropic tool call without arguments is whole -----------------------------
