@@ -1,7 +1,8 @@
 """How answers end on the wire, and what the user reads at the end:
 
 * a stream whose final event (``[DONE]``, ``message_stop``) arrived keeps its
-  answer when the connection then drops without a proper end or stays open;
+  answer when the connection then drops without a proper end or stays open, and
+  so does an Anthropic stream whose ``message_delta`` (the stop_reason) arrived;
 * OpenAI refusals are the answer's text, streamed or not;
 * an answer of text only cut by the output limit ends with a note, after
   closing a code block it was cut in; one stopped by the provider's content
@@ -92,6 +93,42 @@ async def test_a_connection_dropped_after_the_final_event_keeps_the_answer(
     finally:
         await p.shutdown()
     assert final.text == "Hello world"
+
+
+@pytest.mark.parametrize("ending", ["cut", "end"])
+async def test_an_anthropic_answer_whole_at_its_message_delta_is_kept(
+    server: FakeLLMServer, ending: str
+) -> None:
+    """The connection drops (or the body ends) after the message_delta carrying the
+    stop_reason and the final usage, before message_stop: the answer is whole, as an
+    OpenAI answer is at its finish_reason.  It was an InvalidResponse: the shown
+    answer got _(cut off)_ and an error notice."""
+    reply = anthropic_stream(["All ", "done."], output_tokens=3)
+    assert reply.events is not None and reply.events[-1][0] == "message_stop"
+    reply.events.pop()
+    reply.cut = ending == "cut"
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "All done."
+    assert final.finish_reason == "end_turn"
+    assert final.usage.output == 3
+
+
+async def test_an_openai_answer_whole_at_its_finish_reason_is_kept(server: FakeLLMServer) -> None:
+    """The connection drops after the chunk with the finish_reason, before the usage
+    chunk and [DONE]: the answer is whole (it was an InvalidResponse)."""
+    events = [_chunk({"role": "assistant", "content": "All done."}), _chunk({}, "stop")]
+    server.push(Reply(events=events, cut=True))
+    p = await _provider(server, "openai")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "All done." and final.finish_reason == "stop"
 
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
