@@ -120,6 +120,8 @@ class OpenAIProvider(HTTPBackend):
             body["temperature"] = request.temperature
         if request.stop and sampling:
             body["stop"] = list(request.stop)
+        if request.reasoning_effort and info.reasoning and self.config.backend == "openai":
+            body["reasoning_effort"] = request.reasoning_effort
         if use_tools:
             tools = []
             for t in request.tools:
