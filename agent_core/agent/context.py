@@ -7,7 +7,9 @@ report does.  Against the window (CONTEXT_WINDOW, else the model's, else 100,000
 
 * above 80 %: move old turns to the thread's archive in Redis, keep the last 10;
 * above 85 %: summarise old turns with the cheap model (temperature 0.3,
-  ≤ 1,024 tokens), keep the last 5;
+  ≤ 1,024 tokens; a reasoning model ≤ 16,384 with reasoning_effort "low", and
+  an empty summary cut by the length limit is asked once more with 16,384),
+  keep the last 5;
 * above 95 %: truncate to the last 3 turns, no LLM call.
 
 Steps repeat until the estimate is under 80 % or nothing is left to drop.
@@ -35,7 +37,7 @@ from agent_core.agent.budget import BudgetRefused, Meter
 from agent_core.agent.session import Session, starts_turn
 from agent_core.agent.tokens import estimate, text_tokens
 from agent_core.llm.base import ChatMessage, CompletionRequest, LLMProvider
-from agent_core.llm.schema import LENGTH_NOTE
+from agent_core.llm.schema import CUT_REASONS, FILTER_NOTE, LENGTH_NOTE
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,10 @@ KEEP_MOVE, KEEP_SUMMARY, KEEP_TRUNCATE = 10, 5, 3
 CHUNK_TOKENS = 6000
 SHORT_RESULT_CHARS = 300  # what a shortened tool result keeps
 SUMMARY_MAX_TOKENS = 1024
+# a reasoning model (gpt-5, o3...) spends its answer budget on hidden reasoning
+# first: its summary call gets this much (and reasoning_effort "low"), and an
+# empty summary cut by the length limit is asked once more with this budget
+REASONING_SUMMARY_MAX_TOKENS = 16_384
 SUMMARY_TEMPERATURE = 0.3
 
 SUMMARY_SYSTEM = (
@@ -53,6 +59,14 @@ SUMMARY_SYSTEM = (
     "commitments the assistant made. Be factual and brief (at most 300 words). Write "
     "only the summary."
 )
+
+
+def _reasoning(provider: LLMProvider) -> bool:
+    """Whether ``provider``'s model is a reasoning model (by its price table)."""
+    try:
+        return provider.model_info(None).reasoning
+    except Exception:
+        return False
 
 
 def turn_starts(history: Sequence[ChatMessage]) -> list[int]:
@@ -197,18 +211,30 @@ class Compactor:
                 f"Summary so far:\n{summary}\n\n" if summary else ""
             ) + f"Conversation to add:\n{part}\n\nWrite the updated summary."
             messages = (ChatMessage("system", SUMMARY_SYSTEM), ChatMessage("user", prompt))
+            provider = self.cheap()
+            budget = REASONING_SUMMARY_MAX_TOKENS if _reasoning(provider) else SUMMARY_MAX_TOKENS
             req = CompletionRequest(
                 messages=messages,
-                max_tokens=SUMMARY_MAX_TOKENS,
+                max_tokens=budget,
                 temperature=SUMMARY_TEMPERATURE,
+                reasoning_effort="low",
             )
-            result, cost = await metered.complete(self.cheap(), req, meter)
-            if session is not None:
-                session.usage = session.usage + result.usage
-                session.cost_usd += cost
-            # a summary cut by the length limit is kept as far as it goes, without the
-            # note meant for a person (it would sit in every later system prompt)
-            text = result.text.replace(LENGTH_NOTE, "").strip()
+            while True:
+                result, cost = await metered.complete(provider, req, meter)
+                if session is not None:
+                    session.usage = session.usage + result.usage
+                    session.cost_usd += cost
+                # a summary cut by the length limit (or the content filter) is kept as
+                # far as it goes, without the note meant for a person (it would sit in
+                # every later system prompt)
+                text = result.text.replace(LENGTH_NOTE, "").replace(FILTER_NOTE, "").strip()
+                if text or result.finish_reason not in CUT_REASONS:
+                    break
+                if (req.max_tokens or 0) >= REASONING_SUMMARY_MAX_TOKENS:
+                    break
+                # nothing written before the limit: the budget went to reasoning
+                log.info("summary came back empty at %s tokens; asking again", req.max_tokens)
+                req = replace(req, max_tokens=REASONING_SUMMARY_MAX_TOKENS)
             if not text:
                 raise ValueError("empty summary")
             summary = text

@@ -51,15 +51,18 @@ async def call_llm(
 ) -> Completion:
     try:
         return await call_once(self, messages, tools)
-    except llm_errors.ContextLengthExceeded:
+    except llm_errors.ContextLengthExceeded as exc:
         if self.streamed_chars:  # the user saw text: a cut-off, not a second answer
             raise
         log.info("[%s] context length exceeded; compacting and retrying once", self.thread)
         history = self.session.history
+        window = self.agent.window_for(self.model() or None)
+        if exc.limit:  # a limit below the window (OpenAI's tokens per minute)
+            window = min(window, exc.limit)
         await self.agent.compactor.compact(
             self.session,
             history,
-            self.agent.window_for(self.model() or None),
+            window,
             system_tokens=self.fixed_tokens(ChatMessage("system", self.system_prompt())),
             force="summarise",
             refused=True,

@@ -10,6 +10,7 @@ back to the LLM; it can never end the turn or approve anything.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -89,23 +90,18 @@ class LoopDelegate(Protocol):
     async def after_iteration(self, iteration: int) -> None: ...
 
 
-_INTENT_WORDS = (
-    "i will use",
-    "i'll use",
-    "let me use",
-    "i will call",
-    "i'll call",
-    "let me call",
-    "i will check",
-    "i'll check",
-    "let me check",
-    "i will run",
-    "i'll run",
-    "let me run",
-    "i will look up",
-    "let me look up",
-    "using the",
+# an announced tool call: the answer's last sentence says, in the first person and
+# the future, that it is about to use, call, check... ("I'll check that.", "Let me
+# look that up.", "Sure, I will run it now."), after at most a short lead ("Sure,")
+_INTENT = re.compile(
+    r"^(?:[\w']+(?:\s+[\w']+){0,2},\s*)?"
+    r"(?:i'll|i will|let me(?!\s+know)|i'm going to|i am going to)\s+"
+    r"(?:[\w']+\s+){0,2}?"
+    r"(?:use|call|check|run|look|search|fetch|find|get|query|open|read|verify)\b"
 )
+_SENTENCE_END = re.compile(r"(?<=[.!?:…])\s+")
+# an answer longer than this says something itself, whatever its last sentence
+INTENT_MAX_CHARS = 300
 
 NUDGE = (
     "You said you would use a tool but did not call one. If a tool is needed, "
@@ -114,13 +110,17 @@ NUDGE = (
 
 
 def says_tool_intent(text: str, tools: Sequence[ToolSpec]) -> bool:
-    """Did the model announce a tool call instead of making it?"""
+    """Did the model announce a tool call instead of making it?  Only a short answer
+    whose last sentence is first-person future intent counts ("I'll check the
+    time.", "Let me look that up."); a complete answer that names a tool, a
+    command or says "using the" is an answer."""
     if not tools:
         return False
-    low = text.lower()
-    if any(w in low for w in _INTENT_WORDS):
-        return True
-    return any(f"`{t.name}`" in low or f"{t.name} tool" in low for t in tools)
+    low = text.strip().lower().replace("\u2019", "'")
+    if not low or len(low) > INTENT_MAX_CHARS:
+        return False
+    last = _SENTENCE_END.split(low)[-1]
+    return _INTENT.match(last) is not None
 
 
 async def run_loop(

@@ -18,6 +18,7 @@ for the 1-hour cache instead of the 5-minute one.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -34,7 +35,7 @@ from agent_core.llm.base import (
     TextDelta,
     ToolCall,
 )
-from agent_core.llm.errors import InvalidResponse, LLMError
+from agent_core.llm.errors import InvalidResponse, LLMError, Timeout
 from agent_core.llm.http import HTTPBackend, status_error
 from agent_core.llm.openai import NO_VISION_NOTE
 from agent_core.llm.schema import (
@@ -46,11 +47,14 @@ from agent_core.llm.schema import (
 )
 from agent_core.llm.usage import normalize_usage
 
+log = logging.getLogger(__name__)
+
 API_VERSION = "2023-06-01"
 _ERROR_STATUS = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
+    "billing_error": 402,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,
@@ -311,53 +315,62 @@ class AnthropicProvider(HTTPBackend):
         finish = ""
         stopped = False
         async with self.sse("messages", body) as events:
-            async for event in events:
-                if not event.data.strip() or event.data.strip() == "[DONE]":
-                    continue  # "[DONE]": a compatible proxy's OpenAI-style end
-                try:
-                    data = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    raise InvalidResponse(f"{self.name}: a stream event is not JSON") from None
-                if not isinstance(data, dict):
-                    continue
-                kind = data.get("type") or event.event
-                if kind == "error":
-                    raise self._error_event(data.get("error"))
-                if kind == "message_start":
-                    msg = data.get("message") or {}
-                    model = str(msg.get("model") or model)
-                    merge_usage(usage, msg.get("usage"))
-                elif kind == "content_block_start":
-                    block = data.get("content_block") or {}
-                    if block.get("type") == "tool_use":
-                        blocks[int(data.get("index", len(blocks)))] = {
-                            "id": str(block.get("id") or ""),
-                            "name": str(block.get("name") or ""),
-                            "json": "",
-                        }
-                    elif block.get("type") == "text" and block.get("text"):
-                        text.append(block["text"])
-                        yield TextDelta(block["text"])
-                elif kind == "content_block_delta":
-                    delta = data.get("delta") or {}
-                    if delta.get("type") == "text_delta" and delta.get("text"):
-                        text.append(delta["text"])
-                        yield TextDelta(delta["text"])
-                    elif delta.get("type") == "input_json_delta":
-                        slot = blocks.get(int(data.get("index", -1)))
-                        if slot is not None:
-                            slot["json"] += str(delta.get("partial_json") or "")
-                elif kind == "content_block_stop":
-                    closed.add(int(data.get("index", -1)))
-                elif kind == "message_delta":
-                    finish = str((data.get("delta") or {}).get("stop_reason") or finish)
-                    merge_usage(usage, data.get("usage"))
-                elif kind == "message_stop":
-                    stopped = True
-                    break
+            try:
+                async for event in events:
+                    if not event.data.strip() or event.data.strip() == "[DONE]":
+                        continue  # "[DONE]": a compatible proxy's OpenAI-style end
+                    try:
+                        data = orjson.loads(event.data)
+                    except orjson.JSONDecodeError:
+                        bad = f"{self.name}: a stream event is not JSON"
+                        raise InvalidResponse(bad) from None
+                    if not isinstance(data, dict):
+                        continue
+                    kind = data.get("type") or event.event
+                    if kind == "error":
+                        raise self._error_event(data.get("error"))
+                    if kind == "message_start":
+                        msg = data.get("message") or {}
+                        model = str(msg.get("model") or model)
+                        merge_usage(usage, msg.get("usage"))
+                    elif kind == "content_block_start":
+                        block = data.get("content_block") or {}
+                        if block.get("type") == "tool_use":
+                            blocks[int(data.get("index", len(blocks)))] = {
+                                "id": str(block.get("id") or ""),
+                                "name": str(block.get("name") or ""),
+                                "json": "",
+                            }
+                        elif block.get("type") == "text" and block.get("text"):
+                            text.append(block["text"])
+                            yield TextDelta(block["text"])
+                    elif kind == "content_block_delta":
+                        delta = data.get("delta") or {}
+                        if delta.get("type") == "text_delta" and delta.get("text"):
+                            text.append(delta["text"])
+                            yield TextDelta(delta["text"])
+                        elif delta.get("type") == "input_json_delta":
+                            slot = blocks.get(int(data.get("index", -1)))
+                            if slot is not None:
+                                slot["json"] += str(delta.get("partial_json") or "")
+                    elif kind == "content_block_stop":
+                        closed.add(int(data.get("index", -1)))
+                    elif kind == "message_delta":
+                        finish = str((data.get("delta") or {}).get("stop_reason") or finish)
+                        merge_usage(usage, data.get("usage"))
+                    elif kind == "message_stop":
+                        stopped = True
+                        break
+            except (InvalidResponse, Timeout):
+                # the connection dropped (or went silent) after the message_delta that
+                # carries the stop_reason and the final usage: only message_stop is
+                # missing, and the answer is whole (as OpenAI's is at its finish_reason)
+                if not finish:
+                    raise
+                log.info("%s: the stream ended after its stop_reason; answer kept", self.name)
             if stopped:  # the answer is whole, whatever the connection does now
                 await self.drain(events)
-        if not stopped:
+        if not stopped and not finish:
             raise InvalidResponse(f"{self.name}: the stream ended before the answer was complete")
         # a block that got its content_block_stop with no input_json_delta is a
         # whole call without arguments ({}), even in an answer cut by max_tokens

@@ -117,6 +117,9 @@ class CompletionRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     stop: tuple[str, ...] = ()
+    # "low" | "medium" | "high": how much an OpenAI reasoning model (gpt-5, o3...)
+    # thinks before answering; sent to those models only ("": the model's default)
+    reasoning_effort: str = ""
     # opaque routing hints for failover: the conversation, and one turn of it (the
     # calls of a turn's tool loop stay on one provider while it is healthy)
     session_id: str = ""

@@ -66,6 +66,7 @@ def request_digest(request: CompletionRequest, model: str) -> str:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "stop": list(request.stop),
+            "reasoning_effort": request.reasoning_effort,
         },
         option=orjson.OPT_SORT_KEYS,
     )

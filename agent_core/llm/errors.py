@@ -4,8 +4,9 @@
 
     LLMError (agent_core.errors.ParleyError)
     ├── RateLimited(retry_after)   429; transient, honour retry_after
-    ├── AuthFailed                 401/403; permanent
-    ├── ContextLengthExceeded      the prompt does not fit; compact and retry once
+    ├── AuthFailed                 401/403, 402, out of credit; permanent
+    ├── ContextLengthExceeded      the prompt does not fit (or is over the TPM limit);
+    │                              compact and retry once
     ├── ModelNotAvailable          404 / unknown model; permanent
     ├── BadRequest                 other 4xx: the request itself is wrong; permanent
     ├── RequestFailed              5xx, connection refused, transport errors; transient
@@ -41,7 +42,14 @@ class AuthFailed(LLMError):
 
 
 class ContextLengthExceeded(LLMError):
-    pass
+    """The prompt is too big for the provider.  ``limit``: the tokens it would take
+    when it said, and that is below the window (OpenAI's 429 "Request too large ...
+    tokens per min (TPM): Limit 30000, Requested 45210": the account's per-minute
+    limit, which no wait can lift)."""
+
+    def __init__(self, message: str = "context length exceeded", limit: int | None = None) -> None:
+        self.limit = limit
+        super().__init__(message)
 
 
 class ModelNotAvailable(LLMError):

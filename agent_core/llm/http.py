@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import email.utils
 import logging
+import re
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -69,6 +70,20 @@ _MODEL_MARKERS = (
     "unknown model",
     "no such model",
 )
+# OpenAI's 429 for one request over the tokens-per-minute limit: "Request too large
+# for gpt-4o ... on tokens per min (TPM): Limit 30000, Requested 45210. The input or
+# output tokens must be reduced in order to run successfully."
+_TOO_LARGE_MARKERS = ("request too large", "tokens must be reduced")
+_LIMIT = re.compile(r"limit:?\s*([0-9]+)")
+# the provider account has no credit left (a problem of the account, not the
+# request): Anthropic's 400 "Your credit balance is too low..." and its
+# billing_error, OpenRouter's 402 "Insufficient credits", OpenAI's insufficient_quota
+_NO_CREDIT_MARKERS = (
+    "insufficient_quota",
+    "billing_error",
+    "credit balance is too low",
+    "insufficient credits",
+)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -117,9 +132,17 @@ def status_error(
     code, message = error_detail(body)
     text = redact(f"{label}: HTTP {status}" + (f": {message[:300]}" if message else ""), *secrets)
     low = f"{code} {message}".lower()
+    if status == 402 or any(m in low for m in _NO_CREDIT_MARKERS):
+        return AuthFailed(text + " (the account is out of credit)")
     if status == 429:
-        if "insufficient_quota" in low:
-            return AuthFailed(text + " (the account is out of credit)")
+        if any(m in low for m in _TOO_LARGE_MARKERS):
+            # larger than the account's tokens-per-minute limit: waiting never helps,
+            # a smaller prompt does
+            limit = _LIMIT.search(low)
+            return ContextLengthExceeded(
+                text + " (larger than the account's tokens-per-minute limit)",
+                int(limit.group(1)) if limit else None,
+            )
         return RateLimited(text, retry_after(headers))
     if status in (401, 403):
         return AuthFailed(text)

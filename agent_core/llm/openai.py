@@ -8,6 +8,7 @@ data URLs, SSE streaming with tool-call deltas assembled into whole calls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from agent_core.llm.base import (
     TextDelta,
     ToolCall,
 )
-from agent_core.llm.errors import InvalidResponse
+from agent_core.llm.errors import InvalidResponse, Timeout
 from agent_core.llm.http import HTTPBackend, status_error
 from agent_core.llm.schema import (
     arguments_complete,
@@ -35,6 +36,8 @@ from agent_core.llm.schema import (
 from agent_core.llm.usage import normalize_usage
 
 NO_VISION_NOTE = "[an image was attached, but this model cannot see images]"
+
+log = logging.getLogger(__name__)
 
 
 def _text_of(content: Any) -> str:
@@ -117,6 +120,8 @@ class OpenAIProvider(HTTPBackend):
             body["temperature"] = request.temperature
         if request.stop and sampling:
             body["stop"] = list(request.stop)
+        if request.reasoning_effort and info.reasoning and self.config.backend == "openai":
+            body["reasoning_effort"] = request.reasoning_effort
         if use_tools:
             tools = []
             for t in request.tools:
@@ -181,34 +186,42 @@ class OpenAIProvider(HTTPBackend):
         finish = ""
         done = False
         async with self.sse("chat/completions", body) as events:
-            async for event in events:
-                if event.data.strip() == "[DONE]":
-                    done = True
-                    break
-                if not event.data.strip():
-                    continue
-                try:
-                    chunk = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    raise InvalidResponse(f"{self.name}: a stream chunk is not JSON") from None
-                if not isinstance(chunk, dict):
-                    continue
-                if chunk.get("error"):
-                    raise self._body_error(chunk["error"])
-                model = str(chunk.get("model") or model)
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    piece = _answer_of(delta)
-                    if piece:
-                        text.append(piece)
-                        yield TextDelta(piece)
-                    for tc in delta.get("tool_calls") or ():
-                        if isinstance(tc, dict):
-                            calls.merge(tc)
-                    if choice.get("finish_reason"):
-                        finish = str(choice["finish_reason"])
+            try:
+                async for event in events:
+                    if event.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    if not event.data.strip():
+                        continue
+                    try:
+                        chunk = orjson.loads(event.data)
+                    except orjson.JSONDecodeError:
+                        bad = f"{self.name}: a stream chunk is not JSON"
+                        raise InvalidResponse(bad) from None
+                    if not isinstance(chunk, dict):
+                        continue
+                    if chunk.get("error"):
+                        raise self._body_error(chunk["error"])
+                    model = str(chunk.get("model") or model)
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for choice in chunk.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        piece = _answer_of(delta)
+                        if piece:
+                            text.append(piece)
+                            yield TextDelta(piece)
+                        for tc in delta.get("tool_calls") or ():
+                            if isinstance(tc, dict):
+                                calls.merge(tc)
+                        if choice.get("finish_reason"):
+                            finish = str(choice["finish_reason"])
+            except (InvalidResponse, Timeout):
+                # the connection dropped (or went silent) after the finish_reason: the
+                # answer is whole, only the usage chunk and [DONE] are missing
+                if not finish:
+                    raise
+                log.info("%s: the stream ended after its finish_reason; answer kept", self.name)
             if done:  # the answer is whole, whatever the connection does now
                 await self.drain(events)
         if not done and not finish:

@@ -190,6 +190,9 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 
 # finish / stop reasons of an answer cut short by a token limit
 CUT_REASONS = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+# ... and by the provider's content filter (OpenAI's finish_reason, Anthropic's
+# stop_reason): the answer may stop mid-sentence, or say nothing at all
+FILTER_REASONS = frozenset({"content_filter", "refusal"})
 
 
 def arguments_complete(raw: str | dict[str, Any] | None) -> bool:
@@ -204,10 +207,16 @@ def arguments_complete(raw: str | dict[str, Any] | None) -> bool:
         return False
 
 
-def cut_note(names: Sequence[str]) -> str:
-    """What the user reads when an answer was cut in the middle of a tool call."""
+def cut_note(names: Sequence[str], *, filtered: bool = False) -> str:
+    """What the user reads when an answer was cut in the middle of a tool call
+    (``filtered``: by the provider's content filter, not the length limit)."""
     named = ", ".join(f"`{n}`" for n in names if n)
     which = f"a call to {named}" if named else "a tool call"
+    if filtered:
+        return (
+            f"(My answer was stopped by the provider's content filter in the middle of "
+            f"{which}, so I did not run it.)"
+        )
     return (
         f"(My answer was cut off by the output length limit in the middle of {which}, "
         "so I did not run it. Ask me to continue, or to do it in smaller steps.)"
@@ -217,19 +226,26 @@ def cut_note(names: Sequence[str]) -> str:
 # the end of an answer of text only that a token limit cut short (the style of
 # the turn's _(cut off)_ and _(stopped)_ markers)
 LENGTH_NOTE = "_(cut off: the answer reached the length limit)_"
+# the end of an answer the provider's content filter stopped
+FILTER_NOTE = "_(stopped by the provider's content filter)_"
 
 
 def drop_cut_calls(
     text: str, calls: Sequence[tuple[ToolCall, bool]], finish: str
 ) -> tuple[str, list[ToolCall], str]:
-    """(text, calls, note) of an answer: when ``finish`` says a token limit cut it,
-    the calls not marked whole are dropped (never run with half their arguments)
-    and ``note`` (also appended to ``text``) says so; an answer of text only
-    gets :data:`LENGTH_NOTE` (after closing a code block it was cut in).
-    Otherwise all calls are kept and ``note`` is empty."""
-    if finish not in CUT_REASONS or (calls and all(whole for _, whole in calls)):
+    """(text, calls, note) of an answer: when ``finish`` says a token limit or the
+    content filter cut it, the calls not marked whole are dropped (never run with
+    half their arguments) and ``note`` (also appended to ``text``) says so; an
+    answer of text only gets :data:`LENGTH_NOTE` or :data:`FILTER_NOTE` (after
+    closing a code block it was cut in).  Otherwise all calls are kept and
+    ``note`` is empty."""
+    filtered = finish in FILTER_REASONS
+    if not (filtered or finish in CUT_REASONS) or (calls and all(w for _, w in calls)):
         return text, [c for c, _ in calls], ""
-    note = cut_note([c.name for c, whole in calls if not whole]) if calls else LENGTH_NOTE
+    if calls:
+        note = cut_note([c.name for c, whole in calls if not whole], filtered=filtered)
+    else:
+        note = FILTER_NOTE if filtered else LENGTH_NOTE
     closing = open_fence(text)
     if closing:
         note = ("" if text.endswith("\n") else "\n") + closing + "\n\n" + note

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_core.agent.context import Compactor, estimate
+from agent_core.agent.context import (
+    REASONING_SUMMARY_MAX_TOKENS,
+    SUMMARY_MAX_TOKENS,
+    Compactor,
+    estimate,
+)
 from agent_core.agent.session import Session
 from agent_core.events import ThreadKey
 from agent_core.llm.base import ChatMessage, Completion, ModelInfo, TokenUsage
+from agent_core.llm.openai import OpenAIProvider
+from agent_core.llm.prices import PriceTable
 from agent_core.llm.schema import LENGTH_NOTE
+from tests.fakes.llm_servers import FakeLLMServer, Reply, openai_text
 from tests.integration.agent.conftest import FnModel, user_event
+from tests.unit.llm.conftest import config_for
 
 T = ThreadKey("web", "local", "audit-ctx")
 
@@ -164,3 +173,68 @@ async def test_one_long_tool_turn_is_shortened_to_fit_and_stays_valid() -> None:
     results = [m.tool_call_id for m in h if m.role == "tool"]
     assert calls == results == [f"c{i}" for i in range(20)]
     assert "omitted" not in h[-1].content and "omitted" in h[2].content
+
+
+# --- summaries on reasoning models ----------------------------------------------------
+REASONING_NEEDED = 2_000  # hidden reasoning tokens the fake model spends before writing
+
+
+def _reasoner() -> Any:
+    """A reasoning model as OpenAI runs one: reasoning tokens count against
+    max_completion_tokens, and a budget they use up gives an empty answer cut by
+    the length limit."""
+
+    def answer(path: str, body: dict[str, Any]) -> Reply:
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")
+        if budget is not None and budget <= REASONING_NEEDED:
+            usage = {
+                "prompt_tokens": 900,
+                "completion_tokens": budget,
+                "total_tokens": 900 + budget,
+                "completion_tokens_details": {"reasoning_tokens": budget},
+            }
+            return openai_text("", usage=usage, finish="length")
+        return openai_text("The user asked about invoices 17 and 18.")
+
+    return answer
+
+
+async def _summarise_over_the_wire(backend: str, **config: Any) -> tuple[Session, list[Any]]:
+    """Compact a conversation with ``backend`` against a fake reasoning model: the
+    session, and the bodies of the summary calls sent."""
+    archived: list[ChatMessage] = []
+
+    async def archive(session: Session, old: list[ChatMessage]) -> None:
+        archived.extend(old)
+
+    s = Session(str(T), history=_history(8, 10))
+    async with FakeLLMServer() as server:
+        server.responder = _reasoner()
+        p = OpenAIProvider(config_for(server, backend, **config), PriceTable())
+        await p.initialize()
+        try:
+            await Compactor(lambda: p, archive).compact(s, s.history, 400_000, force="summarise")
+        finally:
+            await p.shutdown()
+    assert archived
+    return s, [r.body for r in server.requests if r.path.endswith("/chat/completions")]
+
+
+async def test_a_summary_on_gpt5_gets_a_budget_for_its_reasoning() -> None:
+    """gpt-5 spent the summary call's 1,024 tokens on hidden reasoning: the summary
+    came back empty and the older turns were dropped with no summary at all."""
+    s, sent = await _summarise_over_the_wire("openai", openai_model="gpt-5")
+    assert s.summary == "The user asked about invoices 17 and 18."
+    assert len(sent) == 1
+    assert sent[0]["max_completion_tokens"] == REASONING_SUMMARY_MAX_TOKENS
+    assert sent[0]["reasoning_effort"] == "low"
+
+
+async def test_an_empty_summary_cut_by_the_limit_is_asked_again_with_more_room() -> None:
+    """A reasoning model the price table does not know (a compatible server's):
+    the 1,024-token summary comes back empty at the length limit, so it is asked
+    once more with a larger budget instead of truncating."""
+    s, sent = await _summarise_over_the_wire("openai_compatible")
+    assert s.summary == "The user asked about invoices 17 and 18."
+    assert [b["max_tokens"] for b in sent] == [SUMMARY_MAX_TOKENS, REASONING_SUMMARY_MAX_TOKENS]
+    assert all("reasoning_effort" not in b for b in sent)  # not a known reasoning model

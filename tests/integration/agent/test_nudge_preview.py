@@ -50,3 +50,20 @@ async def test_a_nudged_answer_is_not_posted_where_nothing_streamed(world: Any) 
     await w.send(user_event(t, "what time is it?"))
     await w.settle(t)
     assert w.texts(t) == ["It is noon."]
+
+
+async def test_a_complete_answer_naming_a_command_is_not_nudged(world: Any) -> None:
+    """ "You can rename it using the mv command: `mv old.txt new.txt`." was taken for
+    an announced tool call ("using the"): the model was asked again, and on a
+    streaming channel the person got a second answer under the first."""
+    answer = "You can rename it using the mv command: `mv old.txt new.txt`."
+    answers = iter([answer, "As I said: use mv old.txt new.txt."])
+    model = PiecesModel(lambda req: Completion(next(answers)))
+    w = world(model)
+    w.outbox.stream_interval = 1.0  # a streaming channel (Telegram's pace)
+    await w.start()
+    t = ThreadKey("web", "local", "nudge-false-positive")
+    await w.send(user_event(t, "how do I rename a file on linux?"))
+    await w.settle(t)
+    assert len(model.requests) == 1
+    assert w.texts(t) == [answer]

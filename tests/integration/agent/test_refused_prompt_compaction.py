@@ -10,14 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_core.agent.context import Compactor
+from agent_core.agent.context import SUMMARY_SYSTEM, Compactor
 from agent_core.agent.session import Session
 from agent_core.agent.tokens import estimate
 from agent_core.events import ThreadKey
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, ToolCall
 from agent_core.tools.base import Tool, ToolContext
-from tests.integration.agent.conftest import FnModel, user_event
+from tests.integration.agent.conftest import FnModel, last_user, user_event
 
 WINDOW = 32_000
 DENSE = "abcdefghij" * 2_000  # 20,000 chars, one "word": ~2 chars a real token
@@ -84,3 +84,34 @@ async def test_forced_compaction_shortens_the_latest_round_too() -> None:
     await comp.compact(s, h, int(estimate(h) / 0.7), force="summarise", refused=True)
     fresh = [len(m.content) for m in h[4:]]
     assert any(n < 1_000 for n in fresh), fresh
+
+
+async def test_a_prompt_over_the_tokens_per_minute_limit_is_compacted_under_it(
+    world: Any,
+) -> None:
+    """OpenAI's 429 "Request too large ... (TPM): Limit 18000" for a prompt far below
+    the window: the compaction aims under that limit, not under the window (keeping
+    the last 5 turns left the prompt over the limit, and the retry was refused
+    again)."""
+    limit = 18_000
+    big = "word " * 3_800  # ~5,000 tokens a turn
+
+    def rule(req: CompletionRequest) -> Completion:
+        if req.messages[0].content == SUMMARY_SYSTEM:
+            return Completion("the summary")
+        if last_user(req) == "and now?" and estimate(list(req.messages)) > limit:
+            raise llm_errors.ContextLengthExceeded(
+                "openai:gpt-4o: HTTP 429: Request too large ... (TPM): Limit 18000", limit
+            )
+        return Completion("ok")
+
+    t = ThreadKey("web", "local", "tpm-limit")
+    w = world(FnModel(rule), context_window=200_000)
+    await w.start()
+    for i in range(8):
+        await w.send(user_event(t, f"part {i}: {big}"))
+        await w.settle(t)
+    await w.send(user_event(t, "and now?"))
+    await w.settle(t)
+    texts = w.texts(t)
+    assert len(texts) == 9 and texts[-1] == "ok", texts[-1]

@@ -1,10 +1,12 @@
 """How answers end on the wire, and what the user reads at the end:
 
 * a stream whose final event (``[DONE]``, ``message_stop``) arrived keeps its
-  answer when the connection then drops without a proper end or stays open;
+  answer when the connection then drops without a proper end or stays open, and
+  so does an Anthropic stream whose ``message_delta`` (the stop_reason) arrived;
 * OpenAI refusals are the answer's text, streamed or not;
 * an answer of text only cut by the output limit ends with a note, after
-  closing a code block it was cut in;
+  closing a code block it was cut in; one stopped by the provider's content
+  filter (``content_filter``, ``refusal``) ends with a note too;
 * an Anthropic tool call with no arguments that got its ``content_block_stop``
   is whole, even when the answer hit ``max_tokens``;
 * Anthropic stream events that are ``[DONE]`` or JSON but not an object are
@@ -30,7 +32,7 @@ from agent_core.llm.base import (
 )
 from agent_core.llm.openai import OpenAIProvider
 from agent_core.llm.prices import PriceTable
-from agent_core.llm.schema import LENGTH_NOTE, drop_cut_calls
+from agent_core.llm.schema import FILTER_NOTE, LENGTH_NOTE, drop_cut_calls
 from tests.fakes.llm_servers import (
     FakeLLMServer,
     Reply,
@@ -91,6 +93,42 @@ async def test_a_connection_dropped_after_the_final_event_keeps_the_answer(
     finally:
         await p.shutdown()
     assert final.text == "Hello world"
+
+
+@pytest.mark.parametrize("ending", ["cut", "end"])
+async def test_an_anthropic_answer_whole_at_its_message_delta_is_kept(
+    server: FakeLLMServer, ending: str
+) -> None:
+    """The connection drops (or the body ends) after the message_delta carrying the
+    stop_reason and the final usage, before message_stop: the answer is whole, as an
+    OpenAI answer is at its finish_reason.  It was an InvalidResponse: the shown
+    answer got _(cut off)_ and an error notice."""
+    reply = anthropic_stream(["All ", "done."], output_tokens=3)
+    assert reply.events is not None and reply.events[-1][0] == "message_stop"
+    reply.events.pop()
+    reply.cut = ending == "cut"
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "All done."
+    assert final.finish_reason == "end_turn"
+    assert final.usage.output == 3
+
+
+async def test_an_openai_answer_whole_at_its_finish_reason_is_kept(server: FakeLLMServer) -> None:
+    """The connection drops after the chunk with the finish_reason, before the usage
+    chunk and [DONE]: the answer is whole (it was an InvalidResponse)."""
+    events = [_chunk({"role": "assistant", "content": "All done."}), _chunk({}, "stop")]
+    server.push(Reply(events=events, cut=True))
+    p = await _provider(server, "openai")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.text == "All done." and final.finish_reason == "stop"
 
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
@@ -206,6 +244,59 @@ def test_the_length_note_only_for_an_answer_cut_by_a_token_limit() -> None:
     assert drop_cut_calls("", [], "length")[0] == LENGTH_NOTE
     whole = ToolCall("c1", "list_files", {})
     assert drop_cut_calls("", [(whole, True)], "length") == ("", [whole], "")
+
+
+# --- 8b. an answer stopped by the provider's content filter says so -------------------
+async def test_an_openai_answer_stopped_by_the_content_filter_ends_with_a_note(
+    server: FakeLLMServer,
+) -> None:
+    """finish_reason content_filter: the half sentence was shown as the whole answer."""
+    server.push(
+        Reply(
+            events=[
+                _chunk({"role": "assistant", "content": "First, open the"}),
+                _chunk({}, "content_filter"),
+                ("", "[DONE]"),
+            ]
+        )
+    )
+    p = await _provider(server, "openai")
+    try:
+        final = _final(await _items(p))
+    finally:
+        await p.shutdown()
+    assert final.finish_reason == "content_filter"
+    assert final.text == f"First, open the\n\n{FILTER_NOTE}"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_anthropic_refusal_stop_ends_with_a_note(
+    server: FakeLLMServer, stream: bool
+) -> None:
+    """stop_reason refusal (Anthropic's streaming classifiers stopped the answer)."""
+    if stream:
+        reply = anthropic_stream(["Step one is to"])
+        assert reply.events is not None
+        for name, data in reply.events:
+            if name == "message_delta":
+                data["delta"]["stop_reason"] = "refusal"
+    else:
+        reply = anthropic_text("Step one is to")
+        reply.json["stop_reason"] = "refusal"
+    server.push(reply)
+    p = await _provider(server, "anthropic")
+    try:
+        out = _final(await _items(p)) if stream else await p.complete(HELLO)
+    finally:
+        await p.shutdown()
+    assert out.text == f"Step one is to\n\n{FILTER_NOTE}"
+
+
+def test_the_filter_note_for_a_filtered_answer_and_its_cut_calls() -> None:
+    assert drop_cut_calls("", [], "content_filter")[0] == FILTER_NOTE
+    half = ToolCall("c1", "list_files", {"_raw": '{"dir": "/'})
+    _, kept, note = drop_cut_calls("", [(half, False)], "content_filter")
+    assert kept == [] and "content filter" in note and "`list_files`" in note
 
 
 # --- 9. an Anthropic tool call without arguments is whole -----------------------------

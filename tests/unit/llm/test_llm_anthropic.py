@@ -35,6 +35,10 @@ from tests.unit.llm.conftest import KEY, config_for
 
 HELLO = CompletionRequest((ChatMessage("system", "be brief"), ChatMessage("user", "hello")))
 EPHEMERAL = {"type": "ephemeral"}
+NO_CREDIT = (
+    "Your credit balance is too low to access the Anthropic API. Please go to Plans & "
+    "Billing to upgrade or purchase credits."
+)
 SEARCH = ToolSpec("search", "search", {"type": "object", "properties": {"q": {"type": "string"}}})
 
 
@@ -177,6 +181,9 @@ async def test_list_models(server: FakeLLMServer) -> None:
         ),
         (anthropic_error(401, "authentication_error", "invalid x-api-key"), AuthFailed),
         (anthropic_error(403, "permission_error", "no access"), AuthFailed),
+        # out of credit: a 400 invalid_request_error, or a 402 billing_error
+        (anthropic_error(400, "invalid_request_error", NO_CREDIT), AuthFailed),
+        (anthropic_error(402, "billing_error", "Payment required"), AuthFailed),
         (anthropic_error(404, "not_found_error", "model: claude-9"), ModelNotAvailable),
         (anthropic_error(429, "rate_limit_error", "Number of requests exceeded"), RateLimited),
         (anthropic_error(500, "api_error", "Internal server error"), RequestFailed),
@@ -213,6 +220,19 @@ async def test_overloaded_error_event_mid_stream(server: FakeLLMServer) -> None:
     server.push(stream)
     p = await provider(server)
     with pytest.raises(RequestFailed, match="Overloaded"):
+        _ = [i async for i in p.stream(HELLO)]
+    await p.shutdown()
+
+
+async def test_billing_error_event_mid_stream_is_out_of_credit(server: FakeLLMServer) -> None:
+    stream = anthropic_stream([], stop=False)
+    assert stream.events is not None
+    stream.events.append(
+        ("error", {"type": "error", "error": {"type": "billing_error", "message": "No credit"}})
+    )
+    server.push(stream)
+    p = await provider(server)
+    with pytest.raises(AuthFailed, match="out of credit"):
         _ = [i async for i in p.stream(HELLO)]
     await p.shutdown()
 

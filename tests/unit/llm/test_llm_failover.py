@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from agent_core.agent.agent import friendly_llm_error
+from agent_core.llm.anthropic import AnthropicProvider
 from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, TextDelta, ToolCall
 from agent_core.llm.errors import (
     AuthFailed,
@@ -15,13 +17,17 @@ from agent_core.llm.errors import (
     Timeout,
 )
 from agent_core.llm.failover import Failover
+from agent_core.llm.openai import OpenAIProvider
+from agent_core.llm.prices import PriceTable
 from tests.fakes.llm_servers import (
     FakeClock,
     FakeLLMServer,
     ScriptedProvider,
+    anthropic_error,
     openai_error,
     openai_stream,
 )
+from tests.unit.llm.conftest import config_for
 
 REQ = CompletionRequest((ChatMessage("user", "hi"),))
 
@@ -234,3 +240,27 @@ async def test_the_whole_chain_over_the_wire_turns_back_to_the_primary(
     models = [r.body["model"] for r in server.requests if r.path.endswith("/completions")]
     assert models[3:] == ["gpt-4.l"]  # no fallback call
     await chain.shutdown()
+
+
+async def test_an_anthropic_account_out_of_credit_fails_over(server: FakeLLMServer) -> None:
+    """Anthropic's "credit balance is too low" is a 400 invalid_request_error: a
+    problem of the account, so the fallback answers (and were it the last provider,
+    the user would read about the provider account, not about the history)."""
+    no_credit = (
+        "Your credit balance is too low to access the Anthropic API. Please go to Plans & "
+        "Billing to upgrade or purchase credits."
+    )
+    server.push(anthropic_error(400, "invalid_request_error", no_credit))
+    primary = AnthropicProvider(config_for(server, "anthropic"), PriceTable())
+    fallback = OpenAIProvider(config_for(server, "openai"), PriceTable())
+    chain = Failover([primary, fallback])
+    await chain.initialize()
+    items = [i async for i in chain.stream(REQ)]
+    assert isinstance(items[-1], Completion) and items[-1].text == "echo: hi"
+    assert [r.path for r in server.requests] == ["/v1/messages", "/v1/chat/completions"]
+    server.push(anthropic_error(400, "invalid_request_error", no_credit))
+    with pytest.raises(AuthFailed, match="out of credit") as info:
+        _ = [i async for i in primary.stream(REQ)]
+    await chain.shutdown()
+    notice = friendly_llm_error(info.value)
+    assert "/new" not in notice and "history" not in notice

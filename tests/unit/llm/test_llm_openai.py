@@ -252,6 +252,15 @@ async def test_out_of_credit_is_not_a_rate_limit(server: FakeLLMServer) -> None:
     await p.shutdown()
 
 
+async def test_openrouter_402_insufficient_credits_is_out_of_credit(server: FakeLLMServer) -> None:
+    body = {"error": {"code": 402, "message": "Insufficient credits. Add more using the site"}}
+    server.push(Reply(status=402, json=body))
+    p = await provider(server)
+    with pytest.raises(AuthFailed, match="out of credit"):
+        await p.complete(HELLO)
+    await p.shutdown()
+
+
 async def test_stream_cut_mid_way_is_invalid_response(server: FakeLLMServer) -> None:
     server.push(openai_stream(["partial ", "answer"], cut=True))
     p = await provider(server)

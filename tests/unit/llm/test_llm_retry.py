@@ -104,6 +104,37 @@ async def test_retry_after_header_from_a_real_server(
     assert len(server.requests) == 2
 
 
+async def test_a_request_over_the_tokens_per_minute_limit_is_not_retried(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """OpenAI's 429 "Request too large ... (TPM)" cannot succeed by waiting: it is a
+    ContextLengthExceeded carrying the limit (the turn compacts under it), sent once;
+    an ordinary TPM 429 ("Rate limit reached ... Please try again in 6s") is still
+    waited out."""
+    too_large = (
+        "Request too large for gpt-4o in organization org-abc on tokens per min (TPM): "
+        "Limit 30000, Requested 45210. The input or output tokens must be reduced in "
+        "order to run successfully. Visit https://platform.openai.com/account/rate-limits "
+        "to learn more."
+    )
+    server.push(openai_error(429, "rate_limit_exceeded", too_large, kind="tokens"))
+    backend = OpenAIProvider(config_for(server), PriceTable())
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    await r.initialize()
+    with pytest.raises(ContextLengthExceeded) as info:
+        _ = [i async for i in r.stream(REQ)]
+    assert info.value.limit == 30_000
+    assert len(server.requests) == 1 and clock.sleeps == []
+    reached = (
+        "Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): "
+        "Limit 30000, Used 27000, Requested 4000. Please try again in 2s."
+    )
+    server.push(openai_error(429, "rate_limit_exceeded", reached, kind="tokens", retry_after=2))
+    assert (await r.complete(REQ)).text == "echo: hi"
+    await r.shutdown()
+    assert clock.sleeps == [2.0]
+
+
 async def test_stream_failing_before_text_is_retried(clock: FakeClock) -> None:
     final = Completion("hello", provider="s:m")
     inner = ScriptedProvider("s:m", [RequestFailed("boom")], [TextDelta("hello"), final])
