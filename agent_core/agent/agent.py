@@ -93,6 +93,11 @@ def friendly_llm_error(exc: Exception, *, start_over: str = "Send /new") -> str:
     /new")."""
     if isinstance(exc, llm_errors.RateLimited):
         return "The AI model is rate limited right now. Please try again in a minute."
+    if isinstance(exc, llm_errors.OutOfCredit):
+        return (
+            "The AI model's account is out of credit. The operator needs to top it up "
+            "(or set LLM_FALLBACKS)."
+        )
     if isinstance(exc, llm_errors.AuthFailed):
         return "The AI model refused our credentials. The operator needs to check the API key."
     if isinstance(exc, llm_errors.ModelNotAvailable):

@@ -4,7 +4,8 @@
 
     LLMError (agent_core.errors.ParleyError)
     ├── RateLimited(retry_after)   429; transient, honour retry_after
-    ├── AuthFailed                 401/403, 402, out of credit; permanent
+    ├── AuthFailed                 401/403; permanent
+    │   └── OutOfCredit            402, out of credit / quota; permanent
     ├── ContextLengthExceeded      the prompt does not fit (or is over the TPM limit);
     │                              compact and retry once
     ├── ModelNotAvailable          404 / unknown model; permanent
@@ -39,6 +40,11 @@ class RateLimited(LLMError):
 
 class AuthFailed(LLMError):
     pass
+
+
+class OutOfCredit(AuthFailed):
+    """The provider account has no credit left (402, Anthropic's "credit balance is
+    too low", OpenAI's insufficient_quota): the key is fine, the account is not."""
 
 
 class ContextLengthExceeded(LLMError):

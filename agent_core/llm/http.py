@@ -37,6 +37,7 @@ from agent_core.llm.errors import (
     InvalidResponse,
     LLMError,
     ModelNotAvailable,
+    OutOfCredit,
     RateLimited,
     RequestFailed,
     Timeout,
@@ -133,7 +134,7 @@ def status_error(
     text = redact(f"{label}: HTTP {status}" + (f": {message[:300]}" if message else ""), *secrets)
     low = f"{code} {message}".lower()
     if status == 402 or any(m in low for m in _NO_CREDIT_MARKERS):
-        return AuthFailed(text + " (the account is out of credit)")
+        return OutOfCredit(text + " (the account is out of credit)")
     if status == 429:
         if any(m in low for m in _TOO_LARGE_MARKERS):
             # larger than the account's tokens-per-minute limit: waiting never helps,

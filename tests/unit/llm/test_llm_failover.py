@@ -264,3 +264,4 @@ async def test_an_anthropic_account_out_of_credit_fails_over(server: FakeLLMServ
     await chain.shutdown()
     notice = friendly_llm_error(info.value)
     assert "/new" not in notice and "history" not in notice
+    assert "out of credit" in notice and "API key" not in notice  # the key is fine
