@@ -100,9 +100,11 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
             return "held-full"
         self.session.held.append(head.to_dict())
         if may_decide(self, head, a):
+            always = may_always(self, a.tool)
+            buttons = "Approve / Always / Deny" if always else "Approve / Deny"
             await self.say_notice(
                 f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
-                f"Approve / Always / Deny{typed_choice(self)}). "
+                f"{buttons}{typed_choice(self, always=always)}). "
                 "I'll answer this message right after."
             )
         else:  # someone else's request in a group: not theirs to decide
@@ -229,15 +231,17 @@ def typed_command(self: Turn) -> str | None:
     return ask(self.thread) if callable(ask) else None
 
 
-def typed_choice(self: Turn) -> str:
+def typed_choice(self: Turn, *, always: bool = True) -> str:
     """', or <how to type> yes / always / no' for a notice ('' where typing cannot
-    reach Parley: the buttons only)."""
+    reach Parley: the buttons only); ``always``: the tool may be approved for good
+    (else it asks every time, and the words are yes / no)."""
     command = typed_command(self)
     if command == "":
         return ""
+    words = ("yes", "always", "no") if always else ("yes", "no")
     if command:
-        return ", or send " + " / ".join(f"`{command} {w}`" for w in ("yes", "always", "no"))
-    return f", or {'reply to it with' if reply_only(self) else 'type'} yes / always / no"
+        return ", or send " + " / ".join(f"`{command} {w}`" for w in words)
+    return f", or {'reply to it with' if reply_only(self) else 'type'} " + " / ".join(words)
 
 
 def may_always(self: Turn, tool_name: str) -> bool:
@@ -326,7 +330,8 @@ async def decide(
         await self.private(
             head,
             f"That came before I asked about **{a.tool}**, so I did not take it as a "
-            f"decision. Use the buttons on the request above{typed_choice(self)} now.",
+            f"decision. Use the buttons on the request above"
+            f"{typed_choice(self, always=may_always(self, a.tool))} now.",
             button=False,
         )
         return "approval-early"
