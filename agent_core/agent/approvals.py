@@ -13,7 +13,8 @@ thread or platform, or a forged one, finds nothing and is refused.
 
 from __future__ import annotations
 
-import contextlib
+import itertools
+import json
 import re
 import secrets
 import time
@@ -34,10 +35,34 @@ TOKEN_PREFIX = "ap:"
 _DECISION_CODES = {"a": "approve", "w": "always", "d": "deny"}
 _CODE_OF = {v: k for k, v in _DECISION_CODES.items()}
 _ID = re.compile(r"^[A-Za-z0-9_\-]{6,24}$")
-_SECRET_KEY = re.compile(
-    r"(authorization|auth|token|secret|password|passwd|api[_-]?key|cookie|session|private[_-]?key)",
-    re.IGNORECASE,
+# A key is secret-looking when one of its words is (split at _ - . and spaces and
+# at camelCase: "X-Api-Key", "accessToken", "session_id"), not when it merely
+# contains one ("author", "max_tokens", "session_name" are shown).
+_SECRET_WORDS = frozenset(
+    {
+        "authorization",
+        "auth",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "passphrase",
+        "cookie",
+        "credential",
+        "credentials",
+        "apikey",
+        "privatekey",
+        "accesstoken",
+        "refreshtoken",
+        "authtoken",
+        "sessionid",
+        "sessiontoken",
+        "clientsecret",
+    }
 )
+_SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("session", "id")})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 MAX_VALUE_CHARS = 200
 KEEP_AFTER_EXPIRY_SECS = 86_400  # a late press still hears "expired", not "unknown"
 
@@ -164,7 +189,7 @@ _INVISIBLE = re.compile(
     "\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f"
     "\ufeff\uffa0\ufff9-\ufffb\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd"
     "\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0000-\U000e0fff]"
+    "\U000e0000-\U000e0fff\ud800-\udfff]"
 )
 
 
@@ -195,21 +220,83 @@ def _one_line(text: str) -> str:
     return text
 
 
-def _show(value: Any, key: str = "") -> str:
-    if key and _SECRET_KEY.search(key):
-        return "•••"
-    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
-        # a JSON body (an HTTP request's, say): redact its keys like any others
-        with contextlib.suppress(orjson.JSONDecodeError):
-            value = orjson.loads(value)
+def secret_key(key: str) -> bool:
+    """Whether an argument named ``key`` holds a secret (its string or number is
+    masked): one of its words is one (``Authorization``, ``X-Api-Key``,
+    ``access_token``, ``sessionId``), or it is ``session`` itself (a cookie's)."""
+    words = [w.lower() for w in _WORD_SPLIT.split(_CAMEL.sub("_", key)) if w]
+    if words == ["session"]:
+        return True
+    return any(w in _SECRET_WORDS for w in words) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
+class _Members(list[tuple[str, Any]]):
+    """A JSON object's members as written: in order, a key given twice kept twice
+    (a server may act on either value; the prompt shows both)."""
+
+
+class _Number(str):
+    """A JSON number (or NaN / Infinity) exactly as written."""
+
+
+_NOT_JSON = object()
+
+
+def _json(text: str) -> Any:
+    """``text`` parsed as a JSON object or array (_NOT_JSON if it is not one)."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return _NOT_JSON
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_Members,
+            parse_int=_Number,
+            parse_float=_Number,
+            parse_constant=_Number,
+        )
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _quoted(text: str) -> str:
+    """A string inside an object or a list, JSON-quoted (so ``"me, amount: 5"`` cannot
+    pass for two members) with the characters that display as something else named."""
+    return _INVISIBLE.sub(lambda m: _visible(m.group()), json.dumps(text, ensure_ascii=False))
+
+
+def _show(value: Any, key: str = "", *, top: bool = False) -> str:
+    """``value`` as shown in a prompt: JSON-style (strings quoted, a JSON body's members
+    as written, duplicates included), a secret-named key's string or number masked,
+    objects and lists under any key shown (their own secrets masked), anything that
+    looks like a key redacted.  ``top``: an argument itself, a plain string of which
+    is shown as it is on its line (quoted if it has line breaks: ``_one_line``)."""
+    if isinstance(value, str) and not isinstance(value, _Number):
+        parsed = _json(value)  # a JSON body (an HTTP request's, say)
+        if parsed is not _NOT_JSON:
+            value = parsed
+    secret = bool(key) and secret_key(key)
+    if isinstance(value, _Members):
+        return "{" + ", ".join(f"{_quoted(str(k))}: {_show(v, str(k))}" for k, v in value) + "}"
     if isinstance(value, dict):
-        inner = ", ".join(f"{_one_line(str(k))}: {_show(v, str(k))}" for k, v in value.items())
+        inner = ", ".join(f"{_quoted(str(k))}: {_show(v, str(k))}" for k, v in value.items())
         return "{" + inner + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, list | tuple):
+        # a list under a secret key holds secrets too ({"tokens": [...]} aside)
+        return "[" + ", ".join(_show(v, key) for v in value) + "]"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if secret:
+        return "•••"
+    if isinstance(value, _Number):
+        return redact(value)
     if isinstance(value, str):
-        return _one_line(redact(value))
-    return redact(orjson.dumps(value).decode())
+        return _one_line(redact(value)) if top else _quoted(redact(value))
+    try:
+        return redact(json.dumps(value))
+    except (TypeError, ValueError):
+        return _quoted(redact(str(value)))
 
 
 def _cut(text: str) -> str:
@@ -224,7 +311,7 @@ def _cut(text: str) -> str:
 def _block_text(value: Any, key: str, redacted: bool) -> str:
     if not redacted:
         return value if isinstance(value, str) else orjson.dumps(value).decode()
-    if isinstance(value, str) and value.lstrip()[:1] not in ("{", "["):
+    if isinstance(value, str) and _json(value) is _NOT_JSON:
         return redact(value)  # line breaks kept: the block shows them as they are
     return _show(value, key)
 
@@ -239,20 +326,27 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     own = OWN_BLOCK.get(tool, {})
     rest = [(k, v) for k, v in arguments.items() if str(k) not in own]
     if rest:
-        shown = "\n".join(f"{_one_line(str(k))}: {_cut(_show(v, str(k)))}" for k, v in rest)
+        shown = "\n".join(
+            f"{_one_line(str(k))}: {_cut(_show(v, str(k), top=True))}" for k, v in rest
+        )
         lines.append(code_block(shown))
     for k, v in arguments.items():
         if str(k) not in own:
             continue
         limit, redacted = own[str(k)]
         text = _block_text(v, str(k), redacted)
+        # the length and lines are the value's as sent, not of the text shown (a JSON
+        # body is shown re-rendered, with its secrets masked)
+        real = v if isinstance(v, str) else text
         if limit is not None and len(text) > limit:
-            what = f"only the first {limit:,} of {len(text):,} characters shown"
+            what = f"only the first {limit:,} of {len(real):,} characters shown"
+            if len(text) != len(real):
+                what = f"{len(real):,} characters; shown re-rendered, only the first {limit:,}"
             text = text[:limit]
         else:
-            n = text.count("\n") + 1
+            n = real.count("\n") + 1
             exactly = "" if redacted else "exactly as it will run, "
-            what = f"{exactly}{len(text):,} characters, {n} line{'s' if n != 1 else ''}"
+            what = f"{exactly}{len(real):,} characters, {n} line{'s' if n != 1 else ''}"
         lines.append(f"{k} ({what}):")
         lines.append(code_block(text))
     return "\n".join(lines)

@@ -240,10 +240,21 @@ async def _interrupt(ctx: CommandContext, args: str) -> str | None:
     # left over: a /stop refused by the rate limit never took it)
     if refused := await _refusal(ctx):
         return refused
-    if ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event):
-        return "Stopped: the pending approval was cancelled."
+    cancelled = ctx.turn is not None and await ctx.turn.cancel_pending(ctx.event)
+    # The messages held for the cancelled approval go with it, as with /undo, /new
+    # and /clear (else the next turn would answer them as if just sent); the reply
+    # says how many, so they can be sent again.
+    note = ""
+    if ctx.session.held:
+        note = f" {len(ctx.session.held)} message(s) waiting for it were dropped."
+        ctx.session.held.clear()
+    if cancelled:
+        return "Stopped: the pending approval was cancelled." + note
     running = ctx.session.extra.get(RUNNING)
-    return stop_reply(flag, ctx.event.qualified_user, running, ctx.agent.approver_ids)
+    reply = stop_reply(flag, ctx.event.qualified_user, running, ctx.agent.approver_ids)
+    if note:  # a wait ended by a decided but given-up turn (cancel_pending settles it)
+        return reply + note if reply else note.lstrip()
+    return reply
 
 
 def _fill(ctx: CommandContext) -> tuple[int, int, int]:

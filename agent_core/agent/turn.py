@@ -132,7 +132,8 @@ class Turn:
         self.consumed = 1
         self.started_ms = int(time.time() * 1000)
         self.turn_id = secrets.token_hex(8)  # this turn's model calls stay on one provider
-        self.user = ""
+        self.user = ""  # whose turn this is (a decision turn: the requester's)
+        self.user_name = ""  # their name, as shown (prompts, "Only <name> …")
         self.head: InboundEvent | None = None
         self.iteration = 0
         self.loop_guard = LoopGuard()
@@ -169,7 +170,7 @@ class Turn:
         outbox = self.writer.outbox
         outcome = "?"
         self.head = head
-        self.user = head.qualified_user
+        self.user, self.user_name = head.qualified_user, head.user_name
         try:
             event = await self.agent.hooks.run_before_inbound(head)
             if event is None:
@@ -498,10 +499,25 @@ class Turn:
     def note_running(self) -> None:
         """Record whose turn runs the loop (saved with the session), so that a
         /interrupt it did not stop can say whose turn it was (interrupt.stop_reply)."""
+        self.session.extra[RUNNING] = [self.user, self.user_name, self.started_ms]
+
+    def for_requester(self) -> None:
+        """A decision turn (a press, a typed yes, a timer) goes on with the turn that
+        asked: it is the requester's from here on, whoever decided — their /interrupt
+        stops it, their budget pays for it, their tools' storage and their Always
+        apply, and a further prompt names them (``session.resume``'s user and name)."""
+        rs = self.session.resume
+        if "user" in rs:
+            self.user, self.user_name = rs["user"], rs.get("name", "")
+
+    async def requester_name(self) -> str:
+        """The name of the person whose turn this is, looked up through the channel
+        when their event carried only an id (Slack) and the event is theirs."""
         head = self.head
-        # a decision turn runs the requester's turn: the presser's name is not theirs
-        name = head.user_name if head is not None and head.qualified_user == self.user else ""
-        self.session.extra[RUNNING] = [self.user, name, self.started_ms]
+        if self.user_name or head is None or head.qualified_user != self.user:
+            return self.user_name
+        self.user_name = await author_name(self.writer.outbox, head)
+        return self.user_name
 
     def stopped_notice(self) -> str:
         if self.kept_unanswered:
@@ -645,7 +661,7 @@ class Turn:
             "user": self.user,
             # the requester's name for the prompt and the notices about it (a
             # platform whose events carry only an id: looked up, see people.py)
-            "name": await author_name(self.writer.outbox, self.head) if self.head else "",
+            "name": await self.requester_name(),
         }
         a = await self.ask(asks[0].call)
         return ToolRound(

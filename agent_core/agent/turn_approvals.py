@@ -101,9 +101,11 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
             return "held-full"
         self.session.held.append(head.to_dict())
         if may_decide(self, head, a):
+            always = may_always(self, a.tool)
+            buttons = "Approve / Always / Deny" if always else "Approve / Deny"
             await self.say_notice(
                 f"⏳ I'm waiting for your decision on **{a.tool}** (the approval above: "
-                f"Approve / Always / Deny{typed_choice(self)}). "
+                f"{buttons}{typed_choice(self, always=always)}). "
                 "I'll answer this message right after."
             )
         else:  # someone else's request in a group: not theirs to decide
@@ -140,21 +142,23 @@ async def expire_pending(self: Turn, aid: str, event_id: str) -> str:
         elif res.outcome is ap.ClaimOutcome.ALREADY and current:
             # decided by a turn that was given up: end the wait with what happened
             a.decision = a.decision or res.decision
-            self.user = self.session.resume.get("user", self.user)
+            self.for_requester()
             await self.settle_given_up(a)
             return await answer_held(self, "approval-late")
     if not current:
         return "expiry-stale"
     log.info("[%s] approval %s expired with nobody deciding", self.thread, aid)
-    self.user = self.session.resume.get("user", self.user)  # whose turn was waiting
+    self.for_requester()  # whose turn was waiting
     await self.finish_pending("error: not run: the approval request expired")
     return await answer_held(self, "approval-expired")
 
 
 async def answer_held(self: Turn, outcome: str) -> str:
-    """After a wait ended by no one's message (a timer): answer what the waiting
-    turn's person wrote meanwhile, as an answer to their first such message (its
-    place, its reply, its name: the timer's event is no one's); others' messages
+    """After a wait ended by no one's message (a timer, or a late press on a prompt
+    that expired or whose turn was given up): answer what the waiting turn's person
+    (``self.user``: see Turn.for_requester) wrote meanwhile, as an answer to their
+    first such message (its place, its reply, its name: the timer's event is no one's,
+    a press is no message); no model call if they wrote nothing; others' messages
     get turns of their own, and Parley's own notes just join the history."""
     first = next(
         (
@@ -228,15 +232,17 @@ def typed_command(self: Turn) -> str | None:
     return ask(self.thread) if callable(ask) else None
 
 
-def typed_choice(self: Turn) -> str:
+def typed_choice(self: Turn, *, always: bool = True) -> str:
     """', or <how to type> yes / always / no' for a notice ('' where typing cannot
-    reach Parley: the buttons only)."""
+    reach Parley: the buttons only); ``always``: the tool may be approved for good
+    (else it asks every time, and the words are yes / no)."""
     command = typed_command(self)
     if command == "":
         return ""
+    words = ("yes", "always", "no") if always else ("yes", "no")
     if command:
-        return ", or send " + " / ".join(f"`{command} {w}`" for w in ("yes", "always", "no"))
-    return f", or {'reply to it with' if reply_only(self) else 'type'} yes / always / no"
+        return ", or send " + " / ".join(f"`{command} {w}`" for w in words)
+    return f", or {'reply to it with' if reply_only(self) else 'type'} " + " / ".join(words)
 
 
 def may_always(self: Turn, tool_name: str) -> bool:
@@ -312,8 +318,9 @@ async def decide(
     if a is None or a.thread != str(self.thread):
         if a is None and current:  # its record is gone (expired long ago): end the wait
             await self.private(head, "That approval expired, so nothing was run.", button=button)
+            self.for_requester()
             await self.finish_pending("error: not run: the approval request expired")
-            return await self.after_wait("approval-expired")
+            return await answer_held(self, "approval-expired")
         await self.private(head, "That approval is not active any more.", button=button)
         return "approval-unknown"
     if not may_decide(self, head, a):
@@ -324,7 +331,8 @@ async def decide(
         await self.private(
             head,
             f"That came before I asked about **{a.tool}**, so I did not take it as a "
-            f"decision. Use the buttons on the request above{typed_choice(self)} now.",
+            f"decision. Use the buttons on the request above"
+            f"{typed_choice(self, always=may_always(self, a.tool))} now.",
             button=False,
         )
         return "approval-early"
@@ -340,18 +348,22 @@ async def decide(
         await self.private(head, f"Already decided ({said}).", button=button)
         if not current:
             return "approval-late"
-        # decided by a turn that was given up: end the wait with what happened
+        # decided by a turn that was given up: end the wait with what happened, and
+        # answer what the requester wrote meanwhile, as the timer does (not the
+        # presser's turn: an approver's press is not a message to answer)
         a.decision = a.decision or res.decision
+        self.for_requester()
         await self.settle_given_up(a)
-        return await self.after_wait("approval-late")
+        return await answer_held(self, "approval-late")
     if res.outcome is ap.ClaimOutcome.EXPIRED:
         await self.private(
             head, "This approval request expired, so nothing was run.", button=button
         )
         if current:
             await self.close_prompt(a, "expired", "")
+            self.for_requester()  # as the timer's expiry: the requester's held messages
             await self.finish_pending("error: not run: the approval request expired")
-            return await self.after_wait("approval-expired")
+            return await answer_held(self, "approval-expired")
         return "approval-expired"
     if not current:
         await self.private(head, "That approval is not active any more.", button=button)
@@ -359,6 +371,10 @@ async def decide(
         await self.close_prompt(a, "cancel", "")
         return "approval-stale"
     decision = res.decision
+    # from here on the requester's turn, whoever decided: their /interrupt stops the
+    # approved call (Turn.may_stop), and what follows names and charges them
+    self.for_requester()
+    self.note_running()
     if button:
         await self.private(head, "", button=True)  # acknowledge the press (silently)
     await self.close_prompt(a, decision, by)
@@ -425,7 +441,7 @@ async def continue_resume(self: Turn, head: InboundEvent, decided: str) -> str:
     calls = {c["id"]: ToolCall.from_dict(c) for c in rs.get("calls", ())}
     queue: list[str] = rs.get("queue", [])
     results: dict[str, str] = rs.setdefault("results", {})
-    self.user = rs.get("user", self.user)
+    self.for_requester()
     while queue:
         call = calls[queue[0]]
         if call.name in self.session.always_tools(self.user) and may_always(self, call.name):

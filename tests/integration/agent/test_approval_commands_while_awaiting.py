@@ -104,3 +104,24 @@ async def test_an_expired_approval_does_not_stop_others_starting_anew(world: Any
     await w.send(user_event(group, "/new", user="bob", is_direct=False))
     await w.settle(group)
     assert "Started a new conversation" in w.texts(group)[-1], w.texts(group)
+
+
+async def test_interrupt_drops_the_held_messages_and_says_how_many(world: Any) -> None:
+    """docs/agent.md: the messages held for a cancelled approval are dropped with it,
+    and the reply says how many; /interrupt as /undo, /new and /clear."""
+    w, _aid = await asked(world)
+    await w.send(user_event(T, "held while waiting"))
+    await w.settle(T)
+    assert len((await w.session(T)).held) == 1
+    await w.send(user_event(T, "/interrupt"))
+    await w.settle(T)
+    s = await w.session(T)
+    reply = w.texts(T)[-1]
+    assert s.state == ThreadState.IDLE
+    assert "cancelled" in reply and "1 message(s) waiting for it were dropped" in reply, reply
+    assert not s.held, f"held message left in an idle session: {s.held}"
+    # and it does not come back in the next turn as if just sent
+    await w.send(user_event(T, "hello"))
+    await w.settle(T)
+    users = [m.content for m in w.model.requests[-1].messages if m.role == "user"]
+    assert not any("held while waiting" in u for u in users), users

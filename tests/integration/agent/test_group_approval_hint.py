@@ -75,3 +75,27 @@ def test_in_a_telegram_group_only_a_reply_to_the_prompt_carries_a_typed_yes() ->
     assert parse_update(_group_text("yes", 1, reply_to_bot=False), CTX) is None
     event = parse_update(_group_text("yes", 2, reply_to_bot=True), CTX)
     assert event is not None and event.text == "yes"
+
+
+async def test_the_waiting_notice_offers_no_always_for_a_tool_that_asks_every_time(
+    world: Any,
+) -> None:
+    """docs/agent.md: a tool that asks every time has no **Always**; the notice for a
+    message held meanwhile offers what its prompt does: Approve / Deny, yes / no."""
+    from tests.integration.agent.approval_helpers import SlowAsk, add_tool
+
+    class EveryTime(SlowAsk):
+        name = "everytime"
+        allow_always = False
+
+    w = world(FnModel(tools_then_answer(("go", [call("everytime", label="a", ms=1)]))))
+    add_tool(w, EveryTime())
+    await w.start()
+    await w.send(user_event(DM, "go"))
+    await w.settle(DM)
+    assert [b.label for b in w.prompts(DM)[-1].message.buttons] == ["Approve", "Deny"]
+    await w.send(user_event(DM, "meanwhile"))
+    await w.settle(DM)
+    notice = w.texts(DM)[-1]
+    assert "(the approval above: Approve / Deny, or type yes / no)" in notice, notice
+    assert "lways" not in notice, notice

@@ -22,3 +22,54 @@ def test_secret_keys_inside_a_json_request_body_are_redacted() -> None:
         },
     )
     assert "hunter22" not in shown, shown
+
+
+def _post(body: str) -> str:
+    return describe_call(
+        "http_request", {"method": "POST", "url": "https://api.example/pay", "body": body}
+    )
+
+
+def test_an_object_under_a_secret_looking_key_is_shown_with_its_own_secrets_masked() -> None:
+    """Only a secret's string or number is masked: an object under "session" is what
+    runs, so it is shown (docs/security.md: a prompt cannot misstate what runs)."""
+    body = '{"amount": 10, "session": {"to": "attacker-account", "token": "t0ps3cr3t"}}'
+    shown = _post(body)
+    assert '"session": {"to": "attacker-account", "token": •••}' in shown, shown
+    assert "t0ps3cr3t" not in shown
+
+
+def test_secret_keys_are_whole_words_not_substrings() -> None:
+    harmless = {"author": "mallory@evil.example", "max_tokens": 5, "session_name": "weekly"}
+    shown = describe_call("demo_approval", {"meta": harmless})
+    for value in ("mallory@evil.example", "5", "weekly"):
+        assert value in shown, shown
+    secrets = {
+        "Authorization": "Basic dXNlcjpwYXNz",
+        "X-Api-Key": "k-1",
+        "access_token": "at-1",
+        "apiKey": "k-2",
+        "session_id": "s-1",
+        "sessionId": "s-2",
+        "Cookie": "c=1",
+        "client_secret": "cs-1",
+        "password": 12345678,
+    }
+    shown = describe_call("demo_approval", {"headers": secrets})
+    for value in ("dXNlcjpwYXNz", "k-1", "at-1", "k-2", "s-1", "s-2", "c=1", "cs-1", "12345678"):
+        assert value not in shown, shown
+
+
+def test_strings_in_an_object_are_quoted_so_one_cannot_pass_for_two_members() -> None:
+    shown = _post('{"to": "me, amount: 5", "amount": 100000}')
+    assert '{"to": "me, amount: 5", "amount": 100000}' in shown, shown
+
+
+def test_a_key_given_twice_shows_both_values() -> None:
+    shown = _post('{"amount": 10, "amount": 99999, "to": "me"}')
+    assert '"amount": 10, "amount": 99999' in shown, shown
+
+
+def test_the_body_length_shown_is_the_bodys_not_the_rendered_texts() -> None:
+    body = '{\n  "amount":10,\n  "to":"me"\n}'
+    assert f"body ({len(body)} characters, 4 lines):" in _post(body)
