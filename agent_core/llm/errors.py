@@ -87,11 +87,14 @@ _SECRETISH = re.compile(
     r"(?:api[_-]?key|token|secret)[\"'=:\s]+[A-Za-z0-9._\-]{8,})",
     re.IGNORECASE,
 )
+# the password in a URL's userinfo (scheme://user:password@host): the user is kept
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+@")
 
 
 def redact(text: str, *secrets: str) -> str:
-    """Remove known secrets and anything that looks like a key from ``text``."""
+    """Remove known secrets and anything that looks like a key from ``text``
+    (a URL's password too)."""
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    return _SECRETISH.sub("***", text)
+    return _URL_PASSWORD.sub(r"\1***@", _SECRETISH.sub("***", text))

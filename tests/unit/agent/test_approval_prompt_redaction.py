@@ -73,3 +73,17 @@ def test_a_key_given_twice_shows_both_values() -> None:
 def test_the_body_length_shown_is_the_bodys_not_the_rendered_texts() -> None:
     body = '{\n  "amount":10,\n  "to":"me"\n}'
     assert f"body ({len(body)} characters, 4 lines):" in _post(body)
+
+
+def test_a_urls_password_is_masked_in_the_prompt() -> None:
+    """docs/security.md: prompts mask secret-looking arguments; a URL's userinfo
+    password was shown in clear (in a group, to everyone there)."""
+    text = describe_call(
+        "http_request",
+        {
+            "method": "POST",
+            "url": "https://bob:hunter2hunter2@api.example.com/x?api_key=abcdef123456",
+        },
+    )
+    assert "hunter2hunter2" not in text and "abcdef123456" not in text
+    assert "https://bob:***@api.example.com/x" in text  # who and where stay visible
