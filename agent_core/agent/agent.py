@@ -39,7 +39,13 @@ from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session
 from agent_core.agent.undo import UndoStore
 from agent_core.errors import ConfigError
-from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKey
+from agent_core.events import (
+    SYNTHETIC_PREFIXES,
+    EventKind,
+    InboundEvent,
+    OutboundMessage,
+    ThreadKey,
+)
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import ChatMessage, LLMProvider
 from agent_core.outbox import Outbox
@@ -261,6 +267,11 @@ class Agent:
 
     # -- admins --------------------------------------------------------------
     async def remember_admin(self, event: InboundEvent) -> None:
+        """Keep the DM an admin last wrote from, where admin notices go.  Only a
+        person's own message counts: a routine's job written as an admin (event id
+        ``routine:…``), or any other synthetic event, never moves their DM."""
+        if event.event_id.startswith(SYNTHETIC_PREFIXES):
+            return
         if event.qualified_user in self.admin_ids and event.is_direct:
             await self.redis.set(
                 keys.admin_thread(event.qualified_user),

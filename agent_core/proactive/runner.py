@@ -43,6 +43,7 @@ from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
 from agent_core.proactive.routines import ROUTINE_OK, Routine, RoutineStore, RunRecord
+from agent_core.proactive.targets import is_direct
 from agent_core.settings import CoreSettings
 from agent_core.store import keys, scripts
 
@@ -122,8 +123,11 @@ class RoutineRunner:
         t0 = time.perf_counter()
         outcome = "?"
         try:
-            took = await self.take_slot(r, fire_id)
-            if took == 2:
+            lost = r.action == "full" and self.creator_lost_rights(r)
+            took = 0 if lost else await self.take_slot(r, fire_id)
+            if lost:
+                outcome = await self._creator_gone(r)
+            elif took == 2:
                 outcome = "skipped: this fire is already running"
             elif not took:
                 outcome = f"skipped: {r.max_concurrent} run(s) already in flight"
@@ -230,10 +234,43 @@ class RoutineRunner:
         except Exception as exc:  # the message is sent; its memory is a nicety
             log.warning("routine %s: sent, not added to the history (%s)", r.name, exc)
 
+    def creator_lost_rights(self, r: Routine) -> bool:
+        """Whether ``r`` was created by a person (``telegram:42``) who is no longer an
+        admin or approver: their full job must not run as them, nor as someone else
+        (it is paused).  The console's operator and ``parley routines add`` (``cli``)
+        keep theirs."""
+        channel, sep, _ = r.created_by.partition(":")
+        if not sep or channel == "console":
+            return False
+        return r.created_by not in self.agent.admin_ids | self.agent.approver_ids
+
+    async def _creator_gone(self, r: Routine) -> str:
+        """Pause ``r`` (its creator lost their rights) and tell the admins why."""
+        try:
+            if await self.store.set_enabled(r.name, False) is None:
+                return "skipped: removed meanwhile"
+        except RedisError as exc:
+            log.warning("routine %s: not paused (%s)", r.name, type(exc).__name__)
+            return f"skipped: its creator {r.created_by} is no longer an admin or approver"
+        log.error(
+            "routine %s: paused, its creator %s is no longer an admin or approver",
+            r.name,
+            r.created_by,
+        )
+        await self.agent.notify_admins(
+            f"⚠️ Routine {r.name} is paused: it runs as {r.created_by}, who created it and "
+            "is no longer an admin or approver. Add it again as yourself (/routine remove "
+            f"{r.name}, then /routine add …), or give them the rights back and /routine "
+            f"resume {r.name}."
+        )
+        return f"error: paused: its creator {r.created_by} is no longer an admin or approver"
+
     def run_as(self, r: Routine, channel: str) -> str:
-        """Whose message a full job is: its creator if on that channel, else an admin /
+        """Whose message a full job is: its creator if on that channel (while an admin
+        or approver: else the job is paused before it gets here), else an admin /
         approver on that channel (so approvals can be decided there), else 'routine'."""
-        candidates = [r.created_by, *sorted(self.agent.admin_ids), *sorted(self.agent.approver_ids)]
+        creator = [] if self.creator_lost_rights(r) else [r.created_by]
+        candidates = [*creator, *sorted(self.agent.admin_ids), *sorted(self.agent.approver_ids)]
         for q in candidates:
             ch, _, uid = q.partition(":")
             if ch == channel and uid:
@@ -253,7 +290,9 @@ class RoutineRunner:
             user_id=self.run_as(r, thread.channel),
             user_name=f"routine {r.name}",
             text=text,
-            is_direct=True,
+            # as the target's own messages are: in a group, the group's rules apply
+            # (approvals decided by admins / approvers, not a remembered admin DM)
+            is_direct=is_direct(thread),
             mentions_bot=True,
             received_at=time.time(),
         )
