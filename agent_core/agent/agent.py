@@ -300,8 +300,10 @@ class Agent:
                 )
             await self.notify_admins(text)
 
-    async def notify_admins(self, text: str) -> None:
-        """Best effort: to the DM each admin last wrote from (they must have written once)."""
+    async def notify_admins(self, text: str) -> int:
+        """Best effort: to the DM each admin last wrote from (they must have written once,
+        within SESSION_IDLE_TTL_SECS).  Returns how many admins it reached."""
+        reached = 0
         for admin in sorted(self.admin_ids):
             try:
                 raw = await self.redis.get(keys.admin_thread(admin))
@@ -311,8 +313,10 @@ class Agent:
                 outbox = self.outbox_for(thread.channel)
                 if outbox is not None:
                     await outbox.send(thread, OutboundMessage(text, notice=True))
+                    reached += 1
             except Exception as exc:
                 log.warning("could not warn admin %s: %s", admin, type(exc).__name__)
+        return reached
 
     # -- the turn --------------------------------------------------------------
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:

@@ -74,9 +74,11 @@ def billed_to(r: Routine) -> str:
 
 
 def is_ok(text: str, token: str) -> bool:
-    """True if the model's answer means 'nothing to report' (``token``, maybe decorated)."""
-    t = text.strip().strip("*_`.!\"' \n")
-    return t.upper() == token or t.upper().startswith(token + "\n") or t == ""
+    """True if the model's answer means 'nothing to report': nothing, or ``token``
+    with nothing but whitespace and punctuation around it (``**HEARTBEAT_OK**.``).
+    Any word besides it ("HEARTBEAT_OK" then a line "Except: …") is a message."""
+    t = "".join(c for c in text if c.isalnum() or c == "_")
+    return t.upper() in ("", token)
 
 
 class RoutineRunner:
