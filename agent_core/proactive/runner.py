@@ -32,12 +32,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused
-from agent_core.agent.parser import is_command
+from agent_core.agent.parser import ApprovalReply, is_command, parse
+from agent_core.agent.session import ThreadState
 from agent_core.errors import SendFailed, SendUnconfirmed
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
@@ -405,8 +407,9 @@ class EventTriggers:
                     matching.append(r)
             except Exception:  # a bad routine never keeps the others from their turn
                 log.exception("event triggers: routine %s failed on this message; ignored", r.name)
-        # who sent it is looked up only for a message some routine is waiting for
-        if not matching or not await self._admitted(event):
+        # who sent it, and whether it decides an approval, are looked up only for a
+        # message some routine is waiting for
+        if not matching or await self._decides(event) or not await self._admitted(event):
             return None
         for r in matching:  # one routine failing never keeps the others from their turn
             try:
@@ -416,6 +419,23 @@ class EventTriggers:
             except Exception:  # nor may a bad routine
                 log.exception("event triggers: routine %s failed on this message; ignored", r.name)
         return None
+
+    async def _decides(self, event: InboundEvent) -> bool:
+        """Whether ``event`` is a typed approval decision ("no because the server is
+        down") in a thread that awaits one: the worker takes it as the decision, as it
+        would ``/deny … down``, so it is not a message for routines either.  The
+        session is read only for a text the turn would read as a decision."""
+        if not isinstance(parse(event.text or "", awaiting_approval=True), ApprovalReply):
+            return False
+        try:
+            raw = await self.redis.hget(keys.session(event.thread), "d")
+            if not raw:
+                return False
+            state = orjson.loads(raw).get("s")
+        except Exception as exc:  # unknown: it is a message like any other
+            log.warning("event triggers: thread state not read (%s)", type(exc).__name__)
+            return False
+        return bool(state == ThreadState.AWAITING_APPROVAL.value)
 
     async def _admitted(self, event: InboundEvent) -> bool:
         """A stranger the worker refuses (not paired, not on the allow list) must not
