@@ -489,6 +489,9 @@ class RoutineStore:
         self.redis = redis
         self.history = history
         self._queue_once = redis.register_script(scripts.QUEUE_RUN_ONCE)
+        self._record = redis.register_script(scripts.ROUTINE_RECORD)
+        self._send_failure = redis.register_script(scripts.ROUTINE_SEND_FAILURE)
+        self._replace = redis.register_script(scripts.ROUTINE_REPLACE)
 
     async def add(self, r: Routine, *, replace: bool = False) -> bool:
         """Store a validated routine; False if the name is taken (and not ``replace``)."""
@@ -558,12 +561,32 @@ class RoutineStore:
         if batch:
             await self.redis.delete(*batch)
 
-    async def set_enabled(self, name: str, enabled: bool) -> Routine | None:
-        r = await self.get(name)
-        if r is None:
-            return None
-        r.enabled = enabled
-        await self.save(r)
+    async def set_enabled(
+        self, name: str, enabled: bool, *, created_at: float | None = None
+    ) -> Routine | None:
+        """Pause or resume ``name``; None if there is none.  With ``created_at`` (a
+        run pausing the routine it ran for): only if that routine is still the one
+        stored under the name (not removed and added again meanwhile)."""
+        if created_at is None:
+            r = await self.get(name)
+            if r is None:
+                return None
+            r.enabled = enabled
+            await self.save(r)
+        else:
+            name = name.strip().lower()
+            while True:
+                raw = await self.redis.hget(keys.ROUTINES, name)
+                if not raw:
+                    return None
+                r = Routine.from_json(raw)
+                r.enabled = enabled
+                args = [name, repr(created_at), raw, r.to_json()]
+                done = await run_script(self.redis, self._replace, [keys.ROUTINES], args)
+                if int(done) == 1:
+                    break
+                if int(done) < 0:
+                    return None
         if enabled:  # the schedule resumes from now: a paused week is not a missed run
             await self.set_last_fire(name, time.time())
             await self.reset_send_failures(name)  # a fresh start after the target is fixed
@@ -583,14 +606,40 @@ class RoutineStore:
     async def set_last_fire(self, name: str, at: float) -> None:
         await self.redis.hset(keys.routine_state(name), "last_fire", repr(at))
 
-    async def count_send_failure(self, name: str) -> int:
-        """One more permanent send failure in a row; the count so far."""
-        return int(await self.redis.hincrby(keys.routine_state(name), "send_failures", 1))
+    async def count_send_failure(self, name: str, *, created_at: float | None = None) -> int:
+        """One more permanent send failure in a row; the count so far.  With
+        ``created_at``: only for that routine (-1, nothing counted: it was removed)."""
+        if created_at is None:
+            return int(await self.redis.hincrby(keys.routine_state(name), "send_failures", 1))
+        return int(
+            await run_script(
+                self.redis,
+                self._send_failure,
+                [keys.ROUTINES, keys.routine_state(name)],
+                [name, repr(created_at)],
+            )
+        )
 
     async def reset_send_failures(self, name: str) -> None:
         await self.redis.hdel(keys.routine_state(name), "send_failures")
 
-    async def record(self, name: str, run: RunRecord) -> None:
+    async def record(self, name: str, run: RunRecord, *, created_at: float | None = None) -> bool:
+        """Record a run of ``name``.  With ``created_at`` (the definition the run ran
+        for): only if that routine is still the one stored under the name; a run of a
+        routine removed meanwhile (perhaps added again) records nothing.  Whether it
+        was recorded."""
+        if created_at is not None:
+            args = [
+                name,
+                repr(created_at),
+                repr(run.at),
+                run.outcome,
+                repr(round(run.duration, 3)),
+                orjson.dumps(run.to_dict()),
+                self.history,
+            ]
+            route = [keys.ROUTINES, keys.routine_state(name), keys.routine_runs(name)]
+            return bool(await run_script(self.redis, self._record, route, args))
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 keys.routine_state(name),
@@ -604,6 +653,7 @@ class RoutineStore:
             pipe.lpush(keys.routine_runs(name), orjson.dumps(run.to_dict()))
             pipe.ltrim(keys.routine_runs(name), 0, self.history - 1)
             await pipe.execute()
+        return True
 
     async def runs(self, name: str, n: int = 5) -> list[RunRecord]:
         raw = await self.redis.lrange(keys.routine_runs(name), 0, n - 1)

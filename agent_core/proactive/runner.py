@@ -5,7 +5,8 @@
 * ``light``: one call to the cheap model with the routine's prompt; an answer of
   ``ROUTINE_OK`` stays silent, anything else is sent to the notify target
   (:class:`~agent_core.proactive.notify.Notifier`, deduplicated per fire);
-* ``full``: a synthetic ``InboundEvent`` (kind message, id ``routine:<name>:<fire>``)
+* ``full``: a synthetic ``InboundEvent`` (kind message, id
+  ``routine:<name>:<fire>:<created_at>``)
   is submitted through :class:`~agent_core.ingest.Ingest` for the target's thread,
   so it takes the same worker path as a person's message: the thread lock, the
   agent loop with tools, approvals as buttons in that chat, the channel's
@@ -164,7 +165,7 @@ class RoutineRunner:
 
     async def _record(self, r: Routine, run: RunRecord) -> None:
         try:
-            await self.store.record(r.name, run)
+            await self.store.record(r.name, run, created_at=r.created_at)
         except RedisError as exc:
             log.warning("routine %s: could not record its run (%s)", r.name, type(exc).__name__)
         log.info("routine %s (%s): %s in %.2f s", r.name, run.trigger, run.outcome, run.duration)
@@ -174,10 +175,11 @@ class RoutineRunner:
         gone or the bot was removed: every fire would pay for a call nobody receives)
         and tell the admins.  Returns what to add to the outcome."""
         try:
-            failures = await self.store.count_send_failure(r.name)
+            # counted, and paused, only while the routine is the one this run was of
+            failures = await self.store.count_send_failure(r.name, created_at=r.created_at)
             if failures < MAX_SEND_FAILURES:
                 return ""
-            if await self.store.set_enabled(r.name, False) is None:
+            if await self.store.set_enabled(r.name, False, created_at=r.created_at) is None:
                 return ""  # removed meanwhile
         except RedisError as exc:
             log.warning("routine %s: send failure not counted (%s)", r.name, type(exc).__name__)
@@ -251,7 +253,7 @@ class RoutineRunner:
     async def _creator_gone(self, r: Routine) -> str:
         """Pause ``r`` (its creator lost their rights) and tell the admins why."""
         try:
-            if await self.store.set_enabled(r.name, False) is None:
+            if await self.store.set_enabled(r.name, False, created_at=r.created_at) is None:
                 return "skipped: removed meanwhile"
         except RedisError as exc:
             log.warning("routine %s: not paused (%s)", r.name, type(exc).__name__)
@@ -287,7 +289,9 @@ class RoutineRunner:
         if context:
             text += f"\n\nThe message that triggered this:\n{context}"
         event = InboundEvent(
-            event_id=f"routine:{r.name}:{fire_id}",
+            # the definition's created_at last: its turn's record (after_turn) goes to
+            # this routine only, not to one added again under the name meanwhile
+            event_id=f"routine:{r.name}:{fire_id}:{r.created_at!r}",
             kind=EventKind.MESSAGE,
             channel=thread.channel,
             thread=thread,
@@ -310,13 +314,20 @@ class RoutineRunner:
         eid = info.event.event_id
         if not eid.startswith("routine:"):
             return
-        _, name, fire_id = ([*eid.split(":", 2), "", ""])[:3]
+        _, name, rest = ([*eid.split(":", 2), "", ""])[:3]
         if not name:
             return
+        fire_id, _, created = rest.partition(":")
+        try:
+            created_at: float | None = float(created) if created else None
+        except ValueError:
+            created_at = None
         duration = max(0.0, time.time() - info.event.received_at)
         await self.free_slot(name, fire_id)
         await self.store.record(
-            name, RunRecord(time.time(), "job", f"turn: {info.outcome}", duration)
+            name,
+            RunRecord(time.time(), "job", f"turn: {info.outcome}", duration),
+            created_at=created_at,
         )
 
 
