@@ -39,7 +39,13 @@ from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session
 from agent_core.agent.undo import UndoStore
 from agent_core.errors import ConfigError
-from agent_core.events import EventKind, InboundEvent, OutboundMessage, ThreadKey
+from agent_core.events import (
+    SYNTHETIC_PREFIXES,
+    EventKind,
+    InboundEvent,
+    OutboundMessage,
+    ThreadKey,
+)
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import ChatMessage, LLMProvider
 from agent_core.outbox import Outbox
@@ -266,6 +272,11 @@ class Agent:
 
     # -- admins --------------------------------------------------------------
     async def remember_admin(self, event: InboundEvent) -> None:
+        """Keep the DM an admin last wrote from, where admin notices go.  Only a
+        person's own message counts: a routine's job written as an admin (event id
+        ``routine:…``), or any other synthetic event, never moves their DM."""
+        if event.event_id.startswith(SYNTHETIC_PREFIXES):
+            return
         if event.qualified_user in self.admin_ids and event.is_direct:
             await self.redis.set(
                 keys.admin_thread(event.qualified_user),
@@ -294,8 +305,10 @@ class Agent:
                 )
             await self.notify_admins(text)
 
-    async def notify_admins(self, text: str) -> None:
-        """Best effort: to the DM each admin last wrote from (they must have written once)."""
+    async def notify_admins(self, text: str) -> int:
+        """Best effort: to the DM each admin last wrote from (they must have written once,
+        within SESSION_IDLE_TTL_SECS).  Returns how many admins it reached."""
+        reached = 0
         for admin in sorted(self.admin_ids):
             try:
                 raw = await self.redis.get(keys.admin_thread(admin))
@@ -305,8 +318,10 @@ class Agent:
                 outbox = self.outbox_for(thread.channel)
                 if outbox is not None:
                     await outbox.send(thread, OutboundMessage(text, notice=True))
+                    reached += 1
             except Exception as exc:
                 log.warning("could not warn admin %s: %s", admin, type(exc).__name__)
+        return reached
 
     # -- the turn --------------------------------------------------------------
     async def run_turn(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> TurnResult:

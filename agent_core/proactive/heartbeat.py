@@ -4,7 +4,8 @@ The checklist is the text an admin set from chat (`/heartbeat set …`, kept in
 Redis) or else the file ``HEARTBEAT_FILE``.  An empty checklist skips the tick
 (no model call).  The model (the cheap one when configured) answers
 ``HEARTBEAT_OK`` when nothing needs attention and nothing is sent; anything else
-is sent to ``HEARTBEAT_NOTIFY``.  Failures are counted in Redis; reaching
+is sent to ``HEARTBEAT_NOTIFY`` (unset: to the admins' DMs; reaching none of them is
+a failure).  Failures are counted in Redis; reaching
 ``HEARTBEAT_MAX_FAILURES`` in a row is logged as an error (once per streak) and
 the loop goes on.  Ticks are driven by the scheduler, so only its one leader
 ticks; the first tick waits one interval.
@@ -42,6 +43,13 @@ SYSTEM = (
     "the user's attention, answer exactly HEARTBEAT_OK and nothing else. Otherwise answer "
     "with a short message telling them what needs attention. Current time (UTC): {now}."
 )
+
+
+NO_ADMIN_DM = "no admin DM known: an admin must write to the bot first, or set HEARTBEAT_NOTIFY"
+
+
+class NotDelivered(Exception):
+    """An attention message that reached nobody (the message says why)."""
 
 
 class Heartbeat:
@@ -95,7 +103,10 @@ class Heartbeat:
             outcome = await self._tick(now)
         except Exception as exc:
             failures = int(await self._safe_incr())
-            outcome = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+            if isinstance(exc, NotDelivered):
+                outcome = f"error: {exc}"
+            else:
+                outcome = f"error: {type(exc).__name__}: {str(exc)[:200]}"
             if failures == self.settings.heartbeat_max_failures:
                 log.error(
                     "heartbeat failed %d times in a row (last: %s); still trying every %.0f s",
@@ -146,7 +157,8 @@ class Heartbeat:
             return "ok"
         target = self.settings.heartbeat_notify
         if not target:
-            await self.agent.notify_admins(text)
+            if not await self.agent.notify_admins(text):
+                raise NotDelivered(NO_ADMIN_DM)
             return "sent to admins (HEARTBEAT_NOTIFY is not set)"
         ref = await self.notifier.notify(target, text, f"hb:{int(now)}")
         return "sent" if ref is not None else "sent before (not repeated)"

@@ -17,6 +17,7 @@ fire is recorded (last run, outcome, duration, and the last few runs).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -119,6 +120,39 @@ _ALIASES = {
 }
 
 
+_CRON_FIELDS = (
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day", "1-31"),
+    ("month", "1-12 or jan-dec"),
+    ("weekday", "0-7 or sun-sat"),
+)
+
+
+def _cron_reason(cron: str) -> str:
+    """Why croniter refuses ``cron`` (five fields, or an @-alias), naming the field."""
+    words = cron.split()
+    if len(words) != 5:
+        return "unknown @-alias (@hourly, @daily, @weekly, @monthly, @yearly)"
+    for i, (name, allowed) in enumerate(_CRON_FIELDS):
+        probe = ["*"] * 5
+        probe[i] = words[i]
+        try:
+            croniter(" ".join(probe))
+        except Exception as exc:  # croniter's own errors: which, and why
+            why = str(exc).rpartition("]")[2].strip()
+            if "step" in why:
+                return f"the {name} field {words[i]!r} has a step of 0 (a step is 1 or more)"
+            if "range" in why:
+                return f"the {name} field {words[i]!r} is out of range ({allowed})"
+            return f"the {name} field {words[i]!r} is not valid ({allowed})"
+    try:  # each field alone is fine: croniter refuses them together
+        croniter(cron)
+    except Exception as exc:
+        return str(exc).rpartition("]")[2].strip() or type(exc).__name__
+    return "croniter refuses it"
+
+
 def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
     """Check every field; raise RoutineError with a readable reason."""
     r.name = r.name.strip().lower()
@@ -144,12 +178,15 @@ def validate(r: Routine, tenants: dict[str, str] | None = None) -> Routine:
             ZoneInfo(r.tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise RoutineError(f"unknown timezone {r.tz!r} (e.g. Europe/Paris, UTC)") from None
-        five = len(r.cron.split()) == 5 or (r.cron.strip().startswith("@") and " " not in r.cron)
-        if not r.cron.strip() or not five or not croniter.is_valid(r.cron):
+        alias = r.cron.strip().startswith("@") and " " not in r.cron.strip()
+        five = len(r.cron.split()) == 5 or alias
+        if not r.cron.strip() or not five:
             raise RoutineError(
                 f"bad cron expression {r.cron!r} (five fields: minute hour day month weekday, "
                 "e.g. '0 9 * * 1-5')"
             )
+        if not croniter.is_valid(r.cron):
+            raise RoutineError(f"bad cron expression {r.cron!r}: {_cron_reason(r.cron)}")
         r.cron = " ".join(r.cron.split())
         try:
             r.next_fire(time.time())
@@ -280,6 +317,59 @@ def _option_words(text: str) -> tuple[list[str], int, bool]:
     return words, -1, False
 
 
+_TRIGGER_FLAGS = ("--cron", "--event", "--manual")
+_ONLY_FOR = {  # options that mean something for one trigger only
+    "--tz": "cron",
+    "--channel": "event",
+    "--cooldown": "event",
+    "--dedup": "event",
+}
+_CRON_WORD = re.compile(
+    r"^(?:[0-9*?LW#/,-]+|(?:sun|mon|tue|wed|thu|fri|sat|jan|feb|mar|apr|may|jun|jul|aug|sep"
+    r"|oct|nov|dec)(?:[-,/][a-z0-9]+)*)$",
+    re.IGNORECASE,
+)
+
+
+def _one_of_each(given: list[str], trigger: str) -> None:
+    """Refuse options that contradict each other instead of keeping the last one
+    (two triggers) or ignoring one (``--tz`` on an event routine)."""
+    triggers = [w for w in given if w in _TRIGGER_FLAGS]
+    if len(triggers) > 1:
+        twice = "; " + triggers[0] + " is given twice" if len(set(triggers)) == 1 else ""
+        raise RoutineError(f"choose one of --cron, --event, --manual{twice}")
+    actions = [w for w in given if w in ("--full", "--light")]
+    if len(set(actions)) > 1:
+        raise RoutineError("choose one of --full, --light")
+    repeated = next((w for w in given if w in _FLAGS and given.count(w) > 1), None)
+    if repeated is not None:
+        raise RoutineError(f"{repeated} is given twice")
+    for w in given:
+        only = _ONLY_FOR.get(w)
+        if only is not None and only != trigger:
+            raise RoutineError(f"{w} applies only to --{only}; this routine is --{trigger}")
+
+
+def _unquoted_cron(cron: str, prompt_words: Sequence[str], next_to_it: bool) -> None:
+    """``--cron 0 9 * * 1-5`` typed without quotes: the expression's first field was
+    taken as the value and the rest, right after it, as the prompt.  Say to quote it."""
+    if (
+        not next_to_it
+        or len(cron.split()) != 1
+        or cron.startswith("@")
+        or not _CRON_WORD.match(cron)
+    ):
+        return
+    rest = list(itertools.takewhile(_CRON_WORD.match, prompt_words[:4]))
+    if not rest:
+        return
+    expr = " ".join([cron, *rest])
+    raise RoutineError(
+        f"the cron expression is several words: quote it, --cron '{expr}' "
+        "(unquoted, only its first field was taken)"
+    )
+
+
 def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "UTC") -> Routine:
     """``NAME --cron '0 9 * * *' --notify telegram:1 Summarise ...`` -> a Routine.
 
@@ -298,6 +388,7 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
         raise RoutineError("usage: " + ADD_USAGE)
     d: dict[str, Any] = {"name": words[0], "tz": default_tz, "created_by": created_by}
     trigger = ""
+    given: list[str] = []  # the options, as typed (a trigger's, an action's)
     prompt: list[str] = []
     i = 1
     while i < len(words):
@@ -309,6 +400,8 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
         if any(c.isspace() for c in w):  # a quoted prompt from a shell ("--verbose …")
             prompt = [*args[i:]]
             break
+        if w in _FLAGS or w in ("--manual", "--full", "--light"):
+            given.append(w)
         if w in _FLAGS:
             if i + 1 >= len(words):
                 raise RoutineError(f"{w} needs a value")
@@ -340,6 +433,9 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
     else:
         d["prompt"] = " ".join(prompt)
         prompt_words = [_dashed(w) for w in prompt]
+    # the prompt's first word came right after --cron's value (i: where the loop stopped)
+    cron_then_prompt = not after_dashes and i >= 2 and words[i - 2] == "--cron"
+    _unquoted_cron(d.get("cron", ""), prompt_words, cron_then_prompt)
     late = next((w for w in prompt_words if w in KNOWN_FLAGS), None)
     if late is not None and not after_dashes:
         # Never taken as an option (a stray --full would make a tool-running job),
@@ -350,6 +446,7 @@ def parse_add(args: str | Sequence[str], *, created_by: str, default_tz: str = "
         )
     if not trigger:
         raise RoutineError("say when it runs: --cron 'EXPR', --event REGEX or --manual")
+    _one_of_each(given, trigger)
     d["trigger"] = trigger
     try:
         for k, conv in (("cooldown_secs", float), ("dedup_secs", float), ("max_concurrent", int)):
@@ -395,6 +492,9 @@ class RoutineStore:
         self.redis = redis
         self.history = history
         self._queue_once = redis.register_script(scripts.QUEUE_RUN_ONCE)
+        self._record = redis.register_script(scripts.ROUTINE_RECORD)
+        self._send_failure = redis.register_script(scripts.ROUTINE_SEND_FAILURE)
+        self._replace = redis.register_script(scripts.ROUTINE_REPLACE)
 
     async def add(self, r: Routine, *, replace: bool = False) -> bool:
         """Store a validated routine; False if the name is taken (and not ``replace``)."""
@@ -464,12 +564,32 @@ class RoutineStore:
         if batch:
             await self.redis.delete(*batch)
 
-    async def set_enabled(self, name: str, enabled: bool) -> Routine | None:
-        r = await self.get(name)
-        if r is None:
-            return None
-        r.enabled = enabled
-        await self.save(r)
+    async def set_enabled(
+        self, name: str, enabled: bool, *, created_at: float | None = None
+    ) -> Routine | None:
+        """Pause or resume ``name``; None if there is none.  With ``created_at`` (a
+        run pausing the routine it ran for): only if that routine is still the one
+        stored under the name (not removed and added again meanwhile)."""
+        if created_at is None:
+            r = await self.get(name)
+            if r is None:
+                return None
+            r.enabled = enabled
+            await self.save(r)
+        else:
+            name = name.strip().lower()
+            while True:
+                raw = await self.redis.hget(keys.ROUTINES, name)
+                if not raw:
+                    return None
+                r = Routine.from_json(raw)
+                r.enabled = enabled
+                args = [name, repr(created_at), raw, r.to_json()]
+                done = await run_script(self.redis, self._replace, [keys.ROUTINES], args)
+                if int(done) == 1:
+                    break
+                if int(done) < 0:
+                    return None
         if enabled:  # the schedule resumes from now: a paused week is not a missed run
             await self.set_last_fire(name, time.time())
             await self.reset_send_failures(name)  # a fresh start after the target is fixed
@@ -489,14 +609,40 @@ class RoutineStore:
     async def set_last_fire(self, name: str, at: float) -> None:
         await self.redis.hset(keys.routine_state(name), "last_fire", repr(at))
 
-    async def count_send_failure(self, name: str) -> int:
-        """One more permanent send failure in a row; the count so far."""
-        return int(await self.redis.hincrby(keys.routine_state(name), "send_failures", 1))
+    async def count_send_failure(self, name: str, *, created_at: float | None = None) -> int:
+        """One more permanent send failure in a row; the count so far.  With
+        ``created_at``: only for that routine (-1, nothing counted: it was removed)."""
+        if created_at is None:
+            return int(await self.redis.hincrby(keys.routine_state(name), "send_failures", 1))
+        return int(
+            await run_script(
+                self.redis,
+                self._send_failure,
+                [keys.ROUTINES, keys.routine_state(name)],
+                [name, repr(created_at)],
+            )
+        )
 
     async def reset_send_failures(self, name: str) -> None:
         await self.redis.hdel(keys.routine_state(name), "send_failures")
 
-    async def record(self, name: str, run: RunRecord) -> None:
+    async def record(self, name: str, run: RunRecord, *, created_at: float | None = None) -> bool:
+        """Record a run of ``name``.  With ``created_at`` (the definition the run ran
+        for): only if that routine is still the one stored under the name; a run of a
+        routine removed meanwhile (perhaps added again) records nothing.  Whether it
+        was recorded."""
+        if created_at is not None:
+            args = [
+                name,
+                repr(created_at),
+                repr(run.at),
+                run.outcome,
+                repr(round(run.duration, 3)),
+                orjson.dumps(run.to_dict()),
+                self.history,
+            ]
+            route = [keys.ROUTINES, keys.routine_state(name), keys.routine_runs(name)]
+            return bool(await run_script(self.redis, self._record, route, args))
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 keys.routine_state(name),
@@ -510,6 +656,7 @@ class RoutineStore:
             pipe.lpush(keys.routine_runs(name), orjson.dumps(run.to_dict()))
             pipe.ltrim(keys.routine_runs(name), 0, self.history - 1)
             await pipe.execute()
+        return True
 
     async def runs(self, name: str, n: int = 5) -> list[RunRecord]:
         raw = await self.redis.lrange(keys.routine_runs(name), 0, n - 1)

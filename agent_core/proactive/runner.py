@@ -5,7 +5,8 @@
 * ``light``: one call to the cheap model with the routine's prompt; an answer of
   ``ROUTINE_OK`` stays silent, anything else is sent to the notify target
   (:class:`~agent_core.proactive.notify.Notifier`, deduplicated per fire);
-* ``full``: a synthetic ``InboundEvent`` (kind message, id ``routine:<name>:<fire>``)
+* ``full``: a synthetic ``InboundEvent`` (kind message, id
+  ``routine:<name>:<fire>:<created_at>``)
   is submitted through :class:`~agent_core.ingest.Ingest` for the target's thread,
   so it takes the same worker path as a person's message: the thread lock, the
   agent loop with tools, approvals as buttons in that chat, the channel's
@@ -32,17 +33,20 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agent_core.agent import metered
 from agent_core.agent.budget import BudgetRefused
-from agent_core.agent.parser import is_command
+from agent_core.agent.parser import ApprovalReply, is_command, parse
+from agent_core.agent.session import ThreadState
 from agent_core.errors import SendFailed, SendUnconfirmed
 from agent_core.events import SYNTHETIC_PREFIXES, EventKind, InboundEvent
 from agent_core.llm.base import ChatMessage, CompletionRequest
 from agent_core.proactive.notify import Notifier
 from agent_core.proactive.routines import ROUTINE_OK, Routine, RoutineStore, RunRecord
+from agent_core.proactive.targets import is_direct
 from agent_core.settings import CoreSettings
 from agent_core.store import keys, scripts
 
@@ -73,9 +77,11 @@ def billed_to(r: Routine) -> str:
 
 
 def is_ok(text: str, token: str) -> bool:
-    """True if the model's answer means 'nothing to report' (``token``, maybe decorated)."""
-    t = text.strip().strip("*_`.!\"' \n")
-    return t.upper() == token or t.upper().startswith(token + "\n") or t == ""
+    """True if the model's answer means 'nothing to report': nothing, or ``token``
+    with nothing but whitespace and punctuation around it (``**HEARTBEAT_OK**.``).
+    Any word besides it ("HEARTBEAT_OK" then a line "Except: …") is a message."""
+    t = "".join(c for c in text if c.isalnum() or c == "_")
+    return t.upper() in ("", token)
 
 
 class RoutineRunner:
@@ -122,8 +128,11 @@ class RoutineRunner:
         t0 = time.perf_counter()
         outcome = "?"
         try:
-            took = await self.take_slot(r, fire_id)
-            if took == 2:
+            lost = r.action == "full" and self.creator_lost_rights(r)
+            took = 0 if lost else await self.take_slot(r, fire_id)
+            if lost:
+                outcome = await self._creator_gone(r)
+            elif took == 2:
                 outcome = "skipped: this fire is already running"
             elif not took:
                 outcome = f"skipped: {r.max_concurrent} run(s) already in flight"
@@ -156,7 +165,7 @@ class RoutineRunner:
 
     async def _record(self, r: Routine, run: RunRecord) -> None:
         try:
-            await self.store.record(r.name, run)
+            await self.store.record(r.name, run, created_at=r.created_at)
         except RedisError as exc:
             log.warning("routine %s: could not record its run (%s)", r.name, type(exc).__name__)
         log.info("routine %s (%s): %s in %.2f s", r.name, run.trigger, run.outcome, run.duration)
@@ -166,10 +175,11 @@ class RoutineRunner:
         gone or the bot was removed: every fire would pay for a call nobody receives)
         and tell the admins.  Returns what to add to the outcome."""
         try:
-            failures = await self.store.count_send_failure(r.name)
+            # counted, and paused, only while the routine is the one this run was of
+            failures = await self.store.count_send_failure(r.name, created_at=r.created_at)
             if failures < MAX_SEND_FAILURES:
                 return ""
-            if await self.store.set_enabled(r.name, False) is None:
+            if await self.store.set_enabled(r.name, False, created_at=r.created_at) is None:
                 return ""  # removed meanwhile
         except RedisError as exc:
             log.warning("routine %s: send failure not counted (%s)", r.name, type(exc).__name__)
@@ -230,10 +240,43 @@ class RoutineRunner:
         except Exception as exc:  # the message is sent; its memory is a nicety
             log.warning("routine %s: sent, not added to the history (%s)", r.name, exc)
 
+    def creator_lost_rights(self, r: Routine) -> bool:
+        """Whether ``r`` was created by a person (``telegram:42``) who is no longer an
+        admin or approver: their full job must not run as them, nor as someone else
+        (it is paused).  The console's operator and ``parley routines add`` (``cli``)
+        keep theirs."""
+        channel, sep, _ = r.created_by.partition(":")
+        if not sep or channel == "console":
+            return False
+        return r.created_by not in self.agent.admin_ids | self.agent.approver_ids
+
+    async def _creator_gone(self, r: Routine) -> str:
+        """Pause ``r`` (its creator lost their rights) and tell the admins why."""
+        try:
+            if await self.store.set_enabled(r.name, False, created_at=r.created_at) is None:
+                return "skipped: removed meanwhile"
+        except RedisError as exc:
+            log.warning("routine %s: not paused (%s)", r.name, type(exc).__name__)
+            return f"skipped: its creator {r.created_by} is no longer an admin or approver"
+        log.error(
+            "routine %s: paused, its creator %s is no longer an admin or approver",
+            r.name,
+            r.created_by,
+        )
+        await self.agent.notify_admins(
+            f"⚠️ Routine {r.name} is paused: it runs as {r.created_by}, who created it and "
+            "is no longer an admin or approver. Add it again as yourself (/routine remove "
+            f"{r.name}, then /routine add …), or give them the rights back and /routine "
+            f"resume {r.name}."
+        )
+        return f"error: paused: its creator {r.created_by} is no longer an admin or approver"
+
     def run_as(self, r: Routine, channel: str) -> str:
-        """Whose message a full job is: its creator if on that channel, else an admin /
+        """Whose message a full job is: its creator if on that channel (while an admin
+        or approver: else the job is paused before it gets here), else an admin /
         approver on that channel (so approvals can be decided there), else 'routine'."""
-        candidates = [r.created_by, *sorted(self.agent.admin_ids), *sorted(self.agent.approver_ids)]
+        creator = [] if self.creator_lost_rights(r) else [r.created_by]
+        candidates = [*creator, *sorted(self.agent.admin_ids), *sorted(self.agent.approver_ids)]
         for q in candidates:
             ch, _, uid = q.partition(":")
             if ch == channel and uid:
@@ -246,14 +289,18 @@ class RoutineRunner:
         if context:
             text += f"\n\nThe message that triggered this:\n{context}"
         event = InboundEvent(
-            event_id=f"routine:{r.name}:{fire_id}",
+            # the definition's created_at last: its turn's record (after_turn) goes to
+            # this routine only, not to one added again under the name meanwhile
+            event_id=f"routine:{r.name}:{fire_id}:{r.created_at!r}",
             kind=EventKind.MESSAGE,
             channel=thread.channel,
             thread=thread,
             user_id=self.run_as(r, thread.channel),
             user_name=f"routine {r.name}",
             text=text,
-            is_direct=True,
+            # as the target's own messages are: in a group, the group's rules apply
+            # (approvals decided by admins / approvers, not a remembered admin DM)
+            is_direct=is_direct(thread),
             mentions_bot=True,
             received_at=time.time(),
         )
@@ -267,13 +314,20 @@ class RoutineRunner:
         eid = info.event.event_id
         if not eid.startswith("routine:"):
             return
-        _, name, fire_id = ([*eid.split(":", 2), "", ""])[:3]
+        _, name, rest = ([*eid.split(":", 2), "", ""])[:3]
         if not name:
             return
+        fire_id, _, created = rest.partition(":")
+        try:
+            created_at: float | None = float(created) if created else None
+        except ValueError:
+            created_at = None
         duration = max(0.0, time.time() - info.event.received_at)
         await self.free_slot(name, fire_id)
         await self.store.record(
-            name, RunRecord(time.time(), "job", f"turn: {info.outcome}", duration)
+            name,
+            RunRecord(time.time(), "job", f"turn: {info.outcome}", duration),
+            created_at=created_at,
         )
 
 
@@ -364,8 +418,9 @@ class EventTriggers:
                     matching.append(r)
             except Exception:  # a bad routine never keeps the others from their turn
                 log.exception("event triggers: routine %s failed on this message; ignored", r.name)
-        # who sent it is looked up only for a message some routine is waiting for
-        if not matching or not await self._admitted(event):
+        # who sent it, and whether it decides an approval, are looked up only for a
+        # message some routine is waiting for
+        if not matching or await self._decides(event) or not await self._admitted(event):
             return None
         for r in matching:  # one routine failing never keeps the others from their turn
             try:
@@ -375,6 +430,23 @@ class EventTriggers:
             except Exception:  # nor may a bad routine
                 log.exception("event triggers: routine %s failed on this message; ignored", r.name)
         return None
+
+    async def _decides(self, event: InboundEvent) -> bool:
+        """Whether ``event`` is a typed approval decision ("no because the server is
+        down") in a thread that awaits one: the worker takes it as the decision, as it
+        would ``/deny … down``, so it is not a message for routines either.  The
+        session is read only for a text the turn would read as a decision."""
+        if not isinstance(parse(event.text or "", awaiting_approval=True), ApprovalReply):
+            return False
+        try:
+            raw = await self.redis.hget(keys.session(event.thread), "d")
+            if not raw:
+                return False
+            state = orjson.loads(raw).get("s")
+        except Exception as exc:  # unknown: it is a message like any other
+            log.warning("event triggers: thread state not read (%s)", type(exc).__name__)
+            return False
+        return bool(state == ThreadState.AWAITING_APPROVAL.value)
 
     async def _admitted(self, event: InboundEvent) -> bool:
         """A stranger the worker refuses (not paired, not on the allow list) must not

@@ -80,6 +80,20 @@ def parse_target(
     return ThreadKey(channel, parts[0], parts[1], parts[2] if len(parts) == 3 else "")
 
 
+def is_direct(thread: ThreadKey) -> bool:
+    """Whether ``thread`` is a one-to-one chat with the bot, as the channel's own
+    events say (``InboundEvent.is_direct``): a Telegram private chat (a positive
+    chat id; groups and channels are negative), a Slack DM (``D…``), a Discord DM
+    (tenant ``dm``), a web or console session.  Anything else is a group."""
+    if thread.channel == "telegram":
+        return not thread.conversation.startswith("-")
+    if thread.channel == "slack":
+        return thread.conversation.startswith("D")
+    if thread.channel == "discord":
+        return thread.tenant == "dm"
+    return True
+
+
 def retarget(target: str, old: ThreadKey, new: ThreadKey) -> str | None:
     """``target`` rewritten to name ``new`` if it names ``old`` (None: it does not).
 

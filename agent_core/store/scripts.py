@@ -624,6 +624,64 @@ return 1
 """
 
 
+# The three scripts below act for one run of a routine only while the routine it
+# ran for is still stored under that name: ARGV[2] is its ``created_at``, compared
+# with the stored definition's (a definition without one, from an older version,
+# counts as the same).  A routine removed while the run was in flight, perhaps added
+# again under the same name, gets nothing of it.  KEYS share the {routines} tag.
+_SAME_ROUTINE = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return nil end
+local ok, def = pcall(cjson.decode, raw)
+if not ok or type(def) ~= 'table' then return nil end
+local at = def['created_at']
+if at ~= nil and tonumber(at) ~= tonumber(ARGV[2]) then return nil end
+return raw
+"""
+
+# KEYS: defs, state, runs ; ARGV: name, created_at, last_run, outcome, duration,
+#       run json, history
+# Records a run (state fields, run count, the last runs): 1, or 0 (not the same routine).
+ROUTINE_RECORD = (
+    "local function same()"
+    + _SAME_ROUTINE
+    + """end
+if not same() then return 0 end
+redis.call('HSET', KEYS[2], 'last_run', ARGV[3], 'outcome', ARGV[4], 'duration', ARGV[5])
+redis.call('HINCRBY', KEYS[2], 'runs', 1)
+redis.call('LPUSH', KEYS[3], ARGV[6])
+redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[7]) - 1)
+return 1
+"""
+)
+
+# KEYS: defs, state ; ARGV: name, created_at
+# One more permanent send failure in a row: the count, or -1 (not the same routine).
+ROUTINE_SEND_FAILURE = (
+    "local function same()"
+    + _SAME_ROUTINE
+    + """end
+if not same() then return -1 end
+return redis.call('HINCRBY', KEYS[2], 'send_failures', 1)
+"""
+)
+
+# KEYS: defs ; ARGV: name, created_at, definition read before, new definition
+# Replaces the definition if it is still the one read (and the same routine):
+# 1 done, 0 changed meanwhile (read it again), -1 not the same routine.
+ROUTINE_REPLACE = (
+    "local function same()"
+    + _SAME_ROUTINE
+    + """end
+local raw = same()
+if not raw then return -1 end
+if raw ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+return 1
+"""
+)
+
+
 # --- conversation moves (agent_core/store/moves.py) ---
 # KEYS: moved_in (hash), session, then each key to write
 # ARGV: source thread, now_ms, marker_ttl_ms, session_json ('' = leave it),

@@ -113,11 +113,19 @@ async def test_a_command_never_triggers_an_event_routine(pworld: Any) -> None:
 
 class CountingRedis:
     def __init__(self, inner: Any) -> None:
-        self.inner, self.reads = inner, 0
+        self.inner, self.reads, self.session_reads = inner, 0, 0
 
     async def sismember(self, *a: Any) -> Any:
         self.reads += 1
         return await self.inner.sismember(*a)
+
+    async def hget(self, key: Any, field: Any) -> Any:
+        if str(key).endswith(":session"):
+            self.session_reads += 1
+        return await self.inner.hget(key, field)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 async def test_no_access_read_when_no_routine_watches_this_message(redis: Any) -> None:
@@ -153,3 +161,51 @@ async def test_no_access_read_when_no_routine_watches_this_message(redis: Any) -
         )
         assert await trig(ev) is None
     assert counting.reads == 0, f"{counting.reads} SISMEMBER for 5 messages no routine watches"
+
+
+# --- a typed approval decision is a decision, not a message ------------------------
+async def test_a_typed_deny_reason_does_not_trigger_an_event_routine(pworld: Any) -> None:
+    """`/deny … down` never triggered a routine; the same decision typed ("no because
+    the server is down") while the thread waited for it did."""
+    from tests.integration.agent.conftest import call, tools_then_answer
+
+    model = FnModel(tools_then_answer(("count it", [call("counter", label="x")])))
+    w = pworld(model, admin_ids="telegram:900")
+    await w.start()
+    p = w.proactive(FakeClock())
+    assert await p.store.add(
+        validate(
+            Routine(
+                name="outage",
+                trigger="event",
+                pattern="down",
+                notify="telegram:500",
+                prompt="Summarise the problem.",
+                cooldown_secs=0,
+            )
+        )
+    )
+    counting = CountingRedis(w.redis)
+    w.ingest.add_filter(EventTriggers(counting, p.store, refresh_secs=0))  # type: ignore[arg-type]
+    admin = ThreadKey("telegram", "bot1", "900")
+    await w.send(user_event(admin, "count it", "900"))
+    await w.settle(admin)
+    assert len(w.prompts(admin)) == 1  # waiting for the decision
+    assert counting.session_reads == 0  # "count it" matches no routine: nothing read
+    await w.send(user_event(admin, "no because the server is down", "900"))
+    await w.settle(admin)
+    assert await w.counter() == 0  # taken as the decision (denied)
+    assert await p.scheduler.tick() == []
+    assert counting.session_reads == 1  # one read, for a text shaped like a decision
+
+    # no approval waiting: the same words are a message like any other
+    await w.send(user_event(admin, "no because the server is down", "900"))
+    await w.settle(admin)
+    assert await p.scheduler.tick() == ["outage"]
+    await p.scheduler.wait_idle()
+    # a text that cannot be a decision never reads the session
+    await w.send(user_event(admin, "the server is down again", "900"))
+    await w.settle(admin)
+    assert counting.session_reads == 2
+    assert await p.scheduler.tick() == ["outage"]
+    await p.scheduler.wait_idle()

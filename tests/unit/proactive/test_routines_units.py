@@ -124,6 +124,15 @@ def test_ok_tokens() -> None:
     assert not is_ok("Disk almost full", "HEARTBEAT_OK")
 
 
+def test_ok_token_followed_by_words_is_a_message() -> None:
+    """Only whitespace and punctuation may surround the token; a line of text after
+    it ("any other answer is sent") used to be swallowed."""
+    assert is_ok("HEARTBEAT_OK\n", "HEARTBEAT_OK")
+    assert is_ok("`HEARTBEAT_OK`\n\n---", "HEARTBEAT_OK")
+    assert not is_ok("HEARTBEAT_OK\nExcept: the certificate expires tomorrow.", "HEARTBEAT_OK")
+    assert not is_ok("ROUTINE_OK\n\nBut the deploy failed.", "ROUTINE_OK")
+
+
 def test_retarget_names_the_new_conversation_in_the_form_it_was_written() -> None:
     from agent_core.proactive.targets import retarget
 
