@@ -26,7 +26,13 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agent_core.agent.budget import answer_chars, estimated_cost, reserved_cost, unreported
+from agent_core.agent.budget import (
+    DEFAULT_ANSWER_TOKENS,
+    answer_chars,
+    estimated_cost,
+    reserved_cost,
+    unreported,
+)
 from agent_core.agent.tokens import estimate, tools_tokens
 from agent_core.agent.turn_approvals import Interrupted
 from agent_core.llm import errors as llm_errors
@@ -58,7 +64,10 @@ async def call_llm(
         history = self.session.history
         window = self.agent.window_for(self.model() or None)
         if exc.limit:  # a limit below the window (OpenAI's tokens per minute)
-            window = min(window, exc.limit)
+            # counted against it: the prompt and the answer the request allows
+            info = self.agent.llm.model_info(self.model() or None)
+            answer = info.max_output_tokens or DEFAULT_ANSWER_TOKENS
+            window = min(window, max(exc.limit - answer, exc.limit // 2))
         await self.agent.compactor.compact(
             self.session,
             history,

@@ -92,14 +92,21 @@ class LoopDelegate(Protocol):
 
 # an announced tool call: the answer's last sentence says, in the first person and
 # the future, that it is about to use, call, check... ("I'll check that.", "Let me
-# look that up.", "Sure, I will run it now."), after at most a short lead ("Sure,")
+# look that up.", "Sure, I will run it now.", "Sure - I'll check."), after at most
+# a short lead ("Sure,"); "get" only with an object ("I'll get back to you" is not)
 _INTENT = re.compile(
-    r"^(?:[\w']+(?:\s+[\w']+){0,2},\s*)?"
+    r"^(?:[\w']+(?:\s+[\w']+){0,2}\s*[,!\u2014\u2013-]\s*)?"
     r"(?:i'll|i will|let me(?!\s+know)|i'm going to|i am going to)\s+"
     r"(?:[\w']+\s+){0,2}?"
-    r"(?:use|call|check|run|look|search|fetch|find|get|query|open|read|verify)\b"
+    r"(?:use|call|check|run|look|search|fetch|find|query|open|read|verify"
+    r"|get(?=\s+(?:the|that|this|it|those|these|your|some|a|an)\b))\b"
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?:…])\s+")
+# a closing pleasantry after the announcement ("Let me check. One moment!")
+_FILLER = re.compile(
+    r"^(?:one (?:moment|sec(?:ond)?)|just a (?:moment|sec(?:ond)?|minute)|please wait"
+    r"|hold on|bear with me|stand by|be right back)\b[^\w]*$"
+)
 # an answer longer than this says something itself, whatever its last sentence
 INTENT_MAX_CHARS = 300
 
@@ -119,8 +126,10 @@ def says_tool_intent(text: str, tools: Sequence[ToolSpec]) -> bool:
     low = text.strip().lower().replace("\u2019", "'")
     if not low or len(low) > INTENT_MAX_CHARS:
         return False
-    last = _SENTENCE_END.split(low)[-1]
-    return _INTENT.match(last) is not None
+    sentences = _SENTENCE_END.split(low)
+    while len(sentences) > 1 and _FILLER.match(sentences[-1]):
+        sentences.pop()
+    return _INTENT.match(sentences[-1]) is not None
 
 
 async def run_loop(

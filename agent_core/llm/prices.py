@@ -203,6 +203,20 @@ _FLAG_KEYS = {
 KNOWN_KEYS = (*_PRICE_KEYS, "context_window", *_FLAG_KEYS)
 
 
+def _whole(value: object) -> int | None:
+    """A whole number as a prices file may write one (32768, 32768.0 from a JSON
+    writer, "32768"); None for anything else (true/false included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def _entry(
     where: str, base: ModelInfo, spec: dict[str, Any], problems: list[str]
 ) -> ModelInfo | None:
@@ -224,10 +238,11 @@ def _entry(
                 continue
             changes[_PRICE_KEYS[key]] = price * M
         elif key == "context_window":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            window = _whole(value)
+            if window is None or window < 1:
                 problems.append(f"{where}: {key} must be a whole number, 1 or more")
                 continue
-            changes["context_window"] = value
+            changes["context_window"] = window
         elif key in _FLAG_KEYS:
             if not isinstance(value, bool):
                 problems.append(f"{where}: {key} must be true or false")

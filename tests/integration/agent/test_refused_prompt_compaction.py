@@ -15,7 +15,7 @@ from agent_core.agent.session import Session
 from agent_core.agent.tokens import estimate
 from agent_core.events import ThreadKey
 from agent_core.llm import errors as llm_errors
-from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, ToolCall
+from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, ModelInfo, ToolCall
 from agent_core.tools.base import Tool, ToolContext
 from tests.integration.agent.conftest import FnModel, last_user, user_event
 
@@ -99,7 +99,8 @@ async def test_a_prompt_over_the_tokens_per_minute_limit_is_compacted_under_it(
     def rule(req: CompletionRequest) -> Completion:
         if req.messages[0].content == SUMMARY_SYSTEM:
             return Completion("the summary")
-        if last_user(req) == "and now?" and estimate(list(req.messages)) > limit:
+        # OpenAI counts the prompt and the answer the request allows (4,096 here)
+        if last_user(req) == "and now?" and estimate(list(req.messages)) + 4096 > limit:
             raise llm_errors.ContextLengthExceeded(
                 "openai:gpt-4o: HTTP 429: Request too large ... (TPM): Limit 18000", limit
             )
@@ -115,3 +116,33 @@ async def test_a_prompt_over_the_tokens_per_minute_limit_is_compacted_under_it(
     await w.settle(t)
     texts = w.texts(t)
     assert len(texts) == 9 and texts[-1] == "ok", texts[-1]
+
+
+async def test_the_tokens_per_minute_compaction_leaves_room_for_the_answer(
+    world: Any,
+) -> None:
+    """The limit counts the prompt and the answer the request allows: with an
+    8,000-token answer budget, a prompt compacted under the limit alone was still
+    refused on the retry."""
+    limit, answer = 18_000, 8_000
+    big = "word " * 3_800
+
+    def rule(req: CompletionRequest) -> Completion:
+        if req.messages[0].content == SUMMARY_SYSTEM:
+            return Completion("the summary")
+        if last_user(req) == "and now?" and estimate(list(req.messages)) + answer > limit:
+            raise llm_errors.ContextLengthExceeded(
+                "openai:gpt-4o: HTTP 429: Request too large ... (TPM): Limit 18000", limit
+            )
+        return Completion("ok")
+
+    t = ThreadKey("web", "local", "tpm-answer")
+    info = ModelInfo("fn-model", context_window=200_000, max_output_tokens=answer)
+    w = world(FnModel(rule, info), context_window=200_000)
+    await w.start()
+    for i in range(8):
+        await w.send(user_event(t, f"part {i}: {big}"))
+        await w.settle(t)
+    await w.send(user_event(t, "and now?"))
+    await w.settle(t)
+    assert w.texts(t)[-1] == "ok", w.texts(t)[-1]

@@ -20,6 +20,10 @@ TOOLS = (ToolSpec("current_time", "the time", {"type": "object", "properties": {
         "Sure, let me check the time.",
         "I\u2019ll quickly run the search for you...",
         "One moment. I'm going to fetch the page.",
+        # a pleasantry after the announcement, a dash for a lead, "get" with an object
+        "Let me check that for you. One moment!",
+        "Sure \u2014 I'll check.",
+        "I'll get the weather for Paris.",
     ],
 )
 def test_an_announced_call_is_nudged(text: str) -> None:
@@ -36,6 +40,8 @@ def test_an_announced_call_is_nudged(text: str) -> None:
         "It is noon in Paris. Let me know if you need another city.",
         "I checked the logs using the search tool and found nothing unusual.",
         "I'll use a regex for that: `re.sub(r'\\s+', ' ', s)`.",
+        "I'll get back to you on that.",
+        "It is sunny. One moment of sun is rare here!",
         # an announcement at the end of a long answer that has said its piece
         "Here is the plan. " + "Each step is explained below in detail. " * 8 + "I'll check it.",
     ],

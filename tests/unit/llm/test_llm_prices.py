@@ -221,6 +221,7 @@ def test_a_prices_file_entry_keeps_what_it_leaves_out(tmp_path: Path) -> None:
         ("output_per_million = inf", "output_per_million must be a finite number, 0 or more"),
         ("cache_read_per_million = nan", "cache_read_per_million must be a finite number"),
         ("context_window = 0", "context_window must be a whole number, 1 or more"),
+        ("context_window = 1.5", "context_window must be a whole number, 1 or more"),
         ('supports_vision = "no"', "supports_vision must be true or false"),
     ],
 )
@@ -244,3 +245,13 @@ def test_cached_tokens_without_a_known_cache_price_are_billed_as_input() -> None
     assert info.cost(u) == pytest.approx(1000 * info.input_cost_per_token)
     local = PriceTable().lookup("llama3", local=True)
     assert local.cost(u) == 0
+
+
+@pytest.mark.parametrize("written", ["32768", "32768.0", '"32768"'])
+def test_a_context_window_written_as_a_whole_float_or_string_is_taken(
+    tmp_path: Path, written: str
+) -> None:
+    """JSON writers emit 32768.0; the older reading (int()) took it and "32768"."""
+    f = tmp_path / "prices.toml"
+    f.write_text(f'[models."m"]\ncontext_window = {written}\n')
+    assert PriceTable(str(f)).lookup("m").context_window == 32768
