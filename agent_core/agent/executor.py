@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from agent_core.agent.hooks import Hooks, ToolHookContext
 from agent_core.llm.base import ToolCall
+from agent_core.textsafe import valid_text
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.registry import ToolRegistry
 
@@ -89,14 +90,16 @@ async def run_one(p: Planned, ctx: ToolContext, default_timeout: float, limit: i
             text = await p.tool.run(p.args, ctx)
         if not isinstance(text, str):  # a tool's bug: one error result, not a failed round
             raise TypeError(f"returned {type(text).__name__}, not text")
-        text = cap(text, limit)
+        # a lone surrogate (a page's codec, a tool's surrogateescape) would fail the
+        # session's save: every tool's output is made valid Unicode here
+        text = cap(valid_text(text), limit)
     except TimeoutError:
         if deadline.expired():
             return f"error: {p.call.name} timed out after {timeout:g} s"
         log.exception("[%s] tool %s failed", ctx.thread, p.call.name)
         return f"error: {p.call.name} failed (TimeoutError)"
     except ToolError as exc:
-        return f"error: {exc}"
+        return valid_text(f"error: {exc}")
     except Exception as exc:
         log.exception("[%s] tool %s failed", ctx.thread, p.call.name)
         return f"error: {p.call.name} failed ({type(exc).__name__})"

@@ -175,6 +175,23 @@ async def test_a_tool_returning_non_text_is_an_error_result_not_a_crash() -> Non
     assert outs[0].startswith("error:") and outs[1] == "slow ok", outs
 
 
+class Surrogates(Tool[NoneArgs]):
+    name = "surrogates"
+    description = "returns text decoded with surrogateescape, as a tool may"
+    args_model = NoneArgs
+
+    async def run(self, args: NoneArgs, ctx: ToolContext) -> str:
+        return b"caf\xe9 \xff".decode("utf-8", "surrogateescape") + "\ud83d\ude00"
+
+
+async def test_a_tools_lone_surrogates_are_replaced() -> None:
+    """Text with lone surrogates would fail the session's save (orjson): every tool's
+    output is made valid Unicode (a pair written as two code points joins up)."""
+    p = Planned(ToolCall("a", "surrogates", {}), Surrogates(), NoneArgs())
+    out = await run_one(p, ctx(), 60, 16_000)
+    assert out == "caf\ufffd \ufffd\U0001f600"
+
+
 class RaisesTimeout(Tool[NoneArgs]):
     name = "raises_timeout"
     description = "fails at once with its own TimeoutError"
