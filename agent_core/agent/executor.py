@@ -109,11 +109,24 @@ async def run_one(p: Planned, ctx: ToolContext, default_timeout: float, limit: i
 
 
 async def run_many(
-    planned: Sequence[Planned], ctx: ToolContext, default_timeout: float, limit: int
+    planned: Sequence[Planned],
+    ctx: ToolContext,
+    default_timeout: float,
+    limit: int,
+    done: dict[str, str] | None = None,
 ) -> list[str]:
-    """Run concurrently; outputs in the original order."""
+    """Run concurrently; outputs in the original order.  ``done`` (by call id) gets
+    each output as soon as its call finishes: what is known when the run is
+    cancelled (/interrupt) halfway."""
+
+    async def one(p: Planned) -> str:
+        out = await run_one(p, ctx, default_timeout, limit)
+        if done is not None:
+            done[p.call.id] = out
+        return out
+
     if len(planned) == 1:
-        return [await run_one(planned[0], ctx, default_timeout, limit)]
+        return [await one(planned[0])]
     async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(run_one(p, ctx, default_timeout, limit)) for p in planned]
+        tasks = [tg.create_task(one(p)) for p in planned]
     return [t.result() for t in tasks]
