@@ -8,10 +8,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import httpx
+
 from agent_core.events import Attachment, ThreadKey
 from agent_core.llm.base import Completion, CompletionRequest
 from tests.fakes.pdf import surrogate_pdf
-from tests.integration.agent.conftest import FnModel, user_event
+from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
+from tests.security.test_ssrf import PUBLIC, dns  # noqa: F401
 
 PDF = surrogate_pdf()
 
@@ -35,6 +38,36 @@ async def test_a_pdf_whose_text_has_a_lone_surrogate_is_answered_once(world: Any
     assert isinstance(prompt, str) and "\ufffdB\ufffdB" in prompt
     session = await w.session(t)
     assert [m.content for m in session.history][-1] == "read it"
+
+
+async def test_a_web_page_in_utf7_still_gets_an_answer(
+    world: Any,
+    dns: dict[str, list[str]],  # noqa: F811
+) -> None:
+    """A page declaring charset=utf-7 decoded to a lone surrogate: a GET needs no
+    approval, so any page the model was pointed at failed the turn."""
+    dns["evil.test"] = [PUBLIC]
+    model = FnModel(tools_then_answer(("fetch", [call("http_request", url="http://evil.test/")])))
+    w = world(model)
+    await w.start()
+    tool = w.workers[0][0].agent.tools.get("http_request")
+    tool._transport, tool._client = (
+        httpx.MockTransport(
+            lambda req: httpx.Response(
+                200,
+                headers={"content-type": "text/html; charset=utf-7"},
+                content=b"hello +2AA- world",
+            )
+        ),
+        None,
+    )
+    t = ThreadKey("telegram", "bot1", "utf7")
+    await w.send(user_event(t, "fetch"))
+    await w.settle(t, timeout=15)
+    assert any(x.startswith("done:") for x in w.texts(t)), w.texts(t)
+    session = await w.session(t)
+    results = [m.content for m in session.history if m.role == "tool"]
+    assert len(results) == 1 and results[0].endswith("\n\nhello +2AA- world"), results
 
 
 async def test_a_session_that_cannot_be_saved_fails_its_turn_once(world: Any) -> None:
