@@ -404,6 +404,11 @@ class Worker:
                 started = time.perf_counter()
                 try:
                     result = await self.recovery.run_turn(thread, state, guard)
+                    # serialised here, inside the turn's error handling: a session that
+                    # cannot be saved (text that is not valid Unicode, a bug) fails the
+                    # same way every time, so it is a failed turn, skipped with a
+                    # notice, not a crash of this task rerunning the message for good
+                    session_json = result.session.to_json() if result.save_session else None
                 except LockLost:
                     released = True  # not ours any more
                     return
@@ -448,7 +453,7 @@ class Worker:
                     thread,
                     self.owner,
                     consumed=state.mailbox[: result.consumed],
-                    session_json=result.session.to_json() if result.save_session else None,
+                    session_json=session_json,
                     version=state.session_version,
                     sent_fields=result.sent_fields,
                     with_calls=result.completion_calls,

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from agent_core.agent.hooks import Hooks, ToolHookContext
 from agent_core.llm.base import ToolCall
+from agent_core.textsafe import valid_text
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.registry import ToolRegistry
 
@@ -89,14 +90,16 @@ async def run_one(p: Planned, ctx: ToolContext, default_timeout: float, limit: i
             text = await p.tool.run(p.args, ctx)
         if not isinstance(text, str):  # a tool's bug: one error result, not a failed round
             raise TypeError(f"returned {type(text).__name__}, not text")
-        text = cap(text, limit)
+        # a lone surrogate (a page's codec, a tool's surrogateescape) would fail the
+        # session's save: every tool's output is made valid Unicode here
+        text = cap(valid_text(text), limit)
     except TimeoutError:
         if deadline.expired():
             return f"error: {p.call.name} timed out after {timeout:g} s"
         log.exception("[%s] tool %s failed", ctx.thread, p.call.name)
         return f"error: {p.call.name} failed (TimeoutError)"
     except ToolError as exc:
-        return f"error: {exc}"
+        return valid_text(f"error: {exc}")
     except Exception as exc:
         log.exception("[%s] tool %s failed", ctx.thread, p.call.name)
         return f"error: {p.call.name} failed ({type(exc).__name__})"
@@ -106,11 +109,24 @@ async def run_one(p: Planned, ctx: ToolContext, default_timeout: float, limit: i
 
 
 async def run_many(
-    planned: Sequence[Planned], ctx: ToolContext, default_timeout: float, limit: int
+    planned: Sequence[Planned],
+    ctx: ToolContext,
+    default_timeout: float,
+    limit: int,
+    done: dict[str, str] | None = None,
 ) -> list[str]:
-    """Run concurrently; outputs in the original order."""
+    """Run concurrently; outputs in the original order.  ``done`` (by call id) gets
+    each output as soon as its call finishes: what is known when the run is
+    cancelled (/interrupt) halfway."""
+
+    async def one(p: Planned) -> str:
+        out = await run_one(p, ctx, default_timeout, limit)
+        if done is not None:
+            done[p.call.id] = out
+        return out
+
     if len(planned) == 1:
-        return [await run_one(planned[0], ctx, default_timeout, limit)]
+        return [await one(planned[0])]
     async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(run_one(p, ctx, default_timeout, limit)) for p in planned]
+        tasks = [tg.create_task(one(p)) for p in planned]
     return [t.result() for t in tasks]

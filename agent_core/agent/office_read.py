@@ -32,6 +32,7 @@ from agent_core.agent.office import (
     OfficeText,
 )
 from agent_core.agent.tokens import text_tokens
+from agent_core.textsafe import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class _Out:
     def add(self, line: str) -> None:
         """A line of its own: a sheet's marker, a note."""
         # more than 4 characters a token of what is left would be cut anyway
-        line = line[: 4 * max(0, int(self.tokens - self.used)) + 100] + "\n"
+        line = valid_text(line[: 4 * max(0, int(self.tokens - self.used)) + 100]) + "\n"
         self.parts.append(line)
         self.size += len(line)
         self.used += text_tokens(line)

@@ -51,6 +51,7 @@ from pypdf.errors import DependencyError
 from agent_core.agent import doc_process
 from agent_core.agent.tokens import text_tokens
 from agent_core.events import Attachment
+from agent_core.textsafe import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,8 @@ def read(
             stopped = "pages"
             break
         try:
-            text = reader.pages[n].extract_text().replace("\x00", "").strip()
+            # a ToUnicode map can give a lone surrogate (pypdf's "surrogatepass")
+            text = valid_text(reader.pages[n].extract_text()).replace("\x00", "").strip()
         except DependencyError:
             log.warning("a PDF is encrypted with AES: install 'cryptography' to read such PDFs")
             return AES

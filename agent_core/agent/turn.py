@@ -635,21 +635,31 @@ class Turn:
             ToolHookContext(self.thread, self.user),
         )
         now = [p for p in planned if not p.ask]
-        outputs = (
-            await self.interruptible(
-                run_many(
-                    now,
-                    self.tool_context(self.user),
-                    self.s.tool_timeout_secs,
-                    self.s.tool_output_max_chars,
+        final_calls = [p.call for p in planned]
+        done: dict[str, str] = {}
+        try:
+            outputs = (
+                await self.interruptible(
+                    run_many(
+                        now,
+                        self.tool_context(self.user),
+                        self.s.tool_timeout_secs,
+                        self.s.tool_output_max_chars,
+                        done,
+                    )
                 )
+                if now
+                else []
             )
-            if now
-            else []
-        )
+        except Interrupted:
+            # the model is told what really happened: a call that finished keeps its
+            # result (its side effect is done), one still running was cut short
+            self.session.history.extend(
+                stopped_results(final_calls, done, {p.call.id for p in now})
+            )
+            raise
         results = {p.call.id: out for p, out in zip(now, outputs, strict=True)}
         asks = [p for p in planned if p.ask]
-        final_calls = [p.call for p in planned]
         if not asks:
             return self.finish_round(final_calls, results)
         self.session.resume = {
@@ -685,6 +695,27 @@ class Turn:
         return ToolRound(msgs, stop=stop)
 
 
+STOPPED_RUNNING = "error: interrupted by the user (it may have partly run)"
+STOPPED_NOT_RUN = "error: not run (the turn was stopped)"
+
+
+def stopped_results(
+    calls: Sequence[ToolCall], done: dict[str, str], started: set[str]
+) -> list[ChatMessage]:
+    """The results of a round of ``calls`` stopped by /interrupt: a finished call's
+    own (``done``), "interrupted" for one ``started`` and still running, "not run"
+    for the others (waiting for an approval)."""
+    return [
+        ChatMessage(
+            "tool",
+            done.get(c.id, STOPPED_RUNNING if c.id in started else STOPPED_NOT_RUN),
+            tool_call_id=c.id,
+            name=c.name,
+        )
+        for c in calls
+    ]
+
+
 def repair_history(history: list[ChatMessage]) -> None:
     """Give every tool call of the last assistant message a result (after a stop)."""
     for i in range(len(history) - 1, -1, -1):
@@ -699,7 +730,7 @@ def repair_history(history: list[ChatMessage]) -> None:
                 history.extend(
                     ChatMessage(
                         "tool",
-                        "error: not run (the turn was stopped)",
+                        STOPPED_NOT_RUN,
                         tool_call_id=c.id,
                         name=c.name,
                     )

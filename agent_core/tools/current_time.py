@@ -27,7 +27,8 @@ class CurrentTime(Tool[TimeArgs]):
         try:
             # ZoneInfo reads tzdata from disk the first time: keep that off the loop
             tz = await asyncio.to_thread(ZoneInfo, args.timezone or "UTC")
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            # OSError: a directory of the tz database ("America": IsADirectoryError)
             raise ToolError(f"unknown timezone {args.timezone!r}") from None
         now = datetime.now(tz)
         return now.strftime("%Y-%m-%d %H:%M:%S %Z (%A)")

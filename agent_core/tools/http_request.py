@@ -15,6 +15,8 @@ request extension).
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
 import re
 import zlib
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_core.textsafe import valid_text
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from agent_core.tools.ssrf import Refused, check_url
 
@@ -64,14 +67,16 @@ def _origin(url: str) -> tuple[str, str, int | None]:
         return ("", url, None)
 
 
-async def _read_body(resp: httpx.Response) -> bytearray:
-    """Up to MAX_BODY bytes of the body, decoded.  A compressed body (a server may
-    send one despite ``accept-encoding: identity``) is inflated with the cap
-    applied to the output, so a small gzip bomb costs at most MAX_BODY."""
+async def _read_body(resp: httpx.Response, data: bytearray) -> bytearray:
+    """Up to MAX_BODY bytes of the body, decoded, into ``data`` (which holds what
+    arrived should the reading fail halfway: httpx's errors are the caller's).  A
+    compressed body (a server may send one despite ``accept-encoding: identity``) is
+    inflated with the cap applied to the output, so a small gzip bomb costs at most
+    MAX_BODY."""
     if resp.is_stream_consumed:  # built in memory (tests' mock transports): already read
-        return bytearray(resp.content[:MAX_BODY])
+        data += resp.content[:MAX_BODY]
+        return data
     encoding = resp.headers.get("content-encoding", "").strip().lower()
-    data = bytearray()
     if encoding in ("", "identity"):
         async for chunk in resp.aiter_raw():
             data += chunk
@@ -79,7 +84,8 @@ async def _read_body(resp: httpx.Response) -> bytearray:
                 break
         return data
     if encoding not in ("gzip", "x-gzip", "deflate"):
-        return bytearray(f"(a body in {encoding!r} encoding, not shown)".encode())
+        data += f"(a body in {encoding!r} encoding, not shown)".encode()
+        return data
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in encoding else zlib.MAX_WBITS)
     try:
         async for chunk in resp.aiter_raw():
@@ -241,20 +247,55 @@ class HttpRequest(Tool[HttpArgs]):
                         headers = {k: v for k, v in headers.items() if not _credential(k)}
                     url = nxt
                     continue
-                data = await _read_body(resp)
+                data = bytearray()
+                cut = ""
+                try:
+                    await _read_body(resp, data)
+                except httpx.TimeoutException:
+                    cut = (
+                        f"\n\n(the response was cut short after {len(data)} bytes: "
+                        f"nothing more arrived for {s.http_tool_timeout_secs:g} s)"
+                    )
+                except httpx.HTTPError as exc:
+                    # the server closed early, a damaged chunk: what arrived, and why
+                    cut = (
+                        f"\n\n(the response was cut short after {len(data)} bytes: "
+                        f"{type(exc).__name__}: {exc})"
+                    )
             finally:
-                await resp.aclose()
+                with contextlib.suppress(httpx.HTTPError):
+                    await resp.aclose()
             shown = ("content-type", "content-length", "location", "date")
             head = "\n".join(f"{k}: {v}" for k, v in resp.headers.items() if k.lower() in shown)
             text = _decoded(bytes(data[:MAX_BODY]), resp.encoding)
-            return f"HTTP {resp.status_code} {resp.reason_phrase}\n{head}\n\n{text}"
+            return f"HTTP {resp.status_code} {resp.reason_phrase}\n{head}\n\n{text}{cut}"
         raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")
 
 
-def _decoded(body: bytes, charset: str | None) -> str:
-    """The body as text in its declared charset; a charset Python does not know, or
-    knows as no text encoding (``base64``, ``rot13``), is read as UTF-8."""
+# codecs Python knows as text encodings that are no web page's charset, and whose
+# decoding gives lone surrogates (UTF-7's "+2AA-", unicode_escape's "\\ud800") or
+# anything a crafted body asks for: such a page is read as UTF-8
+_REFUSED_CODECS = frozenset({"utf-7", "unicode-escape", "raw-unicode-escape", "punycode", "idna"})
+
+
+def _text_codec(charset: str | None) -> str:
+    """The codec to read a body declared in ``charset`` with: a real text encoding,
+    else UTF-8 (no charset, one Python does not know, one it knows as no text
+    encoding — ``base64``, ``rot13``, ``zlib`` — or one of :data:`_REFUSED_CODECS`)."""
     try:
-        return body.decode(charset or "utf-8", errors="replace")
+        codec = codecs.lookup(charset or "utf-8")
+    except (LookupError, ValueError):
+        return "utf-8"
+    if not getattr(codec, "_is_text_encoding", True) or codec.name in _REFUSED_CODECS:
+        return "utf-8"
+    return codec.name
+
+
+def _decoded(body: bytes, charset: str | None) -> str:
+    """The body as text in its declared charset (:func:`_text_codec`), what does not
+    decode replaced; never a lone surrogate (:func:`valid_text`)."""
+    try:
+        text = body.decode(_text_codec(charset), errors="replace")
     except (LookupError, UnicodeError):
-        return body.decode("utf-8", errors="replace")
+        text = body.decode("utf-8", errors="replace")
+    return valid_text(text)

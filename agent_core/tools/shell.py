@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -21,6 +22,8 @@ from agent_core.tools.base import Approval, Tool, ToolContext, ToolError
 
 if TYPE_CHECKING:
     from agent_core.settings import CoreSettings
+
+log = logging.getLogger(__name__)
 
 MAX_CAPTURE = 256_000  # bytes read from the process; the LLM sees less (capped later)
 
@@ -160,6 +163,14 @@ class RunShell(Tool[ShellArgs]):
                 start_new_session=True,  # its own process group: a timeout kills it all
             )
         except OSError as exc:
+            if not await asyncio.to_thread(os.path.isdir, cwd):
+                # not the command's fault: the model must not go on rewriting it
+                log.warning("run_shell: SHELL_TOOL_WORKDIR %s is not a directory", cwd)
+                raise ToolError(
+                    f"could not start the command: its working directory {cwd} "
+                    "(SHELL_TOOL_WORKDIR) does not exist or is not a directory; "
+                    "the operator must fix the setting"
+                ) from None
             raise ToolError(f"could not start the command: {exc.strerror or exc}") from None
         assert proc.stdout is not None
         buf = bytearray()

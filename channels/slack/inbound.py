@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 from agent_core.errors import StoreUnavailable
 from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest, Submitted
+from channels import url_tokens
 from channels.http_body import BodyTooLarge, read_capped_body
 
 from .mrkdwn import escape
@@ -86,6 +87,9 @@ class SlackInbound:
         self.group_reply = group_reply
         self.slash_command = slash_command
         self._notices: set[asyncio.Task[None]] = set()  # "press again" posts under way
+        # those posts go to a response_url, which slack_sdk logs at DEBUG
+        for name in url_tokens.SLACK_WEBHOOK_LOGGERS:
+            url_tokens.install(name)
 
     async def on_event(self, body: Payload) -> Submitted | None:
         """An ``event_callback`` body. Raises StoreUnavailable (answer 5xx / do not ack)."""

@@ -50,6 +50,7 @@ from agent_core.events import (
 )
 from agent_core.outbox import current_part, on_wire, wire_claim, wire_created, wire_retry
 from agent_core.store.pacing import Pacer
+from channels import url_tokens
 from channels.never_sent import never_sent
 
 from .client import (
@@ -118,6 +119,9 @@ class SlackOutbox:
         slash_command: str = "/parley",
     ) -> None:
         self.web = web
+        # slack_sdk's webhook client logs a response_url (a secret capability) at DEBUG
+        for name in url_tokens.SLACK_WEBHOOK_LOGGERS:
+            url_tokens.install(name)
         # Streamed edits go through a client that does not wait out a 429: one that
         # would have to wait is skipped (the turn keeps reading the model), and the
         # previews of this process pause for the Retry-After.

@@ -70,3 +70,38 @@ def encrypted(data: bytes, user_password: str, algorithm: str = "RC4-128") -> by
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def surrogate_pdf() -> bytes:
+    """A one-page PDF drawing "ABAB" whose font's ToUnicode map gives "A" as U+D800, a
+    lone surrogate (pypdf decodes the map with "surrogatepass"): its text is "?B?B"
+    with an unencodable character for each "?"."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        b"/CMapName /X def 1 begincodespacerange <00> <FF> endcodespacerange\n"
+        b"2 beginbfchar <41> <D800> <42> <0042> endbfchar\n"
+        b"endcmap CMapName currentdict /CMap defineresource pop end end\n"
+    )
+    content = b"BT /F1 12 Tf 72 720 Td (ABAB) Tj ET\n"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%sendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
+        b"<< /Length %d >>\nstream\n%sendstream" % (len(cmap), cmap),
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)

@@ -83,6 +83,28 @@ def test_interaction_tokens_in_rate_limit_bucket_keys_are_redacted() -> None:
     assert "version 1+local" in out
 
 
+def test_slack_response_urls_are_redacted() -> None:
+    """A response_url (or an incoming webhook's URL) lets its holder post as the app:
+    slack_sdk's webhook client logs it at DEBUG."""
+    log, buf = _logger(logging.Formatter("%(message)s"), [])
+    secret = "AbCdEfGhIjKlMnOpQrStUvWx"
+    for kind, middle in (("actions", "1234567890"), ("commands", "987654"), ("services", "B0001")):
+        log.debug(
+            "Sending a request - url: https://hooks.slack.com/%s/T0001/%s/%s, body: {}",
+            kind,
+            middle,
+            secret,
+        )
+    log.debug("url: https://hooks.slack-gov.com/workflows/T0001/A01/123/%s?x=1", secret)
+    out = buf.getvalue()
+    assert secret not in out
+    assert "url: https://hooks.slack.com/actions/T0001/***, body: {}" in out
+    assert "https://hooks.slack.com/services/T0001/***, body" in out
+    assert "https://hooks.slack-gov.com/workflows/T0001/***?x=1" in out
+    log.info("GET https://slack.com/api/chat.postMessage")  # no capability: as it is
+    assert buf.getvalue().endswith("GET https://slack.com/api/chat.postMessage\n")
+
+
 def test_a_bad_format_in_a_library_log_call_never_raises_into_the_caller() -> None:
     """`log.warning("retry %d of %d", "x")` from a third-party library: the redaction
     filter formats the message, and Handler.filter does not guard filters, so before

@@ -12,9 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_core.agent.executor import Planned, run_one
 from agent_core.events import EventKind, ThreadKey
+from agent_core.llm.base import ToolCall
 from agent_core.settings import CoreSettings
 from agent_core.tools.base import ToolContext, ToolError
+from agent_core.tools.current_time import CurrentTime, TimeArgs
 from agent_core.tools.http_request import MAX_BODY, HttpArgs, HttpRequest
 from agent_core.tools.shell import RunShell, ShellArgs
 from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
@@ -181,6 +184,35 @@ async def test_shell_timeout_leaves_no_process_behind(tmp_path: Any) -> None:
         await RunShell().run(ShellArgs(command=cmd), ctx(shell_tool_timeout_secs=0.5))
     await asyncio.sleep(2.5)
     assert not marker.exists(), "a process of the killed command ran on after the timeout"
+
+
+async def test_a_missing_shell_workdir_is_named(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SHELL_TOOL_WORKDIR pointing nowhere (a typo, a volume not mounted): every command
+    failed with "could not start the command: No such file or directory", as if the
+    command was not found; the model rewrote it again and again, the log said nothing."""
+    missing = tmp_path / "not-there"
+    with pytest.raises(ToolError) as err:
+        await RunShell().run(ShellArgs(command="echo hi"), ctx(shell_tool_workdir=str(missing)))
+    assert str(err.value) == (
+        f"could not start the command: its working directory {missing} (SHELL_TOOL_WORKDIR) "
+        "does not exist or is not a directory; the operator must fix the setting"
+    )
+    assert any("SHELL_TOOL_WORKDIR" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "zone", ["America", "America/Argentina", "Europe/", "Nowhere/City", "../etc"]
+)
+async def test_a_zone_that_is_no_timezone_is_an_unknown_timezone(zone: str) -> None:
+    """ "America" is a directory of the tz database: ZoneInfo raised IsADirectoryError,
+    which the tool did not catch ("current_time failed", an ERROR traceback)."""
+    p = Planned(
+        ToolCall("c1", "current_time", {"timezone": zone}), CurrentTime(), TimeArgs(timezone=zone)
+    )
+    out = await run_one(p, ctx(), 10.0, 10_000)
+    assert out == f"error: unknown timezone {zone!r}"
 
 
 # --- approvals: "Always" on run_shell -----------------------------------------------------

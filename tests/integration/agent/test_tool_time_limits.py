@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agent_core.agent.executor import Planned, plan, run_many, run_one
+from agent_core.agent.executor import DATA_MARK, Planned, plan, run_many, run_one
 from agent_core.agent.hooks import Hooks, ToolHookContext
 from agent_core.events import ThreadKey
 from agent_core.llm.base import ToolCall
@@ -138,6 +138,84 @@ async def test_http_page_with_non_text_charset_is_shown_not_a_failure() -> None:
     assert "HTTP 200" in out, out
 
 
+async def _serve_once(head: bytes, body: bytes) -> tuple[asyncio.Server, str]:
+    """A server answering each request with ``head`` and ``body`` then closing."""
+
+    async def page(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(page, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+
+
+@pytest.mark.parametrize(
+    ("charset", "body"),
+    [
+        ("utf-7", b"hi +2AA- there"),
+        ("UTF7", b"hi +2AA- there"),
+        ("unicode_escape", b"hi \\ud800 there"),
+        ("raw_unicode_escape", b"hi \\ud800 there"),
+        ("rot13", b"hi there"),
+        ("base64", b"hi there"),
+    ],
+)
+async def test_http_page_in_a_codec_no_web_page_uses_is_read_as_utf8(
+    charset: str, body: bytes
+) -> None:
+    # UTF-7 and unicode_escape are text encodings to Python whose decoding gives lone
+    # surrogates: the output could not be saved and the turn failed
+    head = (
+        f"HTTP/1.1 200 OK\r\ncontent-type: text/html; charset={charset}\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    server, url = await _serve_once(head, body)
+    tool = HttpRequest()
+    try:
+        out = await tool.run(HttpArgs(url=url), ctx(http_tool_allowed_hosts="127.0.0.1"))
+    finally:
+        await tool.shutdown()
+        server.close()
+    assert out.endswith("\n\n" + body.decode()), out  # as UTF-8, shown as it is
+
+
+async def test_http_page_in_a_real_charset_is_decoded_in_it() -> None:
+    body = "café".encode("latin-1")
+    head = (
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=ISO-8859-1\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    server, url = await _serve_once(head, body)
+    tool = HttpRequest()
+    try:
+        out = await tool.run(HttpArgs(url=url), ctx(http_tool_allowed_hosts="127.0.0.1"))
+    finally:
+        await tool.shutdown()
+        server.close()
+    assert out.endswith("\n\ncafé"), out
+
+
+async def test_http_body_cut_short_is_shown_with_what_arrived() -> None:
+    # the server closes before the content-length it announced: the error came out of
+    # the body's reading, outside the request's error handling (an ERROR traceback,
+    # "http_request failed (RemoteProtocolError)", what had arrived lost)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nContent-Type: text/plain\r\n\r\n"
+    server, url = await _serve_once(head, b"partial body")
+    c = ctx(http_tool_allowed_hosts="127.0.0.1", http_tool_timeout_secs=20)
+    tool = HttpRequest()
+    try:
+        p = Planned(ToolCall("c1", "http_request", {}), tool, HttpArgs(url=url))
+        out = await run_one(p, c, 60, 16_000)
+    finally:
+        await tool.shutdown()
+        server.close()
+    assert out.startswith(DATA_MARK.format(name="http_request") + "HTTP 200 OK\n"), out
+    assert "\n\npartial body\n\n(the response was cut short after 12 bytes: " in out, out
+    assert "RemoteProtocolError" in out, out
+
+
 class NoneArgs(BaseModel):
     pass
 
@@ -173,6 +251,23 @@ async def test_a_tool_returning_non_text_is_an_error_result_not_a_crash() -> Non
     ]
     outs = await run_many(planned, c, 60, 16_000)
     assert outs[0].startswith("error:") and outs[1] == "slow ok", outs
+
+
+class Surrogates(Tool[NoneArgs]):
+    name = "surrogates"
+    description = "returns text decoded with surrogateescape, as a tool may"
+    args_model = NoneArgs
+
+    async def run(self, args: NoneArgs, ctx: ToolContext) -> str:
+        return b"caf\xe9 \xff".decode("utf-8", "surrogateescape") + "\ud83d\ude00"
+
+
+async def test_a_tools_lone_surrogates_are_replaced() -> None:
+    """Text with lone surrogates would fail the session's save (orjson): every tool's
+    output is made valid Unicode (a pair written as two code points joins up)."""
+    p = Planned(ToolCall("a", "surrogates", {}), Surrogates(), NoneArgs())
+    out = await run_one(p, ctx(), 60, 16_000)
+    assert out == "caf\ufffd \ufffd\U0001f600"
 
 
 class RaisesTimeout(Tool[NoneArgs]):

@@ -22,7 +22,7 @@ from agent_core.agent.download_budget import DownloadBudget
 from agent_core.agent.pdfs import is_pdf
 from agent_core.errors import SendFailed
 from agent_core.events import Attachment
-from tests.fakes.pdf import bomb_pdf, encrypted, make_pdf
+from tests.fakes.pdf import bomb_pdf, encrypted, make_pdf, surrogate_pdf
 
 LIMIT = 10_000_000  # MAX_ATTACHMENT_BYTES's default
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(agent_core.__file__)))  # this checkout
@@ -140,6 +140,22 @@ async def test_a_pdf_and_a_text_file_share_the_turn_s_allowance() -> None:
     got = pdfs.read(data, 150, time.monotonic() + 30)
     assert isinstance(got, pdfs.PdfText)
     assert (got.read, got.pages, got.stopped) == (3, 50, "allowance")
+
+
+async def test_a_lone_surrogate_in_a_pdf_s_text_is_replaced() -> None:
+    """A font's ToUnicode map giving a lone surrogate (pypdf: "surrogatepass") would put
+    text no JSON encoder takes into the message, and the session's save would fail:
+    it is read as U+FFFD, in this process and through the reading process."""
+    data = surrogate_pdf()
+    got = pdfs.read(data, 1000, time.monotonic() + 30)
+    assert isinstance(got, pdfs.PdfText)
+    assert got.text == "--- page 1 ---\n\ufffdB\ufffdB"
+    blocks, missing = await read({"s": data}, [pdf("odd.pdf", "s")])
+    assert missing == []
+    assert blocks == [
+        "--- odd.pdf (PDF, 1 page) ---\n--- page 1 ---\n\ufffdB\ufffdB\n--- end of odd.pdf ---"
+    ]
+    blocks[0].encode("utf-8")
 
 
 async def test_a_pdf_with_no_text_says_it_may_be_a_scan() -> None:
