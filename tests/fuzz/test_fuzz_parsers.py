@@ -81,14 +81,13 @@ def test_slack_renderer_blocks_fit(md: str, notice: bool, buttons: bool) -> None
         else ()
     )  # fmt: skip
     msg = OutboundMessage(md, buttons=btns, notice=notice)
-    for plain in (False, True):
-        posts = slack_render.render(msg, plain=plain)
-        assert posts
-        for post in posts:
-            assert len(post.text) <= 4000
-            assert len(post.blocks) <= 50
-            for b in post.blocks:
-                if b["type"] == "section":
-                    assert 0 < len(b["text"]["text"]) <= 3000
+    posts = slack_render.render(msg)
+    assert posts
+    for post in posts + [slack_render.text_only(p) for p in posts]:  # as sent, or refused
+        assert len(post.text) <= 4000
+        assert len(post.blocks) <= 50
+        for b in post.blocks:
+            if b["type"] == "section":
+                assert 0 < len(b["text"]["text"]) <= 3000
     to_mrkdwn(md)
     slack_render.render_preview(msg)

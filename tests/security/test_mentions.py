@@ -47,10 +47,10 @@ LINKS = [
 
 def _slack_texts(md: str) -> list[str]:
     out = [to_mrkdwn(md)]
-    for plain in (False, True):
-        for post in slack_render.render(OutboundMessage(md), plain=plain):
-            out.append(post.text)
-            out += [b["text"]["text"] for b in post.blocks if b["type"] == "section"]
+    posts = slack_render.render(OutboundMessage(md))
+    for post in posts + [slack_render.text_only(p) for p in posts]:  # as sent, or refused
+        out.append(post.text)
+        out += [b["text"]["text"] for b in post.blocks if b["type"] == "section"]
     out.append(slack_render.render_preview(OutboundMessage(md)).text)
     return out
 
