@@ -35,32 +35,42 @@ TOKEN_PREFIX = "ap:"
 _DECISION_CODES = {"a": "approve", "w": "always", "d": "deny"}
 _CODE_OF = {v: k for k, v in _DECISION_CODES.items()}
 _ID = re.compile(r"^[A-Za-z0-9_\-]{6,24}$")
-# A key is secret-looking when one of its words is (split at _ - . and spaces and
-# at camelCase: "X-Api-Key", "accessToken", "session_id"), not when it merely
-# contains one ("author", "max_tokens", "session_name" are shown).
-_SECRET_WORDS = frozenset(
-    {
-        "authorization",
-        "auth",
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "passphrase",
-        "cookie",
-        "credential",
-        "credentials",
-        "apikey",
-        "privatekey",
-        "accesstoken",
-        "refreshtoken",
-        "authtoken",
-        "sessionid",
-        "sessiontoken",
-        "clientsecret",
-    }
+# A key is secret-looking when one of its words (split at _ - . and spaces and at
+# camelCase: "X-Api-Key", "accessToken", "session_id"), a trailing "s" dropped,
+# holds a secret's root ("githubtoken", "PGPASSWORD", "api_keys", "passwords"), or
+# is "auth…" other than "author…"; a count of tokens ("max_tokens") and a key that
+# only contains "session" ("session_name") are shown.
+_SECRET_ROOTS = (
+    "authoriz",
+    "token",
+    "secret",
+    "passw",
+    "passphrase",
+    "cookie",
+    "credential",
+    "apikey",
+    "privatekey",
+    "bearer",
+    "sessionid",
 )
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("session", "id")})
+# words before "tokens" that make it a count, not a secret (max_tokens, num_tokens)
+_TOKEN_COUNTS = frozenset(
+    {
+        "max",
+        "min",
+        "num",
+        "total",
+        "input",
+        "output",
+        "prompt",
+        "completion",
+        "context",
+        "reasoning",
+        "cached",
+        "used",
+    }
+)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 MAX_VALUE_CHARS = 200
@@ -221,15 +231,22 @@ def _one_line(text: str) -> str:
 
 
 def secret_key(key: str) -> bool:
-    """Whether an argument named ``key`` holds a secret (its string or number is
-    masked): one of its words is one (``Authorization``, ``X-Api-Key``,
-    ``access_token``, ``sessionId``), or it is ``session`` itself (a cookie's)."""
+    """Whether an argument named ``key`` holds a secret (whatever it holds is masked,
+    its strings and numbers at any depth): one of its words holds a secret's root
+    (``Authorization``, ``X-Api-Key``, ``access_token``, ``githubtoken``,
+    ``PGPASSWORD``, ``api_keys``), or it is ``session`` itself (a cookie's)."""
     words = [w.lower() for w in _WORD_SPLIT.split(_CAMEL.sub("_", key)) if w]
     if words == ["session"]:
         return True
-    return any(w in _SECRET_WORDS for w in words) or any(
-        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
-    )
+    stems = [w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words]
+    for i, w in enumerate(stems):
+        if w == "token" and i and stems[i - 1] in _TOKEN_COUNTS:
+            continue  # max_tokens: a number of tokens
+        if any(root in w for root in _SECRET_ROOTS):
+            return True
+        if w.startswith("auth") and not w.startswith("author"):
+            return True
+    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(stems))
 
 
 class _Members(list[tuple[str, Any]]):
@@ -266,25 +283,36 @@ def _quoted(text: str) -> str:
     return _INVISIBLE.sub(lambda m: _visible(m.group()), json.dumps(text, ensure_ascii=False))
 
 
-def _show(value: Any, key: str = "", *, top: bool = False) -> str:
+def _show(value: Any, key: str = "", *, top: bool = False, inside_secret: bool = False) -> str:
     """``value`` as shown in a prompt: JSON-style (strings quoted, a JSON body's members
-    as written, duplicates included), a secret-named key's string or number masked,
-    objects and lists under any key shown (their own secrets masked), anything that
-    looks like a key redacted.  ``top``: an argument itself, a plain string of which
-    is shown as it is on its line (quoted if it has line breaks: ``_one_line``)."""
+    as written, duplicates included), anything that looks like a key redacted.  Under
+    a secret-named key (``inside_secret`` below one) every string and number is
+    masked, at any depth and whether or not it looks like JSON; objects and lists
+    there show their shape and keys, so the prompt still shows what a call sends.
+    ``top``: an argument itself, a plain string of which is shown as it is on its
+    line (quoted if it has line breaks: ``_one_line``)."""
+    secret = inside_secret or (bool(key) and secret_key(key))
     if isinstance(value, str) and not isinstance(value, _Number):
+        if secret:
+            return "•••"
         parsed = _json(value)  # a JSON body (an HTTP request's, say)
         if parsed is not _NOT_JSON:
             value = parsed
-    secret = bool(key) and secret_key(key)
+    # "session" alone names a cookie's value or an object the call acts on: its
+    # string is masked, an object under it shown (its own secrets masked by name)
+    below = secret and (inside_secret or key.lower() != "session")
     if isinstance(value, _Members):
-        return "{" + ", ".join(f"{_quoted(str(k))}: {_show(v, str(k))}" for k, v in value) + "}"
+        inner = ", ".join(
+            f"{_quoted(str(k))}: {_show(v, str(k), inside_secret=below)}" for k, v in value
+        )
+        return "{" + inner + "}"
     if isinstance(value, dict):
-        inner = ", ".join(f"{_quoted(str(k))}: {_show(v, str(k))}" for k, v in value.items())
+        inner = ", ".join(
+            f"{_quoted(str(k))}: {_show(v, str(k), inside_secret=below)}" for k, v in value.items()
+        )
         return "{" + inner + "}"
     if isinstance(value, list | tuple):
-        # a list under a secret key holds secrets too ({"tokens": [...]} aside)
-        return "[" + ", ".join(_show(v, key) for v in value) + "]"
+        return "[" + ", ".join(_show(v, key, inside_secret=below) for v in value) + "]"
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     if secret:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agent_core.agent.approvals import describe_call
 
 
@@ -87,3 +89,36 @@ def test_a_urls_password_is_masked_in_the_prompt() -> None:
     )
     assert "hunter2hunter2" not in text and "abcdef123456" not in text
     assert "https://bob:***@api.example.com/x" in text  # who and where stay visible
+
+
+# secrets the whole-word matching of 8f7cf80 showed (found by its diff review)
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("apitoken", "abcd-1111"),  # one lowercase word: old substring match masked it
+        ("PGPASSWORD", "pw-2222"),  # a real env var name (libpq)
+        ("githubtoken", "ghp-3333"),
+        ("api_keys", "k-4444"),
+        ("passwords", "pw-5555"),
+    ],
+)
+def test_compound_or_plural_secret_keys_are_still_masked(key: str, value: str) -> None:
+    shown = describe_call("demo_approval", {"env": {key: value}})
+    assert value not in shown, shown
+
+
+def test_a_list_under_tokens_is_masked() -> None:
+    shown = describe_call("demo_approval", {"body": {"tokens": ["t-6666", "t-7777"]}})
+    assert "t-6666" not in shown, shown
+
+
+def test_a_password_string_that_looks_like_json_is_masked() -> None:
+    # the value of a secret key is a string; it is parsed as JSON and its members shown
+    shown = describe_call("demo_approval", {"password": '{"v": "p-8888"}'})
+    assert "p-8888" not in shown, shown
+
+
+def test_an_object_under_a_secret_key_shows_its_shape_not_its_values() -> None:
+    shown = describe_call("demo_approval", {"cfg": {"secret": {"value": "s-9999"}}})
+    assert "s-9999" not in shown, shown
+    assert '"secret": {"value": •••}' in shown, shown  # the shape stays visible
