@@ -476,6 +476,8 @@ class ApprovalStore:
 
     def __post_init__(self) -> None:
         self._claim = self.redis.register_script(scripts.APPROVAL_CLAIM)
+        self._hset_if_exists = self.redis.register_script(scripts.HSET_IF_EXISTS)
+        self._prompts = self.redis.register_script(scripts.APPROVAL_PROMPTS)
 
     @staticmethod
     def new_id() -> str:
@@ -519,24 +521,34 @@ class ApprovalStore:
         sent as, which from now on shows this approval (see :meth:`prompt_owner`)."""
         raw_ref = orjson.dumps(ref.to_dict())
         if not part:
-            await self.redis.hset(keys.approval(thread, approval_id), "ref", raw_ref)
+            await self._hset_if_exists(
+                keys=[keys.approval(thread, approval_id)], args=["ref", raw_ref]
+            )
             return
-        owners = keys.approval_prompts(thread)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(keys.approval(thread, approval_id), mapping={"ref": raw_ref, "part": part})
-            pipe.hset(owners, part, approval_id)
-            pipe.expire(owners, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
-            await pipe.execute()
+        await self._write_prompts(
+            [keys.approval_prompts(thread), keys.approval(thread, approval_id)],
+            raw_ref,
+            {part: approval_id},
+        )
 
     async def forget_prompts(self, thread: ThreadKey, parts: Sequence[str]) -> None:
         """A rerun of a turn rewrites ``parts`` (an earlier execution's): the prompts
         they showed are gone, whatever the rerun writes there (text, another prompt)."""
         if parts:
-            owners = keys.approval_prompts(thread)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.hset(owners, mapping=dict.fromkeys(parts, WRITTEN_OVER))
-                pipe.expire(owners, self.ttl_secs + KEEP_AFTER_EXPIRY_SECS)
-                await pipe.execute()
+            await self._write_prompts(
+                [keys.approval_prompts(thread)], b"", dict.fromkeys(parts, WRITTEN_OVER)
+            )
+
+    async def _write_prompts(
+        self, script_keys: list[str], raw_ref: bytes, owners: dict[str, str]
+    ) -> None:
+        """One round trip: the owners of ``owners``' parts, entries older than any
+        approval they could name dropped (see scripts.APPROVAL_PROMPTS)."""
+        keep = self.ttl_secs + KEEP_AFTER_EXPIRY_SECS
+        args: list[Any] = [int(self.clock() * 1000), keep * 1000, keep, raw_ref]
+        for part, owner in owners.items():
+            args += [part, owner]
+        await self._prompts(keys=script_keys, args=args)
 
     async def prompt_owner(self, thread: ThreadKey, part: str) -> str:
         """The approval whose prompt reply part ``part`` shows now (WRITTEN_OVER: none,
@@ -544,7 +556,8 @@ class ApprovalStore:
         rerun that asked again took over its earlier execution's prompt message, and
         the earlier approval (never to be decided) must not edit it when it expires."""
         raw = await self.redis.hget(keys.approval_prompts(thread), part)
-        return raw.decode() if isinstance(raw, bytes) else str(raw or "")
+        owner = raw.decode() if isinstance(raw, bytes) else str(raw or "")
+        return owner.partition("|")[0]  # '<owner>|<ms written>'
 
     async def load(self, thread: ThreadKey, approval_id: str) -> PendingApproval | None:
         raw = cast(dict[bytes, bytes], await self.redis.hgetall(keys.approval(thread, approval_id)))
@@ -581,12 +594,17 @@ class ApprovalStore:
         """Recorded before the approved call starts: a rerun of the deciding turn
         (a crash, a shutdown past its grace) finds it and does not run it again.
         ``call_id``: another call this decision let run (one "Always" covers)."""
-        await self.redis.hset(keys.approval(thread, approval_id), _field("run", call_id), "1")
+        await self._hset_if_exists(
+            keys=[keys.approval(thread, approval_id)], args=[_field("run", call_id), "1"]
+        )
 
     async def store_result(
         self, thread: ThreadKey, approval_id: str, result: str, call_id: str = ""
     ) -> None:
-        await self.redis.hset(keys.approval(thread, approval_id), _field("res", call_id), result)
+        # never into a record gone with its TTL (it would come back without one)
+        await self._hset_if_exists(
+            keys=[keys.approval(thread, approval_id)], args=[_field("res", call_id), result]
+        )
 
     async def call_record(
         self, thread: ThreadKey, approval_id: str, call_id: str

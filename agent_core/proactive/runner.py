@@ -344,6 +344,7 @@ def new_fire_id(prefix: str) -> str:
 # How long an inbound event's id keeps it from queueing the same routine again (as
 # long as Ingest's duplicate claim: a redelivery after that is a new event there too).
 TRIGGERED_TTL_SECS = 86_400
+TENANT_REWRITE_SECS = 86_400.0  # a conversation's learned tenant is rewritten at most this often
 
 
 class EventTriggers:
@@ -359,14 +360,16 @@ class EventTriggers:
         *,
         access: AccessControl | None = None,
         refresh_secs: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.redis = redis
         self.store = store
+        self._monotonic = monotonic
         self.access = access  # None: no access rules (tests, the operator's own tools)
         self.refresh_secs = refresh_secs
         self._loaded_at = -1e9
         self._routines: list[tuple[Routine, re.Pattern[str]]] = []
-        self._seen_tenants: set[str] = set()
+        self._seen_tenants: dict[str, float] = {}  # conversation -> written at (monotonic)
 
     async def _load(self) -> list[tuple[Routine, re.Pattern[str]]]:
         now = time.monotonic()
@@ -386,16 +389,23 @@ class EventTriggers:
         self._loaded_at = -1e9
 
     async def _learn_tenant(self, event: InboundEvent) -> None:
+        """Record the conversation's tenant for short targets: at most once a day per
+        conversation and process, in a key that expires (keys.TENANT_TTL_SECS)."""
         t = event.thread
         if t.channel not in ("slack", "discord"):
             return
         field = f"{t.channel}:{t.conversation}"
-        if field in self._seen_tenants:
+        now = self._monotonic()
+        at = self._seen_tenants.get(field)
+        if at is not None and now - at < TENANT_REWRITE_SECS:
             return
         if len(self._seen_tenants) > 10_000:
             self._seen_tenants.clear()
-        self._seen_tenants.add(field)
-        await self.redis.hset(keys.TENANTS, field, t.tenant)
+        self._seen_tenants[field] = now
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(keys.tenant(t.channel, t.conversation), t.tenant, ex=keys.TENANT_TTL_SECS)
+            pipe.hdel(keys.TENANTS, field)  # an earlier version's entry, if any
+            await pipe.execute()
 
     async def __call__(self, event: InboundEvent) -> str | None:
         if event.kind != EventKind.MESSAGE or event.event_id.startswith(SYNTHETIC_PREFIXES):

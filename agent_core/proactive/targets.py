@@ -131,7 +131,12 @@ async def resolve_target(
     learned = ""
     conv = conversation_of(target)
     if conv is not None and conv[0] in ("slack", "discord"):
-        raw = await redis.hget(keys.TENANTS, f"{conv[0]}:{conv[1]}")
+        async with redis.pipeline(transaction=False) as pipe:
+            # a conversation notifications still go to keeps its tenant
+            pipe.getex(keys.tenant(*conv), ex=keys.TENANT_TTL_SECS)
+            pipe.hget(keys.TENANTS, f"{conv[0]}:{conv[1]}")  # an earlier version's
+            now, before = await pipe.execute()
+        raw = now or before
         if raw:
             learned = raw.decode() if isinstance(raw, bytes) else str(raw)
     return parse_target(target, tenants, learned)

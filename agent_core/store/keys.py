@@ -19,7 +19,6 @@ PREFIX = "parley:"
 INBOX_STREAM = PREFIX + "{inbox}"  # Redis Stream of InboundEvent JSON
 INBOX_GROUP = "workers"  # its consumer group
 ACTIVE_THREADS = PREFIX + "active"  # ZSET thread -> first-queued time; non-empty mailboxes
-WORKERS = PREFIX + "workers"  # ZSET worker name -> last heartbeat (ms)
 
 
 def dedup(channel: str, event_id: str) -> str:
@@ -296,4 +295,14 @@ def notified(dedup_key: str) -> str:
     return f"{PREFIX}{{proactive}}:notified:{dedup_key}"
 
 
-TENANTS = PREFIX + "{proactive}:tenants"  # HASH '<channel>:<conversation>' -> tenant last seen
+# HASH '<channel>:<conversation>' -> tenant, written by earlier versions (no TTL): only
+# read now (a fallback), its fields dropped as their conversations write again
+TENANTS = PREFIX + "{proactive}:tenants"
+# A Slack/Discord conversation's tenant last seen lives this long after its last
+# message (rewritten at most once a day per process) or its last use by a notification.
+TENANT_TTL_SECS = 400 * 86_400
+
+
+def tenant(channel: str, conversation: str) -> str:
+    """STRING: the tenant last seen on a Slack/Discord conversation (for short targets)."""
+    return f"{PREFIX}{{proactive}}:tenant:{channel}:{conversation}"

@@ -223,6 +223,10 @@ for i = 9, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
 local n2 = tonumber(ARGV[7])
 if n2 > 0 and n2 > tonumber(redis.call('GET', KEYS[5]) or '0') then
   redis.call('SET', KEYS[5], n2, 'PX', ARGV[8])
+elseif redis.call('EXISTS', KEYS[5]) == 1 then
+  -- not advanced (a turn of events without an arrival number): it still lives as
+  -- long after this turn, never dying before the arrival counter (keys.SEQ_TTL_SECS)
+  redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 local left = redis.call('LLEN', KEYS[1])
 if left == 0 then
@@ -378,6 +382,42 @@ end
 redis.call('HSET', KEYS[1], 'dec', ARGV[1], 'by', ARGV[2], 'byn', ARGV[3], 'ev', ARGV[4],
   'at', ARGV[5])
 return {1, ARGV[1]}
+"""
+
+# KEYS: hash ; ARGV: field, value, ...  Writes only into a hash that exists: a
+# record gone with its TTL is not brought back without one.  1 if written.
+HSET_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+# KEYS: approval-prompts[, approval record] ; ARGV: now_ms, keep_ms, ttl_secs,
+#       prompt ref JSON ('' = the record is not written), part, owner, part, owner...
+# Records which approval (owner: its id, or WRITTEN_OVER) each reply part shows now,
+# as '<owner>|<ms written>'; entries written more than keep_ms ago go (their
+# approvals expired and their records are gone), and one without a time (written
+# by an earlier version) gets now.  With a ref, the approval record (if it still
+# exists) gets 'ref' and 'part' (the first part given).  The hash lives ttl_secs.
+APPROVAL_PROMPTS = """
+local now = tonumber(ARGV[1])
+if ARGV[4] ~= '' and KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'ref', ARGV[4], 'part', ARGV[5])
+end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local at = tonumber(string.match(all[i + 1], '|(%d+)$'))
+  if not at then
+    redis.call('HSET', KEYS[1], all[i], all[i + 1] .. '|' .. ARGV[1])
+  elseif at < now - tonumber(ARGV[2]) then
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. '|' .. ARGV[1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
 """
 
 # KEYS: routine state ; ARGV: the last fire this process wrote, the one before ('': none)

@@ -266,12 +266,12 @@ class GatewayClient(discord.AutoShardedClient):
         if not guild_id:
             return "", False
         parent = self.state.threads.get(channel_id)
-        if parent:
+        if parent and self.state.thread_active(channel_id):
             return parent, True
         channel = self.get_channel(int(channel_id))
         if isinstance(channel, discord.Thread) and channel.parent_id:
             return str(channel.parent_id), channel.owner_id == (self.user.id if self.user else 0)
-        return "", False
+        return parent or "", False
 
     def _bot_roles(self, guild_id: str) -> frozenset[str]:
         """The bot's managed role in ``guild_id`` (``<@&id>`` is a mention of the bot)."""

@@ -1,12 +1,18 @@
 """What the Discord gateway remembers in Redis (every key starts ``parley:discord:``).
 
 * ``threads``  HASH thread id -> parent channel id: Discord threads the bot
-  started or was mentioned in (follow-ups there need no mention).
+  started or was mentioned in (follow-ups there need no mention), for
+  ``THREAD_TTL_SECS`` after the last message Parley handled there.
+* ``thread-seen`` ZSET thread id -> last activity (ms) of each ``threads`` entry:
+  entries quiet for longer than ``THREAD_TTL_SECS`` are removed from both when
+  the gateway starts and when it records a new thread.
 * ``active``   ZSET channel id -> last activity (ms): channels / threads / DMs
   with an active conversation, re-read after a non-resumable reconnect.
 * ``last``     HASH channel id -> id of the newest message seen there.
 * ``meta``     HASH channel id -> "<guild id or ''>|<parent id or ''>", to rebuild
   the ThreadKey of messages fetched over REST (they carry no guild id).
+  ``last`` and ``meta`` keep only the channels ``active`` holds: what falls out of
+  its catch-up window leaves all three together.
 
 Global keys only, never touched by a per-thread script (Redis Cluster safe).
 """
@@ -20,9 +26,14 @@ from redis.asyncio import Redis
 
 PREFIX = "parley:discord:"
 THREADS = PREFIX + "threads"
+THREAD_SEEN = PREFIX + "thread-seen"
 ACTIVE = PREFIX + "active"
 LAST = PREFIX + "last"
 META = PREFIX + "meta"
+
+# How long a thread stays followed (no mention needed) after the last message
+# Parley handled there: the default of Slack's SLACK_THREAD_TTL_SECS.
+THREAD_TTL_SECS = 7 * 86_400
 
 
 def _s(v: bytes | str) -> str:
@@ -34,48 +45,120 @@ def newer(a: str, b: str) -> bool:
     return (len(a), a) > (len(b), b)
 
 
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
 class DiscordState:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, thread_ttl_secs: float = THREAD_TTL_SECS) -> None:
         self._redis = redis
-        self.threads: dict[str, str] = {}  # local copy of THREADS
+        self.thread_ttl_ms = int(thread_ttl_secs * 1000)
+        self.threads: dict[str, str] = {}  # local copy of THREADS (followed threads)
+        self._thread_seen: dict[str, int] = {}  # local copy of THREAD_SEEN
 
     async def load(self) -> None:
-        raw = await self._redis.hgetall(THREADS)
-        self.threads = {_s(k): _s(v) for k, v in raw.items()}
+        """Read the followed threads, dropping (in Redis too) those quiet too long.
+        A ``threads`` entry without a time (written before ``thread-seen`` existed)
+        counts as active now."""
+        now = _ms()
+        cutoff = now - self.thread_ttl_ms
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(THREADS)
+            pipe.zrange(THREAD_SEEN, 0, -1, withscores=True)
+            raw, scored = await pipe.execute()
+        threads = {_s(k): _s(v) for k, v in raw.items()}
+        seen = {_s(m): int(s) for m, s in scored}
+        stale = [t for t, at in seen.items() if at < cutoff or t not in threads]
+        unscored = {t: now for t in threads if t not in seen}
+        for t in stale:
+            threads.pop(t, None)
+            seen.pop(t, None)
+        seen.update(unscored)
+        if stale or unscored:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                if stale:
+                    pipe.hdel(THREADS, *stale)
+                    pipe.zrem(THREAD_SEEN, *stale)
+                if unscored:
+                    pipe.zadd(THREAD_SEEN, cast(dict[str | bytes, float], unscored))
+                await pipe.execute()
+        self.threads = threads
+        self._thread_seen = seen
 
     def thread_active(self, thread_id: str) -> bool:
-        return thread_id in self.threads
+        """Parley follows ``thread_id`` (it was active there within the window)."""
+        at = self._thread_seen.get(thread_id)
+        return thread_id in self.threads and at is not None and at >= _ms() - self.thread_ttl_ms
 
     async def add_thread(self, thread_id: str, parent_id: str) -> None:
-        if self.threads.get(thread_id) == parent_id:
+        now = _ms()
+        if self.threads.get(thread_id) == parent_id and self.thread_active(thread_id):
+            # known: only its time moves on, with the message's own writes (seen)
             return
         self.threads[thread_id] = parent_id
-        await self._redis.hset(THREADS, thread_id, parent_id)
+        self._thread_seen[thread_id] = now
+        # threads quiet too long go in the same round trip (this process holds the
+        # gateway lease: its copy is what Redis holds since load)
+        cutoff = now - self.thread_ttl_ms
+        stale = [t for t, at in self._thread_seen.items() if at < cutoff]
+        for t in stale:
+            self.threads.pop(t, None)
+            self._thread_seen.pop(t, None)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(THREADS, thread_id, parent_id)
+            pipe.zadd(THREAD_SEEN, {thread_id: now})
+            if stale:
+                pipe.hdel(THREADS, *stale)
+                pipe.zrem(THREAD_SEEN, *stale)
+            await pipe.execute()
 
     async def seen(self, channel_id: str, message_id: str, guild_id: str, parent_id: str) -> None:
-        """Record activity in ``channel_id`` up to ``message_id`` (never moves back)."""
-        now = int(time.time() * 1000)
+        """Record activity in ``channel_id`` up to ``message_id`` (never moves back);
+        a followed thread's window starts again."""
+        now = _ms()
+        followed = self.thread_active(channel_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.zadd(ACTIVE, {channel_id: now})
             pipe.hset(META, channel_id, f"{guild_id}|{parent_id}")
             pipe.hget(LAST, channel_id)
+            if followed:
+                pipe.zadd(THREAD_SEEN, {channel_id: now})
             res = await pipe.execute()
+        if followed:
+            self._thread_seen[channel_id] = now
         prev = res[2]
         if prev is None or newer(message_id, _s(prev)):
             await self._redis.hset(LAST, channel_id, message_id)
 
     async def active_since(self, window_secs: float) -> list[tuple[str, str, str, str]]:
-        """(channel id, last message id, guild id, parent id) of recent conversations."""
-        cutoff = int((time.time() - window_secs) * 1000)
-        await self._redis.zremrangebyscore(ACTIVE, "-inf", cutoff)
-        members = await self._redis.zrange(ACTIVE, 0, -1)
+        """(channel id, last message id, guild id, parent id) of recent conversations.
+        What is older goes, from ``active``, ``last`` and ``meta`` alike."""
+        cutoff = _ms() - int(window_secs * 1000)
+        # one reader: the gateway's queue loop, which also runs every seen()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zremrangebyscore(ACTIVE, "-inf", cutoff)
+            pipe.zrange(ACTIVE, 0, -1)
+            pipe.hkeys(LAST)
+            pipe.hkeys(META)
+            _, members, last_keys, meta_keys = await pipe.execute()
         channels = [_s(cast(bytes, c)) for c in members]
-        if not channels:
+        keep = set(channels)
+        gone_last = [k for k in map(_s, last_keys) if k not in keep]
+        gone_meta = [k for k in map(_s, meta_keys) if k not in keep]
+        if not channels and not gone_last and not gone_meta:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(LAST, channels)
-            pipe.hmget(META, channels)
-            last, meta = await pipe.execute()
+            if gone_last:
+                pipe.hdel(LAST, *gone_last)
+            if gone_meta:
+                pipe.hdel(META, *gone_meta)
+            if channels:
+                pipe.hmget(LAST, channels)
+                pipe.hmget(META, channels)
+            res = await pipe.execute()
+        if not channels:
+            return []
+        last, meta = res[-2], res[-1]
         out = []
         for ch, last_id, m in zip(channels, last, meta, strict=True):
             if last_id is None:
