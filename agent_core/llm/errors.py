@@ -87,8 +87,14 @@ _SECRETISH = re.compile(
     r"(?:api[_-]?key|token|secret)[\"'=:\s]+[A-Za-z0-9._\-]{8,})",
     re.IGNORECASE,
 )
-# the password in a URL's userinfo (scheme://user:password@host): the user is kept
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+@")
+# a URL's userinfo (scheme://user:password@host): the authority runs to the first
+# / ? # or space, the userinfo to its last @; the password is masked, the user kept
+_URL_USERINFO = re.compile(r"://([^/\s?#]*)@")
+
+
+def _mask_password(m: re.Match[str]) -> str:
+    user, colon, _ = m.group(1).partition(":")
+    return f"://{user}:***@" if colon else m.group(0)
 
 
 def redact(text: str, *secrets: str) -> str:
@@ -97,4 +103,4 @@ def redact(text: str, *secrets: str) -> str:
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    return _URL_PASSWORD.sub(r"\1***@", _SECRETISH.sub("***", text))
+    return _URL_USERINFO.sub(_mask_password, _SECRETISH.sub("***", text))

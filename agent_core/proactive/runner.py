@@ -77,11 +77,13 @@ def billed_to(r: Routine) -> str:
 
 
 def is_ok(text: str, token: str) -> bool:
-    """True if the model's answer means 'nothing to report': nothing, or ``token``
-    with nothing but whitespace and punctuation around it (``**HEARTBEAT_OK**.``).
-    Any word besides it ("HEARTBEAT_OK" then a line "Except: …") is a message."""
+    """True if the model's answer means 'nothing to report': nothing at all, or
+    ``token`` with nothing but whitespace, punctuation or symbols around it
+    (``**HEARTBEAT_OK**.``, ``✅ HEARTBEAT_OK``).  Any word besides it
+    ("HEARTBEAT_OK" then a line "Except: …") is a message, and so is an answer of
+    symbols alone ("🔥🚨")."""
     t = "".join(c for c in text if c.isalnum() or c == "_")
-    return t.upper() in ("", token)
+    return t.upper() == token or not text.strip()
 
 
 class RoutineRunner:

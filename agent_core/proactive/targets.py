@@ -83,10 +83,10 @@ def parse_target(
 def is_direct(thread: ThreadKey) -> bool:
     """Whether ``thread`` is a one-to-one chat with the bot, as the channel's own
     events say (``InboundEvent.is_direct``): a Telegram private chat (a positive
-    chat id; groups and channels are negative), a Slack DM (``D…``), a Discord DM
+    chat id; groups and channels are negative or an ``@username``), a Slack DM (``D…``), a Discord DM
     (tenant ``dm``), a web or console session.  Anything else is a group."""
-    if thread.channel == "telegram":
-        return not thread.conversation.startswith("-")
+    if thread.channel == "telegram":  # an @username names a channel or supergroup
+        return thread.conversation.isdigit()
     if thread.channel == "slack":
         return thread.conversation.startswith("D")
     if thread.channel == "discord":

@@ -39,6 +39,7 @@ async def add_full(store: RoutineStore, name: str, notify: str, created_by: str)
         (ThreadKey("telegram", "bot1", "900"), True),
         (ThreadKey("telegram", "bot1", "-100777"), False),
         (ThreadKey("telegram", "bot1", "-100777", "5"), False),
+        (ThreadKey("telegram", "bot1", "@mychannel"), False),  # public channel by name
         (ThreadKey("slack", "T01", "D0DM"), True),
         (ThreadKey("slack", "T01", "C0OPS"), False),
         (ThreadKey("slack", "T01", "G0PRIV"), False),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent_core.agent.approvals import describe_call
+from agent_core.llm.errors import redact
 
 
 def test_secret_keys_inside_a_list_are_redacted() -> None:
@@ -122,3 +123,22 @@ def test_an_object_under_a_secret_key_shows_its_shape_not_its_values() -> None:
     shown = describe_call("demo_approval", {"cfg": {"secret": {"value": "s-9999"}}})
     assert "s-9999" not in shown, shown
     assert '"secret": {"value": •••}' in shown, shown  # the shape stays visible
+
+
+def test_a_url_password_holding_an_at_sign_is_masked_whole() -> None:
+    """The userinfo ends at the authority's last @ (as urllib and curl read it)."""
+    out = redact("curl https://bob:hunter@2secret@host/x")
+    assert out == "curl https://bob:***@host/x"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see https://example.com:8443?notify=alice@example.com now",
+        "https://host/path/user:x@y",
+        "git@github.com:org/repo.git and ssh user@host",
+        "https://alice@example.com/no-password",
+    ],
+)
+def test_text_without_a_url_password_is_left_as_it_is(text: str) -> None:
+    assert redact(text) == text

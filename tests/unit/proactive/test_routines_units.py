@@ -133,6 +133,12 @@ def test_ok_token_followed_by_words_is_a_message() -> None:
     assert not is_ok("ROUTINE_OK\n\nBut the deploy failed.", "ROUTINE_OK")
 
 
+def test_an_answer_of_symbols_alone_is_a_message() -> None:
+    assert not is_ok("🔥🚨", "HEARTBEAT_OK")
+    assert not is_ok("⚠️!!!", "HEARTBEAT_OK")
+    assert is_ok("✅ HEARTBEAT_OK", "HEARTBEAT_OK")  # the token with an emoji is still OK
+
+
 def test_retarget_names_the_new_conversation_in_the_form_it_was_written() -> None:
     from agent_core.proactive.targets import retarget
 
