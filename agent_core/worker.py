@@ -404,11 +404,6 @@ class Worker:
                 started = time.perf_counter()
                 try:
                     result = await self.recovery.run_turn(thread, state, guard)
-                    # serialised here, inside the turn's error handling: a session that
-                    # cannot be saved (text that is not valid Unicode, a bug) fails the
-                    # same way every time, so it is a failed turn, skipped with a
-                    # notice, not a crash of this task rerunning the message for good
-                    session_json = result.session.to_json() if result.save_session else None
                 except LockLost:
                     released = True  # not ours any more
                     return
@@ -449,13 +444,32 @@ class Worker:
                         released = ended
                         return
                     continue
+                sent_fields = result.sent_fields
+                try:
+                    session_json = result.session.to_json() if result.save_session else None
+                except Exception:
+                    # A session that cannot be saved (text that is not valid Unicode, a
+                    # bug) fails the same way every time: the turn's messages are done
+                    # all the same (their answers went out), the session stays as it
+                    # was, and the person is told; not a crash of this task rerunning
+                    # the messages for good.
+                    log.exception(
+                        "[%s] the session after event %s could not be saved; its %d "
+                        "message(s) are done without it",
+                        thread,
+                        state.mailbox[0].event_id,
+                        result.consumed,
+                    )
+                    session_json = None
+                    told = await self.recovery.tell_unsaved(thread, state, guard)
+                    sent_fields = sorted(set(sent_fields) | set(told))
                 left = await self.delivery.complete(
                     thread,
                     self.owner,
                     consumed=state.mailbox[: result.consumed],
                     session_json=session_json,
                     version=state.session_version,
-                    sent_fields=result.sent_fields,
+                    sent_fields=sent_fields,
                     with_calls=result.completion_calls,
                     next_seq=_next_after(state.mailbox[: result.consumed]),
                 )

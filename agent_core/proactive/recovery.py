@@ -50,6 +50,10 @@ INTERRUPTED_DROPPED = (
 )
 
 
+UNSAVED_NOTICE = (
+    "⚠️ I answered, but could not save this part of our conversation, so I may not "
+    "remember it. If it keeps happening, tell whoever runs me."
+)
 FAILED_NOTICE = (
     "⚠️ Something went wrong on my side while handling that message, so I skipped it. "
     "Please try again; if it keeps happening, tell whoever runs me."
@@ -214,6 +218,19 @@ class TurnRecovery:
             return await self._tell(thread, state, guard, FAILED_NOTICE, "f")
         except Exception as exc:
             log.warning("[%s] could not tell about the failed turn: %s", thread, exc)
+            return []
+
+    async def tell_unsaved(
+        self, thread: ThreadKey, state: TurnState, guard: LockGuard
+    ) -> list[str]:
+        """After a turn whose session could not be saved: the person is told it will
+        not be remembered (a recorded notice, like :meth:`tell_failed`).  Never raises."""
+        if state.mailbox[0].kind not in PERSON_KINDS:
+            return []
+        try:
+            return await self._tell(thread, state, guard, UNSAVED_NOTICE, "u")
+        except Exception as exc:
+            log.warning("[%s] could not tell about the unsaved session: %s", thread, exc)
             return []
 
     async def _give_up(
