@@ -204,13 +204,14 @@ class HttpRequest(Tool[HttpArgs]):
         # the whole request (look-ups, redirects, a body that trickles in) within the
         # setting: httpx's own timeout bounds each connect and each read only
         limit = ctx.settings.http_tool_timeout_secs
+        deadline = asyncio.get_running_loop().time() + limit
         try:
-            async with asyncio.timeout(limit):
-                return await self._run(args, ctx)
+            async with asyncio.timeout_at(deadline):
+                return await self._run(args, ctx, deadline)
         except TimeoutError:
             raise ToolError(f"timed out after {limit:g} s") from None
 
-    async def _run(self, args: HttpArgs, ctx: ToolContext) -> str:
+    async def _run(self, args: HttpArgs, ctx: ToolContext, deadline: float) -> str:
         s = ctx.settings
         allowed = frozenset(h.lower().rstrip(".") for h in s.id_list(s.http_tool_allowed_hosts))
         client = self._http(s.http_tool_timeout_secs)
@@ -250,7 +251,15 @@ class HttpRequest(Tool[HttpArgs]):
                 data = bytearray()
                 cut = ""
                 try:
-                    await _read_body(resp, data)
+                    # a body still arriving when the tool's time is up: what came, and
+                    # a note (a moment is kept to return it before the whole call's end)
+                    async with asyncio.timeout_at(deadline - BODY_MARGIN_SECS):
+                        await _read_body(resp, data)
+                except TimeoutError:
+                    cut = (
+                        f"\n\n(the response was cut short after {len(data)} bytes: the "
+                        f"tool's time limit of {s.http_tool_timeout_secs:g} s ran out)"
+                    )
                 except httpx.TimeoutException:
                     cut = (
                         f"\n\n(the response was cut short after {len(data)} bytes: "
@@ -270,6 +279,9 @@ class HttpRequest(Tool[HttpArgs]):
             text = _decoded(bytes(data[:MAX_BODY]), resp.encoding)
             return f"HTTP {resp.status_code} {resp.reason_phrase}\n{head}\n\n{text}{cut}"
         raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")
+
+
+BODY_MARGIN_SECS = 0.2  # kept from the tool's time to return a body cut short
 
 
 # codecs Python knows as text encodings that are no web page's charset, and whose
