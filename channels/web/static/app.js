@@ -490,6 +490,7 @@ async function loadHistory() {
 async function showThread() {
   // (Re)load the transcript of `thread` and follow its live feed from there.
   if (source) { source.close(); source = null; }
+  $("status").textContent = "connecting…";  // not "connected": no feed until connect()
   await loadHistory();
   connect();
 }
@@ -570,7 +571,14 @@ async function sendNow(text) {
   }
   unsure = null;
   if (r.result === "duplicate") setTyping(false);
-  if (r.thread && r.thread !== thread) await switchTo(r.thread);
+  if (r.thread && r.thread !== thread) {
+    // The server switched (the message was taken): if the new conversation cannot be
+    // read yet (a storage or network blip), keep trying to show it, as after a restart
+    // (boot follows `thread`, already the new one), instead of saying it failed and
+    // staying deaf on the old one.
+    try { await switchTo(r.thread); }
+    catch (_) { $("status").textContent = "reconnecting…"; boot(1000); }
+  }
 }
 
 function notSent(err, what, whenReplaced) {
@@ -603,8 +611,15 @@ $("input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("send").click(); }
 });
 $("new").addEventListener("click", () => {
-  send("/new").catch((err) => notSent(err, "Could not start a new conversation:",
-                                      "Press New conversation again to start another."));
+  // one at a time: a double click (or a second press while the first is on its way)
+  // would start two conversations
+  const button = $("new");
+  if (button.disabled) return;
+  button.disabled = true;
+  send("/new")
+    .catch((err) => notSent(err, "Could not start a new conversation:",
+                            "Press New conversation again to start another."))
+    .finally(() => { button.disabled = false; });
   $("input").focus();
 });
 $("login").addEventListener("submit", async (e) => {
