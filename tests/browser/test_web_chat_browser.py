@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from agent_core.events import ThreadKey
+from agent_core.events import OutboundMessage, ThreadKey
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import CompletionRequest, StreamItem
 from agent_core.llm.demo import DemoProvider
@@ -589,3 +589,29 @@ async def test_continuation_lines_and_blank_lines_keep_a_list_one_list(
         answer = await wait_final(page, "This is a long demo answer")
         assert await answer.locator("ol").count() == 1
         assert await answer.locator("ol > li").count() == 40
+
+
+async def test_right_to_left_text_reads_right_to_left(served: Any, open_chat: Any) -> None:
+    """Hebrew or Arabic in a message or in the input was laid out left to right (a
+    question's '?' on the wrong side); code inside such an answer stays left to right."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await page.locator("#input").fill("שלום, מה שלומך?")
+        assert await page.locator("#input").evaluate("(el) => el.matches(':dir(rtl)')")
+        await page.locator("#input").press("Enter")
+        user = page.locator("#messages li.msg.user .body")
+        await user.wait_for()
+        assert await user.evaluate("(el) => el.matches(':dir(rtl)')")
+        thread = ThreadKey.parse(await page.evaluate("thread"))
+        out = rt.channels["web"].outbox()
+        await out.send(thread, OutboundMessage("مرحبا بك\n\n```\nprint(1)\n```\n\nand English"))
+        answer = page.locator("#messages li.msg.bot .body", has_text="مرحبا")
+        await answer.wait_for()
+        assert await answer.evaluate("(el) => el.matches(':dir(rtl)')")
+        assert (
+            await answer.locator("pre").evaluate("(el) => getComputedStyle(el).direction") == "ltr"
+        )
+        # an English paragraph in it takes its own direction
+        last = answer.locator("p").last
+        assert await last.evaluate("(el) => getComputedStyle(el).unicodeBidi") == "plaintext"
+        assert await page.locator("#token").get_attribute("dir") == "auto"

@@ -353,6 +353,7 @@ function upsert(m, follow) {
     li = document.createElement("li");
     const body = document.createElement("div");
     body.className = "body";
+    body.dir = "auto";  // Hebrew or Arabic reads right to left (each paragraph on its own: CSS)
     body.id = "m-" + (m.id || Math.random().toString(36).slice(2));
     li.appendChild(body);
     list.appendChild(li);
