@@ -615,3 +615,25 @@ async def test_right_to_left_text_reads_right_to_left(served: Any, open_chat: An
         last = answer.locator("p").last
         assert await last.evaluate("(el) => getComputedStyle(el).unicodeBidi") == "plaintext"
         assert await page.locator("#token").get_attribute("dir") == "auto"
+
+
+async def test_double_backtick_code_spans_and_crlf_line_ends_render_as_commonmark(
+    served: Any, open_chat: Any
+) -> None:
+    """``code`` may hold a '`' (it was garbled into two spans and stray backticks),
+    and "\\r\\n" line ends (some models send them) left a heading or list as text."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        got = await render_all(
+            page,
+            [
+                "Use `` `x` `` here",
+                "``a`b`` and ` x ` and `  `",
+                "## Title\r\ntext\r\n- a\r\n- b\r\n",
+            ],
+        )
+        assert got == [
+            "<p>Use <code>`x`</code> here</p>",
+            "<p><code>a`b</code> and <code>x</code> and <code>  </code></p>",
+            "<h4>Title</h4><p>text</p><ul><li>a</li><li>b</li></ul>",
+        ], got

@@ -419,6 +419,7 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
                       "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000),
                       "- a\\n  b\\n".repeat(15000), "- a\\n\\n  b\\n\\n".repeat(15000),
                       "- a\\n" + "  ```\\n".repeat(60000), "\\n".repeat(100000) + "  x",
+                      "``" + "a`".repeat(60000), "`` a ".repeat(40000), "\\r\\n".repeat(100000),
                       "| a | b |\\n" + " ".repeat(64000) + "x", "a|b\\n|-" + " ".repeat(64000) + "x",
                       "| a | b |\\n|---|---|\\n" + "| c | `d |\\n".repeat(30000),
                       "|".repeat(120000) + "\\n" + "-|".repeat(60000),

@@ -31,7 +31,8 @@ const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 // fail there): an _italic_ captures the character before its '_' (group 8) instead,
 // which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
 const INLINE = new RegExp([
-  /(`[^`\n]+`)/,                                                        // 1 `code`
+  // 1 `code`, or ``code`` that may hold a single '`' (never two: the first '``' closes)
+  /(``(?:[^`\n]|`(?!`))+``|`[^`\n]+`)/,
   // 2 ***both***, 3 **bold**: pieces are `code`, a '`' that no other closes, a character
   // other than '*' and '`', or (in bold) a '*' that is not part of '**'; the last one
   // before the closing '***' / '**' is no space nor '\'
@@ -57,7 +58,13 @@ function inline(text, parent) {
     if (m[8] !== undefined) { at += m[8].length; tok = m[9]; }  // _italic_: not its prefix
     if (at) parent.appendChild(document.createTextNode(text.slice(0, at)));
     let el;
-    if (m[1]) { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
+    if (m[1]) {
+      el = document.createElement("code");
+      let c = tok.startsWith("``") ? tok.slice(2, -2) : tok.slice(1, -1);
+      // one space at each end goes, if both have one (CommonMark): `` `x` `` is `x`
+      if (c.length > 2 && c[0] === " " && c[c.length - 1] === " " && c.trim()) c = c.slice(1, -1);
+      el.textContent = c;
+    }
     else if (m[2]) {
       el = document.createElement("em");
       el.appendChild(document.createElement("strong"));
@@ -277,7 +284,7 @@ function renderList(lines, i, into, depth) {
 
 function renderMarkdown(src, into, depth = 0) {
   into.replaceChildren();
-  const lines = String(src).split("\n");
+  const lines = String(src).split(/\r\n?|\n/);  // "\r\n" from some models is one line end
   const quote = (l) => depth < MAX_QUOTE_DEPTH && l.startsWith(">");
   let i = 0;
   while (i < lines.length) {
