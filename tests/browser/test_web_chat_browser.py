@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from agent_core.events import ThreadKey
+from agent_core.events import OutboundMessage, ThreadKey
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import CompletionRequest, StreamItem
 from agent_core.llm.demo import DemoProvider
@@ -522,3 +522,118 @@ async def test_long_fences_and_backslash_escapes_render_as_commonmark(
         assert fenced["text"] == "```python\nx=1\n```", fenced["html"]
         assert escaped["text"] == "5 * 3 = 15 and _x_", escaped["html"]
         assert escaped["em"] == 0, escaped["html"]
+
+
+async def render_all(page: Any, sources: list[str]) -> list[str]:
+    """Each markdown source rendered by the page's renderer, as HTML."""
+    return list(
+        await page.evaluate(
+            """(sources) => sources.map((src) => {
+                 const d = document.createElement('div'); renderMarkdown(src, d); return d.innerHTML;
+               })""",
+            sources,
+        )
+    )
+
+
+async def test_a_code_block_in_a_numbered_step_stays_in_the_step_without_its_indentation(
+    served: Any, open_chat: Any
+) -> None:
+    """A fence indented under "1." kept the list's indentation in its code (copied
+    Python or YAML broke) and split the list in two around it."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        in_step, indented, item_like = await render_all(
+            page,
+            [
+                "1. Install:\n   ```python\n   def f():\n       return 1\n   ```\n2. Run it",
+                "  ```yaml\n  a:\n    b: 1\n  ```",
+                "- x\n  ```\n  - not an item\n  ```\n- y",
+            ],
+        )
+        assert in_step == (
+            '<ol start="1"><li>Install:<pre tabindex="0"><code>def f():\n    return 1'
+            "</code></pre></li><li>Run it</li></ol>"
+        ), in_step
+        assert indented == '<pre tabindex="0"><code>a:\n  b: 1</code></pre>', indented
+        assert item_like == (
+            '<ul><li>x<pre tabindex="0"><code>- not an item</code></pre></li><li>y</li></ul>'
+        ), item_like
+
+
+async def test_continuation_lines_and_blank_lines_keep_a_list_one_list(
+    served: Any, open_chat: Any
+) -> None:
+    """A line indented under an item, or a blank line between items (a "loose" list,
+    as the demo's long answer is), ended the list: one <ol> per item."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        got = await render_all(
+            page,
+            [
+                "- item one\n  continued line\n- item two",
+                "1. first\n\n2. second\n\n3. third",
+                "1. Step\n   - a\n   - b\n\n   More about the step.\n   > a note\n2. Next",
+                "- a\n\nnot in the list",
+            ],
+        )
+        assert got == [
+            "<ul><li>item one<br>continued line</li><li>item two</li></ul>",
+            '<ol start="1"><li>first</li><li>second</li><li>third</li></ol>',
+            '<ol start="1"><li>Step<ul><li>a</li><li>b</li></ul><p>More about the step.</p>'
+            "<blockquote><p>a note</p></blockquote></li><li>Next</li></ol>",
+            "<ul><li>a</li></ul><p>not in the list</p>",
+        ], got
+        # the demo's long answer: 40 numbered paragraphs with blank lines between
+        await say(page, "long")
+        answer = await wait_final(page, "This is a long demo answer")
+        assert await answer.locator("ol").count() == 1
+        assert await answer.locator("ol > li").count() == 40
+
+
+async def test_right_to_left_text_reads_right_to_left(served: Any, open_chat: Any) -> None:
+    """Hebrew or Arabic in a message or in the input was laid out left to right (a
+    question's '?' on the wrong side); code inside such an answer stays left to right."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await page.locator("#input").fill("שלום, מה שלומך?")
+        assert await page.locator("#input").evaluate("(el) => el.matches(':dir(rtl)')")
+        await page.locator("#input").press("Enter")
+        user = page.locator("#messages li.msg.user .body")
+        await user.wait_for()
+        assert await user.evaluate("(el) => el.matches(':dir(rtl)')")
+        thread = ThreadKey.parse(await page.evaluate("thread"))
+        out = rt.channels["web"].outbox()
+        await out.send(thread, OutboundMessage("مرحبا بك\n\n```\nprint(1)\n```\n\nand English"))
+        answer = page.locator("#messages li.msg.bot .body", has_text="مرحبا")
+        await answer.wait_for()
+        assert await answer.evaluate("(el) => el.matches(':dir(rtl)')")
+        assert (
+            await answer.locator("pre").evaluate("(el) => getComputedStyle(el).direction") == "ltr"
+        )
+        # an English paragraph in it takes its own direction
+        last = answer.locator("p").last
+        assert await last.evaluate("(el) => getComputedStyle(el).unicodeBidi") == "plaintext"
+        assert await page.locator("#token").get_attribute("dir") == "auto"
+
+
+async def test_double_backtick_code_spans_and_crlf_line_ends_render_as_commonmark(
+    served: Any, open_chat: Any
+) -> None:
+    """``code`` may hold a '`' (it was garbled into two spans and stray backticks),
+    and "\\r\\n" line ends (some models send them) left a heading or list as text."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        got = await render_all(
+            page,
+            [
+                "Use `` `x` `` here",
+                "``a`b`` and ` x ` and `  `",
+                "## Title\r\ntext\r\n- a\r\n- b\r\n",
+            ],
+        )
+        assert got == [
+            "<p>Use <code>`x`</code> here</p>",
+            "<p><code>a`b</code> and <code>x</code> and <code>  </code></p>",
+            "<h4>Title</h4><p>text</p><ul><li>a</li><li>b</li></ul>",
+        ], got

@@ -310,6 +310,80 @@ async def test_a_request_that_never_answers_does_not_hold_back_the_next_message(
         await page.locator("#messages li.msg.error", has_text="Not sent").wait_for(timeout=2000)
 
 
+async def test_new_whose_history_read_fails_once_still_shows_the_new_conversation(
+    served: Any, open_chat: Any
+) -> None:
+    """/new is taken, but the new conversation's first history read fails (a storage
+    or network blip): the page said "Could not start a new conversation" (the server
+    had switched), put "/new" back in the box, kept the old conversation and followed
+    no feed at all, so later messages and answers never showed.  Now it keeps trying
+    to show the new conversation, and the chat goes on there."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        await say(page, "ping one")
+        await wait_final(page, "You said: ping one")
+        old = await page.evaluate("thread")
+        failed: list[str] = []
+
+        async def fail_once(route: Any) -> None:
+            if not failed:
+                failed.append(route.request.url)
+                await route.fulfill(
+                    status=503, json={"error": "the server cannot reach its storage"}
+                )
+            else:
+                await route.continue_()
+
+        await page.route("**/api/history**", fail_once)
+        await say(page, "/new")
+        await wait_final(page, "Started a new conversation")
+        await connected(page)
+        assert failed and await page.evaluate("thread") != old
+        assert await page.locator("#input").input_value() == ""
+        assert await page.locator("#messages", has_text="ping one").count() == 0
+        assert await page.locator("#messages li.msg.error").count() == 0
+        await say(page, "are you there")
+        await wait_final(page, "You said: are you there")
+        assert [p for p in page.problems if "status of 503" not in p] == []
+
+
+async def test_new_conversation_pressed_twice_starts_one_and_says_connecting_meanwhile(
+    served: Any, open_chat: Any
+) -> None:
+    """A double click on New conversation started two; and while the new one's history
+    loaded (the page's feed closed), the header still said "connected"."""
+    async with served() as rt:
+        page = await open_chat(base_of(rt))
+        old = await page.evaluate("thread")
+        news: list[str] = []
+
+        def count_new(request: Any) -> None:
+            if (
+                request.url.endswith("/api/messages")
+                and request.method == "POST"
+                and orjson.loads(request.post_data or "{}").get("text") == "/new"
+            ):
+                news.append(request.url)
+
+        page.on("request", count_new)
+        release = asyncio.Event()
+
+        async def held(route: Any) -> None:
+            await release.wait()
+            await route.continue_()
+
+        await page.route("**/api/history*", held)
+        await page.locator("#new").dblclick()
+        await page.wait_for_function("(old) => thread !== old", arg=old)
+        assert await page.locator("#status").inner_text() != "connected"
+        release.set()
+        await wait_final(page, "Started a new conversation")
+        await connected(page)
+        await page.locator("#new:enabled").wait_for()
+        assert len(news) == 1, news
+        assert page.problems == []
+
+
 # ---------------------------------------------------------------- hostile markdown
 async def test_a_deeply_quoted_answer_does_not_break_the_page(served: Any, open_chat: Any) -> None:
     """Quotes nest at most 8 levels (deeper '>' show as text): a line of 6,000 '>'
@@ -343,6 +417,9 @@ async def test_hostile_markdown_renders_in_linear_time(served: Any, open_chat: A
                       "**`".repeat(40000), "***a".repeat(30000), "** `a` *".repeat(20000),
                       "**a `".repeat(30000), "**`" + "a \\\\**".repeat(30000),
                       "- a\\n  - b\\n".repeat(30000), "x\\n# h\\n".repeat(30000),
+                      "- a\\n  b\\n".repeat(15000), "- a\\n\\n  b\\n\\n".repeat(15000),
+                      "- a\\n" + "  ```\\n".repeat(60000), "\\n".repeat(100000) + "  x",
+                      "``" + "a`".repeat(60000), "`` a ".repeat(40000), "\\r\\n".repeat(100000),
                       "| a | b |\\n" + " ".repeat(64000) + "x", "a|b\\n|-" + " ".repeat(64000) + "x",
                       "| a | b |\\n|---|---|\\n" + "| c | `d |\\n".repeat(30000),
                       "|".repeat(120000) + "\\n" + "-|".repeat(60000),

@@ -31,7 +31,8 @@ const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 // fail there): an _italic_ captures the character before its '_' (group 8) instead,
 // which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
 const INLINE = new RegExp([
-  /(`[^`\n]+`)/,                                                        // 1 `code`
+  // 1 `code`, or ``code`` that may hold a single '`' (never two: the first '``' closes)
+  /(``(?:[^`\n]|`(?!`))+``|`[^`\n]+`)/,
   // 2 ***both***, 3 **bold**: pieces are `code`, a '`' that no other closes, a character
   // other than '*' and '`', or (in bold) a '*' that is not part of '**'; the last one
   // before the closing '***' / '**' is no space nor '\'
@@ -57,7 +58,13 @@ function inline(text, parent) {
     if (m[8] !== undefined) { at += m[8].length; tok = m[9]; }  // _italic_: not its prefix
     if (at) parent.appendChild(document.createTextNode(text.slice(0, at)));
     let el;
-    if (m[1]) { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
+    if (m[1]) {
+      el = document.createElement("code");
+      let c = tok.startsWith("``") ? tok.slice(2, -2) : tok.slice(1, -1);
+      // one space at each end goes, if both have one (CommonMark): `` `x` `` is `x`
+      if (c.length > 2 && c[0] === " " && c[c.length - 1] === " " && c.trim()) c = c.slice(1, -1);
+      el.textContent = c;
+    }
     else if (m[2]) {
       el = document.createElement("em");
       el.appendChild(document.createElement("strong"));
@@ -158,22 +165,94 @@ function renderTable(lines, i, into) {
   return i;
 }
 
-// Consecutive list items, from lines[i]: an item indented at least two more than the
-// one above goes in a list inside it; one indented less goes back out to the list
-// whose items start where it does (or the nearest one further in). An item of the
-// other kind (- or 1.) starts a list of its own at its level. Returns the next line.
-function renderList(lines, i, into) {
+// The width of a line's indentation (a tab counts 4), and the line without its first
+// n columns of it (CommonMark: up to n, so a line indented less loses what it has).
+const indentOf = (line) => /^[ \t]*/.exec(line)[0].replace(/\t/g, "    ").length;
+const dedent = (line, n) => {
+  const ws = /^[ \t]*/.exec(line)[0];
+  return ws.replace(/\t/g, "    ").slice(n) + line.slice(ws.length);
+};
+const isItem = (line) => LIST_ITEM.test(line) && !RULE.test(line);
+// A block element inside a list item: text after one starts a paragraph of its own.
+const BLOCK = /^(P|UL|OL|PRE|BLOCKQUOTE|DIV|HR|H[1-6])$/;
+
+// A list, from lines[i]: an item indented at least two more than the one above goes
+// in a list inside it; one indented less goes back out to the list whose items start
+// where it does (or the nearest one further in). An item of the other kind (- or 1.)
+// starts a list of its own at its level. Blank lines between items keep the list
+// going (a "loose" list is still one list); a line indented past an item's marker
+// belongs to that item: a continuation of its text, or blocks of their own (a code
+// block, a quote, a paragraph after a blank line) rendered without that indentation,
+// so code copied from a step keeps only its own. Returns the next line.
+function renderList(lines, i, into, depth) {
   const levels = [];  // {indent, ordered, list, item}: the lists open, outermost first
   let closed = null;  // the level most recently left: an item at its depth goes back in
+  let gap = false;    // a blank line since the last item or continuation
   const open = (ordered, line, parent) => {
     const list = document.createElement(ordered ? "ol" : "ul");
     if (ordered) list.start = parseInt(line, 10) || 1;
     parent.appendChild(list);
     return list;
   };
-  while (i < lines.length && LIST_ITEM.test(lines[i]) && !RULE.test(lines[i])) {
-    const line = lines[i++];
-    const indent = /^[ \t]*/.exec(line)[0].replace(/\t/g, "    ").length;
+  // lines[j] is blank: the first line after the blank ones, or lines.length
+  const afterBlank = (j) => { while (j < lines.length && !lines[j].trim()) j++; return j; };
+  while (i < lines.length) {
+    const line = lines[i];
+    if (!line.trim()) {
+      const j = afterBlank(i);
+      if (j < lines.length && (isItem(lines[j]) || indentOf(lines[j]) > levels[0].indent)) {
+        i = j; gap = true;
+        continue;
+      }
+      break;
+    }
+    if (!isItem(line)) {
+      const indent = indentOf(line);
+      if (indent <= levels[0].indent) break;  // not indented past the marker: not the list's
+      // the item of the innermost list whose marker this line is indented past
+      while (levels.length > 1 && levels[levels.length - 1].indent >= indent) levels.pop();
+      closed = null;
+      const top = levels[levels.length - 1];
+      const chunk = [];
+      let least = Infinity;  // the indentation all its lines share
+      while (i < lines.length) {
+        const l = lines[i];
+        if (!l.trim()) {
+          const j = afterBlank(i);
+          if (j >= lines.length || isItem(lines[j]) || indentOf(lines[j]) <= top.indent) break;
+          while (i < j) { chunk.push(""); i++; }
+          continue;
+        }
+        if (isItem(l) || indentOf(l) <= top.indent) break;
+        least = Math.min(least, indentOf(l));
+        chunk.push(l); i++;
+        const fence = FENCE.exec(l);
+        if (fence) {  // its lines are code, whatever they look like, up to its close
+          while (i < lines.length && !closesFence(lines[i], fence[1])
+                 && !(lines[i].trim() && indentOf(lines[i]) <= top.indent)) {
+            chunk.push(lines[i++]);
+          }
+          if (i < lines.length && closesFence(lines[i], fence[1])) {
+            least = Math.min(least, indentOf(lines[i]));
+            chunk.push(lines[i++]);
+          }
+        }
+      }
+      const blocks = document.createElement("div");
+      renderMarkdown(chunk.map((l) => dedent(l, least)).join("\n"), blocks, depth);
+      const li = top.item, first = blocks.firstChild;
+      if (!gap && first && first.nodeName === "P"
+          && !(li.lastChild && BLOCK.test(li.lastChild.nodeName))) {
+        li.appendChild(document.createElement("br"));  // more of the item's own text
+        while (first.firstChild) li.appendChild(first.firstChild);
+        first.remove();
+      }
+      while (blocks.firstChild) li.appendChild(blocks.firstChild);
+      gap = false;
+      continue;
+    }
+    i++;
+    const indent = indentOf(line);
     const ordered = /^\s*\d/.test(line);
     while (levels.length > 1 && levels[levels.length - 1].indent > indent + 1) {
       closed = levels.pop();
@@ -194,7 +273,7 @@ function renderList(lines, i, into) {
       top.list = open(ordered, line, top.list.parentNode);
       top.ordered = ordered;
     }
-    closed = null;
+    closed = null; gap = false;
     const li = document.createElement("li");
     inline(line.replace(LIST_ITEM, ""), li);
     top.list.appendChild(li);
@@ -205,7 +284,7 @@ function renderList(lines, i, into) {
 
 function renderMarkdown(src, into, depth = 0) {
   into.replaceChildren();
-  const lines = String(src).split("\n");
+  const lines = String(src).split(/\r\n?|\n/);  // "\r\n" from some models is one line end
   const quote = (l) => depth < MAX_QUOTE_DEPTH && l.startsWith(">");
   let i = 0;
   while (i < lines.length) {
@@ -215,8 +294,9 @@ function renderMarkdown(src, into, depth = 0) {
       const pre = document.createElement("pre");
       const code = document.createElement("code");
       const body = [];
+      const indent = indentOf(line);  // an indented fence: its lines lose that much (CommonMark)
       i++;
-      while (i < lines.length && !closesFence(lines[i], fence[1])) body.push(lines[i++]);
+      while (i < lines.length && !closesFence(lines[i], fence[1])) body.push(dedent(lines[i++], indent));
       i++;
       code.textContent = body.join("\n");
       pre.appendChild(code); pre.tabIndex = 0;  // scrollable code is reachable by keyboard
@@ -224,7 +304,7 @@ function renderMarkdown(src, into, depth = 0) {
       continue;
     }
     if (RULE.test(line)) { into.appendChild(document.createElement("hr")); i++; continue; }
-    if (LIST_ITEM.test(line)) { i = renderList(lines, i, into); continue; }
+    if (LIST_ITEM.test(line)) { i = renderList(lines, i, into, depth); continue; }
     if (quote(line)) {
       const q = document.createElement("blockquote");
       const body = [];
@@ -280,6 +360,7 @@ function upsert(m, follow) {
     li = document.createElement("li");
     const body = document.createElement("div");
     body.className = "body";
+    body.dir = "auto";  // Hebrew or Arabic reads right to left (each paragraph on its own: CSS)
     body.id = "m-" + (m.id || Math.random().toString(36).slice(2));
     li.appendChild(body);
     list.appendChild(li);
@@ -490,6 +571,7 @@ async function loadHistory() {
 async function showThread() {
   // (Re)load the transcript of `thread` and follow its live feed from there.
   if (source) { source.close(); source = null; }
+  $("status").textContent = "connecting…";  // not "connected": no feed until connect()
   await loadHistory();
   connect();
 }
@@ -570,7 +652,14 @@ async function sendNow(text) {
   }
   unsure = null;
   if (r.result === "duplicate") setTyping(false);
-  if (r.thread && r.thread !== thread) await switchTo(r.thread);
+  if (r.thread && r.thread !== thread) {
+    // The server switched (the message was taken): if the new conversation cannot be
+    // read yet (a storage or network blip), keep trying to show it, as after a restart
+    // (boot follows `thread`, already the new one), instead of saying it failed and
+    // staying deaf on the old one.
+    try { await switchTo(r.thread); }
+    catch (_) { $("status").textContent = "reconnecting…"; boot(1000); }
+  }
 }
 
 function notSent(err, what, whenReplaced) {
@@ -603,8 +692,15 @@ $("input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("send").click(); }
 });
 $("new").addEventListener("click", () => {
-  send("/new").catch((err) => notSent(err, "Could not start a new conversation:",
-                                      "Press New conversation again to start another."));
+  // one at a time: a double click (or a second press while the first is on its way)
+  // would start two conversations
+  const button = $("new");
+  if (button.disabled) return;
+  button.disabled = true;
+  send("/new")
+    .catch((err) => notSent(err, "Could not start a new conversation:",
+                            "Press New conversation again to start another."))
+    .finally(() => { button.disabled = false; });
   $("input").focus();
 });
 $("login").addEventListener("submit", async (e) => {
