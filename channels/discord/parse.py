@@ -184,6 +184,22 @@ def _forwarded(raw: RawMessage) -> tuple[list[str], list[Attachment]]:
     return quotes, files
 
 
+def addressed_in_server(raw: RawMessage, ctx: MessageContext) -> bool:
+    """``raw`` is a person's message in a server that mentions the bot or replies to
+    one of its messages.  Without the Message Content intent, such a message that
+    :func:`parse_message` found empty is a reply sent with Discord's "@" toggle off:
+    Discord left its text out (it does so for any message that does not mention
+    the bot), so it cannot be answered."""
+    author = raw.get("author") or {}
+    if author.get("bot") or raw.get("webhook_id") or not author.get("id"):
+        return False
+    if raw.get("type", 0) not in _USER_MESSAGE_TYPES or author["id"] == ctx.bot_id:
+        return False
+    if not (raw.get("guild_id") or ctx.guild_id):
+        return False
+    return mentions_bot(raw, ctx.bot_id, ctx.bot_roles) or replies_to_bot(raw, ctx.bot_id)
+
+
 def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
     """The event for ``raw``, or None when Parley is not addressed / must ignore it."""
     author = raw.get("author") or {}
