@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from discord_harness import Gateway, wait_client_ready
 
-from tests.fakes.discord import ALICE, BOT_ID, CHANNEL_ID, GUILD_ID, FakeDiscord
+from tests.fakes.discord import ALICE, BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord
 
 ROLE_ID = "1500000000000000001"
 
@@ -111,3 +111,61 @@ async def test_a_reply_without_its_text_gets_a_notice_once_and_a_log_line(
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     told = [ln for ln in lines if "Message Content intent" in ln and CHANNEL_ID in ln]
     assert len(told) == 1, lines
+
+
+async def test_stickers_polls_and_forwarded_embeds_reach_the_agent_in_words(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """A message with no text and no file, only a sticker, a poll or (forwarded) a
+    bot's embed-only message, is passed on in words as Telegram does; in a server
+    a sticker among people (GROUP_REPLY=all) is not for the bot."""
+    gw = make_gateway(group_reply="all")
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        sticker = fake_discord._message(DM_CHANNEL_ID, ALICE, "")
+        sticker["sticker_items"] = [{"id": "749054660769218631", "name": "Wave", "format_type": 1}]
+        among_people = fake_discord._message(CHANNEL_ID, ALICE, "")
+        among_people["sticker_items"] = [{"id": "1", "name": "Cat", "format_type": 1}]
+        mention = fake_discord._message(
+            CHANNEL_ID, ALICE, f"<@{BOT_ID}>", mentions=[fake_discord.bot_user]
+        )
+        mention["sticker_items"] = [{"id": "2", "name": "Thumbs up", "format_type": 1}]
+        poll = fake_discord._message(DM_CHANNEL_ID, ALICE, "")
+        poll["poll"] = {
+            "question": {"text": "Lunch?"},
+            "answers": [
+                {"answer_id": 1, "poll_media": {"text": "Pizza"}},
+                {"answer_id": 2, "poll_media": {"text": "Sushi"}},
+            ],
+        }
+        forward = fake_discord._message(DM_CHANNEL_ID, ALICE, "")
+        forward["message_reference"] = {"type": 1, "channel_id": CHANNEL_ID, "message_id": "9"}
+        forward["message_snapshots"] = [
+            {
+                "message": {
+                    "type": 0,
+                    "timestamp": forward["timestamp"],
+                    "edited_timestamp": None,
+                    "flags": 0,
+                    "mentions": [],
+                    "mention_roles": [],
+                    "content": "",
+                    "embeds": [{"title": "Deploy finished", "description": "v1.2 is live"}],
+                    "attachments": [],
+                }
+            }
+        ]
+        for m in (sticker, among_people, mention, poll, forward):
+            guild = fake_discord.guild_of(m["channel_id"])
+            data = {**m, "guild_id": guild} if guild else m
+            await fake_discord.dispatch("MESSAGE_CREATE", data, guild)
+        events = await gw.wait_published(4)
+    finally:
+        await gw.halt()
+    assert [e.text for e in events] == [
+        "[sticker: Wave]",
+        "[sticker: Thumbs up]",
+        "[poll: Lunch? / Pizza, Sushi]",
+        "Forwarded message:\n> Deploy finished\n> v1.2 is live",
+    ]
