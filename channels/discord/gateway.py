@@ -418,7 +418,14 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_press(self, interaction: discord.Interaction[Any], payload: str) -> None:
         channel_id = str(interaction.channel_id or "")
         guild_id = str(interaction.guild_id or "")
-        parent, _ = self._thread_parent(channel_id, guild_id)
+        # a Discord thread's parent, from the interaction's own channel (discord.py
+        # builds a Thread from the payload even when the thread is not in its cache,
+        # e.g. an archived one), as for a slash command; else what the cache knows
+        channel = interaction.channel
+        parent = ""
+        if guild_id and isinstance(channel, discord.Thread) and channel.parent_id:
+            parent = str(channel.parent_id)
+        parent = parent or self._thread_parent(channel_id, guild_id)[0]
         user = interaction.user
         press = Press(
             interaction_id=str(interaction.id),
@@ -426,7 +433,7 @@ class GatewayClient(discord.AutoShardedClient):
             token=interaction.token,
             payload=payload,
             user_id=str(user.id),
-            user_name=user.global_name or user.name,
+            user_name=user.display_name,  # a Member's: the server nickname, as for messages
             channel_id=channel_id,
             message_id=str(interaction.message.id) if interaction.message else "",
             guild_id=guild_id,
