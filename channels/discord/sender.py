@@ -21,7 +21,13 @@ import aiohttp
 import discord
 from discord.http import Route
 
-from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
+from agent_core.errors import (
+    ChannelError,
+    SendFailed,
+    SendForbidden,
+    SendRateLimited,
+    SendUnconfirmed,
+)
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer, pace_key
@@ -54,6 +60,12 @@ EPHEMERAL = 64  # message flag: only the interaction's invoker sees it
 CDN_ORIGINS = frozenset({"https://cdn.discordapp.com", "https://media.discordapp.net"})
 # Discord's "Unknown Message": the message was deleted (by a person or a moderator).
 UNKNOWN_MESSAGE = 10008
+# Discord's refusals of any post in a channel: what the bot lacks there (a hint for
+# the operator; the channel's own permission overwrites can take them away).
+MISSING_PERMISSION_HINTS = {
+    50013: "Send Messages (Send Messages in Threads in a thread)",  # Missing Permissions
+    50001: "View Channel",  # Missing Access
+}
 # A streamed edit waits at most this long (or the stream interval, if longer) for
 # its request: discord.py would otherwise sleep through a 429 (up to
 # DISCORD_MAX_RETRY_WAIT) and then send the stale text.
@@ -221,7 +233,14 @@ class DiscordOutbox:
             # create is unconfirmed, not refused (_create asks once more).
             raise SendUnconfirmed(f"Discord answered {exc.status}") from exc
         except discord.HTTPException as exc:
-            raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
+            what = f"Discord answered {exc.status} (code {exc.code}: {exc.text or 'no message'})"
+            hint = MISSING_PERMISSION_HINTS.get(exc.code) if exc.status == 403 else None
+            if hint is not None:
+                where = getattr(route, "channel_id", None)
+                raise SendForbidden(
+                    f"{what} in channel {where}: give the bot {hint} there" if where else what
+                ) from exc
+            raise SendFailed(what) from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if never_sent(exc):
                 raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
