@@ -12,7 +12,9 @@
     └── ChannelError                a platform call failed
         ├── SendRateLimited         429 with retry_after (transient)
         ├── SendFailed              permanent failure for this message
-        │   └── SendUnconfirmed     timed out after the request left: may have arrived
+        │   ├── SendUnconfirmed     timed out after the request left: may have arrived
+        │   └── SendForbidden       the bot may not post there (a permission, removed):
+        │                           a notice in the same place would be refused too
         └── FormattingRejected      the platform refused our markup; resend plain
 
 Transient vs permanent is a type, never a string match at the call site.
@@ -65,6 +67,14 @@ class SendUnconfirmed(SendFailed):
     """The request left but no answer came back (a timeout): the platform may
     have created the message.  Never repeated blindly; the agent records the part
     as sent with an unknown id (see agent_core.agent.reply)."""
+
+
+class SendForbidden(SendFailed):
+    """The platform refuses the bot any post in that conversation: a missing
+    permission, the bot removed from it or blocked.  The text names the place and
+    what is missing.  A failed turn is then not followed by a failure notice into
+    the same conversation (it would be refused the same way): one warning line
+    instead (agent_core.worker, agent_core.proactive.recovery)."""
 
 
 class FormattingRejected(ChannelError):

@@ -46,7 +46,7 @@ from agent_core.errors import LockLost
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.loadgate import MIN_RUNNING, LoopLag
 from agent_core.metrics import METRICS
-from agent_core.proactive.recovery import TurnRecovery
+from agent_core.proactive.recovery import TurnRecovery, forbidden
 from agent_core.settings import CoreSettings
 from agent_core.store.client import bounded
 from agent_core.store.delivery import Delivery, TurnState
@@ -420,13 +420,22 @@ class Worker:
                         type(exc).__name__,
                     )
                     return
-                except Exception:
-                    log.exception(
-                        "[%s] turn failed on event %s; skipping it",
-                        thread,
-                        state.mailbox[0].event_id,
-                    )
-                    told = await self.recovery.tell_failed(thread, state, guard)
+                except Exception as exc:
+                    refused = forbidden(exc)
+                    if refused is not None:  # no traceback, no notice (refused too)
+                        log.warning(
+                            "[%s] turn on event %s skipped: the bot may not post there: %s",
+                            thread,
+                            state.mailbox[0].event_id,
+                            refused,
+                        )
+                    else:
+                        log.exception(
+                            "[%s] turn failed on event %s; skipping it",
+                            thread,
+                            state.mailbox[0].event_id,
+                        )
+                    told = await self.recovery.tell_failed(thread, state, guard, exc)
                     # every record of the skipped message goes with it (the parts it
                     # had sent too), or they would stay in the thread's hash for good
                     told += await self.delivery.records_of(thread, state.mailbox[0].event_id)

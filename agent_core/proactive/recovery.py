@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session, ThreadState
-from agent_core.errors import ChannelError
+from agent_core.errors import ChannelError, SendForbidden
 from agent_core.events import EventKind, MessageRef, OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
 from agent_core.store.delivery import TurnState, start_field
@@ -207,13 +207,23 @@ class TurnRecovery:
             log.warning("[%s] could not send notice: %s", thread, exc)
         return writer.fields
 
-    async def tell_failed(self, thread: ThreadKey, state: TurnState, guard: LockGuard) -> list[str]:
+    async def tell_failed(
+        self,
+        thread: ThreadKey,
+        state: TurnState,
+        guard: LockGuard,
+        cause: BaseException | None = None,
+    ) -> list[str]:
         """After a turn that failed with an unexpected error: the person is told their
         message was skipped, rather than left waiting (a notice, recorded like any
-        reply part so a rerun never repeats it).  Never raises."""
+        reply part so a rerun never repeats it).  Not when ``cause`` (the turn's
+        error) is the platform refusing the bot any post there (SendForbidden): the
+        notice would be refused the same way.  Never raises."""
         head = state.mailbox[0]
         if head.kind not in PERSON_KINDS:
             return []  # a routine's note, a move: nobody is waiting for an answer
+        if forbidden(cause) is not None:
+            return []
         try:
             return await self._tell(thread, state, guard, FAILED_NOTICE, "f")
         except Exception as exc:
@@ -261,3 +271,13 @@ class TurnRecovery:
             repair_history(session.history)
         session.updated_at = time.time()
         return TurnResult(session, 1, sorted(set(fields)), f"interrupted:{why}")
+
+
+def forbidden(exc: BaseException | None) -> SendForbidden | None:
+    """The SendForbidden ``exc`` is or was raised from (None if it is not one)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, SendForbidden):
+            return exc
+        exc, seen = exc.__cause__, seen + 1
+    return None

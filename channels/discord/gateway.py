@@ -35,11 +35,13 @@ import contextlib
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
 import aiohttp
 import discord
+from discord.http import Route
 from redis.exceptions import RedisError
 
 from agent_core.errors import StoreUnavailable
@@ -63,12 +65,13 @@ from .parse import (
     Press,
     RawInteraction,
     RawMessage,
+    addressed_in_server,
     interaction_thread_parent,
     parse_command,
     parse_message,
     parse_press,
 )
-from .render import CUSTOM_ID_TEMPLATE, custom_id
+from .render import CUSTOM_ID_TEMPLATE, NO_MENTIONS, custom_id
 from .settings import DiscordSettings, parse_shards
 from .state import DiscordState
 
@@ -80,6 +83,12 @@ Marks = asyncio.Future[list[tuple[str, str, str, str]] | None]
 
 PRESS_SUBMIT_TIMEOUT = 2.0  # the deferral must reach Discord within 3 s
 SUBMIT_RETRY_SECS = 30.0  # how long a message is retried while Redis is down
+# Without the Message Content intent, a reply to the bot sent with Discord's "@" toggle
+# off arrives with no text: the sender is told (at most once per channel this often).
+UNREADABLE_TEXT = (
+    "I can't read replies that don't @mention me here: keep the @ on when you reply, or mention me."
+)
+UNREADABLE_NOTICE_SECS = 600.0
 FAILED_PRESS_TEXT = "Sorry, I could not record that just now. Please press again in a moment."
 # What one REST call through discord.py can raise when Discord or the connection
 # fails: its own errors (RateLimited included), and aiohttp's, which its
@@ -163,6 +172,8 @@ class GatewayClient(discord.AutoShardedClient):
         self.ingest = ingest
         self.state = state
         self.group_reply = group_reply
+        self.message_content = message_content
+        self._unreadable_at: dict[str, float] = {}  # channel id -> last notice (monotonic)
         self.command_names = command_names  # Parley's command names, once known
         self.valid = valid  # the gateway lease is still surely ours (see the module doc)
         # messages to handle, in order, and (at a READY) the future the consumer
@@ -301,6 +312,8 @@ class GatewayClient(discord.AutoShardedClient):
         )
         event = parse_message(raw, ctx)
         if event is None:
+            if not self.message_content and addressed_in_server(raw, ctx):
+                self._unreadable(raw)
             if channel_id in self._tracked and not (raw.get("author") or {}).get("bot"):
                 await self.state.seen(channel_id, raw["id"], guild_id, parent)
             return
@@ -321,6 +334,45 @@ class GatewayClient(discord.AutoShardedClient):
         # A thread opened on a message has that message's id, so the id works there too.
         parent_of_where = event.thread.conversation if event.thread.thread else ""
         await self.state.seen(where, raw["id"], guild_id, parent_of_where)
+
+    def _unreadable(self, raw: RawMessage) -> None:
+        """A reply to the bot that arrived without its text (no Message Content
+        intent, no @mention): tell the sender how to be read, and the operator why,
+        at most once per channel every UNREADABLE_NOTICE_SECS."""
+        channel_id = raw["channel_id"]
+        now = time.monotonic()
+        last = self._unreadable_at.get(channel_id)
+        if last is not None and now - last < UNREADABLE_NOTICE_SECS:
+            log.debug(
+                "discord message %s in %s: no text (notice already sent)", raw["id"], channel_id
+            )
+            return
+        if len(self._unreadable_at) > 10_000:
+            self._unreadable_at.clear()
+        self._unreadable_at[channel_id] = now
+        log.warning(
+            "discord message %s in %s: a reply to the bot arrived without its text (it does "
+            "not @mention the bot and the Message Content intent is off); the sender is told "
+            "to keep the @ on. Turn on the Message Content intent (developer portal, Bot) "
+            "to read such replies",
+            raw["id"],
+            channel_id,
+        )
+        self._spawn(self._post_unreadable(channel_id, raw["id"]), "discord-unreadable")
+
+    async def _post_unreadable(self, channel_id: str, message_id: str) -> None:
+        body = {
+            "content": UNREADABLE_TEXT,
+            "message_reference": {"message_id": message_id, "fail_if_not_exists": False},
+            "allowed_mentions": NO_MENTIONS,
+        }
+        route = Route("POST", "/channels/{channel_id}/messages", channel_id=channel_id)
+        try:
+            await self.http.request(route, json=body)
+        except REST_ERRORS as exc:
+            log.warning(
+                "discord: could not post the unreadable-reply notice in %s: %s", channel_id, exc
+            )
 
     async def _submit(self, event: InboundEvent) -> None:
         delay = 0.2
@@ -366,7 +418,14 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_press(self, interaction: discord.Interaction[Any], payload: str) -> None:
         channel_id = str(interaction.channel_id or "")
         guild_id = str(interaction.guild_id or "")
-        parent, _ = self._thread_parent(channel_id, guild_id)
+        # a Discord thread's parent, from the interaction's own channel (discord.py
+        # builds a Thread from the payload even when the thread is not in its cache,
+        # e.g. an archived one), as for a slash command; else what the cache knows
+        channel = interaction.channel
+        parent = ""
+        if guild_id and isinstance(channel, discord.Thread) and channel.parent_id:
+            parent = str(channel.parent_id)
+        parent = parent or self._thread_parent(channel_id, guild_id)[0]
         user = interaction.user
         press = Press(
             interaction_id=str(interaction.id),
@@ -374,7 +433,7 @@ class GatewayClient(discord.AutoShardedClient):
             token=interaction.token,
             payload=payload,
             user_id=str(user.id),
-            user_name=user.global_name or user.name,
+            user_name=user.display_name,  # a Member's: the server nickname, as for messages
             channel_id=channel_id,
             message_id=str(interaction.message.id) if interaction.message else "",
             guild_id=guild_id,

@@ -17,8 +17,11 @@ A mention is ``<@bot>`` / ``<@!bot>`` or ``<@&role>`` of the bot's own managed
 role (the one Discord offers next to the bot when someone types ``@Parley``);
 both are removed from the text.  A forwarded message (``message_reference.type``
 1) has empty ``content``: its text and attachments are read from
-``message_snapshots``.  A message that was only the bot's mention becomes
-:data:`BARE_MENTION_TEXT`.
+``message_snapshots`` (an embed-only one, e.g. a bot's message: its embeds'
+titles and descriptions).  Stickers and polls are passed on in words
+(``[sticker: Wave]``, ``[poll: question / option, option]``); in a server, one
+without text only when addressed to the bot.  A message that was only the bot's
+mention becomes :data:`BARE_MENTION_TEXT`.
 
 ``parse_command`` takes a slash command (INTERACTION_CREATE type 2) and makes
 the event a message ``/<name> <text option>`` addressed to the bot in that
@@ -88,6 +91,9 @@ class RawMessage(TypedDict):
     mention_roles: NotRequired[list[str]]
     message_reference: NotRequired[dict[str, Any]]
     message_snapshots: NotRequired[list[dict[str, Any]]]
+    sticker_items: NotRequired[list[dict[str, Any]]]
+    poll: NotRequired[dict[str, Any]]
+    embeds: NotRequired[list[dict[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,48 @@ def _attachments(items: Any) -> list[Attachment]:
     ]
 
 
+def _shared(msg: dict[str, Any] | RawMessage) -> list[str]:
+    """What a message carries besides text and files, in words: its stickers
+    (``[sticker: Wave]``) and its poll (``[poll: question / option, option]``)."""
+    out: list[str] = []
+    stickers = msg.get("sticker_items")
+    for item in stickers if isinstance(stickers, list) else ():
+        name = str(item.get("name") or "").strip() if isinstance(item, dict) else ""
+        out.append(f"[sticker: {name}]" if name else "[sticker]")
+    poll = msg.get("poll")
+    if isinstance(poll, dict):
+        question = poll.get("question")
+        asked = str(question.get("text") or "").strip() if isinstance(question, dict) else ""
+        options = []
+        answers = poll.get("answers")
+        for answer in answers if isinstance(answers, list) else ():
+            media = answer.get("poll_media") if isinstance(answer, dict) else None
+            if isinstance(media, dict):
+                emoji = media.get("emoji")
+                label = str(media.get("text") or "").strip()
+                if not label and isinstance(emoji, dict):
+                    label = str(emoji.get("name") or "").strip()
+                if label:
+                    options.append(label)
+        out.append(f"[poll: {asked or '(no question)'} / {', '.join(options)}]")
+    return out
+
+
+def _embeds_text(msg: dict[str, Any]) -> str:
+    """The title and description of a message's embeds (what a forwarded bot
+    message, an announcement or a link card shows), one per line."""
+    lines: list[str] = []
+    embeds = msg.get("embeds")
+    for embed in embeds if isinstance(embeds, list) else ():
+        if not isinstance(embed, dict):
+            continue
+        for key in ("title", "description"):
+            value = str(embed.get(key) or "").strip()
+            if value:
+                lines.append(value)
+    return "\n".join(lines)
+
+
 def _forwarded(raw: RawMessage) -> tuple[list[str], list[Attachment]]:
     """The forwarded message(s) of ``raw``: (quoted texts, attachments)."""
     ref = raw.get("message_reference")
@@ -177,11 +225,29 @@ def _forwarded(raw: RawMessage) -> tuple[list[str], list[Attachment]]:
         if not isinstance(inner, dict):
             continue
         files.extend(_attachments(inner.get("attachments")))
-        body = str(inner.get("content") or "").strip()
+        # embed-only (a bot's or an announcement's message): its embeds' text
+        body = str(inner.get("content") or "").strip() or _embeds_text(inner)
+        body = "\n".join([body, *_shared(inner)] if body else _shared(inner))
         if body:
             quoted = "\n".join("> " + line for line in body.split("\n"))
             quotes.append("Forwarded message:\n" + quoted)
     return quotes, files
+
+
+def addressed_in_server(raw: RawMessage, ctx: MessageContext) -> bool:
+    """``raw`` is a person's message in a server that mentions the bot or replies to
+    one of its messages.  Without the Message Content intent, such a message that
+    :func:`parse_message` found empty is a reply sent with Discord's "@" toggle off:
+    Discord left its text out (it does so for any message that does not mention
+    the bot), so it cannot be answered."""
+    author = raw.get("author") or {}
+    if author.get("bot") or raw.get("webhook_id") or not author.get("id"):
+        return False
+    if raw.get("type", 0) not in _USER_MESSAGE_TYPES or author["id"] == ctx.bot_id:
+        return False
+    if not (raw.get("guild_id") or ctx.guild_id):
+        return False
+    return mentions_bot(raw, ctx.bot_id, ctx.bot_roles) or replies_to_bot(raw, ctx.bot_id)
 
 
 def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
@@ -205,8 +271,12 @@ def parse_message(raw: RawMessage, ctx: MessageContext) -> InboundEvent | None:
     text = cut_mentions(_mention_re(ctx.bot_id, ctx.bot_roles), content).strip()
     text = _named_mentions(text, raw.get("mentions") or [])
     quotes, forwarded = _forwarded(raw)
-    text = "\n\n".join([text, *quotes] if text else quotes)
+    shared = _shared(raw)
     attachments = tuple(_attachments(raw.get("attachments")) + forwarded)
+    if shared and not (text or quotes or attachments) and not (is_dm or addressed or followed):
+        return None  # a sticker or poll among people: not for the bot (GROUP_REPLY=all too)
+    text = "\n".join([text, *shared] if text else shared)
+    text = "\n\n".join([text, *quotes] if text else quotes)
     if not text and not attachments:
         if not content.strip():
             return None  # nothing readable (no Message Content intent, a sticker, ...)

@@ -343,7 +343,12 @@ def encode_extra(
     parts: list[str] | None = None,
     interaction: tuple[str, str] | None = None,
     invoker: str = "",
+    *,
+    preview: bool = False,
 ) -> str:
+    """A ref's ``extra``: the answer's further messages, the interaction it answers,
+    who invoked it, and whether it is a streamed preview (an answer still being
+    written: a deleted preview is posted anew by the next edit, see the sender)."""
     items = []
     if parts:
         items.append("p=" + ",".join(parts))
@@ -351,7 +356,14 @@ def encode_extra(
         items.append(f"i={interaction[0]}/{interaction[1]}")
     if invoker:
         items.append(f"u={invoker}")
+    if preview:
+        items.append("s=1")
     return ";".join(items)
+
+
+def decode_preview(extra: str) -> bool:
+    """The ref is of a streamed preview (see :func:`encode_extra`)."""
+    return "s=1" in extra.split(";")
 
 
 def decode_invoker(extra: str) -> str:

@@ -21,7 +21,13 @@ import aiohttp
 import discord
 from discord.http import Route
 
-from agent_core.errors import ChannelError, SendFailed, SendRateLimited, SendUnconfirmed
+from agent_core.errors import (
+    ChannelError,
+    SendFailed,
+    SendForbidden,
+    SendRateLimited,
+    SendUnconfirmed,
+)
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer, pace_key
@@ -33,6 +39,7 @@ from .render import (
     NO_MENTIONS,
     decode_extra,
     decode_invoker,
+    decode_preview,
     encode_extra,
     message_ids,
     render,
@@ -53,6 +60,12 @@ EPHEMERAL = 64  # message flag: only the interaction's invoker sees it
 CDN_ORIGINS = frozenset({"https://cdn.discordapp.com", "https://media.discordapp.net"})
 # Discord's "Unknown Message": the message was deleted (by a person or a moderator).
 UNKNOWN_MESSAGE = 10008
+# Discord's refusals of any post in a channel: what the bot lacks there (a hint for
+# the operator; the channel's own permission overwrites can take them away).
+MISSING_PERMISSION_HINTS = {
+    50013: "Send Messages (Send Messages in Threads in a thread)",  # Missing Permissions
+    50001: "View Channel",  # Missing Access
+}
 # A streamed edit waits at most this long (or the stream interval, if longer) for
 # its request: discord.py would otherwise sleep through a 429 (up to
 # DISCORD_MAX_RETRY_WAIT) and then send the stale text.
@@ -220,7 +233,14 @@ class DiscordOutbox:
             # create is unconfirmed, not refused (_create asks once more).
             raise SendUnconfirmed(f"Discord answered {exc.status}") from exc
         except discord.HTTPException as exc:
-            raise SendFailed(f"Discord answered {exc.status} (code {exc.code})") from exc
+            what = f"Discord answered {exc.status} (code {exc.code}: {exc.text or 'no message'})"
+            hint = MISSING_PERMISSION_HINTS.get(exc.code) if exc.status == 403 else None
+            if hint is not None:
+                where = getattr(route, "channel_id", None)
+                raise SendForbidden(
+                    f"{what} in channel {where}: give the bot {hint} there" if where else what
+                ) from exc
+            raise SendFailed(what) from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if never_sent(exc):
                 raise SendFailed(f"cannot reach Discord: {type(exc).__name__}") from exc
@@ -291,9 +311,8 @@ class DiscordOutbox:
             await on_wire()  # the agent claims a new message here (unless claimed above)
             ids.append(await self._create(dest, k, payload))
             wire_created()  # partly on screen: a failure of the rest keeps the claim
-        return MessageRef(
-            "discord", thread.conversation, ids[0], thread.thread, encode_extra(ids[1:])
-        )
+        extra = encode_extra(ids[1:], preview=not message.final)
+        return MessageRef("discord", thread.conversation, ids[0], thread.thread, extra)
 
     async def _send_private(
         self, thread: ThreadKey, message: OutboundMessage, reply_to: MessageRef
@@ -335,6 +354,10 @@ class DiscordOutbox:
         old = message_ids(ref)
         payloads = render(message)
         droppable = not message.final
+        # A streamed answer (a preview, or the final edit of one) whose message was
+        # deleted is posted anew: the answer is still being given.  Any other message
+        # a moderator (or its author) deleted, e.g. an approval prompt, stays deleted.
+        streamed = droppable or decode_preview(ref.extra)
         # While streaming, parts before the last one already shown only grow at the
         # end; the final edit rewrites every part.
         first = len(old) - 1 if droppable else 0
@@ -345,21 +368,33 @@ class DiscordOutbox:
                 if k < first:
                     continue
                 if not await self._pace(dest, droppable=droppable):
-                    return ref if k == 0 else self._ref(ref, ids + old[len(ids) :])
+                    return ref if k == 0 else self._ref(ref, ids + old[len(ids) :], preview=True)
                 try:
                     await self._patch(dest, old[k], payload, droppable=droppable)
                 except _Skipped:
-                    return ref if k == 0 else self._ref(ref, ids + old[len(ids) :])
+                    return ref if k == 0 else self._ref(ref, ids + old[len(ids) :], preview=True)
                 except _Gone:
+                    if not streamed:
+                        log.info(
+                            "discord: message %s in %s was deleted; the edit is dropped, "
+                            "the message stays deleted",
+                            old[k],
+                            dest,
+                        )
+                        return ref
                     # Deleted (a moderator, the user): this part is posted anew.  Its
                     # nonce comes from the deleted message, so a rerun of this edit
                     # after a crash (the new id not recorded yet) finds the same
                     # message instead of posting a second one.
-                    log.info("discord: message %s in %s is gone; posting it anew", old[k], dest)
+                    log.info(
+                        "discord: message %s in %s is gone; posting this streamed answer anew",
+                        old[k],
+                        dest,
+                    )
                     ids[-1] = await self._create(dest, k, payload, part=f"~{old[k]}")
             else:
                 if not await self._pace(dest, droppable=droppable):
-                    return self._ref(ref, ids)
+                    return self._ref(ref, ids, preview=droppable)
                 ids.append(await self._create(dest, k, payload, part=f"+{ref.message_id}"))
         if not droppable:
             for extra_id in old[len(payloads) :]:
@@ -374,7 +409,7 @@ class DiscordOutbox:
                     )
                 except ChannelError:
                     log.warning("could not delete surplus part %s in %s", extra_id, dest)
-        return self._ref(ref, ids)
+        return self._ref(ref, ids, preview=droppable)
 
     async def _patch(
         self, dest: str, message_id: str, payload: dict[str, Any], *, droppable: bool
@@ -427,11 +462,10 @@ class DiscordOutbox:
             task.exception()  # retrieved: an abandoned edit's error is of no interest
 
     @staticmethod
-    def _ref(ref: MessageRef, ids: list[str]) -> MessageRef:
+    def _ref(ref: MessageRef, ids: list[str], *, preview: bool) -> MessageRef:
         _, interaction = decode_extra(ref.extra)
-        return MessageRef(
-            ref.channel, ref.conversation, ids[0], ref.thread, encode_extra(ids[1:], interaction)
-        )
+        extra = encode_extra(ids[1:], interaction, preview=preview)
+        return MessageRef(ref.channel, ref.conversation, ids[0], ref.thread, extra)
 
     async def typing(self, thread: ThreadKey) -> None:
         dest = thread.thread or thread.conversation

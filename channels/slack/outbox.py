@@ -37,6 +37,7 @@ from agent_core.errors import (
     ChannelError,
     FormattingRejected,
     SendFailed,
+    SendForbidden,
     SendRateLimited,
     SendUnconfirmed,
 )
@@ -202,7 +203,8 @@ class SlackOutbox:
             if method == "chat.postMessage" and (error in _MAYBE_DONE or status >= 500):
                 # Slack failed on its side, perhaps after posting: not a refusal.
                 raise SendUnconfirmed(f"Slack {method}: {error or status}") from exc
-            raise SendFailed(f"Slack {method}: {error or 'failed'}") from exc
+            refused = SendForbidden if error in _NOT_MEMBER else SendFailed  # not in it
+            raise refused(f"Slack {method}: {error or 'failed'}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             if droppable:
                 return None

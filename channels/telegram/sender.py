@@ -60,6 +60,7 @@ from agent_core.errors import (
     ChannelError,
     FormattingRejected,
     SendFailed,
+    SendForbidden,
     SendRateLimited,
     SendUnconfirmed,
 )
@@ -283,11 +284,12 @@ class TelegramOutbox:
                     raise _ReplyGone(f"Telegram refused the reply: {exc.message}") from exc
                 if "entit" in msg:  # can't parse entities, ENTITIES_TOO_LONG, …
                     raise FormattingRejected(exc.message) from exc
-                raise SendFailed(f"Telegram refused the message: {exc.message}") from exc
+                refused = SendForbidden if "have no rights" in msg else SendFailed
+                raise refused(f"Telegram refused the message: {exc.message}") from exc
             except ChatMigrated as exc:
                 raise _Migrated(int(exc.new_chat_id)) from exc
             except Forbidden as exc:
-                raise SendFailed(
+                raise SendForbidden(
                     f"the bot cannot write to chat {chat_id} (blocked, or removed from the group)"
                 ) from exc
             except (InvalidToken, EndPointNotFound) as exc:

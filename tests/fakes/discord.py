@@ -515,14 +515,15 @@ class FakeDiscord(GatewayMixin, InteractionsMixin):
         return msg
 
     async def press(
-        self, message_id: str, custom_id: str, *, user: dict[str, Any] = ALICE
+        self, message_id: str, custom_id: str, *, user: dict[str, Any] = ALICE, nick: str = ""
     ) -> dict[str, Any]:
-        """A button press (INTERACTION_CREATE type 3) on a stored message."""
+        """A button press (INTERACTION_CREATE type 3) on a stored message (``nick``:
+        the presser's server nickname)."""
         msg = next((m[message_id] for m in self.messages.values() if message_id in m), None)
         if msg is None:
             raise KeyError(f"no message {message_id}")
         data = {"custom_id": custom_id, "component_type": 2}
-        return await self._interact(3, msg["channel_id"], data, user, message=msg)
+        return await self._interact(3, msg["channel_id"], data, user, message=msg, nick=nick)
 
     async def slash(
         self,

@@ -57,6 +57,7 @@ class InteractionsMixin:
         *,
         message: dict[str, Any] | None = None,
         context: int | None = None,
+        nick: str = "",
     ) -> dict[str, Any]:
         guild_id = self.guild_of(channel_id)
         full_user = {"discriminator": "0", "avatar": None, **user}
@@ -90,6 +91,8 @@ class InteractionsMixin:
                 "flags": 0,
                 "permissions": "1071698660929",
             }
+            if nick:
+                inter["member"]["nick"] = nick
         else:
             inter["user"] = full_user
         self.interactions[inter["id"]] = {**inter, "_at": time.monotonic(), "_answered": None}

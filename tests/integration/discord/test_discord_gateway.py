@@ -424,3 +424,44 @@ async def test_a_message_after_the_lease_is_gone_is_not_submitted(
         assert any("no longer ours" in r.getMessage() for r in caplog.records)
     finally:
         await gw.halt()
+
+
+def _prompt(fake_discord: FakeDiscord, channel_id: str, payload: str) -> dict[str, Any]:
+    """An approval prompt of the bot in ``channel_id`` with one ``parley:`` button."""
+    button = {"type": 2, "style": 3, "label": "Approve", "custom_id": f"parley:{payload}"}
+    msg = fake_discord._message(
+        channel_id,
+        fake_discord.bot_user,
+        "Run it?",
+        components=[{"type": 1, "components": [button]}],
+    )
+    fake_discord.messages.setdefault(channel_id, {})[msg["id"]] = msg
+    return msg
+
+
+async def test_a_press_names_the_presser_as_the_server_shows_them(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """Messages and slash commands carry the server nickname (the name Discord
+    shows); a press does too, so the prompt reads "Approved by Alice (Ops)"."""
+    prompt = _prompt(fake_discord, CHANNEL_ID, "tok123")
+    await fake_discord.press(prompt["id"], "parley:tok123", nick="Alice (Ops)")
+    (event,) = await gateway.wait_published(1)
+    assert event.user_name == "Alice (Ops)"
+
+
+async def test_a_press_in_a_thread_missing_from_the_cache_keeps_the_threads_conversation(
+    gateway: Gateway, fake_discord: FakeDiscord
+) -> None:
+    """discord.py drops archived threads from its cache.  A prompt in such a thread
+    (with GROUP_REPLY=all not in Parley's followed set either) is pressed: the
+    interaction's channel says it is a thread under its parent, so the press lands
+    in conversation <parent>/<thread>, where the approval is, as a slash command does."""
+    thread_id = "1300000000000000099"
+    fake_discord.add_channel(
+        thread_id, guild_id=GUILD_ID, name="old", parent_id=CHANNEL_ID, owner_id=ALICE["id"]
+    )  # known to Discord, never sent to the gateway: not in discord.py's cache
+    prompt = _prompt(fake_discord, thread_id, "tok456")
+    await fake_discord.press(prompt["id"], "parley:tok456")
+    (event,) = await gateway.wait_published(1)
+    assert (event.thread.conversation, event.thread.thread) == (CHANNEL_ID, thread_id)

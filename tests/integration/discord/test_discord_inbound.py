@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
+import pytest
 from discord_harness import Gateway, wait_client_ready
 
-from tests.fakes.discord import BOT_ID, CHANNEL_ID, GUILD_ID, FakeDiscord
+from tests.fakes.discord import ALICE, BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord
 
 ROLE_ID = "1500000000000000001"
 
@@ -76,3 +78,94 @@ async def test_group_reply_all_with_auto_thread_opens_threads_only_on_mention(
         assert not opened, "a thread was opened on a plain, unaddressed channel message"
     finally:
         await gw.halt()
+
+
+async def test_a_reply_without_its_text_gets_a_notice_once_and_a_log_line(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without the Message Content intent, a reply to the bot sent with Discord's
+    "@" toggle off arrives with no text: it cannot be answered, so the sender is told
+    to keep the @ on (once per channel for a while) and the operator is told why."""
+    fake_discord.message_content = False
+    gw = make_gateway()
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        bot_msg = fake_discord._message(CHANNEL_ID, fake_discord.bot_user, "Approve running `ls`?")
+        caplog.set_level(logging.INFO)
+        replies = [fake_discord._message(CHANNEL_ID, ALICE, "", reference=bot_msg) for _ in "ab"]
+        for reply in replies:
+            await fake_discord.dispatch("MESSAGE_CREATE", {**reply, "guild_id": GUILD_ID}, GUILD_ID)
+        (notice,) = await fake_discord.wait_call("POST", rf"/channels/{CHANNEL_ID}/messages$")
+        assert "@mention" in notice.json["content"]
+        assert notice.json["message_reference"]["message_id"] == replies[0]["id"]
+        await fake_discord.user_message(CHANNEL_ID, "and now?", mention=True)
+        (event,) = await gw.wait_published(1)
+        assert event.text == "and now?"  # handled after both replies: none was published
+    finally:
+        await gw.halt()
+    posts = fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")
+    assert len(posts) == 1  # the second reply, soon after, gets no second notice
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    told = [ln for ln in lines if "Message Content intent" in ln and CHANNEL_ID in ln]
+    assert len(told) == 1, lines
+
+
+async def test_stickers_polls_and_forwarded_embeds_reach_the_agent_in_words(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """A message with no text and no file, only a sticker, a poll or (forwarded) a
+    bot's embed-only message, is passed on in words as Telegram does; in a server
+    a sticker among people (GROUP_REPLY=all) is not for the bot."""
+    gw = make_gateway(group_reply="all")
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        sticker = fake_discord._message(DM_CHANNEL_ID, ALICE, "")
+        sticker["sticker_items"] = [{"id": "749054660769218631", "name": "Wave", "format_type": 1}]
+        among_people = fake_discord._message(CHANNEL_ID, ALICE, "")
+        among_people["sticker_items"] = [{"id": "1", "name": "Cat", "format_type": 1}]
+        mention = fake_discord._message(
+            CHANNEL_ID, ALICE, f"<@{BOT_ID}>", mentions=[fake_discord.bot_user]
+        )
+        mention["sticker_items"] = [{"id": "2", "name": "Thumbs up", "format_type": 1}]
+        poll = fake_discord._message(DM_CHANNEL_ID, ALICE, "")
+        poll["poll"] = {
+            "question": {"text": "Lunch?"},
+            "answers": [
+                {"answer_id": 1, "poll_media": {"text": "Pizza"}},
+                {"answer_id": 2, "poll_media": {"text": "Sushi"}},
+            ],
+        }
+        forward = fake_discord._message(DM_CHANNEL_ID, ALICE, "")
+        forward["message_reference"] = {"type": 1, "channel_id": CHANNEL_ID, "message_id": "9"}
+        forward["message_snapshots"] = [
+            {
+                "message": {
+                    "type": 0,
+                    "timestamp": forward["timestamp"],
+                    "edited_timestamp": None,
+                    "flags": 0,
+                    "mentions": [],
+                    "mention_roles": [],
+                    "content": "",
+                    "embeds": [{"title": "Deploy finished", "description": "v1.2 is live"}],
+                    "attachments": [],
+                }
+            }
+        ]
+        for m in (sticker, among_people, mention, poll, forward):
+            guild = fake_discord.guild_of(m["channel_id"])
+            data = {**m, "guild_id": guild} if guild else m
+            await fake_discord.dispatch("MESSAGE_CREATE", data, guild)
+        events = await gw.wait_published(4)
+    finally:
+        await gw.halt()
+    assert [e.text for e in events] == [
+        "[sticker: Wave]",
+        "[sticker: Thumbs up]",
+        "[poll: Lunch? / Pizza, Sushi]",
+        "Forwarded message:\n> Deploy finished\n> v1.2 is live",
+    ]

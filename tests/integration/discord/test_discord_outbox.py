@@ -460,6 +460,23 @@ async def test_streamed_answer_whose_preview_was_deleted_reaches_the_user_and_is
     assert await delivery.sent_ref(THREAD, "e1:0") == final
 
 
+async def test_a_message_a_moderator_deleted_is_not_posted_back_by_a_later_edit(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord
+) -> None:
+    """An approval prompt (a complete message, not a streamed preview) removed by a
+    moderator: the edit that closes it (decided, expired) gets 404 Unknown Message
+    and leaves it deleted instead of posting it again; the ref stays as it was."""
+    ref = await outbox.send(
+        THREAD, OutboundMessage("Run `rm -rf build`?", buttons=APPROVAL_BUTTONS)
+    )
+    del fake_discord.messages[CHANNEL_ID][ref.message_id]
+    posts = len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$"))
+    same = await outbox.edit(ref, OutboundMessage("Run `rm -rf build`? (expired)"))
+    assert same == ref
+    assert len(fake_discord.calls_to("POST", rf"/channels/{CHANNEL_ID}/messages$")) == posts
+    assert fake_discord.messages[CHANNEL_ID] == {}
+
+
 async def test_streamed_edit_is_skipped_not_slept_through_a_429(
     outbox: DiscordOutbox, fake_discord: FakeDiscord
 ) -> None:

@@ -13,7 +13,13 @@ import pytest
 from redis.asyncio import Redis
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
-from agent_core.errors import ConfigError, SendFailed, SendRateLimited, SendUnconfirmed
+from agent_core.errors import (
+    ConfigError,
+    SendFailed,
+    SendForbidden,
+    SendRateLimited,
+    SendUnconfirmed,
+)
 from agent_core.events import (
     Action,
     Button,
@@ -62,6 +68,22 @@ async def test_answer_goes_into_the_thread_as_mrkdwn(
     dm = ThreadKey("slack", TEAM, "D1", "")
     await slack.outbox().send(dm, OutboundMessage("hi"))
     assert [m.text for m in fake_slack.thread("D1")] == ["hi"]
+
+
+async def test_a_post_in_a_channel_parley_left_is_a_send_forbidden(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    """Removed from the channel (or it was archived): SendForbidden, so a failed
+    turn is not followed by a failure notice Slack would refuse the same way."""
+    thread = _thread(fake_slack)
+    for error in ("not_in_channel", "is_archived"):
+        fake_slack.fail("chat.postMessage", error)
+        with pytest.raises(SendForbidden, match=error):
+            await slack.outbox().send(thread, OutboundMessage("hi"))
+    fake_slack.fail("chat.postMessage", "restricted_action")
+    with pytest.raises(SendFailed) as caught:
+        await slack.outbox().send(thread, OutboundMessage("hi"))
+    assert not isinstance(caught.value, SendForbidden)
 
 
 async def test_long_answer_is_split_in_order_under_the_limits(

@@ -9,7 +9,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from agent_core.errors import SendFailed
+from agent_core.errors import SendForbidden
 from agent_core.events import Attachment, Button, ButtonStyle, OutboundMessage, ThreadKey
 from channels.telegram import TelegramChannel, refs
 from tests.fakes.telegram import FakeTelegram
@@ -218,7 +218,11 @@ async def test_blocked_bot_is_a_clear_send_failure(
     fake: FakeTelegram, channel: TelegramChannel
 ) -> None:
     fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
-    with pytest.raises(SendFailed, match="blocked"):
+    # SendForbidden: a failed turn is not followed by a notice the chat would refuse too
+    with pytest.raises(SendForbidden, match="blocked"):
+        await channel.outbox().send(DM, OutboundMessage("hello?"))
+    fake.fail_next("sendMessage", 400, "Bad Request: have no rights to send a message")
+    with pytest.raises(SendForbidden, match="no rights"):
         await channel.outbox().send(DM, OutboundMessage("hello?"))
 
 
