@@ -54,7 +54,7 @@ _SECRET_ROOTS = (
     "sessionid",
 )
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("session", "id")})
-# words before "tokens" that make it a count, not a secret (max_tokens, num_tokens)
+# words beside "tokens" that make it a count, not a secret (max_tokens, tokens_used)
 _TOKEN_COUNTS = frozenset(
     {
         "max",
@@ -69,6 +69,12 @@ _TOKEN_COUNTS = frozenset(
         "reasoning",
         "cached",
         "used",
+        "new",
+        "n",
+        "count",
+        "limit",
+        "budget",
+        "per",
     }
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -239,9 +245,11 @@ def secret_key(key: str) -> bool:
     if words == ["session"]:
         return True
     stems = [w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words]
-    for i, w in enumerate(stems):
-        if w == "token" and i and stems[i - 1] in _TOKEN_COUNTS:
-            continue  # max_tokens: a number of tokens
+    for w in stems:
+        if w.startswith("tokeniz") or (
+            w == "token" and any(x in _TOKEN_COUNTS for x in stems if x != w)
+        ):
+            continue  # max_new_tokens, tokens_used, n_tokens: a number; a tokenizer
         if any(root in w for root in _SECRET_ROOTS):
             return True
         if w.startswith("auth") and not w.startswith("author"):

@@ -30,6 +30,7 @@ import logging
 import re
 import secrets
 import time
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -81,9 +82,10 @@ def is_ok(text: str, token: str) -> bool:
     ``token`` with nothing but whitespace, punctuation or symbols around it
     (``**HEARTBEAT_OK**.``, ``✅ HEARTBEAT_OK``).  Any word besides it
     ("HEARTBEAT_OK" then a line "Except: …") is a message, and so is an answer of
-    symbols alone ("🔥🚨")."""
+    symbols alone ("🔥🚨"); punctuation alone (".") is nothing."""
     t = "".join(c for c in text if c.isalnum() or c == "_")
-    return t.upper() == token or not text.strip()
+    # nothing but punctuation, spaces and invisible marks ("", ".", "…") says nothing
+    return t.upper() == token or all(unicodedata.category(c)[0] in "PZC" for c in text)
 
 
 class RoutineRunner:

@@ -376,12 +376,14 @@ class DiscordOutbox:
                 except _Gone:
                     if not streamed:
                         log.info(
-                            "discord: message %s in %s was deleted; the edit is dropped, "
-                            "the message stays deleted",
+                            "discord: message %s in %s was deleted; it stays deleted",
                             old[k],
                             dest,
                         )
-                        return ref
+                        if k == 0:
+                            return ref  # the message itself (an approval prompt, say)
+                        continue  # a part of a long one: the parts after it are edited
+
                     # Deleted (a moderator, the user): this part is posted anew.  Its
                     # nonce comes from the deleted message, so a rerun of this edit
                     # after a crash (the new id not recorded yet) finds the same
