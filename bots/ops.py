@@ -503,21 +503,27 @@ async def _release_telegram(settings: Settings) -> str:
 
     tg = settings.platforms["telegram"]
     public = settings.core.public_url
-    try:
-        if tg.resolved_mode(public) == "webhook":
+    hint = "; or set PUBLIC_URL to this app's URL for a webhook" if os.environ.get("DYNO") else ""
+    if tg.resolved_mode(public) == "webhook":
+        try:
             return await admin.set_webhook(tg, public)
-        line = "telegram: polling mode (no PUBLIC_URL)"
+        except TelegramUnreachable as exc:
+            return (
+                f"telegram: warning: {exc.problems[0]}; the webhook was left as it is "
+                "(the deploy goes on; run the release again or `parley doctor` later)"
+            )
+    try:
         info = await admin.webhook_status(tg)
-        if info.url:
-            await admin.delete_webhook(tg)
-            line += f"; deleted the webhook set at {info.url} (polling needs none)"
-        else:
-            line += ", no webhook set"
-        if os.environ.get("DYNO"):
-            line += "; or set PUBLIC_URL to this app's URL for a webhook"
-        return line
+        if not info.url:
+            return f"telegram: polling mode (no PUBLIC_URL), no webhook set{hint}"
+        await admin.delete_webhook(tg)
     except TelegramUnreachable as exc:
         return (
-            f"telegram: warning: {exc.problems[0]}; the webhook was left as it is "
-            "(the deploy goes on; run the release again or `parley doctor` later)"
+            f"telegram: warning: polling mode (no PUBLIC_URL), but {exc.problems[0]}; a "
+            "webhook left at Telegram would refuse the gateway's polling (409): run "
+            f"`parley telegram delete-webhook` if one is set{hint}"
         )
+    return (
+        f"telegram: polling mode (no PUBLIC_URL); deleted the webhook set at {info.url} "
+        f"(polling needs none){hint}"
+    )
