@@ -10,6 +10,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -41,6 +42,7 @@ class Check:
     detail: str
     fix: str = ""
     warning: bool = False  # ok, but worth a look (does not fail `parley doctor`)
+    rejected: bool = False  # not ok: a setting was refused (not merely unreachable)
 
 
 async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValkey | None, Check]:
@@ -91,8 +93,16 @@ async def _redis(settings: Settings) -> tuple[RedisClients | None, EmbeddedValke
 
 
 # Processes counted against the server's connection limit: a web, a worker and one
-# more (the release phase, or a one-off such as `heroku run parley doctor`).
+# more (the release phase, or a one-off such as `heroku run parley doctor`); plus a
+# gateway when a configured platform needs one (one gateway process serves them all).
 COUNTED_PROCESSES = 3
+
+
+def counted_processes(settings: Settings) -> tuple[int, str]:
+    """(how many processes the connection check counts, which)."""
+    if settings.gateway_platforms():
+        return COUNTED_PROCESSES + 1, "a web, a worker, a gateway and one more process"
+    return COUNTED_PROCESSES, "a web, a worker and one more process"
 
 
 async def _connections(settings: Settings, clients: RedisClients) -> Check:
@@ -101,7 +111,8 @@ async def _connections(settings: Settings, clients: RedisClients) -> Check:
     fail instead of waiting for a pooled one."""
     core = settings.core
     per = connections_per_process(core.redis_max_connections, core.redis_max_blocking_connections)
-    need = COUNTED_PROCESSES * per
+    processes, which = counted_processes(settings)
+    need = processes * per
     caps = (
         f"each process may open {per:,} (REDIS_MAX_CONNECTIONS {core.redis_max_connections:,} "
         f"+ REDIS_MAX_BLOCKING_CONNECTIONS {core.redis_max_blocking_connections:,} + 1 shared)"
@@ -115,10 +126,7 @@ async def _connections(settings: Settings, clients: RedisClients) -> Check:
             "check that your Redis plan's connection limit covers every process "
             "(deploy/heroku.md, Redis connections)",
         )
-    detail = (
-        f"the server accepts {limit:,}; {caps}; a web, a worker and one more process "
-        f"(release, heroku run): {need:,}"
-    )
+    detail = f"the server accepts {limit:,}; {caps}; {which} (release, heroku run): {need:,}"
     if limit >= need:
         return Check("redis connections", True, f"{detail}; each further dyno adds {per:,}")
     return Check(
@@ -161,45 +169,28 @@ async def doctor(settings: Settings) -> list[Check]:
                 f"use {name}_FILE or the environment",
             )
         )
+    if grace := grace_warning(settings):
+        problem, _, fix = grace.partition("; ")
+        checks.append(Check("shutdown", True, problem, fix, warning=True))
     clients, embedded, rc = await _redis(settings)
     checks.append(rc)
     try:
         if clients is not None and rc.ok:
             checks.append(await _connections(settings, clients))
         # platforms
+        incomplete = settings.incomplete_platforms()
         for name, (on, why) in settings.platform_status().items():
             if not on:
-                checks.append(Check(name, True, f"off ({why})"))
+                if name in incomplete:  # a secret set without the rest: off by mistake?
+                    checks.append(Check(name, False, f"off: {why}", _incomplete_fix(name)))
+                else:
+                    checks.append(Check(name, True, f"off ({why})"))
                 continue
             if clients is None:
                 checks.append(Check(name, False, "not checked: Redis unavailable"))
                 continue
-            mod = settings.modules[name]
-            deps = ChannelDeps(
-                redis=clients.redis,
-                pacer=Pacer(clients.redis),
-                public_url=settings.core.public_url.rstrip("/"),
-                group_reply=settings.core.group_reply,
-            )
-            ch = mod.create(settings.platforms[name], deps)
-            try:
-                await ch.initialize()
-                if problem := getattr(ch, "unreachable", ""):  # started, not connected
-                    fix = getattr(ch, "unreachable_fix", "") or (
-                        f"check this machine's network (or {name.upper()}_API_BASE_URL)"
-                    )
-                    checks.append(Check(name, False, problem, fix))
-                else:
-                    checks.append(Check(name, True, "token accepted"))
-            except ConfigError as exc:
-                checks.append(
-                    Check(name, False, exc.problems[0], f"check the {name.upper()}_* settings")
-                )
-            except Exception as exc:
-                checks.append(Check(name, False, f"{type(exc).__name__}", "see the log"))
-            finally:
-                with contextlib.suppress(Exception):
-                    await ch.shutdown()
+            row, ch = await _platform_check(settings, name, clients)
+            checks.append(row)
             if name == "telegram":
                 checks.append(await _telegram_webhook(settings))
             lacking = getattr(ch, "missing_scopes", None)
@@ -227,6 +218,69 @@ async def doctor(settings: Settings) -> list[Check]:
     return checks
 
 
+async def _platform_check(
+    settings: Settings, name: str, clients: RedisClients
+) -> tuple[Check, Any]:
+    """Start ``name``'s channel as every process does (its token checked) and stop it:
+    (the row, the channel).  Not ok with ``rejected`` set: a process would refuse to
+    start; not ok without it: the platform could not be reached (processes start)."""
+    mod = settings.modules[name]
+    deps = ChannelDeps(
+        redis=clients.redis,
+        pacer=Pacer(clients.redis),
+        public_url=settings.core.public_url.rstrip("/"),
+        group_reply=settings.core.group_reply,
+    )
+    ch = mod.create(settings.platforms[name], deps)
+    try:
+        await ch.initialize()
+        if problem := getattr(ch, "unreachable", ""):  # started, not connected
+            fix = getattr(ch, "unreachable_fix", "") or (
+                f"check this machine's network (or {name.upper()}_API_BASE_URL)"
+            )
+            return Check(name, False, problem, fix), ch
+        return Check(name, True, "token accepted"), ch
+    except ConfigError as exc:
+        fix = f"check the {name.upper()}_* settings"
+        return Check(name, False, exc.problems[0], fix, rejected=True), ch
+    except Exception as exc:
+        return Check(name, False, f"{type(exc).__name__}", "see the log"), ch
+    finally:
+        with contextlib.suppress(Exception):
+            await ch.shutdown()
+
+
+def _incomplete_fix(name: str) -> str:
+    if name == "slack":
+        return (
+            "set SLACK_SIGNING_SECRET (Events API) or SLACK_APP_TOKEN (Socket Mode), "
+            "or unset SLACK_BOT_TOKEN"
+        )
+    return f"set the rest of the {name.upper()}_* settings, or unset them"
+
+
+# Heroku sends SIGKILL this long after SIGTERM (a restart, a deploy, a scale down)
+HEROKU_KILL_SECS = 30
+# the runtime's shutdown deadline is SHUTDOWN_GRACE_SECS + this (bots/runtime.py)
+SHUTDOWN_DRAIN_SECS = 5
+
+
+def grace_warning(settings: Settings) -> str:
+    """Why SHUTDOWN_GRACE_SECS is too long for Heroku's SIGKILL; "" when it is not
+    (or when this is not a dyno)."""
+    if not os.environ.get("DYNO"):
+        return ""
+    grace = settings.core.shutdown_grace_secs
+    if grace + SHUTDOWN_DRAIN_SECS < HEROKU_KILL_SECS:
+        return ""
+    return (
+        f"SHUTDOWN_GRACE_SECS={grace:g}: a process stops by {grace + SHUTDOWN_DRAIN_SECS:g} s "
+        f"after SIGTERM, but Heroku kills it at {HEROKU_KILL_SECS} s, so turns in hand are "
+        f"cut off instead of handed back; set SHUTDOWN_GRACE_SECS below "
+        f"{HEROKU_KILL_SECS - SHUTDOWN_DRAIN_SECS}"
+    )
+
+
 async def _gateways(settings: Settings, clients: RedisClients) -> list[Check]:
     """Whether a process holds each needed gateway connection now (its lease)."""
     out = []
@@ -247,23 +301,35 @@ async def _gateways(settings: Settings, clients: RedisClients) -> list[Check]:
     return out
 
 
+# a delivery error Telegram reported this recently means the webhook is failing now
+RECENT_WEBHOOK_ERROR_SECS = 3600
+# more updates than this waiting at Telegram: deliveries are not getting through
+MANY_PENDING_UPDATES = 100
+
+
 async def _telegram_webhook(settings: Settings) -> Check:
     from channels.telegram import admin
 
     tg = settings.platforms["telegram"]
-    mode = tg.resolved_mode(settings.core.public_url)
+    public = settings.core.public_url
+    mode = tg.resolved_mode(public)
+    if mode == "webhook" and not public.startswith(("https://", "http://127.")):
+        # set-webhook refuses it too: say what to change, not what to run
+        return Check(
+            "telegram webhook",
+            False,
+            f"PUBLIC_URL must be https:// (it is {public!r}); Telegram posts only to https",
+            "set PUBLIC_URL to this app's https:// URL (or unset it to poll)",
+        )
     try:
-        info = await admin.webhook_info(tg)
+        info = await admin.webhook_status(tg)
     except ConfigError as exc:
         # the problem line says what is wrong and, after "; ", what to do
         detail, _, fix = exc.problems[0].partition("; ")
         return Check("telegram webhook", False, detail, fix or "check the TELEGRAM_* settings")
-    registered = ""
-    for line in info.splitlines():
-        if line.startswith("webhook url:"):
-            registered = line.split(":", 1)[1].strip()
+    registered = info.url
     if mode == "webhook":
-        want = admin.webhook_url(settings.core.public_url)
+        want = admin.webhook_url(public)
         if registered != want:
             return Check(
                 "telegram webhook",
@@ -271,13 +337,35 @@ async def _telegram_webhook(settings: Settings) -> Check:
                 f"registered {registered!r}, expected {want!r}",
                 "run `parley telegram set-webhook` (the release phase does it on Heroku)",
             )
+        age = info.last_error_age_secs()
+        if age is not None and age < RECENT_WEBHOOK_ERROR_SECS:
+            return Check(
+                "telegram webhook",
+                False,
+                f"registered at {want}, but Telegram's last delivery failed "
+                f"{max(age, 0) / 60:.0f} min ago: {info.last_error_message or '(no message)'}; "
+                f"{info.pending_update_count} update(s) pending",
+                "check that the web process is up and answers at PUBLIC_URL, and that "
+                "TELEGRAM_WEBHOOK_SECRET is the one the webhook was set with "
+                "(`parley telegram set-webhook` sets it again)",
+            )
+        if info.pending_update_count > MANY_PENDING_UPDATES:
+            return Check(
+                "telegram webhook",
+                True,
+                f"registered at {want}; {info.pending_update_count} updates pending at Telegram",
+                "deliveries are not keeping up: check the web process (`parley telegram "
+                "webhook-info` shows Telegram's last error)",
+                warning=True,
+            )
         return Check("telegram webhook", True, f"registered at {want}")
-    if registered and not registered.startswith("(none"):
+    if registered:
         return Check(
             "telegram webhook",
             False,
             f"a webhook is set ({registered}) but mode is polling",
-            "run `parley telegram delete-webhook` or set PUBLIC_URL",
+            "run `parley telegram delete-webhook` (the release phase does it on Heroku) "
+            "or set PUBLIC_URL",
         )
     return Check("telegram webhook", True, "polling mode, no webhook set")
 
@@ -351,18 +439,25 @@ def gateway_lines(settings: Settings) -> list[str]:
 
 
 async def release(settings: Settings) -> list[str]:
-    """Validate settings, the event loop and Redis, register the Telegram webhook.
-    Raises ConfigError."""
+    """Validate settings, the event loop and Redis; check the Slack and Discord tokens
+    as every process will; register (or, polling, remove) the Telegram webhook.
+    Raises ConfigError on what would stop the processes (a rejected token); what
+    only deserves a look is a line with "warning:" (the deploy goes on)."""
     done: list[str] = ["settings: valid"]
     loop = event_loop_check(settings)
     if not loop.ok:  # fail the deploy here rather than every dyno at start
         raise ConfigError([f"EVENT_LOOP: {loop.detail}; {loop.fix}"])
     done.append(f"event loop: {loop.detail}")
+    if grace := grace_warning(settings):
+        done.append(f"shutdown: warning: {grace}")
     clients, embedded, rc = await _redis(settings)
     try:
-        if not rc.ok:
+        if not rc.ok or clients is None:
             raise ConfigError([f"redis: {rc.detail}"])
         done.append(f"redis: {rc.detail}")
+        conn = await _connections(settings, clients)
+        if not conn.ok:
+            done.append(f"redis connections: warning: {conn.detail}; {conn.fix}")
         from agent_core.agent.agent import check_window
         from agent_core.llm.factory import build_provider
 
@@ -372,18 +467,23 @@ async def release(settings: Settings) -> list[str]:
         if demo := settings.demo_in_earnest():
             done.append(f"llm: warning: {demo}")
         status = settings.platform_status()
-        tg_on, _ = status.get("telegram", (False, ""))
-        if tg_on:
-            tg = settings.platforms["telegram"]
-            if tg.resolved_mode(settings.core.public_url) == "webhook":
-                from channels.telegram import admin
-
-                done.append(await admin.set_webhook(tg, settings.core.public_url))
-            else:
-                line = "telegram: polling mode (no PUBLIC_URL), webhook not registered"
-                if os.environ.get("DYNO"):
-                    line += "; or set PUBLIC_URL to this app's URL for a webhook"
-                done.append(line)
+        for name in settings.incomplete_platforms():
+            done.append(f"{name}: warning: off: {status[name][1]}; {_incomplete_fix(name)}")
+        # every process starts every configured channel, and refuses to start on a
+        # token its platform rejects: refuse the deploy instead (the web dyno, which
+        # serves the other platforms' webhooks, would crash-loop with the rest)
+        for name in ("slack", "discord"):
+            if not status.get(name, (False, ""))[0]:
+                continue
+            row, _ = await _platform_check(settings, name, clients)
+            if row.rejected:
+                raise ConfigError([row.detail])
+            if row.ok:
+                done.append(f"{name}: {row.detail}")
+            else:  # unreachable now: the processes start anyway and retry
+                done.append(f"{name}: warning: {row.detail}")
+        if status.get("telegram", (False, ""))[0]:
+            done.append(await _release_telegram(settings))
         done.extend(gateway_lines(settings))
     finally:
         if clients is not None:
@@ -391,3 +491,39 @@ async def release(settings: Settings) -> list[str]:
         if embedded is not None:
             await embedded.stop()
     return done
+
+
+async def _release_telegram(settings: Settings) -> str:
+    """Register the webhook (webhook mode) or remove a stale one (polling mode: the
+    gateway's getUpdates is refused while one is set).  A rejected token or a refused
+    setWebhook raises ConfigError; Telegram unreachable or rate limited is a warning
+    line (the processes start anyway)."""
+    from channels.telegram import admin
+    from channels.telegram.channel import TelegramUnreachable
+
+    tg = settings.platforms["telegram"]
+    public = settings.core.public_url
+    hint = "; or set PUBLIC_URL to this app's URL for a webhook" if os.environ.get("DYNO") else ""
+    if tg.resolved_mode(public) == "webhook":
+        try:
+            return await admin.set_webhook(tg, public)
+        except TelegramUnreachable as exc:
+            return (
+                f"telegram: warning: {exc.problems[0]}; the webhook was left as it is "
+                "(the deploy goes on; run the release again or `parley doctor` later)"
+            )
+    try:
+        info = await admin.webhook_status(tg)
+        if not info.url:
+            return f"telegram: polling mode (no PUBLIC_URL), no webhook set{hint}"
+        await admin.delete_webhook(tg)
+    except TelegramUnreachable as exc:
+        return (
+            f"telegram: warning: polling mode (no PUBLIC_URL), but {exc.problems[0]}; a "
+            "webhook left at Telegram would refuse the gateway's polling (409): run "
+            f"`parley telegram delete-webhook` if one is set{hint}"
+        )
+    return (
+        f"telegram: polling mode (no PUBLIC_URL); deleted the webhook set at {info.url} "
+        f"(polling needs none){hint}"
+    )

@@ -4,11 +4,19 @@ raises ConfigError (one line) on a bad token or missing setting."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
 from telegram import Bot
-from telegram.error import TelegramError
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from agent_core.errors import ConfigError
-from channels.telegram.channel import check_bot, make_bot
+from channels.telegram.channel import (
+    TelegramUnreachable,
+    check_bot,
+    make_bot,
+    retry_after_secs,
+)
 from channels.telegram.polling import ALLOWED_UPDATES
 from channels.telegram.settings import TelegramSettings
 from channels.telegram.webhook import PATH
@@ -47,6 +55,10 @@ async def set_webhook(
             allowed_updates=list(ALLOWED_UPDATES),
             drop_pending_updates=drop_pending_updates,
         )
+    except BadRequest as exc:  # a NetworkError to the library, a refusal to us
+        raise ConfigError([f"setWebhook failed: {exc.message}"]) from None
+    except (RetryAfter, NetworkError) as exc:  # flood control, timeouts, 5xx
+        raise _unreachable("setWebhook", exc, bot) from None
     except TelegramError as exc:
         raise ConfigError([f"setWebhook failed: {exc.message}"]) from None
     finally:
@@ -58,6 +70,10 @@ async def delete_webhook(settings: TelegramSettings, *, drop_pending_updates: bo
     bot = await _bot(settings)
     try:
         await bot.delete_webhook(drop_pending_updates=drop_pending_updates)
+    except BadRequest as exc:  # a NetworkError to the library, a refusal to us
+        raise ConfigError([f"deleteWebhook failed: {exc.message}"]) from None
+    except (RetryAfter, NetworkError) as exc:  # flood control, timeouts, 5xx
+        raise _unreachable("deleteWebhook", exc, bot) from None
     except TelegramError as exc:
         raise ConfigError([f"deleteWebhook failed: {exc.message}"]) from None
     finally:
@@ -65,16 +81,65 @@ async def delete_webhook(settings: TelegramSettings, *, drop_pending_updates: bo
     return f"Telegram webhook deleted for @{bot.username}; polling can be used now"
 
 
-async def webhook_info(settings: TelegramSettings) -> str:
+def _unreachable(method: str, exc: RetryAfter | NetworkError, bot: Bot) -> TelegramUnreachable:
+    """A call that met flood control or the network: a warning for the release
+    phase (the dynos start anyway), not a rejected setting."""
+    if isinstance(exc, RetryAfter):
+        why = f"rate limited by Telegram (429; retry in {retry_after_secs(exc):g} s)"
+    else:
+        why = f"could not reach Telegram ({type(exc).__name__}: {exc.message})"
+    why = why.replace(bot.token, "<token>")
+    return TelegramUnreachable([f"{method}: {why}; nothing was changed at Telegram"])
+
+
+@dataclass(frozen=True)
+class WebhookStatus:
+    """getWebhookInfo, as doctor and the release phase read it."""
+
+    bot: str  # "@name (id)"
+    url: str  # "" when none is set (polling)
+    pending_update_count: int
+    last_error_date: datetime | None = None  # timezone-aware (UTC)
+    last_error_message: str = ""
+    max_connections: int | None = None
+    allowed_updates: tuple[str, ...] = ()
+
+    def last_error_age_secs(self, now: datetime | None = None) -> float | None:
+        if self.last_error_date is None:
+            return None
+        when = self.last_error_date
+        if when.tzinfo is None:  # Telegram sends Unix time (UTC)
+            when = when.replace(tzinfo=UTC)
+        return ((now or datetime.now(UTC)) - when).total_seconds()
+
+
+async def webhook_status(settings: TelegramSettings) -> WebhookStatus:
     bot = await _bot(settings)
     try:
         info = await bot.get_webhook_info()
+    except BadRequest as exc:  # a NetworkError to the library, a refusal to us
+        raise ConfigError([f"getWebhookInfo failed: {exc.message}"]) from None
+    except (RetryAfter, NetworkError) as exc:  # flood control, timeouts, 5xx
+        raise _unreachable("getWebhookInfo", exc, bot) from None
     except TelegramError as exc:
         raise ConfigError([f"getWebhookInfo failed: {exc.message}"]) from None
     finally:
         await bot.shutdown()
+    return WebhookStatus(
+        bot=f"@{bot.username} ({bot.id})",
+        url=info.url or "",
+        pending_update_count=info.pending_update_count,
+        last_error_date=info.last_error_date,
+        last_error_message=info.last_error_message or "",
+        max_connections=info.max_connections,
+        allowed_updates=tuple(info.allowed_updates or ()),
+    )
+
+
+async def webhook_info(settings: TelegramSettings) -> str:
+    info = await webhook_status(settings)
     lines = [
-        f"bot:              @{bot.username} ({bot.id})",
+        f"bot:              {info.bot}",
         f"webhook url:      {info.url or '(none: polling mode)'}",
         f"pending updates:  {info.pending_update_count}",
     ]
@@ -85,6 +150,6 @@ async def webhook_info(settings: TelegramSettings) -> str:
     if info.last_error_date:
         lines.append(
             f"last error:       {info.last_error_date:%Y-%m-%d %H:%M:%S} "
-            f"{info.last_error_message or ''}".rstrip()
+            f"{info.last_error_message}".rstrip()
         )
     return "\n".join(lines)

@@ -134,6 +134,9 @@ class FakeTelegram:
         self.chats: dict[int, dict[str, Any]] = {}
         self.webhook: dict[str, Any] = {"url": "", "secret_token": ""}
         self.webhook_transport: httpx.AsyncBaseTransport | None = None
+        # extra getWebhookInfo fields, as Telegram reports failing deliveries:
+        # last_error_date (Unix time), last_error_message, pending_update_count
+        self.webhook_report: dict[str, Any] = {}
         self.pending: deque[dict[str, Any]] = deque()
         self.files: dict[str, tuple[bytes, str]] = {}
         self.answered: dict[str, str | None] = {}
@@ -202,6 +205,7 @@ class FakeTelegram:
         self._last_chat_send.clear()
         self._global_window.clear()
         self.webhook = {"url": "", "secret_token": ""}
+        self.webhook_report = {}
 
     # -- scripting -----------------------------------------------------------------
 
@@ -687,6 +691,7 @@ class FakeTelegram:
             }
             if self.webhook.get("allowed_updates"):
                 info["allowed_updates"] = self.webhook["allowed_updates"]
+            info.update(self.webhook_report)
             return info
         if method == "getFile":
             fid = str(p.get("file_id") or "")
