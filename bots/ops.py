@@ -307,6 +307,14 @@ RECENT_WEBHOOK_ERROR_SECS = 3600
 MANY_PENDING_UPDATES = 100
 
 
+def _no_token(tg: Any, url: str) -> str:
+    """A webhook URL as shown: an older bot's may hold the token in its path
+    (python-telegram-bot's url_path=TOKEN recipe), and a password in its userinfo."""
+    token = str(getattr(tg, "token", "") or "")
+    shown = redact_url(url) if url else url
+    return shown.replace(token, "<token>") if token else shown
+
+
 async def _telegram_webhook(settings: Settings) -> Check:
     from channels.telegram import admin
 
@@ -334,7 +342,7 @@ async def _telegram_webhook(settings: Settings) -> Check:
             return Check(
                 "telegram webhook",
                 False,
-                f"registered {registered!r}, expected {want!r}",
+                f"registered {_no_token(tg, registered)!r}, expected {want!r}",
                 "run `parley telegram set-webhook` (the release phase does it on Heroku)",
             )
         age = info.last_error_age_secs()
@@ -363,7 +371,7 @@ async def _telegram_webhook(settings: Settings) -> Check:
         return Check(
             "telegram webhook",
             False,
-            f"a webhook is set ({registered}) but mode is polling",
+            f"a webhook is set ({_no_token(tg, registered)}) but mode is polling",
             "run `parley telegram delete-webhook` (the release phase does it on Heroku) "
             "or set PUBLIC_URL",
         )
@@ -523,7 +531,9 @@ async def _release_telegram(settings: Settings) -> str:
             "webhook left at Telegram would refuse the gateway's polling (409): run "
             f"`parley telegram delete-webhook` if one is set{hint}"
         )
+    # an older bot's webhook URL may hold the token in its path (url_path=TOKEN)
+    shown = _no_token(tg, info.url)
     return (
-        f"telegram: polling mode (no PUBLIC_URL); deleted the webhook set at {info.url} "
+        f"telegram: polling mode (no PUBLIC_URL); deleted the webhook set at {shown} "
         f"(polling needs none){hint}"
     )

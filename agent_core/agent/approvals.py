@@ -69,12 +69,38 @@ _TOKEN_COUNTS = frozenset(
         "reasoning",
         "cached",
         "used",
-        "new",
         "n",
         "count",
         "limit",
         "budget",
-        "per",
+    }
+)
+# words that make a "token" a credential whatever stands beside it
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "access",
+        "refresh",
+        "id",
+        "api",
+        "bearer",
+        "auth",
+        "oauth",
+        "csrf",
+        "xsrf",
+        "session",
+        "personal",
+        "jwt",
+        "bot",
+        "user",
+        "client",
+        "app",
+        "secret",
+        "private",
+        "github",
+        "gitlab",
+        "slack",
+        "discord",
+        "telegram",
     }
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -236,6 +262,17 @@ def _one_line(text: str) -> str:
     return text
 
 
+def _token_count(stems: list[str], i: int) -> bool:
+    """Is the "token" at ``stems[i]`` a number of tokens: a count word right before it
+    (two words back past "new": max_new_tokens) or right after it (tokens_used), and
+    no credential word anywhere in the key (new_access_token, per_user_token)?"""
+    if any(x in _CREDENTIAL_WORDS for x in stems):
+        return False
+    before = stems[max(0, i - 2) : i] if i >= 2 and stems[i - 1] == "new" else stems[i - 1 : i]
+    after = stems[i + 1 : i + 2]
+    return any(x in _TOKEN_COUNTS for x in before + after)
+
+
 def secret_key(key: str) -> bool:
     """Whether an argument named ``key`` holds a secret (whatever it holds is masked,
     its strings and numbers at any depth): one of its words holds a secret's root
@@ -245,10 +282,8 @@ def secret_key(key: str) -> bool:
     if words == ["session"]:
         return True
     stems = [w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words]
-    for w in stems:
-        if w.startswith("tokeniz") or (
-            w == "token" and any(x in _TOKEN_COUNTS for x in stems if x != w)
-        ):
+    for i, w in enumerate(stems):
+        if w.startswith("tokeniz") or (w == "token" and _token_count(stems, i)):
             continue  # max_new_tokens, tokens_used, n_tokens: a number; a tokenizer
         if any(root in w for root in _SECRET_ROOTS):
             return True

@@ -97,18 +97,13 @@ def _mask_password(m: re.Match[str]) -> str:
     return f"://{user}:***@" if colon else m.group(0)
 
 
-# a password holding an unencoded ? or # (which ends the authority for a URL
-# parser, but is what the writer meant): masked too when the part before the colon
-# reads as a user name, not a host (no dot), so "https://evil.com:1?x=@good.com" is
-# never shown as if good.com were its host
-_LOOSE_PASSWORD = re.compile(r"://([^/\s:@.?#]+):[^/\s@]*[?#][^/\s@]*@")
-
-
 def redact(text: str, *secrets: str) -> str:
     """Remove known secrets and anything that looks like a key from ``text``
     (a URL's password too)."""
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    text = _LOOSE_PASSWORD.sub(r"://\1:***@", _SECRETISH.sub("***", text))
-    return _URL_USERINFO.sub(_mask_password, text)
+    # as URL parsers read it: a raw ? or # ends the authority (a password holding one
+    # must be percent-encoded to work at all); masking past it could show a host the
+    # request does not go to ("http://localhost:8080?next=@good.example")
+    return _URL_USERINFO.sub(_mask_password, _SECRETISH.sub("***", text))

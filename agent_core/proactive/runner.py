@@ -29,6 +29,7 @@ import hashlib
 import logging
 import re
 import secrets
+import string
 import time
 import unicodedata
 from collections.abc import Callable
@@ -77,6 +78,9 @@ def billed_to(r: Routine) -> str:
     return r.created_by if ":" in r.created_by else ROUTINE_ACCOUNT
 
 
+_NOTHING_MARKS = frozenset(string.punctuation + "…—–·")
+
+
 def is_ok(text: str, token: str) -> bool:
     """True if the model's answer means 'nothing to report': nothing at all, or
     ``token`` with nothing but whitespace, punctuation or symbols around it
@@ -84,8 +88,11 @@ def is_ok(text: str, token: str) -> bool:
     ("HEARTBEAT_OK" then a line "Except: …") is a message, and so is an answer of
     symbols alone ("🔥🚨"); punctuation alone (".") is nothing."""
     t = "".join(c for c in text if c.isalnum() or c == "_")
-    # nothing but punctuation, spaces and invisible marks ("", ".", "…") says nothing
-    return t.upper() == token or all(unicodedata.category(c)[0] in "PZC" for c in text)
+    # nothing but plain punctuation, spaces and invisible marks ("", ".", "…") says
+    # nothing; "‼" or "⁉" (emoji, though Unicode files them as punctuation) does
+    return t.upper() == token or all(
+        c.isspace() or c in _NOTHING_MARKS or unicodedata.category(c)[0] == "C" for c in text
+    )
 
 
 class RoutineRunner:

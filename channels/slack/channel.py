@@ -73,16 +73,21 @@ class SlackChannel(Channel):
             auth = await self._web.auth_test()
         except SlackApiError as exc:
             error = str(exc.response.get("error", "")) if exc.response is not None else ""
-            await self.shutdown()
             if error in _BAD_TOKEN:
+                await self.shutdown()
                 raise ConfigError(
                     [
                         f"SLACK_BOT_TOKEN: rejected by Slack ({error}); copy the Bot User OAuth Token (xoxb-...)"
                     ]
                 ) from None
-            raise ConfigError(
-                [f"SLACK_BOT_TOKEN: auth.test failed ({error or 'unknown error'})"]
-            ) from None
+            # Slack rate limited, failing (ratelimited, service_unavailable, a 5xx):
+            # not the token's fault; start, as when Slack cannot be reached
+            self.unreachable = (
+                f"SLACK_BOT_TOKEN: auth.test failed ({error or 'unknown error'}); "
+                "the token is not checked"
+            )
+            log.warning("Slack auth.test failed (%s); continuing", error or "unknown error")
+            return
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             # Slack unreachable at start: keep going, events carry the bot id too
             self.unreachable = (

@@ -347,3 +347,42 @@ async def test_a_shutdown_grace_past_herokus_kill_is_a_warning_on_a_dyno(
     assert row is not None and row.ok and row.warning, row  # 25 + 5 reaches 30
     assert "SHUTDOWN_GRACE_SECS" in row.detail
     assert not any(line.startswith("shutdown") for line in off_heroku + fine)
+
+
+@pytest.mark.parametrize("fault", ["service_unavailable", "ratelimited"])
+async def test_release_goes_on_when_slack_is_down_or_rate_limited(
+    valkey: EmbeddedValkey, redis: Any, fault: str
+) -> None:
+    fake = FakeSlack()
+    await fake.start()
+    try:
+        async with FakeLLMServer() as llm:
+            sl = SlackSettings(
+                slack_bot_token=fake.bot_token,  # type: ignore[arg-type]
+                slack_signing_secret="s" * 32,  # type: ignore[arg-type]
+                slack_api_base_url=fake.api_url,
+            )
+            s = _with(valkey, llm.openai_url, "slack", sl, slack_pkg)
+            if fault == "ratelimited":
+                fake.rate_limit("auth.test", times=5, retry_after=0)
+            else:
+                fake.fail("auth.test", fault, times=5)
+            done = await release(s)  # not a rejected token: the deploy goes on
+    finally:
+        await fake.stop()
+    assert any(line.startswith("slack: warning:") for line in done), done
+
+
+async def test_release_does_not_print_a_token_inside_the_deleted_webhook_url(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        fake.webhook = {"url": f"https://old-bot.herokuapp.com/{TOKEN}", "secret_token": ""}
+        async with FakeLLMServer() as llm:
+            done = await release(_telegram(valkey, fake, llm.openai_url, ""))
+    finally:
+        await fake.stop()
+    assert fake.webhook["url"] == ""  # deleted, as intended
+    assert not any(TOKEN in line for line in done), done
