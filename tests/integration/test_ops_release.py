@@ -6,6 +6,8 @@ half-configured Slack, an http:// PUBLIC_URL and a shutdown grace past Heroku's 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -31,6 +33,18 @@ from tests.fakes.telegram import TOKEN, WEBHOOK_SECRET, FakeTelegram
 from tests.integration.conftest import free_port
 
 PUBLIC = "https://parley.example"
+
+
+@asynccontextmanager
+async def telegram_and_llm() -> AsyncIterator[tuple[FakeTelegram, FakeLLMServer]]:
+    """The fake Bot API and a fake LLM, started for one test."""
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        async with FakeLLMServer() as llm:
+            yield fake, llm
+    finally:
+        await fake.stop()
 
 
 def _llm(url: str) -> LLMSettings:
@@ -134,17 +148,12 @@ async def test_release_in_polling_mode_deletes_a_stale_webhook_and_says_so(
 ) -> None:
     """PUBLIC_URL unset to poll from the gateway: a webhook left at Telegram would
     have every getUpdates refused (409 Conflict), so the release removes it."""
-    fake = FakeTelegram()
-    await fake.start()
-    try:
-        async with FakeLLMServer() as llm:
-            await release(_telegram(valkey, fake, llm.openai_url, PUBLIC))
-            assert fake.webhook["url"]  # registered by the first release
-            done = await release(_telegram(valkey, fake, llm.openai_url, ""))
-            assert fake.webhook["url"] == ""
-            again = await release(_telegram(valkey, fake, llm.openai_url, ""))
-    finally:
-        await fake.stop()
+    async with telegram_and_llm() as (fake, llm):
+        await release(_telegram(valkey, fake, llm.openai_url, PUBLIC))
+        assert fake.webhook["url"]  # registered by the first release
+        done = await release(_telegram(valkey, fake, llm.openai_url, ""))
+        assert fake.webhook["url"] == ""
+        again = await release(_telegram(valkey, fake, llm.openai_url, ""))
     said = [line for line in done if line.startswith("telegram: polling mode")]
     assert len(said) == 1 and "deleted the webhook" in said[0] and PUBLIC in said[0], done
     assert any(
@@ -157,22 +166,17 @@ async def test_release_goes_on_with_a_warning_on_telegram_flood_control(
 ) -> None:
     """A 429 (or an outage) at Telegram does not refuse the deploy: the dynos would
     start fine and the webhook set by an earlier release stays."""
-    fake = FakeTelegram()
-    await fake.start()
-    try:
-        async with FakeLLMServer() as llm:
-            s = _telegram(valkey, fake, llm.openai_url, PUBLIC)
+    async with telegram_and_llm() as (fake, llm):
+        s = _telegram(valkey, fake, llm.openai_url, PUBLIC)
+        await release(s)
+        fake.fail_next("getMe", 429, retry_after=30)
+        on_getme = await release(s)
+        fake.fail_next("setWebhook", 429, retry_after=30)
+        on_set = await release(s)
+        fake.fail_next("setWebhook", 400, "Bad Request: bad webhook: IP address is reserved")
+        with pytest.raises(ConfigError) as refused:
             await release(s)
-            fake.fail_next("getMe", 429, retry_after=30)
-            on_getme = await release(s)
-            fake.fail_next("setWebhook", 429, retry_after=30)
-            on_set = await release(s)
-            fake.fail_next("setWebhook", 400, "Bad Request: bad webhook: IP address is reserved")
-            with pytest.raises(ConfigError) as refused:
-                await release(s)
-            url = fake.webhook["url"]
-    finally:
-        await fake.stop()
+        url = fake.webhook["url"]
     for done in (on_getme, on_set):
         said = [line for line in done if line.startswith("telegram")]
         assert len(said) == 1 and said[0].startswith("telegram: warning:"), said
@@ -206,28 +210,23 @@ async def test_doctor_reports_a_recent_webhook_delivery_error_and_many_pending_u
     """Registered at the right URL but Telegram says deliveries fail (a wrong secret:
     403; web scaled to 0: 503): a problem with Telegram's message. An old error is
     history; many pending updates alone are a warning."""
-    fake = FakeTelegram()
-    await fake.start()
-    try:
-        async with FakeLLMServer() as llm:
-            s = _telegram(valkey, fake, llm.openai_url, PUBLIC)
-            await release(s)
-            fake.webhook_report = {
-                "last_error_date": int(time.time()) - 120,
-                "last_error_message": "Wrong response from the webhook: 403 Forbidden",
-                "pending_update_count": 57,
-            }
-            recent = {c.name: c for c in await doctor(s)}["telegram webhook"]
-            fake.webhook_report = {
-                "last_error_date": int(time.time()) - 3 * 86400,
-                "last_error_message": "Wrong response from the webhook: 503 Service Unavailable",
-                "pending_update_count": 500,
-            }
-            backlog = {c.name: c for c in await doctor(s)}["telegram webhook"]
-            fake.webhook_report = {"last_error_date": int(time.time()) - 3 * 86400}
-            old = {c.name: c for c in await doctor(s)}["telegram webhook"]
-    finally:
-        await fake.stop()
+    async with telegram_and_llm() as (fake, llm):
+        s = _telegram(valkey, fake, llm.openai_url, PUBLIC)
+        await release(s)
+        fake.webhook_report = {
+            "last_error_date": int(time.time()) - 120,
+            "last_error_message": "Wrong response from the webhook: 403 Forbidden",
+            "pending_update_count": 57,
+        }
+        recent = {c.name: c for c in await doctor(s)}["telegram webhook"]
+        fake.webhook_report = {
+            "last_error_date": int(time.time()) - 3 * 86400,
+            "last_error_message": "Wrong response from the webhook: 503 Service Unavailable",
+            "pending_update_count": 500,
+        }
+        backlog = {c.name: c for c in await doctor(s)}["telegram webhook"]
+        fake.webhook_report = {"last_error_date": int(time.time()) - 3 * 86400}
+        old = {c.name: c for c in await doctor(s)}["telegram webhook"]
     assert not recent.ok, recent
     assert "403 Forbidden" in recent.detail and "57" in recent.detail, recent
     assert "TELEGRAM_WEBHOOK_SECRET" in recent.fix
@@ -239,14 +238,9 @@ async def test_doctor_on_an_http_public_url_says_it_must_be_https(
     valkey: EmbeddedValkey, redis: Any
 ) -> None:
     """set-webhook refuses http:// too: doctor names the setting, not that command."""
-    fake = FakeTelegram()
-    await fake.start()
-    try:
-        async with FakeLLMServer() as llm:
-            s = _telegram(valkey, fake, llm.openai_url, "http://parley.example")
-            row = {c.name: c for c in await doctor(s)}["telegram webhook"]
-    finally:
-        await fake.stop()
+    async with telegram_and_llm() as (fake, llm):
+        s = _telegram(valkey, fake, llm.openai_url, "http://parley.example")
+        row = {c.name: c for c in await doctor(s)}["telegram webhook"]
     assert not row.ok
     assert "PUBLIC_URL must be https://" in row.detail, row
     assert "set-webhook" not in row.fix, row
@@ -256,14 +250,9 @@ async def test_doctor_in_polling_mode_with_no_webhook_is_ok(
     valkey: EmbeddedValkey, redis: Any
 ) -> None:
     """'(none: polling mode)' from webhook-info is not taken for a URL."""
-    fake = FakeTelegram()
-    await fake.start()
-    try:
-        async with FakeLLMServer() as llm:
-            s = _telegram(valkey, fake, llm.openai_url, "")
-            row = {c.name: c for c in await doctor(s)}["telegram webhook"]
-    finally:
-        await fake.stop()
+    async with telegram_and_llm() as (fake, llm):
+        s = _telegram(valkey, fake, llm.openai_url, "")
+        row = {c.name: c for c in await doctor(s)}["telegram webhook"]
     assert row.ok and row.detail == "polling mode, no webhook set", row
 
 
@@ -278,30 +267,25 @@ async def test_the_connection_check_counts_the_gateway_process_a_platform_needs(
     doctor, a warning line in the release (which goes on)."""
     before = (await redis.config_get("maxclients"))["maxclients"]
     await redis.config_set("maxclients", 30)
-    fake = FakeTelegram()
-    await fake.start()
-    try:
-        async with FakeLLMServer() as llm:
-            tg = TelegramSettings(
-                telegram_bot_token=TOKEN,  # type: ignore[arg-type]
-                telegram_api_base_url=fake.base_url,
-            )
-            s = _with(
-                valkey,
-                llm.openai_url,
-                "telegram",
-                tg,
-                telegram_pkg,
-                redis_max_connections=6,
-                redis_max_blocking_connections=2,
-            )
-            assert s.gateway_platforms() == ["telegram"]
-            conn = {c.name: c for c in await doctor(s)}["redis connections"]
-            done = await release(s)
-            s.platforms, s.modules = {}, {}  # no gateway needed: 27 fit
-            fits = {c.name: c for c in await doctor(s)}["redis connections"]
-    finally:
-        await fake.stop()
+    async with telegram_and_llm() as (fake, llm):
+        tg = TelegramSettings(
+            telegram_bot_token=TOKEN,  # type: ignore[arg-type]
+            telegram_api_base_url=fake.base_url,
+        )
+        s = _with(
+            valkey,
+            llm.openai_url,
+            "telegram",
+            tg,
+            telegram_pkg,
+            redis_max_connections=6,
+            redis_max_blocking_connections=2,
+        )
+        assert s.gateway_platforms() == ["telegram"]
+        conn = {c.name: c for c in await doctor(s)}["redis connections"]
+        done = await release(s)
+        s.platforms, s.modules = {}, {}  # no gateway needed: 27 fit
+        fits = {c.name: c for c in await doctor(s)}["redis connections"]
         await redis.config_set("maxclients", before)
     assert not conn.ok and "gateway" in conn.detail and "36" in conn.detail, conn
     assert any(line.startswith("redis connections: warning:") for line in done), done
@@ -376,13 +360,8 @@ async def test_release_goes_on_when_slack_is_down_or_rate_limited(
 async def test_release_does_not_print_a_token_inside_the_deleted_webhook_url(
     valkey: EmbeddedValkey, redis: Any
 ) -> None:
-    fake = FakeTelegram()
-    await fake.start()
-    try:
+    async with telegram_and_llm() as (fake, llm):
         fake.webhook = {"url": f"https://old-bot.herokuapp.com/{TOKEN}", "secret_token": ""}
-        async with FakeLLMServer() as llm:
-            done = await release(_telegram(valkey, fake, llm.openai_url, ""))
-    finally:
-        await fake.stop()
+        done = await release(_telegram(valkey, fake, llm.openai_url, ""))
     assert fake.webhook["url"] == ""  # deleted, as intended
     assert not any(TOKEN in line for line in done), done
