@@ -6,38 +6,19 @@ the raw id.  Real Runtime (worker), real slack_sdk, fake Slack."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 from redis.asyncio import Redis
 
-import channels.slack as slack_pkg
 from agent_core.store.embedded import EmbeddedValkey
-from channels.slack.settings import SlackSettings
 from tests.fakes.slack import FakeSlack, Message
 from tests.integration.approvals_e2e.approvals_harness import (
     ASK,
     demo_runs,
     process,
-    settings_for,
     turn_finished,
     wait_until,
 )
-
-
-def _has_buttons(m: Message) -> bool:
-    return any(b.get("type") == "actions" for b in m.blocks)
-
-
-def _settings(valkey: EmbeddedValkey, fake: FakeSlack) -> Any:
-    platform = SlackSettings(
-        slack_bot_token=fake.bot_token,  # type: ignore[arg-type]
-        slack_signing_secret=fake.signing_secret,  # type: ignore[arg-type]
-        slack_api_base_url=fake.api_url,
-        slack_channel_pace_secs=0.0,
-        slack_stream_interval=0.2,
-    )
-    return settings_for(valkey, "slack", platform, slack_pkg)
+from tests.integration.slack.approval_setup import has_buttons, slack_settings
 
 
 async def _ask(fake: FakeSlack, client: httpx.AsyncClient) -> tuple[str, Message]:
@@ -46,7 +27,7 @@ async def _ask(fake: FakeSlack, client: httpx.AsyncClient) -> tuple[str, Message
     root = str(body["event"]["ts"])
     assert (await fake.deliver(client, body)).status_code == 200
     prompt = await wait_until(
-        lambda: next((m for m in fake.thread("C1", root) if _has_buttons(m)), None),
+        lambda: next((m for m in fake.thread("C1", root) if has_buttons(m)), None),
         what="the prompt",
     )
     return root, prompt
@@ -56,7 +37,7 @@ async def test_a_typed_yes_closes_the_prompt_with_the_deciders_name(
     valkey: EmbeddedValkey, redis: Redis, fake_slack: FakeSlack
 ) -> None:
     fake_slack.add_user("U1", "Ann Smith", "Annie")
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
             root, prompt = await _ask(fake_slack, client)
@@ -78,7 +59,7 @@ async def test_someone_elses_press_is_told_the_requesters_name(
 ) -> None:
     fake_slack.add_user("U1", "Ann Smith", "Annie")
     fake_slack.add_user("U2", "Bob Jones", "Bob")
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
             _, prompt = await _ask(fake_slack, client)
@@ -98,7 +79,7 @@ async def test_the_waiting_notice_names_whose_decision_it_is(
 ) -> None:
     fake_slack.add_user("U1", "Ann Smith", "Annie")
     fake_slack.add_user("U2", "Bob Jones", "Bob")
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
             root, _ = await _ask(fake_slack, client)

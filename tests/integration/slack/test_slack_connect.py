@@ -14,36 +14,19 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-import channels.slack as slack_pkg
 from agent_core.store.embedded import EmbeddedValkey
 from channels.slack.parse import followup_candidate, parse_event
-from channels.slack.settings import SlackSettings
-from tests.fakes.slack import TEAM, FakeSlack, Message
+from tests.fakes.slack import TEAM, FakeSlack
 from tests.integration.approvals_e2e.approvals_harness import (
     ASK,
     demo_runs,
     process,
-    settings_for,
     turn_finished,
     wait_until,
 )
+from tests.integration.slack.approval_setup import has_buttons, slack_settings
 
 HOST_TEAM = "T0HOSTORG"  # the organisation that owns the shared channel
-
-
-def _has_buttons(m: Message) -> bool:
-    return any(b.get("type") == "actions" for b in m.blocks)
-
-
-def _settings(valkey: EmbeddedValkey, fake: FakeSlack) -> Any:
-    platform = SlackSettings(
-        slack_bot_token=fake.bot_token,  # type: ignore[arg-type]
-        slack_signing_secret=fake.signing_secret,  # type: ignore[arg-type]
-        slack_api_base_url=fake.api_url,
-        slack_channel_pace_secs=0.0,
-        slack_stream_interval=0.2,
-    )
-    return settings_for(valkey, "slack", platform, slack_pkg)
 
 
 def _shared(body: dict[str, Any]) -> dict[str, Any]:
@@ -57,14 +40,14 @@ def _shared(body: dict[str, Any]) -> dict[str, Any]:
 async def test_approve_works_on_a_mentions_prompt_in_a_channel_hosted_elsewhere(
     valkey: EmbeddedValkey, redis: Redis, fake_slack: FakeSlack
 ) -> None:
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
             body = _shared(fake_slack.message("C1", f"<@UBOT> {ASK}", kind="app_mention"))
             root = body["event"]["ts"]
             assert (await fake_slack.deliver(client, body)).status_code == 200
             prompt = await wait_until(
-                lambda: next((m for m in fake_slack.thread("C1", root) if _has_buttons(m)), None),
+                lambda: next((m for m in fake_slack.thread("C1", root) if has_buttons(m)), None),
                 what="the prompt",
             )
             await turn_finished(rt)
@@ -90,14 +73,14 @@ async def test_approve_works_on_a_mentions_prompt_in_a_channel_hosted_elsewhere(
 async def test_approve_works_on_a_slash_commands_prompt_whose_form_names_the_host(
     valkey: EmbeddedValkey, redis: Redis, fake_slack: FakeSlack
 ) -> None:
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
             form = fake_slack.command("C1", ASK)
             form["team_id"] = HOST_TEAM
             assert (await fake_slack.deliver(client, form, form=True)).status_code == 200
             prompt = await wait_until(
-                lambda: next((m for m in fake_slack.thread("C1") if _has_buttons(m)), None),
+                lambda: next((m for m in fake_slack.thread("C1") if has_buttons(m)), None),
                 what="the prompt",
             )
             await turn_finished(rt)

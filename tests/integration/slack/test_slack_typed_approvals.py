@@ -11,41 +11,24 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-import channels.slack as slack_pkg
 from agent_core.events import ThreadKey
 from agent_core.store.embedded import EmbeddedValkey
 from channels.slack.channel import SlackChannel
-from channels.slack.settings import SlackSettings
 from tests.fakes.slack import TEAM, FakeSlack, Message
 from tests.integration.approvals_e2e.approvals_harness import (
     ASK,
     demo_runs,
     process,
-    settings_for,
     turn_finished,
     wait_until,
 )
-
-
-def _has_buttons(m: Message) -> bool:
-    return any(b.get("type") == "actions" for b in m.blocks)
-
-
-def _settings(valkey: EmbeddedValkey, fake: FakeSlack) -> Any:
-    platform = SlackSettings(
-        slack_bot_token=fake.bot_token,  # type: ignore[arg-type]
-        slack_signing_secret=fake.signing_secret,  # type: ignore[arg-type]
-        slack_api_base_url=fake.api_url,
-        slack_channel_pace_secs=0.0,
-        slack_stream_interval=0.2,
-    )
-    return settings_for(valkey, "slack", platform, slack_pkg)
+from tests.integration.slack.approval_setup import has_buttons, slack_settings
 
 
 async def test_a_top_level_prompt_asks_for_the_slash_command_which_decides(
     valkey: EmbeddedValkey, redis: Redis, fake_slack: FakeSlack
 ) -> None:
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
 
@@ -55,7 +38,7 @@ async def test_a_top_level_prompt_asks_for_the_slash_command_which_decides(
                 assert resp.status_code == 200, resp.text
 
             def prompt() -> Message | None:
-                return next((m for m in fake_slack.thread("C1") if _has_buttons(m)), None)
+                return next((m for m in fake_slack.thread("C1") if has_buttons(m)), None)
 
             await command(ASK)
             shown = await wait_until(prompt, what="the approval prompt")
@@ -81,7 +64,7 @@ async def test_a_top_level_prompt_asks_for_the_slash_command_which_decides(
 
             await wait_until(ran, what="the approved tool to run")
             closed = fake_slack.messages[("C1", shown.ts)]
-            assert not _has_buttons(closed) and "Approved" in closed.text
+            assert not has_buttons(closed) and "Approved" in closed.text
     assert await demo_runs(redis) == 1
 
 
@@ -118,7 +101,7 @@ async def test_an_expired_private_prompt_answers_the_held_message_privately(
 
     fake_slack.not_member.add("C9")
     thread = ThreadKey("slack", TEAM, "C9", "")
-    async with process(_settings(valkey, fake_slack), "all") as rt:
+    async with process(slack_settings(valkey, fake_slack), "all") as rt:
         transport = httpx.ASGITransport(app=rt.web_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://parley") as client:
 
