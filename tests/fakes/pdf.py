@@ -47,19 +47,7 @@ def make_pdf(
         )
         filt = b" /Filter /FlateDecode" if flate else b""
         objects.append(b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(content), filt, content))
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
+    return _file(objects)
 
 
 def encrypted(data: bytes, user_password: str, algorithm: str = "RC4-128") -> bytes:
@@ -92,6 +80,11 @@ def surrogate_pdf() -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
         b"<< /Length %d >>\nstream\n%sendstream" % (len(cmap), cmap),
     ]
+    return _file(objects)
+
+
+def _file(objects: list[bytes]) -> bytes:
+    """Numbered objects (1 is the catalog) as a PDF file with its cross-reference table."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):
