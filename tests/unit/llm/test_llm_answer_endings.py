@@ -64,6 +64,15 @@ def _final(items: list[StreamItem]) -> Completion:
     return final
 
 
+async def _streamed(server: FakeLLMServer, backend: str) -> Completion:
+    """The final of one streamed answer from ``backend`` (checked against its deltas)."""
+    p = await _provider(server, backend)
+    try:
+        return _final(await _items(p))
+    finally:
+        await p.shutdown()
+
+
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[str, dict[str, Any]]:
     choice: dict[str, Any] = {"index": 0, "delta": delta}
     if finish:
@@ -87,11 +96,7 @@ async def test_a_connection_dropped_after_the_final_event_keeps_the_answer(
     reply = _finished_stream(backend)
     reply.cut = True
     server.push(reply)
-    p = await _provider(server, backend)
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, backend)
     assert final.text == "Hello world"
 
 
@@ -108,11 +113,7 @@ async def test_an_anthropic_answer_whole_at_its_message_delta_is_kept(
     reply.events.pop()
     reply.cut = ending == "cut"
     server.push(reply)
-    p = await _provider(server, "anthropic")
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, "anthropic")
     assert final.text == "All done."
     assert final.finish_reason == "end_turn"
     assert final.usage.output == 3
@@ -123,11 +124,7 @@ async def test_an_openai_answer_whole_at_its_finish_reason_is_kept(server: FakeL
     chunk and [DONE]: the answer is whole (it was an InvalidResponse)."""
     events = [_chunk({"role": "assistant", "content": "All done."}), _chunk({}, "stop")]
     server.push(Reply(events=events, cut=True))
-    p = await _provider(server, "openai")
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, "openai")
     assert final.text == "All done." and final.finish_reason == "stop"
 
 
@@ -215,11 +212,7 @@ async def test_an_openai_text_answer_cut_by_the_limit_ends_with_a_note(
             ]
         )
     )
-    p = await _provider(server, "openai")
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, "openai")
     assert final.finish_reason == "length"
     assert final.text == f"The three reasons are first, that\n\n{LENGTH_NOTE}"
 
@@ -260,11 +253,7 @@ async def test_an_openai_answer_stopped_by_the_content_filter_ends_with_a_note(
             ]
         )
     )
-    p = await _provider(server, "openai")
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, "openai")
     assert final.finish_reason == "content_filter"
     assert final.text == f"First, open the\n\n{FILTER_NOTE}"
 
@@ -333,11 +322,7 @@ async def test_anthropic_stream_skips_non_object_events_and_done(server: FakeLLM
     reply.events.insert(3, ("", "[1, 2]"))
     reply.events.append(("", "[DONE]"))
     server.push(reply)
-    p = await _provider(server, "anthropic")
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, "anthropic")
     assert final.text == "Hello world"
 
 
@@ -348,9 +333,5 @@ async def test_anthropic_done_after_message_stop_is_no_error(server: FakeLLMServ
     assert reply.events is not None
     reply.events.append(("", "[DONE]"))
     server.push(reply)
-    p = await _provider(server, "anthropic")
-    try:
-        final = _final(await _items(p))
-    finally:
-        await p.shutdown()
+    final = await _streamed(server, "anthropic")
     assert final.text == "Hi"
