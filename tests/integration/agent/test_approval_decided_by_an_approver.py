@@ -84,13 +84,9 @@ async def test_a_further_prompt_after_an_approvers_press_names_the_requester(wor
     assert "Only ALICE or an approver" in refusal, refusal
 
 
-async def test_an_approvers_late_press_answers_the_requesters_held_message_once(
-    world: Any,
-) -> None:
-    """Scheduler off: the approval expires with nobody deciding and Alice wrote
-    meanwhile.  The approver's late press ends the wait ("expired, so nothing was
-    run"): one model call, answering Alice's message as her turn (as the timer's
-    expiry does), not one for the press and another for her message."""
+async def _asked_with_the_scheduler_off(world: Any) -> tuple[Any, str]:
+    """Alice asks for a counted call in group G (approver: boss, no expiry timer);
+    the world and the pending approval's id."""
     w = world(
         FnModel(tools_then_answer(("ALICE: count it", [call("counter", label="x")]))),
         approver_ids="telegram:boss",
@@ -101,7 +97,17 @@ async def test_an_approvers_late_press_answers_the_requesters_held_message_once(
     await w.start()
     await w.send(said("count it", "alice"))
     await w.settle(G)
-    aid = approval_id(w, G)
+    return w, approval_id(w, G)
+
+
+async def test_an_approvers_late_press_answers_the_requesters_held_message_once(
+    world: Any,
+) -> None:
+    """Scheduler off: the approval expires with nobody deciding and Alice wrote
+    meanwhile.  The approver's late press ends the wait ("expired, so nothing was
+    run"): one model call, answering Alice's message as her turn (as the timer's
+    expiry does), not one for the press and another for her message."""
+    w, aid = await _asked_with_the_scheduler_off(world)
     await w.send(said("and what time is it?", "alice"))
     await w.settle(G)
     assert len((await w.session(G)).held) == 1
@@ -123,17 +129,7 @@ async def test_a_late_press_with_nothing_of_the_requesters_held_makes_no_model_c
 ) -> None:
     """Only Bob wrote meanwhile: his message gets its turn (one model call); the
     approver's press itself is answered by no model call (nothing of Alice's)."""
-    w = world(
-        FnModel(tools_then_answer(("ALICE: count it", [call("counter", label="x")]))),
-        approver_ids="telegram:boss",
-        group_reply="all",
-        scheduler_enabled=False,
-        approval_ttl_secs=60,
-    )
-    await w.start()
-    await w.send(said("count it", "alice"))
-    await w.settle(G)
-    aid = approval_id(w, G)
+    w, aid = await _asked_with_the_scheduler_off(world)
     await w.send(said("hi all", "bob"))
     await w.settle(G)
     before = len(w.model.requests)
