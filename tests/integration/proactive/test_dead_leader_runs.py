@@ -282,11 +282,12 @@ async def test_a_graceful_stop_leaves_nothing_in_flight(pworld: Any) -> None:
     it by the schedule, not as a dead run as well."""
     w, clock = await _hourly(pworld)
     a = w.proactive(clock, owner="a")
-    Dying(a, "_light")
+    hung = Dying(a, "_light")
     clock.advance(3600 + 1)
     assert await a.scheduler.tick() == ["hourly"]
-    await asyncio.sleep(0)
-    await a.scheduler._drain(grace=0.1)
+    await hung.hanging.wait()
+    assert len(await _inflight(w)) == 1
+    await a.scheduler._drain(grace=0.1)  # the stop: grace, then cancel
     assert await _inflight(w) == {}
     b = w.proactive(clock, owner="b")
     assert await b.scheduler.tick() == ["hourly"]
