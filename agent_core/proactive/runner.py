@@ -294,6 +294,24 @@ class RoutineRunner:
                 return uid
         return "routine"
 
+    async def left_to_run(self, r: Routine, fire_id: str) -> bool:
+        """Before a fire whose process died is run again (or given up): whether there is
+        anything left to run.  A full job whose turn was submitted has none: the inbound
+        stream runs that turn (its duplicate claim is there), and its slot is the
+        turn's.  Otherwise the dead run's slot is freed (the rerun would be 'already
+        running' until it expired)."""
+        if r.action == "full":
+            try:
+                thread = await self.notifier.resolve(r.notify)
+            except Exception:  # the rerun fails on it the same way, and says so
+                thread = None
+            if thread is not None and await self.redis.exists(
+                keys.dedup(thread.channel, job_event_id(r, fire_id))
+            ):
+                return False
+        await self.free_slot(r.name, fire_id)
+        return True
+
     async def _submit(self, r: Routine, fire_id: str, context: str) -> str:
         thread = await self.notifier.resolve(r.notify)
         text = f"[routine {r.name}] {r.prompt}"
@@ -302,7 +320,7 @@ class RoutineRunner:
         event = InboundEvent(
             # the definition's created_at last: its turn's record (after_turn) goes to
             # this routine only, not to one added again under the name meanwhile
-            event_id=f"routine:{r.name}:{fire_id}:{r.created_at!r}",
+            event_id=job_event_id(r, fire_id),
             kind=EventKind.MESSAGE,
             channel=thread.channel,
             thread=thread,
@@ -346,6 +364,11 @@ def _window_ms(secs: float) -> int:
     """A window in milliseconds for SET PX: at least 1 (a routine stored before
     windows under 1 ms were refused must not make Redis refuse the SET)."""
     return max(1, round(secs * 1000))
+
+
+def job_event_id(r: Routine, fire_id: str) -> str:
+    """The id of a full job's turn (its inbound event): one per fire of a definition."""
+    return f"routine:{r.name}:{fire_id}:{r.created_at!r}"
 
 
 def new_fire_id(prefix: str) -> str:

@@ -264,6 +264,18 @@ def routine_running(routine_id: str) -> str:
     return f"{PREFIX}{{routines}}:running:{routine_id}"
 
 
+# HASH run id -> JSON of a run the leader took (a cron fire, a queued run) and has
+# not finished: its owner, attempts, what to run again if the owner dies (see
+# agent_core/proactive/scheduler.py).  Expires ROUTINE_INFLIGHT_SECS after its last write.
+ROUTINE_INFLIGHT = PREFIX + "{routines}:inflight"
+
+
+def routine_alive(owner: str) -> str:
+    """STRING PX: the scheduler process ``owner`` is alive with runs in flight
+    (renewed every lease/3, expires after a lease)."""
+    return f"{PREFIX}{{routines}}:alive:{owner}"
+
+
 def routine_cooldown(routine_id: str) -> str:
     """STRING PX: an event trigger fired recently."""
     return f"{PREFIX}{{routines}}:cooldown:{routine_id}"

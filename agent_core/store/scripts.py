@@ -439,6 +439,80 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# --- runs in flight (agent_core/proactive/scheduler.py) ---
+# A record per run the leader took, in {routines}:inflight (run id -> JSON with 'o'
+# its owner and 'a' its attempts), written by the script that takes the run, with
+# the owner's alive key (PX) beside it; removed when the run ends.  Numbers in the
+# JSON that must survive cjson (times) are strings.
+
+# KEYS: routine state, fire claim, in flight, owner's alive key
+# ARGV: now (the last fire), owner, claim ttl s, run id, record, in-flight ttl s, alive ttl ms
+# Marks a cron fire as fired (its last fire: always; its claim: SET NX) and, if this
+# process claimed it, records it as in flight.  1 claimed, 0 another leader did.
+FIRE_CLAIM = """
+redis.call('HSET', KEYS[1], 'last_fire', ARGV[1])
+if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'EX', ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[7])
+return 1
+"""
+
+# KEYS: routine queue, in flight, owner's alive key
+# ARGV: count, owner, run id prefix, in-flight ttl s, alive ttl ms
+# Takes up to count queued runs (manual, event) and records each as in flight
+# (run id: prefix .. 'n' .. its place); returns them, oldest first.
+QUEUE_TAKE = """
+local items = redis.call('LPOP', KEYS[1], ARGV[1])
+if not items then return {} end
+for i, item in ipairs(items) do
+  redis.call('HSET', KEYS[2], ARGV[3] .. 'n' .. i, cjson.encode({o = ARGV[2], a = 1, q = item}))
+end
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
+return items
+"""
+
+# KEYS: in flight ; ARGV: run id, owner
+# A run ended (any outcome): its record goes, if it is still this owner's (a later
+# leader that took it over owns it now).  1 removed, 0 not.
+INFLIGHT_DONE = """
+local ok, rec = pcall(cjson.decode, redis.call('HGET', KEYS[1], ARGV[1]) or '')
+if ok and type(rec) == 'table' and rec['o'] == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+# KEYS: in flight, old owner's alive key, new owner's alive key
+# ARGV: run id, record as read, new owner, most attempts, in-flight ttl s, alive ttl ms
+# Takes over a run whose owner died: only while its owner's alive key is gone and
+# the record is still the one read (two leaders never both take it).  Under
+# ``most`` attempts so far it becomes the new owner's, one attempt more:
+# {1, record}; else it is removed: {0, record} (given up).  nil: not taken.
+INFLIGHT_TAKEOVER = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return nil end
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw ~= ARGV[2] then return nil end
+local ok, rec = pcall(cjson.decode, raw)
+if not ok or type(rec) ~= 'table' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {0, raw}
+end
+local tries = tonumber(rec['a']) or 1
+if tries >= tonumber(ARGV[4]) then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {0, raw}
+end
+rec['a'] = tries + 1
+rec['o'] = ARGV[3]
+local new = cjson.encode(rec)
+redis.call('HSET', KEYS[1], ARGV[1], new)
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[6])
+return {1, new}
+"""
+
 # KEYS: undo, redo, ops ; ARGV: event_id, snapshot, max, ttl_ms
 # Pushes a checkpoint taken before the turn of event_id (once per event) and
 # clears redo.  Returns 1 if pushed, 0 if this event already checkpointed.

@@ -304,7 +304,7 @@ async def test_a_tick_cancelled_after_popping_queued_runs_still_runs_them(
     r = Routine(name="manual", trigger="manual", prompt="x", notify="telegram:500")
     assert await p.store.add(validate(r))
     await p.store.queue_run("manual")
-    await _cancel_tick_inside(p, p.scheduler.redis, "lpop")
+    await _cancel_tick_inside(p, p.scheduler, "_take")  # the script that pops them
     assert [x.trigger for x in await p.store.runs("manual")] == ["manual"]
     assert texts_to(w, TG) == ["done"]
 
@@ -314,6 +314,6 @@ async def test_a_tick_cancelled_after_writing_a_fire_still_runs_it(pworld: Any) 
     skipped that fire with nothing given back."""
     w, clock, p = await _hourly_on(pworld)
     clock.advance(3600 + 1)
-    await _cancel_tick_inside(p, p.store, "set_last_fire")
+    await _cancel_tick_inside(p, p.scheduler, "_claim")  # writes the last fire and claim
     assert [x.outcome for x in await p.store.runs("hourly")] == ["sent"]
     assert texts_to(w, TG) == ["report"]
