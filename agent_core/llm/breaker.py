@@ -8,9 +8,12 @@
     half_open --any transient failure-----------------> open
 
 While open, calls fail at once with :class:`CircuitOpen` without touching the
-backend.  Only transient errors (5xx, timeouts, rate limits, bad answers)
-count; a permanent error (bad key, prompt too long) proves the backend answers,
-so it counts as a success.  ``clock`` is injectable for tests.
+backend.  Only transient errors (5xx, timeouts, bad answers) count; a permanent
+error (bad key, prompt too long) proves the backend answers, so it counts as a
+success.  A rate limit (429, :class:`RateLimited`) counts as neither: the backend
+answered, and its limit is waited out by the retry layer and the backend's own
+rate-limit window (``HTTPBackend``), never turned into a pause of
+``recovery_secs`` for every caller.  ``clock`` is injectable for tests.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from enum import Enum
 
 from agent_core.llm.base import Completion, CompletionRequest, LLMProvider, StreamItem
-from agent_core.llm.errors import CircuitOpen, LLMError
+from agent_core.llm.errors import CircuitOpen, LLMError, RateLimited
 from agent_core.llm.retry import is_retryable
 from agent_core.llm.wrapper import Wrapper, aclose
 
@@ -107,7 +110,12 @@ class CircuitBreaker(Wrapper):
         )
 
     def _record(self, exc: BaseException, half_open: bool) -> None:
-        if is_retryable(exc):
+        if isinstance(exc, RateLimited):
+            # the backend answered, asking us to slow down: neither a failure nor
+            # a success (a probe's slot is freed, nothing else changes)
+            if half_open:
+                self._in_flight = max(self._in_flight - 1, 0)
+        elif is_retryable(exc):
             self._failure(half_open)
         elif isinstance(exc, LLMError):
             self._success(half_open)

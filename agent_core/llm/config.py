@@ -36,6 +36,8 @@ class BackendConfig:
     context_window: int = 0  # tokens every model of this backend gets; 0: the price table's
     prompt_cache: bool = False  # Anthropic cache_control breakpoints (ANTHROPIC_PROMPT_CACHE)
     cache_ttl: str = "5m"  # their lifetime: 5m | 1h (ANTHROPIC_PROMPT_CACHE_TTL)
+    # longest rate-limit window held for every caller (LLM_RETRY_AFTER_MAX_SECS)
+    retry_after_max_secs: float = 60.0
 
     @property
     def label(self) -> str:
@@ -79,6 +81,7 @@ def _make(
         context_window=context_window,
         prompt_cache=prompt_cache,
         cache_ttl=cache_ttl,
+        retry_after_max_secs=settings.llm_retry_after_max_secs,
     )
 
 

@@ -83,14 +83,15 @@ def make_backend(
     settings: LLMSettings,
     prices: PriceTable,
     transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> LLMProvider:
     """One backend for ``config`` (the wire format is ``config.kind``)."""
     if config.kind == "anthropic":
-        return AnthropicProvider(config, prices, transport)
+        return AnthropicProvider(config, prices, transport, clock=clock)
     if config.kind == "ollama":
-        return OllamaProvider(config, prices, transport)
+        return OllamaProvider(config, prices, transport, clock=clock)
     if config.kind == "openai":
-        return OpenAIProvider(config, prices, transport)
+        return OpenAIProvider(config, prices, transport, clock=clock)
     return DemoProvider(settings)
 
 
@@ -121,7 +122,7 @@ def build_provider(
     """
     configs = backend_configs(settings)
     prices = PriceTable(settings.llm_prices_file)
-    backends = [make_backend(c, settings, prices, transport) for c in configs]
+    backends = [make_backend(c, settings, prices, transport, clock) for c in configs]
     provider: LLMProvider
     if len(backends) == 1:
         provider = backends[0]

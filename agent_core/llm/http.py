@@ -17,9 +17,10 @@ import logging
 import re
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -64,6 +65,9 @@ _CONTEXT_MARKERS = (
 # after an answer's final event: how long to wait for the body to end properly
 # (normally it already has, and the connection goes back to the pool)
 DRAIN_SECS = 0.5
+# a rate-limit window this close to its end no longer holds a request back (a
+# sleep of exactly the wait may wake a hair early)
+GATE_SLACK_SECS = 0.05
 _MODEL_MARKERS = (
     "model_not_found",
     "does not exist",
@@ -109,6 +113,96 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
+# Go-style durations, as OpenAI (and Groq) write x-ratelimit-reset-*: "41.724s",
+# "120ms", "6m0s", "1h2m3.5s"; a bare number is seconds
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|us|µs|ns|m|s)")
+_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:h|ms|us|µs|ns|m|s))+")
+_UNIT_SECS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# OpenAI's 429 body: "... Please try again in 41.724s." / "in 120ms" / "in 1m30s"
+_TRY_AGAIN = re.compile(
+    r"try again in\s+((?:[0-9]+(?:\.[0-9]+)?(?:h|ms|us|µs|ns|m|s))+)(?![a-z])", re.IGNORECASE
+)
+
+
+def duration_secs(text: str) -> float | None:
+    """Seconds in ``"41.724s"``, ``"6m0s"``, ``"120ms"``, ``"1h2m3.5s"`` or ``"7"``."""
+    text = text.strip()
+    try:
+        return max(float(text), 0.0)
+    except ValueError:
+        pass
+    if not _DURATION.fullmatch(text):
+        return None
+    return sum(float(n) * _UNIT_SECS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def _until_secs(text: str) -> float | None:
+    """Seconds from now until an RFC 3339 time (Anthropic's ``...-reset``)."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _remaining_is_zero(raw: str | None) -> bool:
+    try:
+        return raw is not None and float(raw) == 0
+    except ValueError:
+        return False
+
+
+def _reset_wait(headers: Mapping[str, str]) -> float | None:
+    """The wait the rate-limit reset headers give for a 429.
+
+    OpenAI (and compatible servers): ``x-ratelimit-reset-<limit>`` (a duration) with
+    ``x-ratelimit-remaining-<limit>``; Anthropic: ``anthropic-ratelimit-<limit>-reset``
+    (an RFC 3339 time) with ``anthropic-ratelimit-<limit>-remaining``.  The largest
+    reset among the limits used up (remaining 0), else the largest of all.
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    spent: list[float] = []
+    every: list[float] = []
+    for name, value in lower.items():
+        if name.startswith("x-ratelimit-reset-"):
+            limit = name.removeprefix("x-ratelimit-reset-")
+            secs = duration_secs(value)
+            remaining = lower.get(f"x-ratelimit-remaining-{limit}")
+        elif name.startswith("anthropic-ratelimit-") and name.endswith("-reset"):
+            limit = name.removeprefix("anthropic-ratelimit-").removesuffix("-reset")
+            secs = _until_secs(value)
+            remaining = lower.get(f"anthropic-ratelimit-{limit}-remaining")
+        else:
+            continue
+        if secs is None:
+            continue
+        every.append(secs)
+        if _remaining_is_zero(remaining):
+            spent.append(secs)
+    if spent:
+        return max(spent)
+    return max(every) if every else None
+
+
+def rate_limit_wait(headers: Mapping[str, str], message: str = "") -> float | None:
+    """Seconds a 429 asks to wait, from the first source that says.
+
+    ``retry-after-ms`` / ``Retry-After``; else the body's "Please try again in 41.724s"
+    (OpenAI's wait for this very request); else the rate-limit reset headers
+    (:func:`_reset_wait`; OpenAI's is the time until the limit is whole again, so it
+    can be longer than needed).  None when nothing says.
+    """
+    wait = retry_after(headers)
+    if wait is not None:
+        return wait
+    m = _TRY_AGAIN.search(message)
+    if m:
+        return duration_secs(m.group(1))
+    return _reset_wait(headers)
+
+
 def error_detail(body: bytes) -> tuple[str, str]:
     """(code/type, message) from an error body in OpenAI, Anthropic or Ollama form."""
     try:
@@ -144,7 +238,7 @@ def status_error(
                 text + " (larger than the account's tokens-per-minute limit)",
                 int(limit.group(1)) if limit else None,
             )
-        return RateLimited(text, retry_after(headers))
+        return RateLimited(text, rate_limit_wait(headers, message))
     if status in (401, 403):
         return AuthFailed(text)
     if any(m in low for m in _CONTEXT_MARKERS) or status == 413:
@@ -289,8 +383,13 @@ class HTTPBackend:
         config: BackendConfig,
         prices: PriceTable | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self.clock = clock
+        # model -> (hold requests until, the limit's end): see _gate
+        self._limited: dict[str, tuple[float, float]] = {}
         self.prices = prices or PriceTable()
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -397,8 +496,44 @@ class HTTPBackend:
         response.request = request
         return response
 
+    # --- a known rate-limit window, shared by every caller ------------------
+    def _gate(self, body: dict[str, Any]) -> None:
+        """Raise :class:`RateLimited` without sending while the model is inside a
+        rate-limit window an earlier 429 announced (every turn of this process
+        shares it): the retry layer waits out what is left instead of sending a
+        request the provider would refuse (refused requests count against the
+        limit too), and failover moves on as it would on the 429 itself."""
+        model = str(body.get("model") or "")
+        window = self._limited.get(model)
+        if window is None:
+            return
+        hold, until = window
+        now = self.clock()
+        if hold - now <= GATE_SLACK_SECS:
+            del self._limited[model]
+            return
+        raise RateLimited(
+            f"{self.name}: rate limited for {until - now:.1f}s more (not sent)", until - now
+        )
+
+    def _note(self, body: dict[str, Any], exc: LLMError) -> LLMError:
+        """Remember the window of a 429 that says how long it lasts.  Requests are
+        held back for at most ``retry_after_max_secs`` (LLM_RETRY_AFTER_MAX_SECS):
+        a longer limit fails calls at once (the retry layer does not wait for it)
+        until then, and after that one request goes out to ask again."""
+        if isinstance(exc, RateLimited) and exc.retry_after:
+            now = self.clock()
+            until = now + exc.retry_after
+            hold = now + min(exc.retry_after, self.config.retry_after_max_secs)
+            model = str(body.get("model") or "")
+            old = self._limited.get(model)
+            if old is None or hold > old[0]:
+                self._limited[model] = (hold, until)
+        return exc
+
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """POST ``body``; the decoded JSON answer, or the mapped error."""
+        self._gate(body)
         try:
             response = await self._send(
                 path, orjson.dumps(body), {"content-type": "application/json"}
@@ -410,7 +545,7 @@ class HTTPBackend:
         except httpx.HTTPError as exc:
             raise self.error(exc) from exc
         if response.status_code >= 400:
-            raise self.status_error(response, response.content)
+            raise self._note(body, self.status_error(response, response.content))
         return loads(response.content, self.name)
 
     async def get_json(self, path: str) -> Any:
@@ -427,6 +562,7 @@ class HTTPBackend:
         self, path: str, body: dict[str, Any]
     ) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
         """POST ``body`` and yield its server-sent events (errors mapped)."""
+        self._gate(body)
         try:
             response = await self._send(
                 path,
@@ -437,7 +573,7 @@ class HTTPBackend:
             raise self.error(exc) from exc
         try:
             if response.status_code >= 400:
-                raise self.status_error(response, await response.aread())
+                raise self._note(body, self.status_error(response, await response.aread()))
             yield self._events(response)
         except httpx.HTTPError as exc:
             raise self.error(exc) from exc

@@ -4,8 +4,9 @@ Retried: RequestFailed, RateLimited, InvalidResponse, Timeout and raw httpx
 transport errors.  Never: AuthFailed, ContextLengthExceeded, ModelNotAvailable,
 BadRequest, CircuitOpen.  The delay before retry ``n`` (0-based) is
 ``1 s × 2^n × jitter[0.75, 1.25]``, at least 100 ms; a RateLimited with a
-``retry_after`` waits exactly that (unless it exceeds ``max_retry_after``: then
-waiting is pointless in a chat and the error is raised at once).  A stream that
+``retry_after`` waits exactly that, at least 100 ms (unless it exceeds
+``max_retry_after``: then waiting is pointless in a chat and the error is raised
+at once); a ``retry_after`` of 0 backs off as if there were none.  A stream that
 already yielded text is never retried (the user has seen it).
 
 ``sleep`` and ``jitter`` are injectable so tests run on a fake clock.
@@ -60,9 +61,11 @@ class Retry(Wrapper):
 
     def delay(self, exc: BaseException, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based) after ``exc``."""
+        backoff = max(MIN_DELAY, BASE_DELAY * 2.0**attempt * self._jitter())
         if isinstance(exc, RateLimited) and exc.retry_after is not None:
-            return exc.retry_after
-        return max(MIN_DELAY, BASE_DELAY * 2.0**attempt * self._jitter())
+            # "Retry-After: 0" says nothing useful: back off as without it, never spin
+            return max(exc.retry_after, MIN_DELAY) if exc.retry_after > 0 else backoff
+        return backoff
 
     def _should_retry(self, exc: BaseException) -> bool:
         if not is_retryable(exc):

@@ -265,3 +265,33 @@ async def test_an_anthropic_account_out_of_credit_fails_over(server: FakeLLMServ
     notice = friendly_llm_error(info.value)
     assert "/new" not in notice and "history" not in notice
     assert "out of credit" in notice and "API key" not in notice  # the key is fine
+
+
+async def test_a_rate_limited_primary_fails_over_and_is_left_alone_for_its_window(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """build_provider's chain: a 429 (``Retry-After: 5``) from the primary moves the
+    turn to the fallback model, as any transient error does; the next turn, inside
+    those 5 s, goes to the fallback without a request to the primary; after them the
+    primary is asked again."""
+    from agent_core.llm.factory import build_provider
+    from tests.unit.llm.conftest import KEY, make_settings
+
+    s = make_settings(
+        llm_backend="openai",
+        openai_api_key=KEY,
+        openai_base_url=server.openai_url,
+        llm_fallback_model="gpt-4o-mini",
+    )
+    chain = build_provider(s, sleep=clock.sleep, clock=clock)
+    await chain.initialize()
+    server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=5))
+    for turn in "12":
+        out = await chain.complete(replace(REQ, turn_id=turn))
+        assert out.text == "echo: hi"
+    clock.advance(5)
+    await chain.complete(replace(REQ, turn_id="3"))
+    await chain.shutdown()
+    models = [r.body["model"] for r in server.requests]
+    assert models == ["gpt-4o", "gpt-4o-mini", "gpt-4o-mini", "gpt-4o"]
+    assert clock.sleeps == []  # nobody waited: the fallback answered

@@ -231,14 +231,15 @@ async def test_rate_limit_carries_retry_after(server: FakeLLMServer) -> None:
     server.push(
         Reply(status=429, json={"error": {"message": "x"}}, headers={"retry-after-ms": "1500"})
     )
-    p = await provider(server)
-    with pytest.raises(RateLimited) as first:
-        await p.complete(HELLO)
-    with pytest.raises(RateLimited) as second:
-        await p.complete(HELLO)
-    with pytest.raises(RateLimited) as third:
-        await p.complete(HELLO)
-    await p.shutdown()
+    caught = []
+    for _ in range(3):  # a provider each: a 429's wait holds its provider's model back
+        p = await provider(server)
+        with pytest.raises(RateLimited) as info:
+            await p.complete(HELLO)
+        await p.shutdown()
+        caught.append(info)
+    first, second, third = caught
+    assert len(server.requests) == 3
     assert first.value.retry_after == 7.0
     assert second.value.retry_after is None
     assert third.value.retry_after == 1.5

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import httpx
+import orjson
 import pytest
 
+from agent_core.llm.anthropic import AnthropicProvider
 from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, TextDelta
 from agent_core.llm.errors import (
     AuthFailed,
@@ -15,10 +19,17 @@ from agent_core.llm.errors import (
     RequestFailed,
     Timeout,
 )
+from agent_core.llm.http import status_error
 from agent_core.llm.openai import OpenAIProvider
 from agent_core.llm.prices import PriceTable
-from agent_core.llm.retry import Retry
-from tests.fakes.llm_servers import FakeClock, FakeLLMServer, ScriptedProvider, openai_error
+from agent_core.llm.retry import MIN_DELAY, Retry
+from tests.fakes.llm_servers import (
+    FakeClock,
+    FakeLLMServer,
+    ScriptedProvider,
+    anthropic_error,
+    openai_error,
+)
 from tests.unit.llm.conftest import config_for
 
 REQ = CompletionRequest((ChatMessage("user", "hi"),))
@@ -83,6 +94,18 @@ async def test_retry_after_is_slept_exactly(clock: FakeClock) -> None:
     assert clock.sleeps == [7.5, 0.25]
 
 
+async def test_retry_after_zero_backs_off_instead_of_spinning(clock: FakeClock) -> None:
+    """``Retry-After: 0`` (proxies, compatible gateways) would otherwise send the
+    retries within milliseconds: it backs off as if the header were absent, and a
+    tiny wait is at least MIN_DELAY."""
+    zero = [RateLimited("429", retry_after=0.0) for _ in range(2)]
+    out = await retry(ScriptedProvider("s:m", *zero), clock).complete(REQ)
+    assert out.text == "ok"
+    assert clock.sleeps == [1.0, 2.0]  # 1 s x 2^attempt, as without a Retry-After
+    r = retry(ScriptedProvider(), clock)
+    assert r.delay(RateLimited("429", retry_after=0.001), 0) == MIN_DELAY
+
+
 async def test_retry_after_beyond_the_limit_gives_up_at_once(clock: FakeClock) -> None:
     inner = ScriptedProvider("s:m", RateLimited("429", retry_after=3600))
     with pytest.raises(RateLimited):
@@ -94,7 +117,7 @@ async def test_retry_after_header_from_a_real_server(
     server: FakeLLMServer, clock: FakeClock
 ) -> None:
     server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=4))
-    backend = OpenAIProvider(config_for(server), PriceTable())
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
     r = Retry(backend, 3, sleep=clock.sleep)
     await r.initialize()
     out = await r.complete(REQ)
@@ -118,7 +141,7 @@ async def test_a_request_over_the_tokens_per_minute_limit_is_not_retried(
         "to learn more."
     )
     server.push(openai_error(429, "rate_limit_exceeded", too_large, kind="tokens"))
-    backend = OpenAIProvider(config_for(server), PriceTable())
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
     r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
     await r.initialize()
     with pytest.raises(ContextLengthExceeded) as info:
@@ -152,3 +175,184 @@ async def test_stream_that_already_yielded_text_is_not_retried(clock: FakeClock)
     assert seen == [TextDelta("half an ")]
     assert len(inner.calls) == 1
     assert clock.sleeps == []
+
+
+# OpenAI's ordinary TPM 429: the wait is in the body and the reset headers, often
+# with no Retry-After at all
+_TPM = (
+    "Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): "
+    "Limit 30000, Used 29000, Requested 3000. Please try again in {}. Visit "
+    "https://platform.openai.com/account/rate-limits to learn more."
+)
+
+
+def _openai_429(message: str) -> bytes:
+    error = {"message": message, "type": "tokens", "param": None, "code": "rate_limit_exceeded"}
+    return orjson.dumps({"error": error})
+
+
+def _rfc3339_in(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("message", "headers", "wait"),
+    [
+        (_TPM.format("41.724s"), {}, 41.724),
+        (_TPM.format("120ms"), {}, 0.12),
+        (_TPM.format("6m0s"), {}, 360.0),
+        # Retry-After (and retry-after-ms) win over everything
+        (_TPM.format("41s"), {"retry-after": "3"}, 3.0),
+        (_TPM.format("41s"), {"retry-after-ms": "1500", "retry-after": "3"}, 1.5),
+        # the body's wait is for this request; the reset header is until the limit is whole
+        (
+            _TPM.format("2s"),
+            {"x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "0"},
+            2.0,
+        ),
+        # no wait in the body: the reset header of the limit used up ...
+        (
+            "Rate limit reached",
+            {
+                "x-ratelimit-reset-requests": "2s",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-tokens": "1h2m3.5s",
+                "x-ratelimit-remaining-tokens": "1200",
+            },
+            2.0,
+        ),
+        # ... else the largest
+        (
+            "Rate limit reached",
+            {"x-ratelimit-reset-tokens": "41.724s", "x-ratelimit-reset-requests": "120ms"},
+            41.724,
+        ),
+        ("Rate limit reached", {"x-ratelimit-reset-tokens": "1h2m3.5s"}, 3723.5),
+        ("Rate limit reached", {}, None),
+        ("Rate limit reached", {"x-ratelimit-reset-tokens": "soon"}, None),
+    ],
+)
+def test_the_wait_of_a_429_without_retry_after(
+    message: str, headers: dict[str, str], wait: float | None
+) -> None:
+    exc = status_error("openai", 429, _openai_429(message), headers, ())
+    assert isinstance(exc, RateLimited)
+    assert exc.retry_after == (pytest.approx(wait) if wait is not None else None)
+
+
+def test_the_wait_of_an_anthropic_429_from_its_reset_times() -> None:
+    """Anthropic sends Retry-After; without it (a proxy dropped it) the RFC 3339
+    ``anthropic-ratelimit-*-reset`` of the limit used up gives the wait."""
+    body = orjson.dumps(
+        {"type": "error", "error": {"type": "rate_limit_error", "message": "rate limited"}}
+    )
+    headers = {
+        "anthropic-ratelimit-requests-remaining": "10",
+        "anthropic-ratelimit-requests-reset": _rfc3339_in(50),
+        "anthropic-ratelimit-input-tokens-remaining": "0",
+        "anthropic-ratelimit-input-tokens-reset": _rfc3339_in(20),
+    }
+    exc = status_error("anthropic", 429, body, headers, ())
+    assert isinstance(exc, RateLimited) and exc.retry_after is not None
+    assert 17 <= exc.retry_after <= 20  # computed from the wall clock, to the second
+
+
+async def test_an_openai_429_without_retry_after_is_waited_out(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """No Retry-After: the wait comes from the body (and the reset headers), so the
+    retry goes once, after the window, instead of after 1 s, 2 s, 4 s into it."""
+    reply = openai_error(429, "rate_limit_exceeded", _TPM.format("41.724s"), kind="tokens")
+    reply.headers.update(
+        {
+            "x-ratelimit-remaining-tokens": "1000",
+            "x-ratelimit-reset-tokens": "41.724s",
+            "x-ratelimit-reset-requests": "120ms",
+        }
+    )
+    server.push(reply)
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    await r.initialize()
+    out = await r.complete(REQ)
+    await r.shutdown()
+    assert out.text == "echo: hi"
+    assert clock.sleeps == [pytest.approx(41.724)]
+    assert len(server.requests) == 2
+
+
+async def test_an_anthropic_429_without_retry_after_is_waited_out(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    reply = anthropic_error(429, "rate_limit_error", "Number of request tokens has exceeded")
+    reply.headers.update(
+        {
+            "anthropic-ratelimit-tokens-remaining": "0",
+            "anthropic-ratelimit-tokens-reset": _rfc3339_in(30),
+        }
+    )
+    server.push(reply)
+    backend = AnthropicProvider(config_for(server, "anthropic"), PriceTable(), clock=clock)
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    await r.initialize()
+    out = [i async for i in r.stream(REQ)][-1]
+    await r.shutdown()
+    assert out.text
+    assert len(clock.sleeps) == 1 and 27 <= clock.sleeps[0] <= 30
+    assert len(server.requests) == 2
+
+
+async def test_a_known_rate_limit_window_holds_every_caller_back(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """A 429 with a wait holds the backend's model for every caller of the process:
+    a request inside the window is not sent (RateLimited with what is left); the
+    retry layer sleeps that, then sends."""
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
+    await backend.initialize()
+    server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=5))
+    with pytest.raises(RateLimited):
+        await backend.complete(REQ)  # one turn meets the 429
+    clock.advance(1.0)
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    out = await r.complete(REQ)  # another turn, inside the window
+    assert out.text == "echo: hi"
+    assert clock.sleeps == [4.0] and len(server.requests) == 2
+    server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=3))
+    with pytest.raises(RateLimited):
+        _ = [i async for i in backend.stream(REQ)]
+    items = [i async for i in r.stream(REQ)]  # streaming too
+    assert items[-1].text == "echo: hi"
+    assert clock.sleeps == [4.0, 3.0] and len(server.requests) == 4
+    # another model of the same backend (/model, the cheap model) has its own limit
+    server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=3))
+    with pytest.raises(RateLimited):
+        await backend.complete(REQ)
+    other = CompletionRequest(REQ.messages, model="gpt-4o-mini")
+    assert (await backend.complete(other)).text == "echo: hi"
+    assert len(server.requests) == 6
+    await backend.shutdown()
+
+
+async def test_a_window_longer_than_the_limit_is_held_only_that_long(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """A 429 asking for an hour fails calls at once (not worth waiting in a chat),
+    without sending them, for LLM_RETRY_AFTER_MAX_SECS; then one goes out to ask
+    again."""
+    cfg = config_for(server, llm_retry_after_max_secs=60)
+    backend = OpenAIProvider(cfg, PriceTable(), clock=clock)
+    r = Retry(backend, 3, max_retry_after=60, sleep=clock.sleep)
+    await r.initialize()
+    server.push(openai_error(429, "rate_limit_exceeded", "daily limit", retry_after=3600))
+    with pytest.raises(RateLimited):
+        await r.complete(REQ)
+    clock.advance(30)
+    with pytest.raises(RateLimited) as info:
+        await r.complete(REQ)
+    assert info.value.retry_after == pytest.approx(3570)
+    assert len(server.requests) == 1 and clock.sleeps == []
+    clock.advance(31)
+    assert (await r.complete(REQ)).text == "echo: hi"
+    assert len(server.requests) == 2
+    await r.shutdown()
