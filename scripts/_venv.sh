@@ -11,8 +11,26 @@ if [ -z "$PY" ]; then
   echo "parley: Python 3.11 or newer is required (found none on PATH)" >&2
   exit 2
 fi
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+# A .venv is reused only when it is whole (activate and pip: Debian/Ubuntu's Python
+# without python3-venv leaves a half-made one), made here (a moved checkout's scripts
+# point at the old place) and on Python 3.11+; otherwise it is made again.
+_venv_ok() {
+  [ -x .venv/bin/python ] && [ -f .venv/bin/activate ] && [ -e .venv/bin/pip ] \
+    && grep -qF "\"$(pwd -P)/.venv\"" .venv/bin/activate \
+    && .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
+}
+if [ -e .venv ] && ! _venv_ok; then
+  echo "parley: .venv is half-made, moved or on an older Python; making it again" >&2
+  rm -rf .venv
+fi
+if [ ! -e .venv ]; then
+  echo "parley: creating .venv with $PY" >&2
+  if ! "$PY" -m venv .venv; then
+    rm -rf .venv
+    ver="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+    echo "parley: $PY cannot make a virtual environment; on Debian/Ubuntu: sudo apt-get install python$ver-venv" >&2
+    exit 2
+  fi
 fi
 . .venv/bin/activate
 
