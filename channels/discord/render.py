@@ -43,11 +43,13 @@ _STYLE = {ButtonStyle.PRIMARY: 3, ButtonStyle.SECONDARY: 2, ButtonStyle.DANGER: 
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 _DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.+?)(?:\s+#+)?\s*$")
-_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)[^)]*\)")
+# An address may hold one level of balanced parentheses (Wikipedia's Foo_(bar)), in
+# images and masked links alike; a '(' opens a group that must close before the next.
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(((?:[^()\s]|\([^()\s]*\))+)[^)]*\)")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _UNDERSCORE_BOLD = re.compile(r"(?<![\w_])__(?=\S)(.+?)(?<=\S)__(?![\w_])")
 _CODE_SPAN = re.compile(r"(`+).+?\1")
-_MASKED_LINK = re.compile(r"\[[^[\]\n]*\]\([^()\s]*\)")
+_MASKED_LINK = re.compile(r"\[[^[\]\n]*\]\((?:[^()\s]|\([^()\s]*\))*\)")
 # Bold, italics, strike, spoiler: a close-enough match (a false one only moves a cut).
 _EMPHASIS = re.compile(r"\*\*[^*\n]+\*\*|\*[^*\n]+\*|__[^_\n]+__|~~[^~\n]+~~|\|\|[^|\n]+\|\|")
 _URL = re.compile(r"\S+://\S+")

@@ -249,9 +249,15 @@ class _Writer:
                     self.mark("*", False, opening=False)
                 elif name == "CodeBlock":
                     text, self.code = "".join(self.code or []), None
-                    for line in ["```", *_code(text.removesuffix("\n")).split("\n"), "```"]:
-                        self.raw(line)
-                        self.end_line(fence=True)
+                    self.raw("```")
+                    self.end_line(fence=True)
+                    # The code lines carry only the quotes' "> ", not a list item's
+                    # indentation: code copied from a step must run as written.
+                    quotes = "".join(box[0] for box in self.boxes if box[0] == "> ")
+                    for line in _code(text.removesuffix("\n")).split("\n"):
+                        self.lines.append(quotes + line)
+                    self.raw("```")
+                    self.end_line(fence=True)
                 self.end_line()
                 if name in ("BlockQuote", "Item"):
                     self.boxes.pop()

@@ -482,6 +482,31 @@ MARKDOWN_CASES = [
         '<p>[[<a href="https://e.com/" rel="noopener noreferrer nofollow" '
         'target="_blank">a</a></p>',
     ),
+    # a link's label is markdown too; a URL in it is text (links never nest)
+    (
+        "Open [`config.py`](https://e.com/c.py) and [**the guide**](https://e.com/g)",
+        '<p>Open <a href="https://e.com/c.py" rel="noopener noreferrer nofollow" '
+        'target="_blank"><code>config.py</code></a> and <a href="https://e.com/g" '
+        'rel="noopener noreferrer nofollow" target="_blank"><strong>the guide</strong></a></p>',
+    ),
+    (
+        "[see *https://e.com/a*](https://e.com/b)",
+        '<p><a href="https://e.com/b" rel="noopener noreferrer nofollow" target="_blank">'
+        "see <em>https://e.com/a</em></a></p>",
+    ),
+    ('[`a`](https://e.com/"x)', "<p><code>a</code></p>"),  # no link: the label, formatted
+    # a '*' / '**' after punctuation closes only before a space, punctuation or the end
+    ("f(*args, **kwargs) then g(**opts)", "<p>f(*args, **kwargs) then g(**opts)</p>"),
+    ("f(*a) and g(*b)", "<p>f(*a) and g(*b)</p>"),
+    (
+        "**Note:** a, **(b)**, *(c)*.",
+        "<p><strong>Note:</strong> a, <strong>(b)</strong>, <em>(c)</em>.</p>",
+    ),
+    # ~~strike~~ (GFM)
+    (
+        "~~old **a**~~ and ~~ no ~~ and \\~~x~~",
+        "<p><del>old <strong>a</strong></del> and ~~ no ~~ and ~~x~~</p>",
+    ),
 ]
 
 

@@ -22,35 +22,50 @@ const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 // and `code` with '*' in it, but never a bare '**'), and what a part may hold
 // splits into its pieces only one way, so no pattern rescans a long line from every
 // start, nor backtracks through the ways to split it: linear on thousands of '_', '*',
-// '[' or '`'.
+// '~', '[' or '`'.
 // A backslash before ASCII punctuation makes it literal (CommonMark): the escape is a
 // token of its own, so an escaped delimiter never opens a span, and a closing '*' / '_'
-// / '**' right after a backslash is escaped, so it never closes one. Elsewhere (inside
-// `code`, before a letter) the backslash is plain text.
+// / '**' / '~~' right after a backslash is escaped, so it never closes one. Elsewhere
+// (inside `code`, before a letter) the backslash is plain text.
+// Flanking, as far as a single regex allows (CommonMark): an opening '*' / '**' / '~~'
+// is followed by no space, a closing one preceded by no space; and a closing '*' / '**'
+// right after punctuation must be followed by a space, punctuation other than '*', or
+// the end, so in "f(*args, **kwargs) then g(**opts)" the '(**' does not close (it is an
+// opener). An _italic_ is never inside a word (snake_case_name).
 // No lookbehind (Safari before 16.4 cannot even parse one, and the whole script would
 // fail there): an _italic_ captures the character before its '_' (group 8) instead,
 // which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
+// CLOSE in a pattern below: the last character before a closing '*' / '**' / '***': no
+// space, '*', '`' or '\'; punctuation only if the run of '*' it closes with is followed
+// by a space, punctuation other than '*', or the end.
+const CLOSE = /(?:[^*`\s\\!-\/:-@\[-`{-~]|(?![*`\\])[!-\/:-@\[-`{-~](?=\*+(?:[\s!-)+-\/:-@\[-`{-~]|$)))/;
 const INLINE = new RegExp([
   // 1 `code`, or ``code`` that may hold a single '`' (never two: the first '``' closes)
   /(``(?:[^`\n]|`(?!`))+``|`[^`\n]+`)/,
   // 2 ***both***, 3 **bold**: pieces are `code`, a '`' that no other closes, a character
   // other than '*' and '`', or (in bold) a '*' that is not part of '**'; the last one
-  // before the closing '***' / '**' is no space nor '\'
-  /(\*\*\*(?=[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n])*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*\*)/,
-  /(\*\*(?=[^*\s]|\*[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n]|\*(?!\*))*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\s\\])\*\*)/,
+  // before the closing '***' / '**' is `code`, a lone '`' or CLOSE
+  /(\*\*\*(?=[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n])*?(?:`[^`\n]+`|`(?![^`\n]*`)|CLOSE)\*\*\*)/,
+  /(\*\*(?=[^*\s]|\*[^*\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^*`\n]|\*(?!\*))*?(?:`[^`\n]+`|`(?![^`\n]*`)|CLOSE)\*\*)/,
   // 4 [label](5 url) and 10 a bare link: a URL may hold one level of balanced (...)
   // (https://en.wikipedia.org/wiki/Foo_(bar)); a '(' starts a group that must close
   // before the next '(' or ')', so each character is read one way (linear)
   /(\[[^[\]\n]+\]\((https?:\/\/(?:[^()\s]|\([^()\s]*\))+)\))/,
-  /(\*(?=[^*\s])[^*\n]*?[^*\s\\]\*|\*[^*\s\\]\*)/,                       // 6 *italic*
+  /(\*(?=[^*\s])[^*\n]*?CLOSE\*|\*CLOSE\*)/,                               // 6 *italic*
   // 7 _italic_, after 8 (no letter, digit, '_' or '\'): 9 the span itself
   /((^|[^A-Za-z0-9_\\])(_(?=\S)(?:`[^`\n]+`|[^\n_`])*?(?:`[^`\n]+`|[^\s_`\\])_(?![A-Za-z0-9_])))/,
   /(https?:\/\/(?:[^\s<>()"]|\([^\s<>()"]*\))*(?:[^\s<>()".,;:!?']|\([^\s<>()"]*\)))/,
   /(\\[!-\/:-@\[-`{-~])/,                                               // 11 an escape
-].map((r) => r.source).join("|"));
+  // 12 ~~strike~~ (GFM): its pieces as in bold, with '~' for '*'
+  /(~~(?=[^~\s])(?:`[^`\n]+`|`(?![^`\n]*`)|[^~`\n]|~(?!~))*?(?:`[^`\n]+`|`(?![^`\n]*`)|[^~`\s\\])~~)/,
+].map((r) => r.source.split("CLOSE").join(CLOSE.source)).join("|"));
 
-function inline(text, parent) {
-  // **bold**, *italic* / _italic_, ***both***, `code`, [label](http…), bare http(s) links
+// A link's label is markdown too ([`config.py`](…), [**the guide**](…)): it is rendered
+// into the <a> with links off (inLink), so a bare URL or a [x](…) in it stays text and
+// a link never holds another.
+function inline(text, parent, inLink) {
+  // **bold**, *italic* / _italic_, ***both***, ~~strike~~, `code`, [label](http…), bare
+  // http(s) links
   while (text.length) {
     const m = INLINE.exec(text);
     if (!m) { parent.appendChild(document.createTextNode(text)); return; }
@@ -68,23 +83,32 @@ function inline(text, parent) {
     else if (m[2]) {
       el = document.createElement("em");
       el.appendChild(document.createElement("strong"));
-      inline(tok.slice(3, -3), el.firstChild);
+      inline(tok.slice(3, -3), el.firstChild, inLink);
     }
-    else if (m[3]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el); }
-    else if (m[4]) el = link(m[5], tok.slice(1, tok.indexOf("](")));
-    else if (m[10]) el = link(tok, tok);
+    else if (m[3]) { el = document.createElement("strong"); inline(tok.slice(2, -2), el, inLink); }
+    else if (m[4] && !inLink) {
+      el = anchor(m[5]);  // null: not a plain http(s) URL, so the label alone
+      inline(tok.slice(1, tok.indexOf("](")), el || parent, true);
+    }
+    else if (m[10] && !inLink) {
+      el = anchor(tok);
+      if (el) el.textContent = tok;
+      else el = document.createTextNode(tok);
+    }
+    else if (m[4] || m[10]) el = document.createTextNode(tok);  // in a label: text
     else if (m[11]) el = document.createTextNode(tok[1]);
-    else { el = document.createElement("em"); inline(tok.slice(1, -1), el); }
-    parent.appendChild(el);
+    else if (m[12]) { el = document.createElement("del"); inline(tok.slice(2, -2), el, inLink); }
+    else { el = document.createElement("em"); inline(tok.slice(1, -1), el, inLink); }
+    if (el) parent.appendChild(el);
     text = text.slice(at + tok.length);
   }
 }
 
-function link(url, label) {
-  if (!SAFE_URL.test(url)) return document.createTextNode(label);
+// An <a> for a plain http(s) URL (opens in a new tab, no referrer), else null.
+function anchor(url) {
+  if (!SAFE_URL.test(url)) return null;
   const a = document.createElement("a");
   a.href = url; a.rel = "noopener noreferrer nofollow"; a.target = "_blank";
-  a.textContent = label;
   return a;
 }
 

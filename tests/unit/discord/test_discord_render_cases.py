@@ -104,6 +104,9 @@ _WORDS = "word " * 395
     ("lead", "construct"),
     [
         ("see ", "[the deployment guide](https://example.com/docs/deploy)"),
+        # an address with balanced parentheses (Wikipedia, MSDN) is a masked link too
+        ("see ", "[Python programming language](https://en.wikipedia.org/wiki/Python_(lang))"),
+        ("see ", "[the Dispose method docs](https://msdn.example.com/library/fs(v=vs.110).aspx)"),
         ("run ", "`make deploy ENV=prod now`"),
         ("this is ", "**very important to read**"),
     ],
@@ -116,6 +119,12 @@ def test_a_word_cut_does_not_fall_inside_a_span_or_link(lead: str, construct: st
         assert half.count("`") % 2 == 0 and half.count("**") % 2 == 0, half[-60:]
         assert len(re.findall(r"\[", half)) == len(re.findall(r"\]\([^)]*\)", half)), half[-60:]
     assert len(first) <= LIMIT and second.startswith(construct)
+
+
+def test_an_image_whose_address_holds_parentheses_loses_only_its_title() -> None:
+    # The address stopped at its first ')': the title stayed, after a broken address.
+    out = to_discord_markdown('![logo](https://e.com/a_(b).png "Logo") and ![x](https://e.com/y)')
+    assert out == "[logo](https://e.com/a_(b).png) and [x](https://e.com/y)"
 
 
 _EMPTY_BLOCK_AT_END = re.compile(r"```[A-Za-z0-9_+\-.#]*\n```\s*$")

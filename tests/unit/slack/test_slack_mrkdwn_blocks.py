@@ -34,6 +34,18 @@ def test_blockquote_with_bold_and_paragraphs() -> None:
     assert to_mrkdwn(md) == "> *Note:* read\n> this\n>\n> • item\n\nout"
 
 
+def test_a_code_block_in_a_list_item_keeps_only_its_own_indentation() -> None:
+    # Every code line started with the item's "   " inside the fences: Python pasted
+    # from a numbered step failed with "unexpected indent".  Quotes still mark them.
+    md = '1. Create `app.py`:\n\n   ```python\n   def main():\n       print("hi")\n   ```\n2. Run'
+    assert to_mrkdwn(md) == (
+        '1. Create `app.py`:\n\n   ```\ndef main():\n    print("hi")\n   ```\n2. Run'
+    )
+    assert to_mrkdwn("- ```\n  x\n  ```") == "• ```\nx\n  ```"
+    md = "> - a\n>   ```\n>   code\n>\n>    more\n>   ```"
+    assert to_mrkdwn(md) == "> • a\n>   ```\n> code\n> \n>  more\n>   ```"
+
+
 def test_code_block_containing_a_fence_inside_a_longer_fence() -> None:
     md = "````markdown\n```python\nx = a < b\n```\n````\nafter"
     out = to_mrkdwn(md)
