@@ -200,11 +200,12 @@ class TelegramChannel(Channel):
             self.unreachable_fix = exc.fix
             first = max(self.identify_retry_secs[0], exc.retry_after)
             # Not a setting's fault, and Slack and Discord in this process must not go
-            # down with it: start, and learn the bot's @name once Telegram answers
-            # (until then a group message naming the bot by @name is not taken for a
-            # mention, replies to it are, and a group command naming a bot is
-            # ignored).  A revoked token still stops here.  Flood control (429) is
-            # taken the same way, first asked again once the wait is over.
+            # down with it: start, and learn the bot's @name once Telegram answers.
+            # Until then nothing that may name the bot is judged without its name:
+            # polling waits (run_gateway), and the webhook answers a group message
+            # with an "@" in it 503, so Telegram delivers it again later.  A revoked
+            # token still stops here.  Flood control (429) is taken the same way,
+            # first asked again once the wait is over.
             log.warning(
                 "telegram: %s; starting anyway, asking again in %g s",
                 exc.problems[0].split(": ", 1)[1],
@@ -309,10 +310,31 @@ class TelegramChannel(Channel):
     async def run_gateway(self, ingest: Ingest, stop: asyncio.Event) -> None:
         if self.mode != "polling":
             return
+        if not await self._identified_or_stopped(stop):
+            return
         self.poller = Poller(
             self.bot, lambda: self._ctx, timeout=self.settings.telegram_poll_timeout
         )
         await self.poller.run(ingest, stop)
+
+    async def _identified_or_stopped(self, stop: asyncio.Event) -> bool:
+        """Wait until getMe has answered (or given up on a rejected token); False when
+        ``stop`` came first.  Polling before the bot knows its @name would take the
+        group messages naming it (the ones that piled up while the process was down)
+        for messages to others, drop them and confirm them to Telegram: they wait
+        at Telegram instead (kept there 24 h)."""
+        identify = self._identify
+        if identify is None or identify.done():
+            return not stop.is_set()
+        log.info("telegram: polling waits for getMe (the bot's @name) to answer")
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({identify, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        # a token rejected meanwhile: the poller's getUpdates says so and fails the
+        # gateway (TELEGRAM_BOT_TOKEN: rejected ...)
+        return not stop.is_set()
 
     def outbox(self) -> TelegramOutbox:
         if self._outbox is None:

@@ -277,6 +277,24 @@ def _parse_migration(msg: Message, ctx: ParseContext) -> InboundEvent | None:
     )
 
 
+def may_name_unknown_bot(update: Update, ctx: ParseContext) -> bool:
+    """Whether this update cannot be judged yet: the bot's @name is unknown (getMe
+    has not answered since start) and it is a group message that may name the bot -
+    an "@" in its text or caption (``@bot``, ``/cmd@bot``), or an album item (the
+    album's caption, on another item, may).  Parsed now it could be taken for a
+    message to someone else and dropped for good."""
+    if ctx.username:
+        return False
+    msg = update.message
+    if msg is None and ctx.edited_messages == "reply":
+        msg = update.edited_message
+    if msg is None or msg.chat.type == Chat.PRIVATE:
+        return False
+    if msg.sender_chat is None and msg.from_user is not None and msg.from_user.is_bot:
+        return False  # never answered anyway
+    return "@" in (msg.text or msg.caption or "") or bool(msg.media_group_id)
+
+
 def parse_update(update: Update, ctx: ParseContext) -> InboundEvent | None:
     """The event this update means to Parley, or None when it is not for us."""
     if update.callback_query is not None:

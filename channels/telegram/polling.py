@@ -18,6 +18,19 @@ A batch is fetched as raw JSON and each update read on its own: one the Telegram
 library cannot read (a field in a form it does not know) is logged and skipped - the
 offset moves past it - instead of failing the whole batch (``Bot.get_updates`` reads
 them all at once) and so the poller, again after every restart, with the same batch.
+
+The offset is set from each batch alone - past the highest update id published (or
+found not for Parley, or unreadable), never past one left unpublished - and an id
+is never skipped for being below the offset: after a week without updates Telegram
+numbers on from a random id, possibly a lower one, and keeps returning it until an
+offset of the new numbering confirms it (skipping it left the offset where it was:
+silence, and getUpdates in a tight loop).  A genuine repeat is dropped by Ingest's
+de-duplication of ``<bot_id>:<update_id>``; a new id equal to one of the old
+numbering is not mistaken for it as long as DEDUP_TTL_SECS (default 24 h) is shorter
+than the week of silence that precedes a renumbering.  A batch that moves nothing
+(Telegram answering updates again that the offset should have confirmed), or an
+empty answer that did not wait, is followed by a pause (``stall_secs``), never by
+an immediate getUpdates.
 """
 
 from __future__ import annotations
@@ -62,6 +75,7 @@ class Poller:
         conflict_retry_secs: float = 30.0,
         first_conflict_retry_secs: float = 2.0,
         max_skips: int = 5,
+        stall_secs: float = 1.0,
     ) -> None:
         self._bot = bot
         self._context = context
@@ -70,6 +84,7 @@ class Poller:
         self._conflict_retry = conflict_retry_secs
         self._first_conflict_retry = min(first_conflict_retry_secs, conflict_retry_secs)
         self._max_skips = max_skips
+        self._stall = stall_secs  # the wait after a batch that moved nothing
         self.offset: int | None = None
 
     async def _get_updates(self) -> list[tuple[int | None, Update | None]]:
@@ -164,8 +179,11 @@ class Poller:
         conflicted = False
         conflicts = 0  # in this run: the first is retried soon (see the module's doc)
         valid = holds(stop)
+        loop = asyncio.get_running_loop()
+        stalled = False  # the last batch moved nothing (warned once)
         log.info("telegram polling started")
         while not stop.is_set() and valid():
+            asked = loop.time()
             try:
                 updates = await self._fetch(stop)
             except Conflict:
@@ -205,17 +223,73 @@ class Poller:
             if conflicted:
                 log.info("telegram polling resumed")
                 conflicted = False
-            for update_id, update in updates:
-                if update_id is None:
-                    continue  # unreadable and without an id: the next one confirms it
-                if self.offset is not None and update_id < self.offset:
-                    continue
-                if update is not None and not await self._publish(ingest, update, stop):
-                    break  # stopping: the offset stays on the unpublished update
-                self.offset = update_id + 1  # published, or unreadable (logged above)
+            before = self.offset
+            self._take(await self._handle(ingest, updates, stop))
+            if stop.is_set():
+                break
+            if updates and self.offset == before:
+                # Telegram handed back updates this offset should have confirmed (or
+                # only id-less ones): nothing moved, so never ask again at once.
+                (log.debug if stalled else log.warning)(
+                    "telegram getUpdates(offset=%s) answered updates %s again; "
+                    "asking again in %g s",
+                    self.offset,
+                    [u for u, _ in updates][:5],
+                    self._stall,
+                )
+                stalled = True
+                await _sleep(stop, self._stall)
+            elif not updates and loop.time() - asked < self._stall:
+                # an empty answer that did not wait (TELEGRAM_POLL_TIMEOUT=0, or a Bot
+                # API server that does not long-poll): no tight loop either
+                await _sleep(stop, self._stall - (loop.time() - asked))
+            else:
+                stalled = False
         if valid():  # a getUpdates after the lease is gone would disturb the new holder
             await self._confirm()
         log.info("telegram polling stopped")
+
+    async def _handle(
+        self, ingest: Ingest, updates: list[tuple[int | None, Update | None]], stop: asyncio.Event
+    ) -> tuple[list[int], int | None]:
+        """Publish a batch in order: (the ids done with, the first id left unpublished
+        because the poller is stopping, or None).
+
+        An id below the offset is published like any other (no comparison with the
+        offset): after a week without updates Telegram numbers on from a random id,
+        which may be lower, and returns it to getUpdates(offset=<the old offset>)
+        until an offset of the new numbering confirms it.  A genuine repeat is
+        dropped by Ingest's de-duplication (``<bot_id>:<update_id>``)."""
+        done: list[int] = []
+        for update_id, update in updates:
+            if update_id is None:
+                continue  # unreadable and without an id: the next one confirms it
+            if update is not None and not await self._publish(ingest, update, stop):
+                return done, update_id  # stopping: not confirmed
+            done.append(update_id)  # published, not for us, or unreadable (logged)
+        return done, None
+
+    def _take(self, outcome: tuple[list[int], int | None]) -> None:
+        """The next offset, from this batch alone: past the highest id done with, but
+        never past one left unpublished (getUpdates(offset=N) confirms every update
+        with an id below N)."""
+        done, left = outcome
+        if left is not None:
+            # everything before it in the batch is confirmed, it is not (Telegram
+            # returns updates in order: nothing unseen lies below it)
+            self.offset = left
+            return
+        if not done:
+            return
+        highest = max(done) + 1
+        if self.offset is not None and highest < self.offset:
+            log.info(
+                "telegram update ids restarted below the offset (%d < %d; Telegram "
+                "numbers on from a random id after a week without updates)",
+                highest - 1,
+                self.offset,
+            )
+        self.offset = highest
 
     async def _confirm(self) -> None:
         """Tell Telegram which updates are done (the next getUpdates would)."""

@@ -182,6 +182,7 @@ class TelegramOutbox:
         self._typing: dict[ThreadKey, asyncio.Task[None]] = {}
         self._typing_stop: dict[ThreadKey, asyncio.Event] = {}
         self._press_notes: dict[str, asyncio.Task[None]] = {}  # callback id -> its timer
+        self._press_retries: set[asyncio.Task[None]] = set()  # answers waiting out a 429
         self._recent_429: dict[int, float] = {}
         self._global_key = pace_key(CHANNEL, bot_id, "all")
 
@@ -709,6 +710,8 @@ class TelegramOutbox:
             del self._press_notes[cq]
         try:
             await self._bot.answer_callback_query(cq, text=PRESS_NOTE)
+        except RetryAfter as exc:  # flood control: once more, if still in time
+            await self._answer_press_again(cq, PRESS_NOTE, event, exc)
         except TelegramError as exc:  # answered already (its turn, elsewhere) or too old
             log.debug("[%s] press note not shown: %s", event.thread, exc)
         except Exception:
@@ -721,11 +724,43 @@ class TelegramOutbox:
         note = self._press_notes.pop(cq, None)
         if note is not None:
             note.cancel()
+        answer = text[:200] or None
         try:
-            await self._bot.answer_callback_query(cq, text=text[:200] or None)
+            await self._bot.answer_callback_query(cq, text=answer)
+        except RetryAfter as exc:
+            # Flood control: answered once more after the wait, if Telegram still
+            # takes it then; in the background, so the turn does not wait with it.
+            if len(self._press_retries) >= MAX_PRESS_NOTES:
+                log.debug("[%s] press answer dropped: rate limited (%s)", event.thread, exc)
+                return
+            task = asyncio.create_task(self._answer_press_again(cq, answer, event, exc))
+            self._press_retries.add(task)
+            task.add_done_callback(self._press_retries.discard)
         except TelegramError as exc:
             # Too old (over ~15 s) or already answered: nothing left to do.
             log.info("[%s] could not answer button press: %s", event.thread, exc)
+
+    async def _answer_press_again(
+        self, cq: str, text: str | None, event: InboundEvent, exc: RetryAfter
+    ) -> None:
+        """A press's answer refused by flood control (429): wait as Telegram asked and
+        answer once more, if that is still within the time Telegram takes an answer
+        in (``PRESS_ANSWER_WINDOW`` from when the press arrived); else drop it."""
+        wait = _retry_after(exc)
+        if time.time() + wait - event.received_at > PRESS_ANSWER_WINDOW:
+            log.debug(
+                "[%s] press answer dropped: rate limited for %g s, past the press's window",
+                event.thread,
+                wait,
+            )
+            return
+        await asyncio.sleep(wait)
+        try:
+            await self._bot.answer_callback_query(cq, text=text)
+        except TelegramError as again:
+            log.info("[%s] could not answer button press after a 429: %s", event.thread, again)
+        except Exception:
+            log.debug("[%s] press answer failed after a 429", event.thread, exc_info=True)
 
     async def download(self, attachment: Attachment) -> bytes:
         """Fetch an attachment's bytes (on demand; Bot API files up to 20 MB)."""
@@ -747,9 +782,10 @@ class TelegramOutbox:
         return data
 
     async def close(self) -> None:
-        tasks = [*self._typing.values(), *self._press_notes.values()]
+        tasks = [*self._typing.values(), *self._press_notes.values(), *self._press_retries]
         self._typing.clear()
         self._press_notes.clear()
+        self._press_retries.clear()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

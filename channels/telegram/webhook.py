@@ -23,7 +23,13 @@ from agent_core.events import InboundEvent
 from agent_core.ingest import Ingest
 from agent_core.store import keys
 from channels.http_body import BodyTooLarge, read_capped_body
-from channels.telegram.parse import ALBUM_MEMORY_SECS, CHANNEL, ParseContext, parse_update
+from channels.telegram.parse import (
+    ALBUM_MEMORY_SECS,
+    CHANNEL,
+    ParseContext,
+    may_name_unknown_bot,
+    parse_update,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,17 @@ def make_endpoint(
             )
             return _reply(200, "unreadable, dropped")
         ctx = context()
+        if may_name_unknown_bot(update, ctx):
+            # Restarted into getMe trouble (flood control, an outage): a group message
+            # naming the bot by @name would be taken for one to others and dropped.
+            # Not acknowledged: Telegram delivers it again later, once getMe answered
+            # (private chats, replies and commands without @name are not held up).
+            log.info(
+                "telegram update %s (a group message that may name the bot) refused "
+                "with 503 until getMe answers with the bot's @name; Telegram will retry",
+                update.update_id,
+            )
+            return _reply(503, "bot name not known yet, retry")
         try:
             event = parse_update(update, ctx)
         except Exception:

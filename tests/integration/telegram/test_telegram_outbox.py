@@ -280,3 +280,54 @@ async def test_the_outbox_says_whether_plain_group_text_reaches_parley(
     for group_reply, reaches in (("mention", False), ("all", True)):
         ch = await make_channel(fake, redis, group_reply=group_reply)
         assert ch.outbox().group_text_reaches is reaches
+
+
+async def test_a_rate_limited_press_answer_is_given_again_within_the_window(
+    webhook: FakeTelegram,
+    channel: TelegramChannel,
+    published,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 429 on answerCallbackQuery (flood control also covers it) lost the press's
+    answer: the spinner spun on and "already decided" never showed, although the wait
+    Telegram asked for fitted in the time it takes an answer in.  The answer (and a
+    waiting press's note) is given once more after the wait; one whose wait would
+    end past the window is dropped (Telegram would refuse it)."""
+    from dataclasses import replace
+
+    from channels.telegram import sender
+
+    monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.05)
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:k1:y"),)))
+    presses = [webhook.press(42, int(ref.message_id), "ap:k1:y", user_id=42) for _ in range(3)]
+    for p in presses:
+        assert await webhook.deliver(p) == 200
+    answered, noted, late = await published()
+
+    def statuses(press: dict) -> list[int]:  # type: ignore[type-arg]
+        cq = press["callback_query"]["id"]
+        return [
+            c.status
+            for c in webhook.calls
+            if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
+        ]
+
+    webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
+    await out.answer_action(answered, "already decided")  # the turn goes on meanwhile
+    webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
+    out.press_waiting(noted)  # its note meets flood control too
+    async with asyncio.timeout(10):
+        while len(webhook.answered) < 2:
+            await asyncio.sleep(0.02)
+    assert webhook.answered[presses[0]["callback_query"]["id"]] == "already decided"
+    assert webhook.answered[presses[1]["callback_query"]["id"]] == sender.PRESS_NOTE
+    assert statuses(presses[0]) == statuses(presses[1]) == [429, 200]
+
+    # arrived long enough ago that the wait would end past the window: not retried
+    late = replace(late, received_at=time.time() - sender.PRESS_ANSWER_WINDOW + 0.1)
+    webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
+    await out.answer_action(late, "not yours")
+    await asyncio.sleep(0.6)  # past the wait: a retry would have been made by now
+    assert statuses(presses[2]) == [429]
+    await out.close()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from telegram import Update
 
 from agent_core.errors import ConfigError, StoreUnavailable
 from agent_core.events import InboundEvent
@@ -255,3 +257,62 @@ async def test_a_token_revoked_while_polling_fails_the_gateway(
     [line] = exc.value.problems
     assert line.startswith("TELEGRAM_BOT_TOKEN: rejected by Telegram"), line
     assert fake.token not in line and fake.token.split(":")[1] not in line
+
+
+class RenumberedAfterAQuietWeek(Poller):
+    """getUpdates as Telegram answers it across its renumbering: "if there are no new
+    updates for at least a week, then identifier of the next update will be chosen
+    randomly instead of sequentially" (Bot API, Update).  Update 1000 came before the
+    quiet week; the next one is 17, which Telegram returns to getUpdates(offset=1001)
+    until an offset of the new numbering (18) confirms it.  ``repeat``: Telegram
+    keeps returning 17 even then."""
+
+    def __init__(self, channel: TelegramChannel, fake: FakeTelegram, *, repeat: bool) -> None:
+        super().__init__(channel.bot, lambda: channel.context, timeout=0, retry_secs=0.05)
+        self._stall = 60.0  # the pause after an answer that moved nothing: past the test
+        self.before = Update.de_json(fake.message_update(42, "last week", update_id=1000), None)
+        self.after = Update.de_json(fake.message_update(42, "hello again", update_id=17), None)
+        self.repeat = repeat
+        self.offsets: list[int | None] = []
+
+    async def _get_updates(self) -> list[tuple[int | None, Any]]:
+        self.offsets.append(self.offset)
+        await asyncio.sleep(0)
+        if self.offset is None:
+            return [(1000, self.before)]
+        if self.offset != 18 or self.repeat:
+            return [(17, self.after)]
+        return []  # nothing new (and no long poll: timeout 0)
+
+    async def _confirm(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("repeat", [False, True], ids=["confirmed", "returned-again"])
+async def test_an_update_after_telegrams_renumbering_is_published_and_the_poller_waits(
+    fake: FakeTelegram,
+    channel_factory,
+    ingest: Ingest,
+    published,  # type: ignore[no-untyped-def]
+    repeat: bool,
+) -> None:
+    """Update 17, below the offset 1001, was skipped without moving the offset: never
+    published, and getUpdates asked again at once, thousands of times a second, until
+    a restart.  It is published, the offset is set from the batch (18), and an answer
+    that moves nothing (the same update again, or an empty one that did not wait) is
+    followed by a pause, not by the next getUpdates."""
+    channel = await channel_factory(public_url="")
+    p = RenumberedAfterAQuietWeek(channel, fake, repeat=repeat)
+    stop = asyncio.Event()
+    task = asyncio.create_task(p.run(ingest, stop))
+    try:
+        await wait_for(lambda: len(p.offsets) >= 3)
+        await asyncio.sleep(0.3)  # pausing (stall_secs=60): no further getUpdates
+        assert p.offsets == [None, 1001, 18], p.offsets
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await channel.shutdown()
+    # a repeat of 17 is de-duplicated, not answered twice
+    assert [e.text for e in await published()] == ["last week", "hello again"]
+    assert p.offset == 18

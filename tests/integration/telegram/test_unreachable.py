@@ -137,3 +137,109 @@ async def test_check_bot_reports_flood_control_as_a_wait(fake: FakeTelegram) -> 
     assert fix.startswith("retry in 1 s"), fix
     assert exc.value.retry_after == 1
     assert [c.status for c in fake.calls if c.method == "getMe"] == [429, 429]
+
+
+async def test_polling_waits_for_getme_so_a_group_mention_is_not_dropped(
+    fake: FakeTelegram,
+    redis: Redis,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    """Restarted into getMe flood control, the poller ran with the bot's @name
+    unknown: "@bot ..." said in a group while Parley was down was taken for a message
+    to others, dropped, and confirmed to Telegram.  getUpdates now waits for getMe;
+    the mention is then published, addressed, with the mention removed."""
+    from agent_core.ingest import Ingest
+
+    fake.queue_update(fake.message_update(-100123, f"@{BOT_USERNAME} what is the weather?"))
+    fake.queue_update(fake.message_update(42, "and in a DM"))
+    # twice at start (the short wait is waited out once), once more when asked later
+    fake.fail_next("getMe", 429, retry_after=0.2, count=3)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="")  # polling
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    ch.identify_retry_secs = (0.05,)
+    await ch.initialize()
+    assert ch.context.username == ""
+    stop = asyncio.Event()
+    task = asyncio.create_task(ch.run_gateway(Ingest(redis), stop))
+    try:
+        async with asyncio.timeout(10):
+            while len(await published()) < 2:
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await ch.shutdown()
+    methods = [(c.method, c.status) for c in fake.calls]
+    assert methods.count(("getMe", 429)) == 3
+    # not one getUpdates before getMe answered
+    assert methods.index(("getMe", 200)) < methods.index(("getUpdates", 200)), methods
+    group, dm = await published()
+    assert group.text == "what is the weather?" and group.mentions_bot
+    assert dm.text == "and in a DM"
+
+
+async def test_polling_that_is_stopped_while_getme_waits_sends_no_getupdates(
+    fake: FakeTelegram, redis: Redis
+) -> None:
+    fake.fail_next("getMe", 429, retry_after=30)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    await ch.initialize()
+    stop = asyncio.Event()
+    task = asyncio.create_task(ch.run_gateway(None, stop))  # type: ignore[arg-type]
+    try:
+        await asyncio.sleep(0.1)
+        assert not task.done()
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    finally:
+        await ch.shutdown()
+    assert not any(c.method == "getUpdates" for c in fake.calls)
+
+
+async def test_a_webhook_asks_telegram_to_resend_a_group_mention_until_getme_answers(
+    fake: FakeTelegram,
+    redis: Redis,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    """Same cause in webhook mode: a web process restarted into getMe flood control
+    answered 200 ("ignored") to a group "@bot ..." it could not recognise, and
+    Telegram never sent it again.  Until getMe answers, a group message that may name
+    the bot is answered 503 (Telegram redelivers it); private chats, and group
+    messages that cannot name it, are handled as ever."""
+    import httpx
+    from starlette.applications import Starlette
+
+    from agent_core.ingest import Ingest
+    from tests.integration.telegram.conftest import SECRET
+
+    fake.fail_next("getMe", 429, retry_after=30)  # starts without it, asks again in 30 s
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    await ch.initialize()
+    try:
+        fake.webhook_transport = httpx.ASGITransport(app=Starlette(routes=ch.routes(Ingest(redis))))
+        fake.webhook = {"url": "http://127.0.0.1:9/telegram/webhook", "secret_token": SECRET}
+        mention = fake.message_update(-100123, f"@{BOT_USERNAME} hi there")
+        command = fake.message_update(-100123, f"/new@{BOT_USERNAME}")
+        chatter = fake.message_update(-100123, "lunch anyone?")  # cannot name the bot
+        dm = fake.message_update(42, "hello")
+        assert ch.context.username == ""
+        assert [await fake.deliver(u) for u in (mention, command, chatter, dm)] == [
+            503,
+            503,
+            200,
+            200,
+        ]
+        assert [e.text for e in await published()] == ["hello"]
+        async with asyncio.timeout(10):  # getMe answers after the 30 s wait (cut short)
+            ch._identify.cancel()  # type: ignore[union-attr]
+            ch._identify = asyncio.create_task(ch._identify_later(0.0))
+            while ch.context.username != BOT_USERNAME:
+                await asyncio.sleep(0.02)
+        # Telegram's redelivery
+        assert [await fake.deliver(u) for u in (mention, command)] == [200, 200]
+    finally:
+        await ch.shutdown()
+    texts = [(e.text, e.mentions_bot) for e in await published()]
+    assert texts == [("hello", False), ("hi there", True), ("/new", True)], texts
