@@ -156,14 +156,39 @@ class LeaseStop(asyncio.Event):
     keeper learns the lease is lost, and ``is_set()`` is true as soon as the lease is
     no longer surely ours (:meth:`Lease.valid`), before the keeper has run: every
     ``while not stop.is_set()`` of a gateway is a validity check.  ``wait()``
-    returns when it is set (the keeper sets ``lost`` at its next turn)."""
+    returns when it is set (the keeper sets ``lost`` at its next turn).
+    ``margin``: the lease's (:attr:`Lease.margin`), ``lost``: its :attr:`Lease.lost`."""
 
-    def __init__(self, valid: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        valid: Callable[[], bool],
+        *,
+        margin: float = 0.0,
+        lost: asyncio.Event | None = None,
+    ) -> None:
         super().__init__()
         self.valid = valid
+        self.margin = margin
+        self._lost = lost
 
     def is_set(self) -> bool:
         return super().is_set() or not self.valid()
+
+    def lease_lost(self) -> bool:
+        """Whether the lease is lost or no longer surely ours (not the process
+        stopping): what the run holds must be let go within the margin."""
+        return (self._lost is not None and self._lost.is_set()) or not self.valid()
+
+
+def stop_grace(stop: asyncio.Event, grace: float) -> float:
+    """How long a run told to stop may still spend finishing what is in flight on
+    its connection (acknowledging what it took) before closing it: ``grace`` when
+    the process stops; when its lease is lost, a quarter of the lease's margin at
+    most (:func:`run_under_lease` cancels the run at 0.8 of the margin: its
+    connection must be gone before another process can take the lease)."""
+    if isinstance(stop, LeaseStop) and stop.lease_lost():
+        return min(grace, stop.margin / 4)
+    return grace
 
 
 def holds(stop: asyncio.Event) -> Callable[[], bool]:
@@ -192,7 +217,7 @@ async def run_under_lease(
         lease = make_lease()
         if not await lease.acquire(stop):
             return
-        inner = LeaseStop(lease.valid)
+        inner = LeaseStop(lease.valid, margin=lease.margin, lost=lease.lost)
         task: asyncio.Task[None] = asyncio.create_task(run(inner), name=f"under lease {lease.name}")
         waits = {
             asyncio.create_task(stop.wait()),

@@ -113,6 +113,8 @@ class SlackChannel(Channel):
         )
 
     async def shutdown(self) -> None:
+        if self._outbox is not None:
+            self._outbox.close()
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None

@@ -36,7 +36,9 @@ current_channel: ContextVar[str] = ContextVar("slack_current_channel", default="
 # The calls whose 429 pauses a channel's posting pace: the messages of a channel
 # (Slack's ~1 a second per channel).  Other limits (reactions.add/remove,
 # users.info, chat.delete, history: per method and workspace) say nothing about
-# posting into that channel, so their 429 only waits for itself.
+# posting into that channel, so their 429 never pauses it.  (The outbox sends the
+# messages an answer needs, the streamed edits and the working reaction through a
+# client without this handler: those 429s are never waited out inside the call.)
 POSTING_METHODS = frozenset({"chat.postMessage", "chat.postEphemeral", "chat.update"})
 
 

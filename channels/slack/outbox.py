@@ -3,12 +3,18 @@
 * Every message into a channel books a slot on that channel's shared pace
   (``SLACK_CHANNEL_PACE_SECS``, all worker processes together); a streamed
   (non-final) edit that would have to wait is skipped, never queued.
-* 429s: the SDK retry handler honours ``Retry-After`` once and pauses the
-  channel's pace; a second 429 raises :class:`SendRateLimited` from
-  :meth:`SlackOutbox._call`.  A message the answer needs (its first post, the
-  final edit, the rest of a long answer) waits the ``Retry-After`` out again,
-  up to ``_TAIL_MAX_WAIT`` in all (:meth:`SlackOutbox._call_waiting`); only a
-  streamed preview is skipped.
+* 429s: a 429 on a message into a channel pauses the channel's shared pace
+  (:meth:`SlackOutbox._call`).  A message the answer needs (its first post, the
+  final edit, the rest of a long answer) goes through a client that never waits
+  a 429 out by itself: :meth:`SlackOutbox._call_waiting` waits the
+  ``Retry-After`` out and tries again, up to ``_TAIL_MAX_WAIT`` of waiting in all
+  (its count is the only one); a streamed preview is skipped.  Other calls
+  (``chat.postEphemeral``, ``chat.delete``) go through the SDK's retry handler:
+  ``Retry-After`` waited out once.
+* The working reaction (``reactions.add`` / ``reactions.remove``) never waits
+  in the turn: a 429 on adding it skips it (the next typing tick after the
+  ``Retry-After`` tries again); a 429 on taking it off is retried in the
+  background after the ``Retry-After``, off the turn and its thread lock.
 * A long answer is several messages in the thread; its MessageRef is the
   first one, ``extra`` listing the others, so a later edit updates them all.
 * Slash commands used where the bot is not a member: the answer goes back
@@ -21,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -79,6 +86,10 @@ _MAYBE_DONE = frozenset({"internal_error", "fatal_error", "service_unavailable"}
 _MEMO_MAX = 10_000
 _DROPPABLE_MAX_WAIT = 0.1  # a streamed edit waits at most this for its slot, else is skipped
 _TAIL_MAX_WAIT = 60.0  # rate-limit wait for one message an answer needs (not a preview)
+# A working reaction whose removal got a 429 is taken off in the background: up to
+# this many more tries, waiting each Retry-After, at most _UNREACT_MAX_WAIT in all.
+_UNREACT_TRIES = 3
+_UNREACT_MAX_WAIT = 120.0
 _RESPONSE_URL_USES = 5  # posts Slack takes through one response_url (in 30 minutes)
 _CUT_NOTE = (
     "_(The rest did not fit: Slack lets me answer privately only a few times. "
@@ -90,6 +101,17 @@ UNKNOWN_TS = "?"  # in MessageRef.extra: a message posted whose ts never came ba
 # the id must not be empty (the agent core takes an empty id for "cannot be edited").
 # Never a Slack ts: edit() sends such refs to the response_url, never to chat.update.
 PRIVATE_ID = "ru"
+
+
+async def _pause(seconds: float) -> None:
+    """A rate limit's wait (its own name: tests count who waits how long)."""
+    await asyncio.sleep(seconds)
+
+
+def _rate_limited(exc: SlackApiError) -> bool:
+    return exc.response is not None and (
+        exc.response.status_code == 429 or exc.response.get("error") == "ratelimited"
+    )
 
 
 def _retry_after(exc: SlackApiError) -> float:
@@ -123,9 +145,12 @@ class SlackOutbox:
         # slack_sdk's webhook client logs a response_url (a secret capability) at DEBUG
         for name in url_tokens.SLACK_WEBHOOK_LOGGERS:
             url_tokens.install(name)
-        # Streamed edits go through a client that does not wait out a 429: one that
-        # would have to wait is skipped (the turn keeps reading the model), and the
-        # previews of this process pause for the Retry-After.
+        # A client that never waits a 429 out by itself (no rate-limit retry
+        # handler): streamed edits (one that would have to wait is skipped, the turn
+        # keeps reading the model, and this process's previews pause for the
+        # Retry-After); the messages an answer needs (_call_waiting counts and
+        # bounds their waiting itself); the working reaction (never waited for in
+        # a turn).
         self._web_no_wait = AsyncWebClient(
             token=web.token,
             base_url=web.base_url,
@@ -134,6 +159,8 @@ class SlackOutbox:
             retry_handlers=[SafeConnectionErrorRetryHandler()],
         )
         self._previews_quiet_until = 0.0
+        self._reactions_quiet_until = 0.0  # reactions.add got a 429: not before this
+        self._background: set[asyncio.Task[None]] = set()  # reactions taken off later
         self._ru_uses: dict[str, int] = {}  # posts made through each response_url
         # response_urls of /parley commands answered privately (Parley not a member):
         # later parts of the answer go there without a chat.postMessage refused first
@@ -163,9 +190,19 @@ class SlackOutbox:
 
     # -- Web API calls -----------------------------------------------------
     async def _call(
-        self, method: str, channel: str, *, droppable: bool = False, **kwargs: Any
+        self,
+        method: str,
+        channel: str,
+        *,
+        droppable: bool = False,
+        sdk_waits: bool = True,
+        **kwargs: Any,
     ) -> AsyncSlackResponse | None:
-        """One paced Web API call. Returns None when a droppable call was skipped."""
+        """One paced Web API call. Returns None when a droppable call was skipped.
+
+        ``sdk_waits``: a 429 is waited out once by slack_sdk's retry handler inside
+        the call (False: SendRateLimited at once, the caller waits; a droppable call
+        never waits, it is skipped)."""
         if self.pace_secs > 0:
             paces = [(channel_pace(channel), self.pace_secs)]
             max_wait = _DROPPABLE_MAX_WAIT if droppable else None
@@ -181,13 +218,11 @@ class SlackOutbox:
         token = current_channel.set(channel)
         try:
             body = {"channel": channel, **{k: v for k, v in kwargs.items() if v is not None}}
-            web = self._web_no_wait if droppable else self.web
+            web = self.web if sdk_waits and not droppable else self._web_no_wait
             return await web.api_call(method, json=body)
         except SlackApiError as exc:
             error = str(exc.response.get("error", "")) if exc.response is not None else ""
-            if exc.response is not None and (
-                exc.response.status_code == 429 or error == "ratelimited"
-            ):
+            if _rate_limited(exc):
                 retry_after = _retry_after(exc)
                 if droppable:
                     # chat.update's limit is per workspace, not per channel: only
@@ -380,16 +415,19 @@ class SlackOutbox:
         self, method: str, channel: str, **kwargs: Any
     ) -> AsyncSlackResponse | None:
         """:meth:`_call` for a message the answer needs (not a droppable preview):
-        a 429 that slack_sdk's one retry did not get past is waited out and the
-        call made again, up to ``_TAIL_MAX_WAIT`` in all, then SendRateLimited.
-        chat.update is limited per workspace (~50 a minute, every conversation
-        together), so a busy workspace 429s a final edit twice readily.  A post
-        gives its part claim back during the wait (nothing was created) and
+        a 429 is waited out (its Retry-After) and the call made again, up to
+        ``_TAIL_MAX_WAIT`` of waiting in all, then SendRateLimited.  The calls go
+        through the client without slack_sdk's rate-limit handler: this count is
+        the only wait (the SDK's would sleep and resend inside each call, uncounted
+        and past the channel's shared pace), so Retry-After 30 means 3 requests and
+        60 s.  chat.update is limited per workspace (~50 a minute, every
+        conversation together), so a busy workspace 429s a final edit readily.  A
+        post gives its part claim back during the wait (nothing was created) and
         claims again before the next try."""
         waited = 0.0
         while True:
             try:
-                return await self._call(method, channel, **kwargs)
+                return await self._call(method, channel, sdk_waits=False, **kwargs)
             except SendRateLimited as exc:
                 wait = max(exc.retry_after, 1.0)  # a Retry-After of 0 must not spin
                 waited += wait
@@ -403,7 +441,7 @@ class SlackOutbox:
                         log.warning("could not take back a part claim (claimed again)")
                 # the channel's pace is paused as long (all processes); this
                 # process sleeps it too, pacing on or off
-                await asyncio.sleep(wait)
+                await _pause(wait)
 
     async def _tail(self, method: str, channel: str, post: SlackPost, args: dict[str, Any]) -> str:
         """One message after the head of a multi-message answer (its ts, or UNKNOWN_TS).
@@ -539,16 +577,32 @@ class SlackOutbox:
         )
 
     async def typing(self, thread: ThreadKey) -> None:
-        if not self.reaction:
+        """Put the working reaction on the thread's newest message (once a turn).
+
+        Never waits in the turn: reactions.add goes through the client without the
+        rate-limit handler, and a 429 skips it; the record is dropped so that a
+        later call (the turn calls this every few seconds) puts it on once the
+        Retry-After is over, which this process's reactions.add calls wait for."""
+        if not self.reaction or time.monotonic() < self._reactions_quiet_until:
             return
+        target: tuple[str, str] | None = None
         try:
             target = await self.state.last_message(thread)
             # recorded in Redis first: whoever ends the turn takes off every reaction
             # put on (a message merged into the running turn is the thread's newest)
             if target is None or not await self.state.reacting(thread, target):
                 return  # put on already in this turn (by any worker)
-            await self.web.reactions_add(channel=target[0], timestamp=target[1], name=self.reaction)
+            await self._web_no_wait.reactions_add(
+                channel=target[0], timestamp=target[1], name=self.reaction
+            )
         except SlackApiError as exc:
+            if _rate_limited(exc):
+                self._reactions_quiet_until = time.monotonic() + _retry_after(exc)
+                log.debug("[%s] Slack working reaction rate limited; later", thread)
+                if target is not None:
+                    with contextlib.suppress(Exception):  # else this turn goes without
+                        await self.state.not_reacting(thread, target)
+                return
             if exc.response is None or exc.response.get("error") != "already_reacted":
                 log.debug(
                     "[%s] Slack working reaction failed: %s",
@@ -560,7 +614,11 @@ class SlackOutbox:
 
     async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
         """Take the working reaction off the turn's message and off every other
-        message it was put on during the turn (messages merged into it)."""
+        message it was put on during the turn (messages merged into it).
+
+        Runs in the turn's end, under the thread's lock: never waits out a 429.
+        Those Slack refuses so are taken off in the background after the
+        Retry-After (:meth:`_unreact_later`)."""
         if not self.reaction:
             return
         targets: list[tuple[str, str]] = []
@@ -579,15 +637,21 @@ class SlackOutbox:
             targets += [t for t in await self.state.take_reacted(thread) if t not in targets]
         except Exception as exc:  # Redis: the head's reaction still goes
             log.debug("[%s] reading the Slack reactions failed: %s", thread, type(exc).__name__)
-        for target in targets:
-            await self._unreact(thread, target)
+        for i, target in enumerate(targets):
+            retry_after = await self._unreact(thread, target)
+            if retry_after is not None:  # the rest would be refused too: all later
+                self._unreact_later(thread, targets[i:], retry_after)
+                return
 
-    async def _unreact(self, thread: ThreadKey, target: tuple[str, str]) -> None:
+    async def _unreact(self, thread: ThreadKey, target: tuple[str, str]) -> float | None:
+        """reactions.remove, never waited out: the Retry-After of a 429, else None."""
         try:
-            await self.web.reactions_remove(
+            await self._web_no_wait.reactions_remove(
                 channel=target[0], timestamp=target[1], name=self.reaction
             )
         except SlackApiError as exc:
+            if _rate_limited(exc):
+                return _retry_after(exc)
             if exc.response is None or exc.response.get("error") != "no_reaction":
                 log.debug(
                     "[%s] removing the Slack reaction failed: %s",
@@ -596,6 +660,53 @@ class SlackOutbox:
                 )
         except Exception as exc:
             log.debug("[%s] removing the Slack reaction failed: %s", thread, type(exc).__name__)
+        return None
+
+    def _unreact_later(
+        self, thread: ThreadKey, targets: list[tuple[str, str]], retry_after: float
+    ) -> None:
+        task = asyncio.create_task(self._unreact_retrying(thread, targets, retry_after))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _unreact_retrying(
+        self, thread: ThreadKey, targets: list[tuple[str, str]], retry_after: float
+    ) -> None:
+        """Reactions a 429 kept on, taken off after its Retry-After (off the turn):
+        up to ``_UNREACT_TRIES`` more tries, ``_UNREACT_MAX_WAIT`` of waiting in all.
+        A message a newer turn of the thread put the reaction on again is left to
+        that turn's end."""
+        waited = 0.0
+        for _ in range(_UNREACT_TRIES):
+            wait = max(retry_after, 1.0)
+            waited += wait
+            if waited > _UNREACT_MAX_WAIT:
+                break
+            await _pause(wait)
+            try:
+                again = await self.state.reacted(thread)
+            except Exception:  # Redis: take them off all the same
+                again = set()
+            left = [t for t in targets if t not in again]
+            targets = []
+            for i, target in enumerate(left):
+                later = await self._unreact(thread, target)
+                if later is not None:
+                    targets, retry_after = left[i:], later
+                    break
+            if not targets:
+                return
+        log.info(
+            "[%s] Slack kept rate limiting reactions.remove: the working reaction stays "
+            "on %d message(s)",
+            thread,
+            len(targets),
+        )
+
+    def close(self) -> None:
+        """Stop the reactions still waiting to be taken off (the process ends)."""
+        for task in list(self._background):
+            task.cancel()
 
     async def user_display_name(self, user_id: str) -> str:
         """A person's display name (NameResolver): users.info, cached an hour."""

@@ -13,7 +13,13 @@ One small loop, on aiohttp (the same session as the Web API client):
    no longer surely the gateway lease's holder (it resumed from a pause longer
    than the lease) is neither handled nor acknowledged: Slack redelivers it, to
    the new holder's socket;
-4. on ``disconnect`` (Slack refreshes sockets every few hours) the loop
+4. on ``disconnect`` (Slack refreshes sockets every few hours, and keeps the old
+   one usable for a few seconds after saying so) and on stop (a deploy, the lease
+   lost), the loop stops reading, lets the envelopes in flight be submitted and
+   acknowledged on that socket (at most ``drain_secs``; a quarter of the lease's
+   margin when the lease is lost), and only then closes it: a slash command or a
+   button press whose ack is lost is never sent again (the person sees
+   ``operation_timeout`` though Parley took it).  After a ``disconnect`` it
    reconnects at once; on errors with exponential backoff and jitter.
 
 A rejected app token is one error line, then the loop waits for shutdown.
@@ -35,7 +41,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.errors import StoreUnavailable
-from agent_core.store.lease import holds
+from agent_core.store.lease import holds, stop_grace
 
 from .inbound import SlackInbound
 
@@ -43,6 +49,10 @@ log = logging.getLogger(__name__)
 
 _GRACEFUL, _HEALTHY, _FAILED = "graceful", "healthy", "failed"
 _STABLE_SECS = 30.0  # a socket that lived this long resets the backoff
+# How long a socket being given up (Slack's ``disconnect``, a stop) is kept open for
+# the acks of the envelopes in flight: Slack closes a socket about 10 s after its
+# ``disconnect`` warning, and a submit takes a Redis round trip or two.
+_DRAIN_SECS = 5.0
 
 _AUTH_ERRORS = frozenset(
     {
@@ -68,6 +78,7 @@ class SocketModeGateway:
         ping_interval: float = 10.0,
         backoff_base: float = 1.0,
         backoff_max: float = 30.0,
+        drain_secs: float = _DRAIN_SECS,
     ) -> None:
         self.inbound = inbound
         self.web = web
@@ -76,6 +87,7 @@ class SocketModeGateway:
         self.ping_interval = ping_interval
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.drain_secs = drain_secs
         self.connects = 0  # sockets opened so far (tests, metrics)
         self.connected = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -124,8 +136,8 @@ class SocketModeGateway:
                 attempt = 0
             attempt += 1
             await self._sleep(stop, self._backoff(attempt))
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
+        if self._tasks:  # outlived the drain: their acks are lost, let the submits end
+            await asyncio.wait(self._tasks, timeout=stop_grace(stop, self.drain_secs))
 
     @staticmethod
     async def _sleep(stop: asyncio.Event, seconds: float) -> None:
@@ -149,6 +161,7 @@ class SocketModeGateway:
                     )
                     if stopper in done:
                         receiver.cancel()
+                        await self._drain(stop)
                         return _GRACEFUL
                     msg = receiver.result()
                     if msg.type != aiohttp.WSMsgType.TEXT:
@@ -166,6 +179,7 @@ class SocketModeGateway:
                             log.error("Slack disabled Socket Mode for this app; stopping it")
                             await stop.wait()
                         log.info("Slack asked to reconnect (%s)", reason)
+                        await self._drain(stop)
                         return _GRACEFUL
                     elif data.get("envelope_id"):
                         task = asyncio.create_task(self._envelope(ws, data))
@@ -173,6 +187,34 @@ class SocketModeGateway:
                         task.add_done_callback(self._tasks.discard)
             finally:
                 stopper.cancel()
+
+    async def _drain(self, stop: asyncio.Event) -> None:
+        """Before the socket closes: wait for the envelopes in flight, so that their
+        acks go out on it.  Nothing more is read.  At most ``drain_secs``, cut to
+        :func:`stop_grace` once ``stop`` is set (the lease lost: a fraction of its
+        margin)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while self._tasks:
+            stopping = stop.is_set()
+            left = started + (stop_grace(stop, self.drain_secs) if stopping else self.drain_secs)
+            left -= loop.time()
+            if left <= 0:
+                log.warning(
+                    "Slack socket closed with %d envelope(s) still being handled: their "
+                    "acks are lost (Slack delivers an event again, a command or a press not)",
+                    len(self._tasks),
+                )
+                return
+            waiters: set[asyncio.Future[Any]] = set(self._tasks)
+            stopper = None if stopping else asyncio.ensure_future(stop.wait())
+            if stopper is not None:
+                waiters.add(stopper)
+            try:
+                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if stopper is not None:
+                    stopper.cancel()
 
     async def _envelope(self, ws: aiohttp.ClientWebSocketResponse, data: dict[str, Any]) -> None:
         envelope_id = str(data["envelope_id"])

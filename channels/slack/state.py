@@ -69,6 +69,14 @@ class SlackState:
             added, _ = await pipe.execute()
         return bool(added)
 
+    async def not_reacting(self, thread: ThreadKey, target: tuple[str, str]) -> None:
+        """Undo :meth:`reacting`: the reaction was not put on (a later call may)."""
+        await self.redis.srem(reacted_key(thread), f"{target[0]} {target[1]}".encode())
+
+    async def reacted(self, thread: ThreadKey) -> set[tuple[str, str]]:
+        """The messages the working reaction is on in the thread's current turn."""
+        return set(_targets(await self.redis.smembers(reacted_key(thread))))
+
     async def take_reacted(self, thread: ThreadKey) -> list[tuple[str, str]]:
         """Every message the working reaction was put on in ``thread``, forgotten."""
         key = reacted_key(thread)
@@ -76,10 +84,14 @@ class SlackState:
             pipe.smembers(key)
             pipe.delete(key)
             members, _ = await pipe.execute()
-        out: list[tuple[str, str]] = []
-        for raw in sorted(members):
-            text = raw.decode() if isinstance(raw, bytes) else str(raw)
-            channel, _, ts = text.partition(" ")
-            if ts:
-                out.append((channel, ts))
-        return out
+        return _targets(members)
+
+
+def _targets(members: set[bytes]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for raw in sorted(members):
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        channel, _, ts = text.partition(" ")
+        if ts:
+            out.append((channel, ts))
+    return out

@@ -13,7 +13,7 @@ import redis as sync_redis
 from agent_core.metrics import Metrics
 from agent_core.store import keys
 from agent_core.store.embedded import EmbeddedValkey
-from agent_core.store.lease import Lease, run_under_lease
+from agent_core.store.lease import Lease, run_under_lease, stop_grace
 from bots.gateway_watch import watch_gateways
 from bots.metrics import render
 
@@ -216,6 +216,33 @@ async def test_a_gateway_that_ignores_its_stop_is_cancelled_when_the_lease_is_lo
     stop.set()
     await asyncio.wait_for(holder, 10)
     assert await redis.get("parley:lease:gateway:stuck") is None  # released on stop
+
+
+async def test_a_run_told_its_lease_is_lost_has_a_fraction_of_the_margin_to_finish(
+    redis: Any,
+) -> None:
+    """What a gateway may still spend acknowledging what it took before closing its
+    connection (Slack Socket Mode): the full grace when the process stops, a quarter
+    of the lease's margin when the lease is lost (cancelled at 0.8 of it)."""
+    graces: list[float] = []
+
+    async def run(inner: asyncio.Event) -> None:
+        graces.append(stop_grace(inner, 5.0))
+        await inner.wait()
+        graces.append(stop_grace(inner, 5.0))
+
+    lease = Lease(redis, "gateway:grace", "me", ttl=0.6)
+    stop = asyncio.Event()
+    holder = asyncio.create_task(run_under_lease(lambda: lease, run, stop))
+    while not graces:
+        await asyncio.sleep(0.01)
+    await redis.set("parley:lease:gateway:grace", "someone-else")  # taken over
+    while len(graces) < 2:
+        await asyncio.sleep(0.01)
+    assert graces == [5.0, lease.margin / 4]
+    stop.set()
+    await redis.delete("parley:lease:gateway:grace")
+    await asyncio.wait_for(holder, 10)
 
 
 async def test_a_gateway_that_fails_raises_and_releases_its_lease(redis: Any) -> None:

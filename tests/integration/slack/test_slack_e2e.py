@@ -96,8 +96,8 @@ async def test_final_edit_rate_limited_twice_is_waited_out(
     valkey: EmbeddedValkey, redis: Any, fake_slack: FakeSlack
 ) -> None:
     """chat.update is ~50 a minute per workspace, shared by every conversation: a
-    second 429 on the final edit (slack_sdk waits out the first) must not lose the
-    answer.  The edit waits the Retry-After again and goes through; the preview is
+    429 on the final edit, twice in a row, must not lose the answer.  The edit
+    waits each Retry-After out and goes through; the preview is
     not left standing and no "skipped" notice is sent."""
     final = "The first words and the rest of the answer."
     model = ScriptedProvider(

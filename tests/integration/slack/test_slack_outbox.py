@@ -7,6 +7,7 @@ import collections
 import itertools
 import logging
 import time
+import types
 from collections.abc import Callable
 
 import pytest
@@ -195,25 +196,60 @@ async def test_429_honours_retry_after_and_pauses_the_channel(
     # key itself lasts the pause, here 0 s, plus the pace, so it is not checked: under
     # load it may be gone already, which failed CI once)
     assert paused == [channel_pace("C4")]
-    # still limited after slack_sdk's retry: waited out again, the answer goes out
+    # limited twice in a row: waited out again, the answer goes out
     fake_slack.rate_limit("chat.postMessage", times=2, retry_after=0)
     await slack.outbox().send(thread, OutboundMessage("again"))
     assert [m.text for m in fake_slack.thread("C4", thread.thread)] == ["after a 429", "again"]
     # limited for longer than _TAIL_MAX_WAIT: a clear transient error
     monkeypatch.setattr("channels.slack.outbox._TAIL_MAX_WAIT", 0.5)
-    fake_slack.rate_limit("chat.postMessage", times=2, retry_after=0)
+    fake_slack.rate_limit("chat.postMessage", retry_after=0)
     with pytest.raises(SendRateLimited):
         await slack.outbox().send(thread, OutboundMessage("once more"))
 
 
-async def test_a_rate_limited_working_reaction_does_not_pause_the_channel(
+class Waits:
+    """Who waited out a 429 how long: Parley (channels.slack.outbox._pause) or
+    slack_sdk's rate-limit retry handler (its asyncio.sleep).  Nobody really sleeps;
+    Parley's waits can be held at a gate."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from slack_sdk.http_retry import builtin_async_handlers
+
+        self.parley: list[float] = []
+        self.sdk: list[float] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+        async def parley(seconds: float) -> None:
+            self.parley.append(seconds)
+            await self.gate.wait()
+
+        async def sdk(seconds: float) -> None:
+            self.sdk.append(seconds)
+
+        # raising=False: the test also runs (and fails) against code without _pause
+        monkeypatch.setattr("channels.slack.outbox._pause", parley, raising=False)
+        monkeypatch.setattr(builtin_async_handlers, "asyncio", types.SimpleNamespace(sleep=sdk))
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_rate_limited_working_reaction_never_holds_the_turn(
     fake_slack: FakeSlack, slack: SlackChannel, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """reactions.add / reactions.remove have their own limit (per method and
-    workspace): their 429 is waited out by that call alone; posting into the
-    channel, every worker's, goes on."""
-    from agent_core.store.pacing import Pacer
-
+    workspace).  Their 429 must not hold the conversation: the reaction is taken
+    off in the turn's end, under the thread's lock and inside the turn's timeout,
+    where slack_sdk's retry handler slept the Retry-After.  Neither call waits in
+    the turn now: a refused reactions.add is skipped and put on by a later typing
+    call after the Retry-After; a refused reactions.remove is made again in the
+    background after it.  Posting into the channel is never paused by them."""
     paused: list[str] = []
     real = Pacer.pause
 
@@ -222,16 +258,81 @@ async def test_a_rate_limited_working_reaction_does_not_pause_the_channel(
         await real(self, key, seconds)
 
     monkeypatch.setattr(Pacer, "pause", recording)
+    waits = Waits(monkeypatch)
     user_msg = fake_slack.add_user_message("C7", "hi")
     thread = ThreadKey("slack", TEAM, "C7", user_msg.ts)
     await SlackState(redis, 60).remember(last=(thread, f"C7 {user_msg.ts}"))
+    outbox = slack.outbox()
+
     fake_slack.rate_limit("reactions.add", retry_after=0)
-    await slack.outbox().typing(thread)
-    fake_slack.rate_limit("reactions.remove", retry_after=0)
-    await slack.outbox().turn_finished(thread, None)
-    assert [c.status for c in fake_slack.calls_to("reactions.add", ok=None)] == [429, 200]
+    await outbox.typing(thread)  # refused: skipped, not waited out
+    assert [c.status for c in fake_slack.calls_to("reactions.add", ok=None)] == [429]
+    assert user_msg.reactions == set()
+    fake_slack.rate_limit("reactions.add", retry_after=30)
+    outbox._reactions_quiet_until = 0.0
+    await outbox.typing(thread)  # the next tick tries again: refused, for 30 s now
+    await outbox.typing(thread)  # within those 30 s: no request
+    assert [c.status for c in fake_slack.calls_to("reactions.add", ok=None)] == [429, 429]
+    outbox._reactions_quiet_until = 0.0  # the Retry-After is over
+    await outbox.typing(thread)
+    assert user_msg.reactions == {"eyes"}
+    assert waits.sdk == [] and waits.parley == []
+
+    fake_slack.rate_limit("reactions.remove", retry_after=3)
+    waits.gate.clear()
+    await outbox.turn_finished(thread, None)  # the turn's end: returns at once
+    assert [c.status for c in fake_slack.calls_to("reactions.remove", ok=None)] == [429]
+    assert user_msg.reactions == {"eyes"}
+    await _until(lambda: waits.parley == [3.0])  # the background waits the Retry-After
+    assert waits.sdk == []
+    waits.gate.set()
+    await _until(lambda: user_msg.reactions == set())
     assert [c.status for c in fake_slack.calls_to("reactions.remove", ok=None)] == [429, 200]
     assert paused == []
+
+
+async def test_a_reaction_put_on_again_by_the_next_turn_is_left_to_it(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A removal put off by a 429 does not take off the reaction of a newer turn
+    of the thread on the same message (a message that waited for its own turn):
+    that turn's end does."""
+    waits = Waits(monkeypatch)
+    user_msg = fake_slack.add_user_message("D5", "hi")
+    thread = ThreadKey("slack", TEAM, "D5", "")
+    await SlackState(redis, 60).remember(last=(thread, f"D5 {user_msg.ts}"))
+    outbox = slack.outbox()
+    await outbox.typing(thread)
+    fake_slack.rate_limit("reactions.remove", retry_after=5)
+    waits.gate.clear()
+    await outbox.turn_finished(thread, None)
+    await _until(lambda: waits.parley == [5.0])
+    await outbox.typing(thread)  # the next turn: the reaction is (still) on
+    waits.gate.set()
+    await asyncio.gather(*outbox._background)
+    assert user_msg.reactions == {"eyes"}
+    assert [c.status for c in fake_slack.calls_to("reactions.remove", ok=None)] == [429]
+    await outbox.turn_finished(thread, None)
+    assert user_msg.reactions == set()
+
+
+async def test_a_message_the_answer_needs_waits_out_429s_once_and_within_the_bound(
+    fake_slack: FakeSlack, slack: SlackChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_call_waiting bounds a message's rate-limit waits (_TAIL_MAX_WAIT, 60 s) and
+    counts them; slack_sdk's retry handler also slept each Retry-After (plus up to
+    1 s) and sent again inside every call, uncounted and past the channel's paused
+    pace: with Retry-After 30, ~150 s and 6 requests into an active limit.  Now
+    Parley's wait is the only one: Retry-After 30 -> 3 requests, 60 s (scaled
+    down here: Retry-After 1, a bound of 2 s)."""
+    waits = Waits(monkeypatch)
+    monkeypatch.setattr("channels.slack.outbox._TAIL_MAX_WAIT", 2.0)
+    thread = _thread(fake_slack, "C9")
+    fake_slack.rate_limit("chat.postMessage", times=50, retry_after=1)
+    with pytest.raises(SendRateLimited):
+        await slack.outbox().send(thread, OutboundMessage("the answer"))
+    assert [c.status for c in fake_slack.calls_to("chat.postMessage", ok=None)] == [429] * 3
+    assert waits.parley == [1.0, 1.0] and waits.sdk == []
 
 
 async def test_pacing_is_shared_between_processes(
@@ -507,7 +608,7 @@ async def test_a_first_post_rate_limited_twice_claims_again_and_goes_out_once(
     redis_clients: RedisClients,
     pace: float,
 ) -> None:
-    """The first message of an answer 429'd past slack_sdk's one retry: its part
+    """The first message of an answer 429'd twice in a row: its part
     claim is given back for the wait, made again, and the message posted once."""
     ch = channel_factory(slack_channel_pace_secs=pace)
     await ch.initialize()

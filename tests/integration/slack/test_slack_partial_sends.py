@@ -86,7 +86,7 @@ async def test_rate_limited_later_message_does_not_silently_truncate_the_answer(
     fake_slack: FakeSlack, slack: SlackChannel
 ) -> None:
     thread = _thread(fake_slack)
-    # the 2nd message gets 429 twice (slack_sdk retries once): the rest must still follow.
+    # the 2nd message gets 429 twice: waited out, the rest must still follow.
     _fail_post(fake_slack, {2, 3}, lambda: _RateLimited(0))
     try:
         await slack.outbox().send(thread, OutboundMessage(_long_answer()))

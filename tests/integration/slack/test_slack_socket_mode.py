@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.ingest import Ingest
-from agent_core.store.lease import LeaseStop
+from agent_core.store.lease import LeaseStop, stop_grace
 from channels.slack.channel import SlackChannel
 from channels.slack.inbound import SlackInbound
 from channels.slack.socket_mode import SocketModeGateway
@@ -175,3 +175,105 @@ async def test_bad_app_token_is_one_line_not_a_loop(
         "SLACK_APP_TOKEN rejected by Slack (invalid_auth): Socket Mode is off until restart"
     ]
     assert all("xapp-wrong" not in r.getMessage() for r in caplog.records)
+
+
+class Held:
+    """An ingest filter that holds every event until :attr:`gate` opens: envelopes
+    in flight (being submitted) for as long as a test needs."""
+
+    def __init__(self, ingest: Ingest) -> None:
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        ingest.add_filter(self)
+
+    async def __call__(self, event: InboundEvent) -> None:
+        self.entered.set()
+        await self.gate.wait()
+
+
+async def test_a_slash_command_in_flight_at_a_socket_refresh_is_still_acknowledged(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    """Slack's refresh (``disconnect``, every few hours) closed the socket at once,
+    while an envelope read just before was still being submitted: its ack went to
+    a closed socket.  A slash command (or a button press) is never sent again: the
+    person saw operation_timeout though Parley took it, and typed it again.  The
+    socket is now kept until the envelopes in flight are acknowledged on it (Slack
+    keeps a socket a few seconds after its ``disconnect``), then replaced."""
+    held = Held(ingest)
+    async with running(lambda stop: slack.run_gateway(ingest, stop)):
+        await fake_slack.wait_connected(1)
+        env = await fake_slack.push("slash_commands", fake_slack.command("D3", "hello"))
+        await asyncio.wait_for(held.entered.wait(), 5)
+        await fake_slack.request_disconnect("warning")
+        await asyncio.sleep(0.2)  # the gateway reads the disconnect meanwhile
+        held.gate.set()
+        ack = await fake_slack.wait_ack(env)
+        assert ack["payload"]["response_type"] == "ephemeral"
+        await fake_slack.wait_connected(2)  # and then reconnects
+    [command] = await published()
+    assert command.text == "hello"
+
+
+async def test_an_envelope_in_flight_at_a_stop_is_acknowledged_before_the_socket_closes(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest, published: Published
+) -> None:
+    """A stop (a deploy) closed the socket at once as well: the button press being
+    submitted lost its ack (and its presser saw the warning icon)."""
+    thread = ThreadKey("slack", TEAM, "D3", "")
+    from agent_core.events import Button, OutboundMessage
+
+    ref = await slack.outbox().send(thread, OutboundMessage("ok?", buttons=(Button("Go", "t1"),)))
+    held = Held(ingest)
+    stop = asyncio.Event()
+    task = asyncio.create_task(slack.run_gateway(ingest, stop))
+    try:
+        await fake_slack.wait_connected(1)
+        env = await fake_slack.push("interactive", fake_slack.press("D3", ref.message_id, "Go"))
+        await asyncio.wait_for(held.entered.wait(), 5)
+        stop.set()
+        await asyncio.sleep(0.2)  # the gateway sees the stop meanwhile
+        held.gate.set()
+        await fake_slack.wait_ack(env)
+    finally:
+        stop.set()
+        held.gate.set()
+        await asyncio.wait_for(task, 5)
+    assert fake_slack.sockets_opened == 1
+    [press] = await published()
+    assert press.kind == EventKind.ACTION
+
+
+async def test_a_lost_lease_cuts_the_wait_for_envelopes_in_flight_to_its_margin(
+    fake_slack: FakeSlack, slack: SlackChannel, ingest: Ingest
+) -> None:
+    """The wait for acks must not keep the socket past the lease's margin: another
+    process may take the lease (and Slack's events) then.  Lease lost: at most a
+    quarter of the margin, however long the envelope takes (the process stopping
+    would wait ``drain_secs``)."""
+    held = Held(ingest)
+    lost = asyncio.Event()
+    stop = LeaseStop(lambda: True, margin=0.4, lost=lost)
+    assert stop_grace(stop, 60.0) == 60.0  # the process stopping: the full wait
+    gateway = SocketModeGateway(
+        slack._inbound(ingest),
+        slack.web,
+        slack.session,
+        fake_slack.app_token,
+        ping_interval=0.2,
+    )
+    gateway.drain_secs = 60.0
+    task = asyncio.create_task(gateway.run(stop))
+    try:
+        await fake_slack.wait_connected(1)
+        env = await fake_slack.push("events_api", fake_slack.message("D1", "slow"))
+        await asyncio.wait_for(held.entered.wait(), 5)
+        lost.set()
+        stop.set()
+        assert stop_grace(stop, 60.0) == 0.1
+        await asyncio.wait_for(task, 3)  # not 60 s, nor the 5 s of the old final wait
+        assert env not in fake_slack.acks
+    finally:
+        held.gate.set()
+        stop.set()
+        await asyncio.wait_for(task, 5)
