@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 import re
-from itertools import pairwise
 from typing import Any
 
 import pyromark
 
 from channels.graphemes import back_to_boundary
+from channels.markdown_source import cjk_emphasis, protect_bare_urls
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ _OPTIONS = (
     | pyromark.Options.ENABLE_TASKLISTS
 )
 _URL_SCHEME = re.compile(r"(?:https?://|mailto:)[^\s]", re.I)  # the only link targets
-_BARE_URL = re.compile(rb"(?:https?://|mailto:)[^\s<>\[\]]+", re.I)
 _FENCE_RUN = re.compile(r"`{3,}")
 _MARKS = {"Strong": "*", "Emphasis": "_", "Strikethrough": "~"}
 _RULE = "──────────"
@@ -77,43 +76,6 @@ def _link(url: str, label: str) -> str:
     if not label or label == url:
         return f"<{target}>"
     return f"<{target}|{escape(label.replace('|', '¦'))}>"
-
-
-def _protect_bare_urls(md: str) -> str:
-    """Backslash-escape ``_*~`` inside bare URLs so they are not read as emphasis.
-
-    CommonMark has no bare-URL links: ``…/pkg/__init__.py`` would lose its
-    underscores to bold.  Code, raw HTML and ``<autolinks>`` (where a backslash
-    stays literal) are left alone; in a link's label or target it is harmless.
-    """
-    src = md.encode()
-    urls = [m for m in _BARE_URL.finditer(src) if re.search(rb"[_*~]", m.group())]
-    if not urls:
-        return md
-    skip: list[tuple[int, int]] = []
-    for ev, rng in pyromark.events_with_range(md, options=_OPTIONS):
-        match ev:
-            case (
-                {"Code": _}
-                | {"InlineHtml": _}
-                | {
-                    "Start": "HtmlBlock"
-                    | {"CodeBlock": _}
-                    | {"Link": {"link_type": "Autolink" | "Email"}}
-                }
-            ):
-                skip.append((rng["start"], rng["end"]))
-    at: list[int] = []
-    for m in urls:
-        if any(a < m.end() and m.start() < b for a, b in skip):
-            continue
-        url = m.group()  # without trailing punctuation or an unbalanced ')', as GitHub does
-        while url and (
-            url[-1:] in b"?!.,:;*_~'\"" or (url[-1:] == b")" and url.count(b")") > url.count(b"("))
-        ):
-            url = url[:-1]
-        at += [m.start() + i for i, c in enumerate(url) if c in b"_*~" and url[i - 1 : i] != b"\\"]
-    return b"\\".join(src[a:b] for a, b in pairwise([0, *sorted(at), len(src)])).decode()
 
 
 class _Writer:
@@ -278,7 +240,8 @@ class _Writer:
 
 
 def _convert(md: str) -> str:
-    md = _protect_bare_urls(md.replace("\r\n", "\n").replace("\r", "\n"))
+    md = md.replace("\r\n", "\n").replace("\r", "\n")
+    md = cjk_emphasis(protect_bare_urls(md, _OPTIONS), _OPTIONS)
     writer = _Writer(md)
     for ev, rng in pyromark.events_with_range(md, options=_OPTIONS, merge_text=True):
         writer.event(ev, rng["start"], rng["end"])

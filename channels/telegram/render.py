@@ -29,6 +29,7 @@ from telegramify_markdown.converter import STANDARD_OPTIONS
 
 from agent_core.events import Button
 from channels.graphemes import back_to_boundary, is_boundary
+from channels.markdown_source import cjk_emphasis, protect_bare_urls
 
 log = logging.getLogger(__name__)
 
@@ -492,10 +493,34 @@ def _unlinkable_written_out(
     return text, entities
 
 
+def _links_not_code(
+    entities: list[telegramify_markdown.MessageEntity],
+) -> list[telegramify_markdown.MessageEntity]:
+    """Drop each ``code`` entity that overlaps a link: ``[`config.py`](url)``.
+
+    Code and pre can't contain, nor be part of, other entities (Bot API,
+    "Formatting options").  Telegram does not refuse such a message: it keeps the
+    first of the two (tdlib's fix_entities sorts a code entity before a link over
+    the same text) and drops the other, so the label showed as grey code that opens
+    nothing.  The link matters more: its label is left plain inside it.
+    """
+    links = [(e.offset, e.offset + e.length) for e in entities if e.type == "text_link"]
+    if not links:
+        return entities
+    return [
+        e
+        for e in entities
+        if e.type != "code" or all(e.offset + e.length <= a or b <= e.offset for a, b in links)
+    ]
+
+
 def _entities_from_markdown(markdown: str) -> tuple[str, list[MessageEntity]]:
-    text, raw = telegramify_markdown.convert(_chat_text(markdown), config=_CONFIG)
+    source = protect_bare_urls(_chat_text(markdown), STANDARD_OPTIONS)
+    source = cjk_emphasis(source, STANDARD_OPTIONS)
+    text, raw = telegramify_markdown.convert(source, config=_CONFIG)
     text, raw = _blocks_on_own_lines(text, raw)
     text, raw = _unlinkable_written_out(text, raw)
+    raw = _links_not_code(raw)
     ents = []
     for e in raw:
         ents.append(

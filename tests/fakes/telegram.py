@@ -60,6 +60,7 @@ from tests.fakes.telegram_checks import (
     _check_entities,
     _check_markup,
     _check_mdv2,
+    entities_telegram_keeps,
     utf16_len,
 )
 
@@ -551,7 +552,7 @@ class FakeTelegram:
         if utf16_len(text) > 4096:
             raise ApiError(400, "Bad Request: message is too long")
         _check_entities(text, entities)
-        return text, entities[:MAX_ENTITIES]
+        return text, entities_telegram_keeps(entities)[:MAX_ENTITIES]
 
     def _message_json(self, m: StoredMessage) -> dict[str, Any]:
         out: dict[str, Any] = {

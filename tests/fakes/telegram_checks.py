@@ -1,6 +1,8 @@
 """What the fake Bot API checks in a request before carrying it out: text
 length in UTF-16 units, MarkdownV2, entities and their undocumented size limits,
-inline keyboards.  Errors are :class:`ApiError`, answered as Telegram answers."""
+inline keyboards; and what Telegram keeps of entities that break its nesting
+rules (:func:`entities_telegram_keeps`).  Errors are :class:`ApiError`, answered
+as Telegram answers."""
 
 from __future__ import annotations
 
@@ -122,6 +124,79 @@ def _check_entities(text: str, entities: list[dict[str, Any]]) -> None:
             url = str(e.get("url") or "")
             if not url.lower().startswith(("http://", "https://", "tg://", "mailto:")):
                 raise ApiError(400, "Bad Request: can't parse entities: wrong HTTP URL")
+
+
+# Telegram's nesting rules (Bot API, "Formatting options"): bold, italic,
+# underline, strikethrough and spoiler can contain and be part of any entity but
+# code and pre; blockquotes can't be nested; all other entities can't contain each
+# other.  A message that breaks them is not refused: tdlib's fix_entities
+# (td/telegram/MessageEntity.cpp) keeps, of the overlapping others, the first in
+# its order (offset, the longer first, then get_type_priority below) and drops
+# the rest, and cuts the bold/italic/... parts inside code and pre away.
+_SPLITTABLE = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
+_BLOCKQUOTES = frozenset({"blockquote", "expandable_blockquote"})
+_PRIORITY = {"pre": 11, "code": 20, "text_link": 49, "text_mention": 49, "custom_emoji": 99}
+
+
+def _span(e: dict[str, Any]) -> tuple[int, int]:
+    return e["offset"], e["offset"] + e["length"]
+
+
+def _first_of_each_nest(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """tdlib's remove_intersecting_entities: in sorted order, each entity that
+    starts inside one kept before it is dropped (nested ones included)."""
+    order = sorted(
+        entities,
+        key=lambda e: (
+            e["offset"],
+            -e["length"],
+            _PRIORITY.get(e["type"], 50) - (e["type"] == "pre" and bool(e.get("language"))),
+        ),
+    )
+    kept, end = [], 0
+    for e in order:
+        if e["offset"] >= end:
+            kept.append(e)
+            end = _span(e)[1]
+    return kept
+
+
+def entities_telegram_keeps(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entities a message shows once Telegram has applied its nesting rules,
+    in the order given (those it keeps whole are the same objects).
+
+    ``[`x`](url)`` sent as a code and a text_link entity over the same text keeps
+    the code only: the link is gone.  Bold over code keeps the code, and the bold
+    only outside it.
+    """
+    quotes = _first_of_each_nest([e for e in entities if e["type"] in _BLOCKQUOTES])
+    others = [
+        e
+        for e in _first_of_each_nest(
+            [e for e in entities if e["type"] not in _SPLITTABLE | _BLOCKQUOTES]
+        )
+        if not any(  # a quote can contain them, not cut through them
+            a < _span(e)[1] and _span(e)[0] < b and not (a <= _span(e)[0] and _span(e)[1] <= b)
+            for a, b in map(_span, quotes)
+        )
+    ]
+    code = sorted(_span(e) for e in others if e["type"] in ("code", "pre"))
+    whole = {id(e) for e in quotes + others}
+    out: list[dict[str, Any]] = []
+    for e in entities:
+        if e["type"] not in _SPLITTABLE:
+            out += [e] if id(e) in whole else []
+            continue
+        start, end = _span(e)
+        cuts = [(a, b) for a, b in code if a < end and start < b]
+        if not cuts:
+            out.append(e)
+            continue
+        for a, b in [*cuts, (end, end)]:  # the pieces between the code
+            if a > start:
+                out.append(e | {"offset": start, "length": a - start})
+            start = max(start, b)
+    return out
 
 
 def _check_markup(markup: dict[str, Any] | None) -> None:

@@ -7,7 +7,7 @@ entity offsets), Discord parts fit 2,000 characters, Slack sections fit 3,000.
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agent_core.agent import approvals as ap
@@ -18,6 +18,7 @@ from channels.slack import render as slack_render
 from channels.slack.mrkdwn import to_mrkdwn
 from channels.telegram import render as telegram_render
 from tests.fakes.telegram import _check_entities, utf16_len
+from tests.fakes.telegram_checks import entities_telegram_keeps
 from tests.fuzz.strategies import TEXT, examples
 
 MARKDOWN = st.one_of(
@@ -49,6 +50,7 @@ def test_submission_parser_never_raises(text: str, awaiting: bool) -> None:
 
 
 @given(md=MARKDOWN)
+@example(md="[`x`](http://example.com)")
 @examples(ci=300, long=5000)
 def test_telegram_renderer_output_is_accepted_by_the_bot_api(md: str) -> None:
     parts = telegram_render.render_text(md)
@@ -56,7 +58,11 @@ def test_telegram_renderer_output_is_accepted_by_the_bot_api(md: str) -> None:
     for p in parts:
         assert p.text.strip(), "Telegram refuses empty messages"
         assert utf16_len(p.text) <= 4096
-        _check_entities(p.text, [e.to_dict() for e in p.entities])
+        sent = [e.to_dict() for e in p.entities]
+        _check_entities(p.text, sent)
+        kept = entities_telegram_keeps(sent)
+        links = [e for e in sent if e["type"] == "text_link"]
+        assert [e for e in kept if e["type"] == "text_link"] == links, "Telegram drops a link"
 
 
 @given(md=MARKDOWN)

@@ -11,12 +11,48 @@ from agent_core.store.client import RedisClients
 from agent_core.store.delivery import Delivery
 from channels.telegram import TelegramChannel
 from tests.fakes.telegram import FakeTelegram
+from tests.fakes.telegram_checks import entities_telegram_keeps
 
 DM = ThreadKey("telegram", "123456", "42")
 
 
 def long_answer(paragraphs: int) -> str:
     return "\n\n".join(f"**Part {i}.** " + "lorem ipsum " * 60 for i in range(paragraphs))
+
+
+# -- entities that can't nest -------------------------------------------------------------
+
+
+def test_the_fake_keeps_what_telegram_keeps_of_entities_that_cant_nest() -> None:
+    """Code and pre contain nothing and are part of nothing but a quote; links and
+    mentions can't contain each other (Bot API, "Formatting options").  Telegram
+    does not refuse such entities: tdlib's fix_entities keeps the first in its order
+    (offset, longer first, pre < code < text_link) and drops the rest, and keeps
+    bold, italic... only outside code.  The fake stores what the chat then shows."""
+    link = {"type": "text_link", "offset": 5, "length": 9, "url": "https://a.example/c"}
+    code = {"type": "code", "offset": 5, "length": 9}
+    assert entities_telegram_keeps([link, code]) == [code]  # the link is lost
+    outer = {"type": "text_link", "offset": 0, "length": 20, "url": "https://a.example"}
+    assert entities_telegram_keeps([code, outer]) == [outer]
+    bold = {"type": "bold", "offset": 0, "length": 20}
+    assert entities_telegram_keeps([bold, code]) == [
+        {"type": "bold", "offset": 0, "length": 5},
+        {"type": "bold", "offset": 14, "length": 6},
+        code,
+    ]
+    quote = {"type": "blockquote", "offset": 0, "length": 20}
+    fine = [quote, code, {**bold, "offset": 15, "length": 5}, {**link, "offset": 15, "length": 3}]
+    assert entities_telegram_keeps(fine) == fine  # nested as the rules allow: all kept
+
+
+async def test_a_link_with_a_code_label_reaches_the_chat_as_a_link(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    url = "https://github.com/acme/app/blob/main/config.py"
+    ref = await channel.outbox().send(DM, OutboundMessage(f"Open [`config.py`]({url}) first"))
+    stored = fake.message(42, int(ref.message_id))
+    assert stored.text == "Open config.py first"
+    assert [(e["type"], e.get("url")) for e in stored.entities] == [("text_link", url)]
 
 
 # -- the plain-text fallback ----------------------------------------------------------

@@ -39,6 +39,15 @@ def test_bare_url_with_double_underscore_is_not_mangled() -> None:
     assert to_mrkdwn(f"Open {url} now") == f"Open {url} now"
 
 
+def test_cjk_bold_ending_in_punctuation_is_bold() -> None:
+    """``**注意：**请`` is no bold in CommonMark (a closing ``**`` after punctuation
+    and before a letter closes nothing): the punctuation moves out of the bold."""
+    assert to_mrkdwn("**注意：**请先备份数据。") == "*注意*：请先备份数据。"
+    assert to_mrkdwn("**步骤1：**安装依赖") == "*步骤1*：安装依赖"
+    assert to_mrkdwn("这是**“重点”**内容") == "这是“*重点*”内容"
+    assert to_mrkdwn("`**注意：**请` **注意**：请") == "`**注意：**请` *注意*：请"
+
+
 def test_horizontal_rule_dashes_become_a_line() -> None:
     # docs/slack.md / module docstring: rules become a line.  '---' (the most common
     # form) matches the table-separator regex first and silently disappears.

@@ -17,6 +17,61 @@ def code_of(parts: list[Part]) -> list[str]:
     ]  # fmt: skip  (no astral chars in these texts)
 
 
+# -- text changed or shown as markup -------------------------------------------------
+
+BARE_URLS = (
+    "https://github.com/acme/app/blob/main/pkg/__init__.py",
+    "https://docs.python.org/3/reference/datamodel.html#object.__init__",
+    "https://example.com/search?q=*foo*&x=1",
+)
+
+
+def test_a_bare_url_keeps_its_underscores_and_stars() -> None:
+    """CommonMark has no bare links: ``…/pkg/__init__.py`` lost its underscores to
+    bold, and Telegram then linked ``…/pkg/init.py``, a page that does not exist."""
+    for url in BARE_URLS:
+        [part] = render_text(f"See {url} for details, **{url}** too")
+        assert part.text == f"See {url} for details, {url} too", part.text
+        [bold] = part.entities  # the bold around the second one, nothing inside the first
+        assert (bold.type, part.text[bold.offset : bold.offset + bold.length]) == ("bold", url)
+
+
+def bold_of(parts: list[Part]) -> list[str]:
+    return [p.text[e.offset : e.offset + e.length] for p in parts for e in p.entities]
+
+
+def test_cjk_bold_ending_in_punctuation_is_bold() -> None:
+    """A closing ``**`` after punctuation and before a letter closes nothing in
+    CommonMark, and Chinese or Japanese puts no space there: ``**注意：**请`` showed
+    its asterisks.  The punctuation moves out of the bold: ``**注意**：请``."""
+    for md, text, bold in (
+        ("**注意：**请先备份数据。", "注意：请先备份数据。", ["注意"]),
+        ("**步骤1：**安装依赖", "步骤1：安装依赖", ["步骤1"]),
+        ("这是**“重点”**内容", "这是“重点”内容", ["重点"]),
+        ("- **注意：**请\n- **提示：**好的", "⦁ 注意：请\n⦁ 提示：好的", ["注意", "提示"]),
+        ("**重要：**これは*強調：*です", "重要：これは強調：です", ["重要", "強調"]),
+        (
+            "**注意：**请先备份。**提示：**完成后重启。",
+            "注意：请先备份。提示：完成后重启。",
+            ["注意", "提示"],
+        ),
+    ):
+        parts = render_text(md)
+        assert (shown(parts), bold_of(parts)) == (text, bold), md
+
+
+def test_cjk_punctuation_moves_only_where_the_bold_failed() -> None:
+    """Code, URLs, bold that already works and a quote whose other half is inside
+    the bold are left as written."""
+    for md, text in (
+        ("`**注意：**请`", "**注意：**请"),
+        ("见 https://x.example/**注意：**请", "见 https://x.example/**注意：**请"),
+        ("**注意**：请", "注意：请"),
+        ("**他说“好”**然后", "**他说“好”**然后"),
+    ):
+        assert shown(render_text(md)) == text, md
+
+
 # -- text silently dropped ------------------------------------------------------
 
 

@@ -62,6 +62,22 @@ def test_a_link_telegram_would_not_make_keeps_its_address_in_the_text() -> None:
     assert [e.url for e in part.entities] == ["mailto:a@b.example"]
 
 
+def test_a_link_with_a_code_label_stays_a_link() -> None:
+    """Code and pre can't nest with other entities (Bot API, "Formatting options"):
+    sent a code and a text_link entity over ``config.py``, Telegram kept the code and
+    dropped the link.  The link is kept; its label is plain text inside it."""
+    url = "https://github.com/acme/app/blob/main/config.py"
+    [part] = render_text(f"Open [`config.py`]({url}) or [the `x` file](https://a.example/x) now")
+    assert part.text == "Open config.py or the x file now"
+    assert [(e.type, e.url) for e in part.entities] == [
+        ("text_link", url),
+        ("text_link", "https://a.example/x"),
+    ]
+    [part] = render_text("Run `make` in [`src`](src/app/) first")  # no link: the code stays
+    assert part.text == "Run make in src (src/app/) first"
+    assert [(e.type, e.offset) for e in part.entities] == [("code", 4), ("code", 12)]
+
+
 def test_long_text_splits_on_paragraphs_in_order() -> None:
     paras = [f"Paragraph {i} " + "word " * 150 for i in range(12)]
     parts = render_text("\n\n".join(paras))
