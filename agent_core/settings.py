@@ -353,6 +353,10 @@ class CoreSettings(ParleySettings):
     host: str = ""  # empty: 127.0.0.1, or 0.0.0.0 on Heroku ($DYNO set)
     public_url: str = ""
     web_keepalive_secs: int = Field(default=95, ge=1)  # > the proxy's idle timeout (Heroku: 90)
+    # /metrics on the web process: off -> 404; with a token, only a request carrying
+    # it (Authorization: Bearer <token>, or basic auth with it as the password)
+    metrics_enabled: bool = True
+    metrics_token: SecretStr | None = None
     log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR | CRITICAL
     log_format: str = "text"  # text | json
     event_loop: str = "auto"  # auto (uvloop when installed) | uvloop | asyncio

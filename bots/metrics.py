@@ -1,7 +1,13 @@
-"""`/metrics`: the shared counters from Redis plus live gauges, via prometheus-client."""
+"""`/metrics`: the shared counters from Redis plus live gauges, via prometheus-client;
+with ``METRICS_TOKEN`` set, only for a request that carries the token."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
+import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +22,24 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import Scope
 
 from agent_core.metrics import DESCRIPTIONS, parse_field
 from agent_core.store import keys
+
+log = logging.getLogger(__name__)
+
+# shorter METRICS_TOKENs get a warning (at start, from doctor and release)
+MIN_TOKEN_CHARS = 16
+# at most one log line per this many seconds about refused requests
+REFUSAL_LOG_SECS = 60.0
+_now = time.monotonic  # the clock of that (a test moves it)
+UNAUTHORIZED = (
+    "/metrics needs the METRICS_TOKEN: send Authorization: Bearer <token>, "
+    "or basic auth with the token as the password.\n"
+)
 
 GAUGE_HELP = {
     "parley_gateway_up": "1 while a process holds the channel's gateway connection (its lease)",
@@ -113,3 +134,71 @@ async def render(redis: Redis, extra_gauges: dict[str, float] | None = None) -> 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(values, gauges))
     return generate_latest(registry)
+
+
+class TokenGate:
+    """The gate of ``/metrics`` while ``METRICS_TOKEN`` is set: None for a request
+    carrying the token (``Authorization: Bearer <token>``, or ``Basic`` with the
+    token as the password and any user name: many scrapers and hosted agents only
+    do basic auth), else a 401 with ``WWW-Authenticate: Bearer``.  Compared in
+    constant time.  A refusal is logged at info, at most once a minute (a public
+    port gets scanned), and never with what was presented (a token sent in the
+    wrong place, as the scheme or the user name, must not end up in the log)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+        self._refused = 0
+        self._logged_at: float | None = None
+
+    def __call__(self, scope: Scope) -> Response | None:
+        why = self._refusal(Headers(scope=scope).get("authorization"))
+        if why is None:
+            return None
+        self._note(why)
+        return PlainTextResponse(
+            UNAUTHORIZED, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="metrics"'}
+        )
+
+    def _refusal(self, header: str | None) -> str | None:
+        """None when ``header`` carries the token, else why not (no part of it)."""
+        if header is None:
+            return "no Authorization header"
+        scheme, _, rest = header.strip().partition(" ")
+        rest = rest.strip()
+        if scheme.lower() == "bearer":
+            given, wrong = rest.encode("latin-1"), "a wrong bearer token"
+        elif scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(rest, validate=True)
+            except (binascii.Error, ValueError):
+                return "malformed basic credentials"
+            _user, sep, given = decoded.partition(b":")
+            if not sep:
+                return "malformed basic credentials"
+            wrong = "a wrong basic-auth password"
+        else:
+            return "an Authorization scheme other than Bearer or Basic"
+        return None if hmac.compare_digest(given, self._token) else wrong
+
+    def _note(self, why: str) -> None:
+        self._refused += 1
+        now = _now()
+        if self._logged_at is not None and now - self._logged_at < REFUSAL_LOG_SECS:
+            return
+        log.info(
+            "/metrics: refused %d request(s) without the METRICS_TOKEN since the last "
+            "such line, the latest with %s (401; at most one line a minute)",
+            self._refused,
+            why,
+        )
+        self._refused, self._logged_at = 0, now
+
+
+def short_token(token: str) -> str:
+    """Why ``token`` (METRICS_TOKEN) is too short to keep /metrics private; "" if it is not."""
+    if len(token) >= MIN_TOKEN_CHARS:
+        return ""
+    return (
+        f"METRICS_TOKEN is {len(token)} characters long: use at least {MIN_TOKEN_CHARS} "
+        "random ones (e.g. openssl rand -hex 32)"
+    )

@@ -172,6 +172,9 @@ async def doctor(settings: Settings) -> list[Check]:
     if grace := grace_warning(settings):
         problem, _, fix = grace.partition("; ")
         checks.append(Check("shutdown", True, problem, fix, warning=True))
+    if warning := metrics_warning(settings):
+        problem, _, fix = warning.partition("; ")
+        checks.append(Check("metrics", True, problem, fix, warning=True))
     clients, embedded, rc = await _redis(settings)
     checks.append(rc)
     try:
@@ -278,6 +281,27 @@ def grace_warning(settings: Settings) -> str:
         f"after SIGTERM, but Heroku kills it at {HEROKU_KILL_SECS} s, so turns in hand are "
         f"cut off instead of handed back; set SHUTDOWN_GRACE_SECS below "
         f"{HEROKU_KILL_SECS - SHUTDOWN_DRAIN_SECS}"
+    )
+
+
+def metrics_warning(settings: Settings) -> str:
+    """Why /metrics is less private than it may look; "" when nothing is worth saying:
+    on a dyno (the Common Runtime's web URL is on the internet) with no METRICS_TOKEN,
+    anyone can read it; a short METRICS_TOKEN can be guessed.  Never the token."""
+    core = settings.core
+    if not core.metrics_enabled:
+        return ""
+    if core.metrics_token is not None:
+        from bots.metrics import short_token
+
+        return short_token(core.metrics_token.get_secret_value())
+    if not os.environ.get("DYNO"):
+        return ""
+    return (
+        "/metrics is public: on Heroku's Common Runtime anyone can read the counters, "
+        "queue depths and model names; set METRICS_TOKEN (heroku config:set "
+        "METRICS_TOKEN=$(openssl rand -hex 32)) and give it to your scraper, or "
+        "METRICS_ENABLED=false (deploy/heroku.md, /metrics)"
     )
 
 
@@ -458,6 +482,8 @@ async def release(settings: Settings) -> list[str]:
     done.append(f"event loop: {loop.detail}")
     if grace := grace_warning(settings):
         done.append(f"shutdown: warning: {grace}")
+    if warning := metrics_warning(settings):
+        done.append(f"metrics: warning: {warning}")
     clients, embedded, rc = await _redis(settings)
     try:
         if not rc.ok or clients is None:

@@ -340,8 +340,12 @@ class Runtime:
         routes: list[BaseRoute] = [
             Route("/healthz", secured(self._healthz, _open), methods=["GET"]),
             Route("/readyz", secured(self._readyz, _open), methods=["GET"]),
-            Route("/metrics", secured(self._metrics, metrics_gate), methods=["GET"]),
         ]
+        core = self.settings.core
+        if core.metrics_enabled:  # METRICS_ENABLED=false: no route, so 404
+            if core.metrics_token is not None:  # and then only with the token (401)
+                metrics_gate = self._token_gate(core.metrics_token.get_secret_value(), metrics_gate)
+            routes.append(Route("/metrics", secured(self._metrics, metrics_gate), methods=["GET"]))
         for ch in self.channels.values():
             routes.extend(ch.routes(self.ingest))
         if "web" not in self.channels:
@@ -356,6 +360,20 @@ class Runtime:
             return response
 
         return Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route})
+
+    @staticmethod
+    def _token_gate(token: str, browser_gate: Gate) -> Gate:
+        """``browser_gate`` (another site's page: 403), then METRICS_TOKEN (401)."""
+        from bots.metrics import TokenGate, short_token
+
+        if problem := short_token(token):
+            log.warning("%s; anyone who guesses it can read /metrics", problem)
+        token_gate = TokenGate(token)
+
+        def gate(scope: Any) -> Response | None:
+            return browser_gate(scope) or token_gate(scope)
+
+        return gate
 
     async def _index(self, request: Request) -> Response:
         return PlainTextResponse(

@@ -47,6 +47,7 @@ _OWN_PREFIXES = (
     "REDIS_",
     "WEB_CHAT_",
     "DM_",
+    "METRICS_",
     *(var.partition("_")[0] + "_" for _, var in PRESETS.values()),
 )
 # read outside the settings classes (the last two by the tests)

@@ -365,3 +365,36 @@ async def test_release_does_not_print_a_token_inside_the_deleted_webhook_url(
         done = await release(_telegram(valkey, fake, llm.openai_url, ""))
     assert fake.webhook["url"] == ""  # deleted, as intended
     assert not any(TOKEN in line for line in done), done
+
+
+# -- /metrics on a dyno --------------------------------------------------------------
+
+
+async def test_public_metrics_on_a_dyno_are_a_warning_in_doctor_and_release(
+    valkey: EmbeddedValkey, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Heroku's Common Runtime puts the web dyno on the internet: with no
+    METRICS_TOKEN anyone reads /metrics.  Doctor and release say so (a warning: the
+    deploy goes on); with the token set they say nothing, and never show it."""
+    token = "metrics-SECRET-token-0123456789"
+    async with FakeLLMServer() as llm:
+
+        def with_token(value: str | None) -> Settings:
+            core = CoreSettings(redis_url=valkey.url, metrics_token=value)  # type: ignore[arg-type]
+            return Settings(core=core, llm=_llm(llm.openai_url), web=WebSettings())
+
+        monkeypatch.delenv("DYNO", raising=False)
+        off_heroku = await release(with_token(None))
+        monkeypatch.setenv("DYNO", "release.1")
+        done = await release(with_token(None))
+        row = {c.name: c for c in await doctor(with_token(None))}.get("metrics")
+        protected = await release(with_token(token))
+        protected_rows = await doctor(with_token(token))
+    said = [line for line in done if line.startswith("metrics: warning:")]
+    assert said and "/metrics is public" in said[0] and "METRICS_TOKEN" in said[0], done
+    assert row is not None and row.ok and row.warning, row
+    assert "/metrics is public" in row.detail and "METRICS_TOKEN" in row.fix, row
+    assert not any(line.startswith("metrics") for line in off_heroku + protected)
+    assert not any(c.name == "metrics" for c in protected_rows)
+    text = " ".join(protected) + " ".join(f"{c.detail} {c.fix}" for c in protected_rows)
+    assert token not in text

@@ -37,6 +37,7 @@ LLM_KEY = "sk-SECRET-llm-key-0123456789abcdef"
 WEB_TOKEN = "SECRET-webchat-token-31337"
 WEB_COOKIE = "SECRET-cookie-signing-key-8080"
 REDIS_PW = "SECRET-redis-password-6379"
+METRICS = "SECRET-metrics-token-9090"
 
 SECRETS = {
     "TELEGRAM_BOT_TOKEN": TG_TOKEN,
@@ -49,6 +50,7 @@ SECRETS = {
     "WEB_CHAT_TOKEN": WEB_TOKEN,
     "WEB_CHAT_SECRET": WEB_COOKIE,
     "REDIS_URL password": REDIS_PW,
+    "METRICS_TOKEN": METRICS,
 }
 
 
@@ -80,6 +82,7 @@ def _env(valkey: EmbeddedValkey, llm: FakeLLMServer, port: int, **extra: str) ->
     env.update(
         WEB_CHAT_TOKEN=WEB_TOKEN,
         WEB_CHAT_SECRET=WEB_COOKIE,
+        METRICS_TOKEN=METRICS,
         PUBLIC_URL=f"http://127.0.0.1:{port}",
     )
     env.update(extra)
@@ -178,7 +181,19 @@ async def test_no_secret_in_logs_messages_errors_or_metrics(
             else:
                 raise AssertionError(f"the web chat turn never answered: {history[-500:]}")
             answers.append(history)
-            answers.append((await c.get("/metrics")).text)
+            # /metrics: refused without the token (and with it misplaced), read with it
+            for auth in ("", "Bearer wrong", f"Bearer {METRICS[:-1]}", METRICS):
+                r = await c.get("/metrics", headers={"authorization": auth} if auth else {})
+                answers.append(f"{r.status_code} {r.headers} {r.text}")
+                assert r.status_code == 401, (auth[:6], r.status_code)
+            r = await c.get("/metrics", auth=(METRICS, "wrong"))
+            answers.append(f"{r.status_code} {r.headers} {r.text}")
+            assert r.status_code == 401
+            r = await c.get("/metrics", headers={"authorization": f"Bearer {METRICS}"})
+            assert r.status_code == 200 and "parley_" in r.text
+            answers.append(r.text)
+            r = await c.get("/metrics", auth=("prometheus", METRICS))
+            assert r.status_code == 200 and "parley_" in r.text
             answers.append((await c.get("/readyz")).text)
             answers.append((await c.get("/healthz")).text)
         assert tg.sent_texts(777), "the Telegram turn never answered"
