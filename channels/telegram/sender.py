@@ -56,6 +56,7 @@ from telegram.error import (
 )
 from telegram.warnings import PTBUserWarning
 
+from agent_core.deadline import platform_wait
 from agent_core.errors import (
     ChannelError,
     FormattingRejected,
@@ -214,8 +215,8 @@ class TelegramOutbox:
             return
         if delay is None:
             raise _Skipped
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if delay > 0:  # (a droppable call never waits here: max_wait above)
+            await platform_wait(delay)  # off the turn's clock (agent_core.deadline)
 
     async def _on_429(self, chat_id: int, seconds: float) -> bool:
         """Pause the chat (or everything); False when the shared pacer is unreachable."""
@@ -273,7 +274,7 @@ class TelegramOutbox:
                 await self._unclaim_for_retry()  # not created: claimed again after the wait
                 # Loop: the paused pace makes the next reserve wait exactly `secs`.
                 if not paused:
-                    await asyncio.sleep(secs)
+                    await platform_wait(secs)  # off the turn's clock, however long
             except BadRequest as exc:
                 msg = exc.message.lower()
                 if "not modified" in msg:
