@@ -21,7 +21,10 @@ its events are handed off to that thread instead.
 
 On stop: no new reads; running turns get ``shutdown_grace_secs`` to finish;
 what is left is cancelled and its lock released, its entries stay in the
-mailbox for another worker (nothing is acknowledged that was not handled).
+mailbox for another worker (nothing is acknowledged that was not handled).  A
+turn waiting out a platform's rate limit is handed back at once, its thread held
+until the platform's wait is over (so is one whose send still ends with
+SendRateLimited: never consumed as a failure).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ A 429 pauses the chat's pace (all sends, when several chats are hit at once)
 for exactly ``retry_after`` and the call is retried after it, however long it
 is: anything sent to that chat waits as long (a failure notice included), so
 giving the answer up would not make anything sooner.  Only a send already held
-back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited).
+back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited,
+which the turn's reply writer waits out in turn).  Every such wait is off the
+turn's clock (``agent_core.deadline``).
 Streamed (non-final) edits never wait for a slot: with none free, or on a 429,
 they are skipped, so an approval prompt or a final answer is never queued
 behind them.
