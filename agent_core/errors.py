@@ -8,6 +8,7 @@
     │   ├── StoreUnavailable        cannot connect (transient)
     │   └── VersionConflict         optimistic concurrency: someone saved first
     ├── LockLost                    the thread lock expired or was taken: stop sending
+    ├── TurnHandedBack              a shutdown during a rate-limit wait: run it later
     ├── LLMError                    see agent_core.llm.errors for the subtree
     └── ChannelError                a platform call failed
         ├── SendRateLimited         429 with retry_after (transient)
@@ -49,11 +50,28 @@ class LockLost(ParleyError):
     pass
 
 
+class TurnHandedBack(ParleyError):
+    """The worker is stopping while the turn waits out a platform's rate limit
+    (SendRateLimited): the turn stops, its message stays queued and the thread is
+    handed back, to be run again once ``retry_after`` (what is left of the wait)
+    is over (agent_core.worker).  Not a ChannelError: no "could not send" handler
+    on the way may swallow it."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = retry_after
+        super().__init__(f"handed back during a rate-limit wait ({retry_after:.1f}s left)")
+
+
 class ChannelError(ParleyError):
     pass
 
 
 class SendRateLimited(ChannelError):
+    """The platform asks to wait ``retry_after`` seconds (a 429 the channel did not
+    wait out itself).  Transient: the reply writer (agent_core.agent.reply) waits
+    and sends again, for as long as the platform asks; the worker hands a turn
+    that still ends with it back for later rather than consuming its message."""
+
     def __init__(self, retry_after: float, message: str = "rate limited") -> None:
         self.retry_after = retry_after
         super().__init__(f"{message} (retry after {retry_after:.1f}s)")

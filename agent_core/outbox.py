@@ -158,6 +158,13 @@ def wire_created() -> None:
         hook.created = True
 
 
+def wire_shown() -> bool:
+    """Whether a platform message of the part being sent exists (``wire_created``):
+    the send that failed is partly on screen and is not to be made again."""
+    hook = _ON_WIRE.get()
+    return hook is not None and hook.created
+
+
 async def wire_retry() -> None:
     """The request after the claim did not create the message (the platform said
     to retry later, or nothing left this machine) and will be repeated after a

@@ -21,7 +21,10 @@ its events are handed off to that thread instead.
 
 On stop: no new reads; running turns get ``shutdown_grace_secs`` to finish;
 what is left is cancelled and its lock released, its entries stay in the
-mailbox for another worker (nothing is acknowledged that was not handled).
+mailbox for another worker (nothing is acknowledged that was not handled).  A
+turn waiting out a platform's rate limit is handed back at once, its thread held
+until the platform's wait is over (so is one whose send still ends with
+SendRateLimited: never consumed as a failure).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core.agent.agent import Agent
 from agent_core.agent.reply import LockGuard
-from agent_core.errors import LockLost
+from agent_core.errors import LockLost, SendRateLimited, TurnHandedBack
 from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.loadgate import MIN_RUNNING, LoopLag
 from agent_core.metrics import METRICS
@@ -52,6 +55,10 @@ from agent_core.store.client import bounded
 from agent_core.store.delivery import Delivery, TurnState
 
 log = logging.getLogger(__name__)
+
+# the longest a thread is held back after a turn handed back during a platform's
+# rate-limit wait (a Retry-After beyond it is waited out by the rerun's send)
+HAND_BACK_MAX_SECS = 3600.0
 
 
 def _next_after(consumed: list[InboundEvent]) -> int:
@@ -149,6 +156,8 @@ class Worker:
         grace = self.settings.shutdown_grace_secs
         log.info("draining %d running thread(s), up to %.0f s", len(self.running), grace)
         heartbeat = asyncio.create_task(self._heartbeat_forever())
+        for guard in self.guards.values():
+            guard.stopping.set()  # a turn waiting out a rate limit is handed back now
         try:
             _, pending = await asyncio.wait(list(self.running.values()), timeout=grace)
         finally:
@@ -402,6 +411,7 @@ class Worker:
                     released = True  # the sweeper or the missing event's hand-off resumes it
                     return
                 started = time.perf_counter()
+                guard.wait_until = 0.0  # (a wait an earlier turn's timeout cut short)
                 try:
                     result = await self.recovery.run_turn(thread, state, guard)
                 except LockLost:
@@ -409,6 +419,24 @@ class Worker:
                     return
                 except asyncio.CancelledError:
                     raise
+                except (SendRateLimited, TurnHandedBack) as exc:
+                    # The platform asks to wait (and the reply writer could not, or the
+                    # worker is stopping): the answer is not thrown away.  The message
+                    # stays queued and the thread is handed back for the wait, then
+                    # run again (parts already shown are edited, never sent twice).
+                    hold = min(max(exc.retry_after, 1.0), HAND_BACK_MAX_SECS)
+                    log.warning(
+                        "[%s] turn on event %s handed back for %.0f s: %s",
+                        thread,
+                        state.mailbox[0].event_id,
+                        hold,
+                        exc,
+                    )
+                    await self._take_back_unsent(thread, guard)
+                    with contextlib.suppress(RedisError, OSError):
+                        await asyncio.shield(self.delivery.release(thread, self.owner, hold))
+                    released = True
+                    return
                 except (RedisConnectionError, RedisTimeoutError) as exc:
                     # Redis went away mid-turn: the message stays in the mailbox and
                     # the sweeper runs it again once Redis is back (never skipped).
@@ -520,8 +548,10 @@ class Worker:
                     # this execution as interrupted: the next one is a plain rerun.
                     # Before the task leaves ``running``: a hand-off meanwhile finds the
                     # lock ours and the task still running, and starts no second one.
+                    # Cancelled while it waited for the platform: held back as long.
+                    hold = min(max(guard.wait_until - time.monotonic(), 0.0), HAND_BACK_MAX_SECS)
                     with contextlib.suppress(Exception):
-                        await asyncio.shield(self.delivery.release(thread, self.owner))
+                        await asyncio.shield(self.delivery.release(thread, self.owner, hold))
                 self.running.pop(thread, None)
                 self.guards.pop(thread, None)
 

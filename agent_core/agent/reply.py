@@ -14,6 +14,14 @@ edited, never sent a second time.  A turn whose lock was lost stops before
 sending anything more (LockLost).  Edits are not fenced (one Redis round trip
 each would be too many while streaming): a stale execution can at worst edit a
 message of this same turn, never add one.
+
+A platform that asks to wait (SendRateLimited: a 429 the channel did not wait
+out itself) is waited out and the send or edit made again, for as long as the
+platform keeps asking: the answer is never thrown away for it.  Only the
+droppable edits of a streamed preview are skipped instead.  The wait is off the
+turn's clock (``agent_core.deadline``), /interrupt ends it (the turn's
+``interruptible``), and so does the worker stopping: the turn is then handed
+back (TurnHandedBack), its message stays queued for once the wait is over.
 """
 
 from __future__ import annotations
@@ -22,12 +30,19 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from agent_core.errors import ChannelError, LockLost, SendUnconfirmed
+from agent_core.deadline import held
+from agent_core.errors import (
+    ChannelError,
+    LockLost,
+    SendRateLimited,
+    SendUnconfirmed,
+    TurnHandedBack,
+)
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.outbox import (
     Outbox,
@@ -37,6 +52,7 @@ from agent_core.outbox import (
     set_current_part,
     set_on_wire,
     wire_refused,
+    wire_shown,
     wire_unsent,
 )
 from agent_core.store.delivery import Delivery, claim_stamp, claim_time
@@ -58,6 +74,12 @@ class LockGuard:
     # taken back (Redis trouble): the worker takes them back before letting the
     # thread go, or its sweeper once Redis answers (a rerun waits for them)
     unsent: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    # set by the worker when it stops: a wait for a platform's rate limit ends at
+    # once and the turn is handed back (ReplyWriter, TurnHandedBack)
+    stopping: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    # until when (time.monotonic()) the turn waits for the platform (0: it does
+    # not): a turn cancelled meanwhile is handed back for what is left of it
+    wait_until: float = 0.0
 
     def check(self) -> None:
         if self.lost:
@@ -74,6 +96,7 @@ class _PartExists(Exception):
 
 class ReplyWriter:
     part_wait_secs = 15.0  # how long a part another execution claimed is waited for
+    rate_limit_min_wait = 1.0  # the least a SendRateLimited is waited (a Retry-After of 0)
 
     def __init__(
         self,
@@ -99,6 +122,14 @@ class ReplyWriter:
         self.pending: dict[str, str] = dict(pending or {})
         # pending parts found missing on the platform -> the dead claim this one replaces
         self.taken_over: dict[str, str] = {}
+        # runs a rate-limit wait so that /interrupt ends it (the turn's
+        # ``interruptible``, set by Turn); None: a plain wait
+        self.waiter: Callable[[Awaitable[bool]], Awaitable[bool]] | None = None
+        # a stop during a rate-limit wait: hand the turn back (TurnHandedBack), or
+        # (False: a recovery notice) let the send fail with its SendRateLimited
+        self.hand_back = True
+        self.patient = True  # False once a wait failed (/interrupt): no more waits
+        self._partly_shown: set[str] = set()  # parts a 429 cut after their first message
 
     async def say(self, message: OutboundMessage) -> MessageRef:
         """Send a new part (or converge the recorded one on a rerun)."""
@@ -109,9 +140,69 @@ class ReplyWriter:
         known = self.sent.get(field)
         if known is None and field in self.pending and not self._may_resend():
             known = await self._find_or_wait(field)
-        if known is not None:
-            return await self._converge(field, known, message)
-        return await self._send_new(field, message)
+        while True:
+            try:
+                if known is not None:
+                    return await self._converge(field, known, message)
+                return await self._send_new(field, message)
+            except SendRateLimited as exc:
+                if field in self._partly_shown:
+                    raise  # partly on screen: never sent again (its claim stays)
+                await self._wait_out(exc, field)
+                known = self.sent.get(field, known)
+
+    async def _wait_out(self, exc: SendRateLimited, what: str) -> None:
+        """The platform asked to wait before ``what`` (a part, an edit) is tried
+        again: wait ``exc.retry_after`` (at least ``rate_limit_min_wait``), off the
+        turn's clock.  Raises ``exc`` again if no more waits are to be made (an
+        /interrupt ended one); /interrupt or a lost lock during the wait raises
+        what the turn's ``interruptible`` does; the worker stopping raises
+        TurnHandedBack (or ``exc``, without ``hand_back``), before or during it."""
+        if not self.patient:
+            raise exc
+        secs = max(exc.retry_after, self.rate_limit_min_wait)
+        stopping = self.guard.stopping
+        if stopping.is_set():
+            self._give_way(exc, secs)
+        log.info(
+            "[%s] %s: the platform asks to wait %.1f s (%s); sending it then",
+            self.thread,
+            what,
+            secs,
+            exc,
+        )
+
+        async def pause() -> bool:
+            """True if the worker began to stop during the wait."""
+            stop = asyncio.ensure_future(stopping.wait())
+            try:
+                done, _ = await asyncio.wait({stop}, timeout=secs)
+            finally:
+                stop.cancel()
+            return bool(done)
+
+        until = time.monotonic() + secs
+        self.guard.wait_until = until
+        try:
+            with held(secs):
+                stopped = await (pause() if self.waiter is None else self.waiter(pause()))
+        except asyncio.CancelledError:
+            raise  # (wait_until stays: the worker hands the thread back for the rest)
+        except Exception:
+            self.guard.wait_until = 0.0
+            self.patient = False  # /interrupt, a lost lock: the turn ends without waiting
+            raise
+        self.guard.wait_until = 0.0
+        if stopped:
+            self._give_way(exc, until - time.monotonic())
+        self.guard.check()
+
+    def _give_way(self, exc: SendRateLimited, left: float) -> None:
+        """The worker is stopping: the turn stops too, handed back for later."""
+        self.patient = False
+        if self.hand_back:
+            raise TurnHandedBack(max(left, self.rate_limit_min_wait)) from exc
+        raise exc
 
     async def _find_or_wait(self, field: str) -> MessageRef | None:
         """A part an earlier execution claimed and never recorded (it died, or
@@ -145,9 +236,12 @@ class ReplyWriter:
     ) -> MessageRef:
         """Claim ``field`` and send it (``again``: if another execution's claim is
         in the way and then given back, claim once more and send)."""
+        early = ""  # the marker of a claim made before the request (no wire hook)
         if self.guard.owner and not getattr(self.outbox, "wire_hook", False):
             try:
-                await self._claim(field)  # a channel without the hook: claim before sending
+                stamp = claim_stamp()
+                await self._claim(field, stamp=stamp)  # no hook: claim before sending
+                early = f"pending:{stamp}"
             except _PartExists as exc:
                 return await self._existing(field, exc, message, again=again)
         token = None
@@ -176,7 +270,12 @@ class ReplyWriter:
                 # a claim left behind would make the rerun take it for maybe sent.
                 await self._take_back_unsent(field, f"pending:{stamp}")
             raise
-        except ChannelError:
+        except ChannelError as exc:
+            if isinstance(exc, SendRateLimited):
+                if wire_shown():
+                    self._partly_shown.add(field)
+                elif early:  # to be sent again after the wait: claimed again then
+                    await self._take_back_unsent(field, early)
             # Refused (or never sent) and nothing of it showing: give the claim
             # back, so a rerun after a crash sends the part rather than waiting
             # for it and taking it for maybe sent.
@@ -329,11 +428,21 @@ class ReplyWriter:
         )
         return self._unknown()
 
-    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
-        self.guard.check()
-        if not ref.message_id:
-            return ref  # a part whose sender died mid-request: nothing to edit
-        return await self._edited(None, ref, await self.outbox.edit(ref, message))
+    async def edit(
+        self, ref: MessageRef, message: OutboundMessage, *, droppable: bool = False
+    ) -> MessageRef:
+        """Edit a part; one the platform asks to wait for is waited out and made
+        again, unless ``droppable`` (a streamed preview's: SendRateLimited raised)."""
+        while True:
+            self.guard.check()
+            if not ref.message_id:
+                return ref  # a part whose sender died mid-request: nothing to edit
+            try:
+                return await self._edited(None, ref, await self.outbox.edit(ref, message))
+            except SendRateLimited as exc:
+                if droppable:
+                    raise
+                await self._wait_out(exc, f"edit of {ref.message_id}")
 
     def stream(self) -> StreamingReply:
         return StreamingReply(self)
@@ -407,7 +516,9 @@ class StreamingReply:
         elif now - self._last_edit >= interval and self.text != self._shown:
             self._last_edit, self._shown = now, self.text
             try:
-                self.ref = await self.w.edit(self.ref, OutboundMessage(self.text, final=False))
+                self.ref = await self.w.edit(
+                    self.ref, OutboundMessage(self.text, final=False), droppable=True
+                )
             except ChannelError as exc:  # an intermediate edit is droppable
                 log.debug("[%s] streaming edit skipped: %s", self.w.thread, exc)
 

@@ -128,6 +128,7 @@ class Turn:
         self.state = state
         self.session = session
         self.writer = writer
+        writer.waiter = self.interruptible  # /interrupt ends a wait for a rate limit
         self.guard = guard
         self.consumed = 1
         self.started_ms = int(time.time() * 1000)
@@ -178,6 +179,16 @@ class Turn:
                 return outcome
             head = self.head = event
             outcome = await self._dispatch(head)
+            return outcome
+        except Interrupted:
+            # /interrupt ended a send's wait for the platform's rate limit outside
+            # the loop's own handling (a command's reply, say): the turn stops there
+            log.info("[%s] stopped while a send waited for the platform", self.thread)
+            repair_history(self.session.history)
+            if self.session.state == ThreadState.PROCESSING:
+                self.session.state = ThreadState.IDLE
+            await self._consume_interrupt()
+            outcome = "stopped:interrupted"
             return outcome
         except LockLost:
             log.warning("[%s] lock lost mid-turn; stopping without sending more", self.thread)
@@ -230,6 +241,8 @@ class Turn:
             await self.writer.say(OutboundMessage(text, notice=True, private_to=private_to))
         except ChannelError as exc:
             log.warning("[%s] could not send notice: %s", self.thread, exc)
+        except Interrupted:  # during a wait for the platform's rate limit
+            log.info("[%s] notice dropped: /interrupt while it waited", self.thread)
 
     async def private(self, event: InboundEvent, text: str, *, button: bool) -> None:
         """A short notice to the presser only: the press's answer for a button, else a

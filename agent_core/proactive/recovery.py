@@ -18,7 +18,9 @@ The worker runs every turn through :meth:`TurnRecovery.run_turn`:
   interrupted: a message that kills its worker (out of memory, a crash in native
   code, whatever it is) must not take every worker down in turn, and a crash no
   message caused must not leave the dead worker's chats waiting in a queue.
-* **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled,
+* **Timeout.**  A turn running longer than ``TURN_TIMEOUT_SECS`` is cancelled
+  (time spent waiting out a platform's rate limit does not count:
+  ``agent_core.deadline``),
   the user is told, the message is consumed with the session as it was before
   the turn (the history stays valid) and the worker's completion releases the
   lock.  Messages injected into the cancelled turn stay queued and get turns of
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.agent.session import Session, ThreadState
+from agent_core.deadline import turn_deadline
 from agent_core.errors import ChannelError, SendForbidden
 from agent_core.events import EventKind, MessageRef, OutboundMessage, ThreadKey
 from agent_core.settings import CoreSettings
@@ -163,8 +166,11 @@ class TurnRecovery:
         try:
             if timeout <= 0:
                 return await self.agent.run_turn(thread, state, guard)
-            async with asyncio.timeout(timeout):
-                return await self.agent.run_turn(thread, state, guard)
+            # a wait for the platform's rate limit moves this deadline back
+            # (agent_core.deadline): the answer is not lost to a long Retry-After
+            async with asyncio.timeout(timeout) as deadline:
+                with turn_deadline(deadline):
+                    return await self.agent.run_turn(thread, state, guard)
         except TimeoutError:
             self.timeouts += 1
             log.warning(
@@ -201,6 +207,7 @@ class TurnRecovery:
             head.reply_ref,
             pending=state.pending,
         )
+        writer.hand_back = False  # a stop during a rate-limit wait drops the notice
         try:
             await writer.say(OutboundMessage(text, notice=True))
         except ChannelError as exc:

@@ -554,15 +554,21 @@ class Delivery:
         )
         return [bool(r) for r in res]
 
-    async def release(self, thread: ThreadKey, owner: str) -> None:
+    async def release(self, thread: ThreadKey, owner: str, hold_secs: float = 0.0) -> None:
         """Let the thread go.  A start record ``owner`` left on the mailbox head goes
         too (it did not finish that event: a shutdown, waiting for an earlier
-        arrival), so the next execution is not taken for the rerun of a dead one."""
+        arrival), so the next execution is not taken for the rerun of a dead one.
+        ``hold_secs`` > 0: handed back later, not now (a platform asked to wait that
+        long): the lock becomes a hold no one owns, which expires then (the
+        sweeper runs the thread after it; new events queue meanwhile)."""
+        args: list[str | int] = [owner]
+        if hold_secs > 0:
+            args.append(max(int(hold_secs * 1000), 1))
         await run_script(
             self.redis,
             self._release,
             [keys.lock(thread), keys.sent(thread), keys.mailbox(thread)],
-            [owner],
+            args,
         )
 
     # -- recovery index ----------------------------------------------------

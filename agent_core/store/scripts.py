@@ -271,7 +271,9 @@ return 0
 # with the optional keys, also of the start record this owner left on the
 # mailbox head (see _mark_start): it lets the thread go without finishing that
 # event (a shutdown, Redis trouble, waiting for an earlier arrival), which must
-# not count as an execution that died.
+# not count as an execution that died.  ARGV[2] (optional, ms > 0): the lock is
+# not deleted but becomes a hold no one owns ('<owner>~later'), expiring then (a
+# turn handed back until a platform's rate-limit wait is over).
 RELEASE = """
 if KEYS[3] then
   local ok, head = pcall(cjson.decode, redis.call('LINDEX', KEYS[3], 0) or '')
@@ -284,6 +286,10 @@ if KEYS[3] then
   end
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if ARGV[2] and tonumber(ARGV[2]) > 0 then
+    redis.call('SET', KEYS[1], ARGV[1] .. '~later', 'PX', ARGV[2])
+    return 1
+  end
   return redis.call('DEL', KEYS[1])
 end
 return 0

@@ -36,6 +36,7 @@ import discord
 import yarl
 from discord.http import HTTPClient, Route, json_or_text
 
+from agent_core.deadline import hold
 from channels import url_tokens
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,9 @@ class ParleyHTTPClient(HTTPClient):
         # discord.py logs request URLs (a 429 at WARNING): an interaction's token
         # is in the path of its response and follow-ups
         url_tokens.install("discord.http")
-        trace: aiohttp.TraceConfig | None = None
-        if on_rate_limited is not None:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_end.append(self._trace_end)
+        # (every 429 is seen: its wait is off the turn's clock, agent_core.deadline)
+        trace = aiohttp.TraceConfig()
+        trace.on_request_end.append(self._trace_end)
         super().__init__(
             loop,
             connector,
@@ -108,12 +108,19 @@ class ParleyHTTPClient(HTTPClient):
         ctx: SimpleNamespace,
         params: aiohttp.TraceRequestEndParams,
     ) -> None:
-        if params.response.status != 429 or self._on_rate_limited is None:
+        if params.response.status != 429:
+            return
+        retry_after = _retry_after(params.response.headers)
+        longest = self.max_ratelimit_timeout
+        best_effort = params.url.path.endswith("/typing")
+        if not best_effort and (longest is None or retry_after <= longest):
+            hold(retry_after)  # discord.py sleeps it out next: off the turn's clock
+        if self._on_rate_limited is None:
             return
         try:
             await self._on_rate_limited(
                 rate_limit_scope(params.url.path, params.response.headers),
-                _retry_after(params.response.headers),
+                retry_after,
             )
         except Exception:  # never break the request because the hook failed
             log.warning("rate-limit hook failed", exc_info=True)

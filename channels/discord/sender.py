@@ -21,6 +21,7 @@ import aiohttp
 import discord
 from discord.http import Route
 
+from agent_core.deadline import platform_wait
 from agent_core.errors import (
     ChannelError,
     SendFailed,
@@ -217,8 +218,11 @@ class DiscordOutbox:
             if not droppable:
                 raise SendRateLimited(longest, "Discord asks for a longer wait than allowed")
             return False
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if delay > 0:  # a droppable call waits at most 0.25 s: not worth counting
+            if droppable:
+                await asyncio.sleep(delay)
+            else:
+                await platform_wait(delay)  # off the turn's clock (agent_core.deadline)
         return True
 
     async def _call(self, route: Route, **kwargs: Any) -> Any:

@@ -17,6 +17,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_core.deadline import held
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 
@@ -92,9 +93,15 @@ class PacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
                     await self._pacer.pause(channel_pace(channel), _retry_after(response))
                 except Exception as exc:  # pacing is advisory; the retry still waits
                     log.debug("could not pause Slack pace: %s", exc)
-        await super().prepare_for_next_attempt_async(
-            state=state, request=request, response=response, error=error
-        )
+        # slack_sdk sleeps the Retry-After (plus up to 1 s of jitter) below: off the
+        # turn's clock (agent_core.deadline)
+        # (a message's: not a best-effort call's, such as the working reaction)
+        posting = _request_method(request) in POSTING_METHODS
+        wait = _retry_after(response) + 1.0 if response is not None and posting else 0.0
+        with held(wait):
+            await super().prepare_for_next_attempt_async(
+                state=state, request=request, response=response, error=error
+            )
 
 
 # Calls that create something the user sees: repeating one whose answer was lost

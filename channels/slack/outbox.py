@@ -40,6 +40,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from agent_core.deadline import platform_wait
 from agent_core.errors import (
     ChannelError,
     FormattingRejected,
@@ -104,8 +105,9 @@ PRIVATE_ID = "ru"
 
 
 async def _pause(seconds: float) -> None:
-    """A rate limit's wait (its own name: tests count who waits how long)."""
-    await asyncio.sleep(seconds)
+    """A rate limit's wait, off the turn's clock (agent_core.deadline; its own
+    name: tests count who waits how long)."""
+    await platform_wait(seconds)
 
 
 def _rate_limited(exc: SlackApiError) -> bool:
@@ -212,7 +214,10 @@ class SlackOutbox:
             if delay is None:
                 return None
             if delay > 0:
-                await asyncio.sleep(delay)
+                if droppable:
+                    await asyncio.sleep(delay)
+                else:
+                    await platform_wait(delay)  # off the turn's clock (agent_core.deadline)
         if method == "chat.postMessage":
             await on_wire()  # the agent claims a new message here (unless claimed above)
         token = current_channel.set(channel)
@@ -440,7 +445,7 @@ class SlackOutbox:
                     except RedisError:
                         log.warning("could not take back a part claim (claimed again)")
                 # the channel's pace is paused as long (all processes); this
-                # process sleeps it too, pacing on or off
+                # process sleeps it too, pacing on or off (off the turn's clock)
                 await _pause(wait)
 
     async def _tail(self, method: str, channel: str, post: SlackPost, args: dict[str, Any]) -> str:

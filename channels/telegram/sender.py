@@ -10,7 +10,9 @@ A 429 pauses the chat's pace (all sends, when several chats are hit at once)
 for exactly ``retry_after`` and the call is retried after it, however long it
 is: anything sent to that chat waits as long (a failure notice included), so
 giving the answer up would not make anything sooner.  Only a send already held
-back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited).
+back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited,
+which the turn's reply writer waits out in turn).  Every such wait is off the
+turn's clock (``agent_core.deadline``).
 Streamed (non-final) edits never wait for a slot: with none free, or on a 429,
 they are skipped, so an approval prompt or a final answer is never queued
 behind them.
@@ -56,6 +58,7 @@ from telegram.error import (
 )
 from telegram.warnings import PTBUserWarning
 
+from agent_core.deadline import platform_wait
 from agent_core.errors import (
     ChannelError,
     FormattingRejected,
@@ -215,8 +218,8 @@ class TelegramOutbox:
             return
         if delay is None:
             raise _Skipped
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if delay > 0:  # (a droppable call never waits here: max_wait above)
+            await platform_wait(delay)  # off the turn's clock (agent_core.deadline)
 
     async def _on_429(self, chat_id: int, seconds: float) -> bool:
         """Pause the chat (or everything); False when the shared pacer is unreachable."""
@@ -274,7 +277,7 @@ class TelegramOutbox:
                 await self._unclaim_for_retry()  # not created: claimed again after the wait
                 # Loop: the paused pace makes the next reserve wait exactly `secs`.
                 if not paused:
-                    await asyncio.sleep(secs)
+                    await platform_wait(secs)  # off the turn's clock, however long
             except BadRequest as exc:
                 msg = exc.message.lower()
                 if "not modified" in msg:

@@ -1,0 +1,271 @@
+"""A platform that asks to wait (SendRateLimited) never costs the answer.
+
+Every channel raises SendRateLimited once it stops waiting on a 429 itself
+(Telegram after TELEGRAM_MAX_RETRY_WAIT, Slack after 60 s, Discord for any wait
+over DISCORD_MAX_RETRY_WAIT, a pace another worker paused included).  Before, the
+worker took it for a crash: the message was consumed with a traceback and "⚠️
+Something went wrong on my side", the model's answer (already paid for) thrown
+away, a streamed preview left cut short.  Now the reply writer waits what the
+platform asked and sends again, for as long as it asks; /interrupt and a
+shutdown end the wait (a shutdown hands the message back for after the wait);
+the streamed preview's droppable edits are still skipped; and the time waited
+does not count toward TURN_TIMEOUT_SECS (agent_core.deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from agent_core.agent.interrupt import interrupt_filter
+from agent_core.agent.reply import ReplyWriter
+from agent_core.deadline import platform_wait
+from agent_core.errors import SendRateLimited
+from agent_core.events import MessageRef, OutboundMessage, ThreadKey
+from agent_core.llm.base import Completion, CompletionRequest, StreamItem, TextDelta, TokenUsage
+from agent_core.store import keys
+from tests.fakes.outbox import RecordingOutbox
+from tests.integration.agent.conftest import FnModel, last_user, user_event
+
+FAILED = "Something went wrong"
+
+
+@pytest.fixture(autouse=True)
+def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scaled: the least wait for a SendRateLimited (1 s) becomes 10 ms."""
+    monkeypatch.setattr(ReplyWriter, "rate_limit_min_wait", 0.01, raising=False)
+
+
+def answer() -> FnModel:
+    return FnModel(lambda req: Completion("answer: " + last_user(req), usage=TokenUsage(1, 1)))
+
+
+@dataclass
+class LimitedOutbox(RecordingOutbox):
+    """Refuses the first ``refused_sends`` sends of an answer and the first ``final_edits``
+    final edits with SendRateLimited(``retry_after``), and every streamed
+    (non-final) edit while ``limit_previews``; counts what was tried."""
+
+    refused_sends: int = 0
+    final_edits: int = 0
+    limit_previews: bool = False
+    retry_after: float = 0.05
+    tried: list[str] = field(default_factory=list)
+    tried_any: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _refuse(self, what: str) -> None:
+        self.tried.append(what)
+        self.tried_any.set()
+        raise SendRateLimited(self.retry_after, "the platform asks to wait")
+
+    async def send(
+        self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
+    ) -> MessageRef:
+        if self.refused_sends > 0 and not message.notice:
+            self.refused_sends -= 1
+            self._refuse("send")
+        self.tried.append("send ok")
+        return await super().send(thread, message, reply_to=reply_to)
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        if message.final and self.final_edits > 0:
+            self.final_edits -= 1
+            self._refuse("final edit")
+        if not message.final and self.limit_previews:
+            self._refuse("preview edit")
+        self.tried.append("final edit ok" if message.final else "preview edit ok")
+        return await super().edit(ref, message)
+
+
+class Streams:
+    """Streams its answer in two pieces."""
+
+    name = "fn:stream"
+
+    def __init__(self) -> None:
+        self.inner = answer()
+        self.requests = self.inner.requests
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        c = await self.inner.complete(request)
+        head, tail = c.text[:8], c.text[8:]
+        yield TextDelta(head)
+        await asyncio.sleep(0.02)
+        yield TextDelta(tail)
+        yield c
+
+
+def use(w: Any, outbox: RecordingOutbox) -> None:
+    w.outbox = outbox
+    for name in list(w.outboxes):
+        w.outboxes[name] = outbox
+
+
+T = ThreadKey("web", "local", "rl")
+
+
+async def test_a_rate_limited_answer_is_sent_after_the_wait(world: Callable[..., Any]) -> None:
+    model = answer()
+    w = world(model)
+    outbox = LimitedOutbox(refused_sends=2)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "hi"))
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: hi"]  # no failure notice, nothing lost
+    assert outbox.tried == ["send", "send", "send ok"]
+    assert len(model.requests) == 1  # the answer paid for is the one sent
+
+
+async def test_a_rate_limited_final_edit_completes_the_streamed_answer(
+    world: Callable[..., Any],
+) -> None:
+    model = Streams()
+    w = world(model)
+    # the preview's streamed edit is refused for good (droppable: skipped, never
+    # waited for), the final edit twice (waited out)
+    outbox = LimitedOutbox(stream_interval=0.0, final_edits=2, limit_previews=True)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "streamed"))
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: streamed"]  # not left cut short at the preview
+    assert outbox.tried == ["send ok", "preview edit", "final edit", "final edit", "final edit ok"]
+
+
+async def test_interrupt_ends_the_wait_for_the_platform(world: Callable[..., Any]) -> None:
+    model = answer()
+    w = world(model)
+    outbox = LimitedOutbox(refused_sends=1_000, retry_after=600)  # the answer: refused for good
+    use(w, outbox)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await w.start()
+    await w.send(user_event(T, "hi"))
+    await asyncio.wait_for(outbox.tried_any.wait(), 10)  # the answer waits for the platform
+    await w.send(user_event(T, "/interrupt"))
+    await w.settle(T, timeout=15)  # not the 600 s asked for
+    said = w.texts(T)
+    assert said == ["⏹ Stopped."], said  # no failure notice, no "Nothing is running"
+    assert outbox.tried.count("send") == 1  # tried once, then waited until /interrupt
+
+
+async def test_a_shutdown_during_the_wait_hands_the_message_back_for_after_it(
+    world: Callable[..., Any],
+) -> None:
+    model = answer()
+    w = world(model, shutdown_grace_secs=30)
+    outbox = LimitedOutbox(refused_sends=1_000, retry_after=600)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "hi"))
+    await asyncio.wait_for(outbox.tried_any.wait(), 10)
+    # a deploy: the drain does not wait out the 600 s (nor its 30 s grace) for it
+    await asyncio.wait_for(w.stop(), 10)
+    assert await w.redis.llen(keys.mailbox(T)) == 1  # the message stays queued
+    held = await w.redis.get(keys.lock(T))
+    assert held is not None and held.endswith(b"~later"), held  # handed back for later
+    assert 0 < await w.redis.pttl(keys.lock(T)) <= 600_000  # what is left of the wait
+    assert w.texts(T) == []  # no failure notice
+    # the wait is over (scaled: the hold is cut short) and the platform takes it
+    await w.redis.pexpire(keys.lock(T), 1)
+    outbox.refused_sends = 0
+    await w.start()
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: hi"]
+    assert len(model.requests) == 2  # (the rerun asks the model again)
+
+
+async def test_a_shutdown_while_the_final_edit_waits_never_sends_the_answer_twice(
+    world: Callable[..., Any],
+) -> None:
+    model = Streams()
+    w = world(model)
+    outbox = LimitedOutbox(stream_interval=0.0, final_edits=1_000, retry_after=600)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "streamed"))
+    await asyncio.wait_for(outbox.tried_any.wait(), 10)  # the preview shows; its end waits
+    await asyncio.wait_for(w.stop(), 10)
+    assert await w.redis.llen(keys.mailbox(T)) == 1
+    await w.redis.pexpire(keys.lock(T), 1)
+    outbox.final_edits = 0
+    await w.start()
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: streamed"]
+    assert len(outbox.sends(str(T))) == 1  # the rerun edited the preview, sent nothing new
+
+
+async def test_a_send_rate_limited_that_reaches_the_worker_hands_the_message_back(
+    world: Callable[..., Any],
+) -> None:
+    """The last resort: a SendRateLimited out of a turn is not a crash (no traceback,
+    no failure notice, the message not consumed): the thread is handed back for the
+    wait and the message run again."""
+    model = answer()
+    w = world(model)
+    await w.start()
+    worker = w.workers[0][0]
+    run_turn = worker.recovery.run_turn
+    calls = 0
+
+    async def limited_once(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise SendRateLimited(1.5, "the platform asks to wait")
+        return await run_turn(*args)
+
+    worker.recovery.run_turn = limited_once
+    await w.send(user_event(T, "hi"))
+    for _ in range(500):
+        held = await w.redis.get(keys.lock(T))
+        if held is not None and held.endswith(b"~later"):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError(f"not handed back for the wait: {held!r}")
+    assert calls == 1  # no other turn while the platform's wait lasts
+    assert await w.redis.llen(keys.mailbox(T)) == 1
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: hi"]
+    assert calls == 2
+
+
+@dataclass
+class WaitingOutbox(RecordingOutbox):
+    """Waits for the platform inside its send, as the channels' senders do."""
+
+    wait: float = 0.0
+
+    async def send(
+        self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
+    ) -> MessageRef:
+        if self.wait and not message.notice:
+            await platform_wait(self.wait)
+        return await super().send(thread, message, reply_to=reply_to)
+
+
+async def test_a_wait_for_the_platform_does_not_count_toward_the_turn_timeout(
+    world: Callable[..., Any],
+) -> None:
+    model = answer()
+    w = world(model, turn_timeout_secs=0.5)  # scaled: 600 s, and a Retry-After of 3600
+    outbox = WaitingOutbox(wait=1.5)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "hi"))
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: hi"]  # not "That took longer than 0.5 seconds"
+    # the turn's own work still counts: a slow model is stopped as before
+    model.delay = 2.0
+    outbox.wait = 0.0
+    await w.send(user_event(T, "slow"))
+    await w.settle(T, timeout=15)
+    assert "took longer than 0.5 seconds" in w.texts(T)[-1]
