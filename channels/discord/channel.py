@@ -214,4 +214,6 @@ class DiscordChannel(Channel):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), RECONNECT_DELAY)
             finally:
+                # handles what the session received first (bounded), closes the
+                # connection, then marks what is left for the next catch-up
                 await client.close()

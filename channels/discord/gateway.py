@@ -26,6 +26,17 @@
   mark left alone; the new holder's own session receives it (or its catch-up
   does).  Interactions are not dropped: Discord sends each to one session only
   and never again, and Ingest's dedup covers an overlap.
+* Redis refusing a message (down, failing over, the inbox full) holds the queue:
+  the message is retried for as long as the lease is ours, with no time limit,
+  and the conversation's later messages wait behind it.  Giving up would lose it
+  for good: the next message would move the last seen mark past it.
+* At a stop (a deploy's SIGTERM, the lease lost, the connection closed), what the
+  session received is still handled for up to ``STOP_DRAIN_SECS`` while the lease
+  is ours, before the connection closes: Discord would not send it again (the next
+  process IDENTIFYs; only a RESUME replays).  A message still unhandled then has
+  its conversation marked active with its last seen mark set back to just before
+  it, so the next session's catch-up re-reads it, a first message (a new DM, a
+  first mention) too.
 """
 
 from __future__ import annotations
@@ -73,7 +84,7 @@ from .parse import (
 )
 from .render import CUSTOM_ID_TEMPLATE, NO_MENTIONS, custom_id
 from .settings import DiscordSettings, parse_shards
-from .state import DiscordState
+from .state import DiscordState, newer
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +93,17 @@ log = logging.getLogger(__name__)
 Marks = asyncio.Future[list[tuple[str, str, str, str]] | None]
 
 PRESS_SUBMIT_TIMEOUT = 2.0  # the deferral must reach Discord within 3 s
-SUBMIT_RETRY_SECS = 30.0  # how long a message is retried while Redis is down
+# A message Redis refuses is retried while the lease is ours, with no time limit:
+# first after SUBMIT_FIRST_DELAY, then twice as long each time up to SUBMIT_MAX_DELAY;
+# one warning at the first failure and then one every SUBMIT_WARN_EVERY.
+SUBMIT_FIRST_DELAY = 0.2
+SUBMIT_MAX_DELAY = 5.0
+SUBMIT_WARN_EVERY = 30.0
+# At a stop: how long what was received is still handled (within the 2.4 s a lost
+# lease leaves, and well within a deploy's shutdown), then how long marking what is
+# left for the next catch-up may take.
+STOP_DRAIN_SECS = 2.0
+STOP_MARK_SECS = 1.0
 # Without the Message Content intent, a reply to the bot sent with Discord's "@" toggle
 # off arrives with no text: the sender is told (at most once per channel this often).
 UNREADABLE_TEXT = (
@@ -181,7 +202,10 @@ class GatewayClient(discord.AutoShardedClient):
         self._queue: asyncio.Queue[tuple[RawMessage, str] | Marks] = asyncio.Queue()
         self._marks: dict[int, Marks] = {}  # shard id -> marks read at its last READY
         self._consumer: asyncio.Task[None] | None = None
+        self._current: tuple[RawMessage, str] | None = None  # what the consumer handles
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._commands: set[asyncio.Task[Any]] = set()  # slash commands in flight
+        self._draining = False
         self._tracked: set[str] = set()
         self.catchups = 0  # completed catch-up passes (tests, metrics)
 
@@ -216,7 +240,9 @@ class GatewayClient(discord.AutoShardedClient):
         def interaction(data: Any) -> None:
             if data.get("type") == APPLICATION_COMMAND:
                 # no CommandTree here: discord.py would only build an unused Interaction
-                self._spawn(self.on_command(data), "discord-command")
+                task = self._spawn(self.on_command(data), "discord-command")
+                self._commands.add(task)
+                task.add_done_callback(self._commands.discard)
             else:
                 interaction_create(data)
 
@@ -229,16 +255,111 @@ class GatewayClient(discord.AutoShardedClient):
             await asyncio.sleep(self.settings.discord_reidentify_delay)
 
     async def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        await super().close()
+        """Handle what was received (bounded, see :meth:`_drain`), close the
+        connection, then mark what is left for the next catch-up."""
+        try:
+            if not self._draining:
+                self._draining = True
+                await self._drain(STOP_DRAIN_SECS)
+        finally:
+            # whatever happened above (cancelled: a lost lease's deadline), the
+            # connection closes
+            if self._consumer is not None:
+                self._consumer.cancel()
+                await asyncio.gather(self._consumer, return_exceptions=True)
+            for task in list(self._tasks):
+                task.cancel()
+            await super().close()
+        await self._mark_unhandled()
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    async def _drain(self, within: float) -> None:
+        """Let the consumer handle what this session received (and slash commands
+        in flight finish) for at most ``within`` seconds, while the lease is ours.
+        The connection is still open: what arrives meanwhile is handled too."""
+        consumer = self._consumer
+        if consumer is None or consumer.done() or not self.valid():
+            return
+        if self._queue.empty() and self._current is None and not self._commands:
+            return
+        joined = asyncio.ensure_future(self._queue.join())
+        try:
+            await asyncio.wait([joined, *self._commands], timeout=within)
+            drained = joined.done()
+        finally:
+            joined.cancel()
+        if not drained:
+            log.warning(
+                "discord: stopping with %d received message(s) not handled within %.0fs",
+                self._queue.qsize() + (self._current is not None),
+                within,
+            )
+
+    async def _mark_unhandled(self) -> None:
+        """Messages received but not handled (left in the queue, or cancelled while
+        being handled) when the connection closed: Discord will not send them
+        again.  Each conversation they are for (a message Parley would answer) is
+        marked active, its last seen mark set back to just before the first of
+        them, so that the next session's catch-up re-reads them (Ingest's dedup
+        drops what was published after all)."""
+        items: list[tuple[RawMessage, str]] = []
+        if self._current is not None:
+            items.append(self._current)
+            self._current = None
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            self._queue.task_done()
+            if not isinstance(item, asyncio.Future):
+                items.append(item)
+        if not items:
+            return
+        if not self.valid():
+            log.info(
+                "discord: %d received message(s) not handled: the gateway lease is no longer "
+                "ours (the new holder's session or catch-up has them)",
+                len(items),
+            )
+            return
+        marks: dict[str, tuple[str, str, str]] = {}  # channel -> (mark, guild, parent)
+        for raw, parent_hint in items:
+            mark = _before(raw.get("id"))
+            channel_id = str(raw.get("channel_id") or "")
+            if not mark or not channel_id:
+                continue
+            try:
+                ctx = self._context(raw, parent_hint)
+                if parse_message(raw, ctx) is None:
+                    continue  # not for Parley: nothing to catch up
+            except Exception:  # the consumer would have failed on it as well
+                log.debug("discord: unhandled message %s not parsed", raw.get("id"), exc_info=True)
+                continue
+            known = marks.get(channel_id)
+            if known is None or newer(known[0], mark):
+                marks[channel_id] = (mark, str(raw.get("guild_id") or ""), ctx.thread_parent)
+        if not marks:
+            return
+        try:
+            await asyncio.wait_for(self.state.rewind(marks), STOP_MARK_SECS)
+        except (TimeoutError, RedisError, OSError) as exc:
+            log.error(
+                "discord: %d received message(s) were not handled before the connection "
+                "closed and could not be marked for the next catch-up (%s): only those in "
+                "conversations it already follows will be read again",
+                len(items),
+                type(exc).__name__,
+            )
+            return
+        log.warning(
+            "discord: %d received message(s) not handled before the connection closed; "
+            "%d conversation(s) marked for the next catch-up",
+            len(items),
+            len(marks),
+        )
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     @property
     def bot_id(self) -> str:
@@ -249,18 +370,25 @@ class GatewayClient(discord.AutoShardedClient):
     async def _consume(self) -> None:
         while True:
             item = await self._queue.get()
-            if isinstance(item, asyncio.Future):
-                await self._read_marks(item)
-                continue
-            raw, parent_hint = item
             try:
-                await self._handle_message(raw, parent_hint)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception(
-                    "discord message %s in %s not handled", raw.get("id"), raw.get("channel_id")
-                )
+                if isinstance(item, asyncio.Future):
+                    await self._read_marks(item)
+                    continue
+                raw, parent_hint = item
+                self._current = item  # left set if cancelled: see _mark_unhandled
+                try:
+                    await self._handle_message(raw, parent_hint)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception(
+                        "discord message %s in %s not handled",
+                        raw.get("id"),
+                        raw.get("channel_id"),
+                    )
+                self._current = None
+            finally:
+                self._queue.task_done()
 
     async def _read_marks(self, marks: Marks) -> None:
         """The catch-up's starting points, as they are at a READY (None: unreadable)."""
@@ -300,16 +428,8 @@ class GatewayClient(discord.AutoShardedClient):
             )
             return
         guild_id = raw.get("guild_id", "")
-        parent, active = self._thread_parent(channel_id, guild_id)
-        if not parent and parent_hint:
-            parent, active = parent_hint, self.state.thread_active(channel_id)
-        ctx = MessageContext(
-            bot_id=self.bot_id,
-            group_reply=self.group_reply,
-            thread_parent=parent,
-            thread_active=active,
-            bot_roles=self._bot_roles(guild_id),
-        )
+        ctx = self._context(raw, parent_hint)
+        parent = ctx.thread_parent
         event = parse_message(raw, ctx)
         if event is None:
             if not self.message_content and addressed_in_server(raw, ctx):
@@ -318,22 +438,49 @@ class GatewayClient(discord.AutoShardedClient):
                 await self.state.seen(channel_id, raw["id"], guild_id, parent)
             return
         if parent and event.mentions_bot:
-            await self.state.add_thread(channel_id, parent)
+            await self._add_thread(channel_id, parent, event)
         elif not parent and guild_id and event.mentions_bot and self.settings.discord_auto_thread:
             # only a message addressed to the bot opens a thread (not, with
             # GROUP_REPLY=all, every message people write in the channel)
             event = await self._auto_thread(event, raw)
-        await self._submit(event)
+        if not await self._submit(event):
+            return  # not published, not marked: the next holder's catch-up has it
         where = event.thread.thread or event.thread.conversation
         self._tracked.add(where)
-        if where != channel_id and not parent:
-            # a thread was opened on this message: the channel stays active too, so a
-            # new mention there during a reconnect is caught up
-            self._tracked.add(channel_id)
-            await self.state.seen(channel_id, raw["id"], guild_id, "")
-        # A thread opened on a message has that message's id, so the id works there too.
-        parent_of_where = event.thread.conversation if event.thread.thread else ""
-        await self.state.seen(where, raw["id"], guild_id, parent_of_where)
+        try:
+            if where != channel_id and not parent:
+                # a thread was opened on this message: the channel stays active too, so
+                # a new mention there during a reconnect is caught up
+                self._tracked.add(channel_id)
+                await self.state.seen(channel_id, raw["id"], guild_id, "")
+            # A thread opened on a message has that message's id, so the id works there.
+            parent_of_where = event.thread.conversation if event.thread.thread else ""
+            await self.state.seen(where, raw["id"], guild_id, parent_of_where)
+        except RedisError as exc:
+            # published: only the mark lags (a catch-up re-reads a little more)
+            log.warning("[%s] event %s: last seen mark not recorded: %s", where, raw["id"], exc)
+
+    def _context(self, raw: RawMessage, parent_hint: str = "") -> MessageContext:
+        channel_id = raw["channel_id"]
+        guild_id = raw.get("guild_id", "")
+        parent, active = self._thread_parent(channel_id, guild_id)
+        if not parent and parent_hint:
+            parent, active = parent_hint, self.state.thread_active(channel_id)
+        return MessageContext(
+            bot_id=self.bot_id,
+            group_reply=self.group_reply,
+            thread_parent=parent,
+            thread_active=active,
+            bot_roles=self._bot_roles(guild_id),
+        )
+
+    async def _add_thread(self, thread_id: str, parent_id: str, event: InboundEvent) -> None:
+        """Follow a thread; Redis failing does not cost the message (only the thread
+        is not followed: a follow-up needs a mention)."""
+        try:
+            await self.state.add_thread(thread_id, parent_id)
+        except RedisError as exc:
+            log.warning("[%s] could not record thread %s: %s", event.thread, thread_id, exc)
 
     def _unreadable(self, raw: RawMessage) -> None:
         """A reply to the bot that arrived without its text (no Message Content
@@ -374,20 +521,50 @@ class GatewayClient(discord.AutoShardedClient):
                 "discord: could not post the unreadable-reply notice in %s: %s", channel_id, exc
             )
 
-    async def _submit(self, event: InboundEvent) -> None:
-        delay = 0.2
-        waited = 0.0
+    async def _submit(self, event: InboundEvent) -> bool:
+        """Publish ``event``, retried for as long as Redis refuses it and the lease
+        is ours (no time limit: the conversation's later messages wait behind it).
+        False when the lease is no longer surely ours: the message is left
+        unmarked, for the next holder's catch-up."""
+        loop = asyncio.get_running_loop()
+        delay = SUBMIT_FIRST_DELAY
+        started = loop.time()
+        warned: float | None = None
         while True:
             try:
                 await self.ingest.submit(event)
-                return
-            except StoreUnavailable:
-                if waited >= SUBMIT_RETRY_SECS:
-                    log.error("[%s] event %s lost: Redis unavailable", event.thread, event.event_id)
-                    raise
+            except StoreUnavailable as exc:
+                if not self.valid():
+                    log.warning(
+                        "[%s] event %s not published (%s) and the gateway lease is no longer "
+                        "ours: left to the next holder's catch-up",
+                        event.thread,
+                        event.event_id,
+                        exc,
+                    )
+                    return False
+                now = loop.time()
+                if warned is None or now - warned >= SUBMIT_WARN_EVERY:
+                    warned = now
+                    log.warning(
+                        "[%s] event %s waits (%s) for %.0fs; retrying until Redis takes it "
+                        "(this conversation's later messages wait behind it)",
+                        event.thread,
+                        event.event_id,
+                        exc,
+                        now - started,
+                    )
                 await asyncio.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, SUBMIT_MAX_DELAY)
+                continue
+            if warned is not None:
+                log.info(
+                    "[%s] event %s published after %.0fs",
+                    event.thread,
+                    event.event_id,
+                    loop.time() - started,
+                )
+            return True
 
     async def _auto_thread(self, event: InboundEvent, raw: RawMessage) -> InboundEvent:
         channel_id = raw["channel_id"]
@@ -408,7 +585,7 @@ class GatewayClient(discord.AutoShardedClient):
             )
             return event
         thread_id = str(data["id"])
-        await self.state.add_thread(thread_id, channel_id)
+        await self._add_thread(thread_id, channel_id, event)
         key = ThreadKey(CHANNEL, event.thread.tenant, channel_id, thread_id)
         ref = MessageRef(CHANNEL, channel_id, raw["id"], thread_id)
         return dataclasses.replace(event, thread=key, reply_ref=ref)
@@ -570,6 +747,13 @@ class GatewayClient(discord.AutoShardedClient):
 def _ready_shard(data: Any) -> int:
     shard = data.get("shard") if isinstance(data, dict) else None
     return int(shard[0]) if shard else 0
+
+
+def _before(message_id: Any) -> str:
+    """The snowflake right before ``message_id`` ("" if it is not one): a last seen
+    mark from which a catch-up reads ``message_id`` again."""
+    text = str(message_id or "")
+    return str(int(text) - 1) if text.isdigit() and int(text) > 0 else ""
 
 
 def _snowflake(message_id: Any) -> tuple[int, str]:

@@ -46,10 +46,25 @@ log = logging.getLogger(__name__)
 RateLimitHook = Callable[[str, float], Awaitable[None]]
 
 _CHANNEL_IN_PATH = re.compile(r"/channels/(\d+)")
+# posting, editing or deleting a message: what the shared per-channel pace spaces out
+_MESSAGE_ROUTE = re.compile(r"/channels/(\d+)/messages(?:/\d+)?/?$")
+_MESSAGE_METHODS = frozenset({"POST", "PATCH", "DELETE"})
+
+
+def _scope(headers: Any) -> str:
+    return str(headers.get("X-RateLimit-Scope", "")).lower()
 
 
 def _retry_after(headers: Any) -> float:
-    for name in ("Retry-After", "X-RateLimit-Reset-After"):
+    """Seconds a 429 asks to wait, from its headers (the body's ``retry_after`` is
+    not read here).  ``Retry-After`` is whole seconds (rounded up); for a limit of
+    the bot's own on one route (scope ``user``) ``X-RateLimit-Reset-After`` is the
+    same wait to the millisecond.  For a ``shared`` limit the reset headers are the
+    bot's own bucket's, not the resource's: only ``Retry-After`` tells."""
+    names = ("Retry-After", "X-RateLimit-Reset-After")
+    if _scope(headers) == "user":
+        names = ("X-RateLimit-Reset-After", "Retry-After")
+    for name in names:
         value = headers.get(name)
         if value:
             try:
@@ -59,17 +74,29 @@ def _retry_after(headers: Any) -> float:
     return 1.0
 
 
-def rate_limit_scope(path: str, headers: Any) -> str:
-    """What a 429 limits: ``"global"`` (the bot's global limit: every route waits),
-    ``"channel:<id>"`` (a route under one channel), or ``""`` (a route of its own,
-    such as one interaction's follow-ups, which discord.py's bucket already holds)."""
-    if (
-        str(headers.get("X-RateLimit-Global", "")).lower() == "true"
-        or str(headers.get("X-RateLimit-Scope", "")).lower() == "global"
-    ):
+def rate_limit_scope(method: str, path: str, headers: Any) -> str:
+    """What a 429 limits, of the paces Parley shares between workers:
+
+    * ``"global"``: the bot's global limit (``X-RateLimit-Global`` or scope
+      ``global``): every route waits;
+    * ``"channel:<id>"``: posting, editing or deleting messages in that channel
+      (the per-channel message limit), or any route of that channel with scope
+      ``shared`` (a limit on the channel itself, for everyone);
+    * ``""``: anything else, a route with its own bucket (the typing indicator,
+      opening a thread, an interaction's follow-ups), which discord.py's
+      per-route bucket already holds; it must not hold the channel's answers.
+    """
+    scope = _scope(headers)
+    if str(headers.get("X-RateLimit-Global", "")).lower() == "true" or scope == "global":
         return "global"
-    m = _CHANNEL_IN_PATH.search(path)
-    return f"channel:{m.group(1)}" if m else ""
+    m = _MESSAGE_ROUTE.search(path)
+    if m and method.upper() in _MESSAGE_METHODS:
+        return f"channel:{m.group(1)}"
+    if scope == "shared":
+        m = _CHANNEL_IN_PATH.search(path)
+        if m:
+            return f"channel:{m.group(1)}"
+    return ""
 
 
 class ParleyHTTPClient(HTTPClient):
@@ -119,7 +146,7 @@ class ParleyHTTPClient(HTTPClient):
             return
         try:
             await self._on_rate_limited(
-                rate_limit_scope(params.url.path, params.response.headers),
+                rate_limit_scope(params.method, params.url.path, params.response.headers),
                 retry_after,
             )
         except Exception:  # never break the request because the hook failed

@@ -130,6 +130,26 @@ class DiscordState:
         if prev is None or newer(message_id, _s(prev)):
             await self._redis.hset(LAST, channel_id, message_id)
 
+    async def rewind(self, marks: dict[str, tuple[str, str, str]]) -> None:
+        """``marks``: channel id -> (mark, guild id, parent id).  Each channel becomes
+        active now, with its last seen mark moved back to ``mark`` if it is past it
+        (set if it has none): the next catch-up reads what came after ``mark`` again
+        (what was published meanwhile is dropped by Ingest's dedup).  For messages
+        received but not handled when the connection closed."""
+        channels = list(marks)
+        if not channels:
+            return
+        now = _ms()
+        current = await self._redis.hmget(LAST, channels)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(ACTIVE, dict.fromkeys(channels, now))
+            for ch, prev in zip(channels, current, strict=True):
+                mark, guild_id, parent_id = marks[ch]
+                pipe.hset(META, ch, f"{guild_id}|{parent_id}")
+                if prev is None or newer(_s(prev), mark):
+                    pipe.hset(LAST, ch, mark)
+            await pipe.execute()
+
     async def active_since(self, window_secs: float) -> list[tuple[str, str, str, str]]:
         """(channel id, last message id, guild id, parent id) of recent conversations.
         What is older goes, from ``active``, ``last`` and ``meta`` alike."""

@@ -48,6 +48,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -428,8 +429,19 @@ class FakeDiscord(GatewayMixin, InteractionsMixin):
         )
 
     def rate_limit(
-        self, method: str, path: str, retry_after: float, *, times: int = 1, is_global: bool = False
+        self,
+        method: str,
+        path: str,
+        retry_after: float,
+        *,
+        times: int = 1,
+        is_global: bool = False,
+        scope: str = "user",
     ) -> None:
+        """429s as Discord sends them: ``retry_after`` (float) in the body,
+        ``Retry-After`` in whole seconds, rounded up; ``scope`` is
+        ``X-RateLimit-Scope`` (``user``: the bot's own limit on the route,
+        ``shared``: a limit on the resource; ``global`` with ``is_global``)."""
         self.fail(
             method,
             path,
@@ -442,12 +454,12 @@ class FakeDiscord(GatewayMixin, InteractionsMixin):
             times=times,
             headers={
                 "Via": "1.1 google",
-                "Retry-After": f"{retry_after}",
+                "Retry-After": str(math.ceil(retry_after)),
                 "X-RateLimit-Limit": "5",
                 "X-RateLimit-Remaining": "0",
                 "X-RateLimit-Reset-After": f"{retry_after}",
                 "X-RateLimit-Bucket": "fakebucket",
-                "X-RateLimit-Scope": "global" if is_global else "user",
+                "X-RateLimit-Scope": "global" if is_global else scope,
                 **({"X-RateLimit-Global": "true"} if is_global else {}),
             },
         )

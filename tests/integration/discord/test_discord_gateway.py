@@ -12,10 +12,11 @@ import pytest
 from discord_harness import Gateway, ready_gateway, wait_client_ready
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agent_core.errors import ConfigError
+from agent_core.errors import ConfigError, StoreUnavailable
 from agent_core.events import OutboundMessage
 from agent_core.store.lease import LeaseStop
 from channels.discord import channel as discord_channel
+from channels.discord import gateway as gateway_mod
 from channels.discord.channel import BAD_TOKEN
 from channels.discord.gateway import GatewayClient
 from channels.discord.state import DiscordState
@@ -465,3 +466,169 @@ async def test_a_press_in_a_thread_missing_from_the_cache_keeps_the_threads_conv
     await fake_discord.press(prompt["id"], "parley:tok456")
     (event,) = await gateway.wait_published(1)
     assert (event.thread.conversation, event.thread.thread) == (CHANNEL_ID, thread_id)
+
+
+# --- a stop and a Redis outage lose no message -----------------------------------------
+
+
+async def test_messages_received_before_a_stop_are_published_before_the_connection_closes(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
+) -> None:
+    """A deploy's SIGTERM closed the connection at once: the messages this session
+    had received but not yet handled (queued behind a slow Redis) were neither
+    published nor marked, Discord never sent them again (the next process
+    IDENTIFYs) and the next catch-up did not know the conversation (a new DM).
+    They are now handled before the connection closes."""
+    gw = make_gateway()
+    real_submit = gw.ingest.submit
+    redis_answers = asyncio.Event()
+
+    async def slow_submit(event: Any) -> Any:
+        await redis_answers.wait()  # a slow Redis: the messages wait in the queue
+        return await real_submit(event)
+
+    gw.ingest.submit = slow_submit  # type: ignore[method-assign]
+    await gw.start()
+    await wait_client_ready(gw)
+    client = gw.channel.client
+    assert client is not None
+    sent = [await fake_discord.user_message(DM_CHANNEL_ID, f"hello {i}") for i in range(3)]
+    await fake_discord.wait(lambda: client._queue.qsize() == 2, 5, "two messages queued")
+    halting = asyncio.create_task(gw.halt())  # the deploy's SIGTERM
+    await fake_discord.wait(gw.stop.is_set, 5, "stop")
+    redis_answers.set()
+    await halting
+    assert [e.event_id for e in await gw.published()] == [m["id"] for m in sent]
+
+
+async def test_messages_left_unhandled_at_a_stop_are_caught_up_by_the_next_process(
+    make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord, redis: Any
+) -> None:
+    """What the stop cannot handle in time (Redis too slow) is not marked seen, and
+    its conversation, a DM never seen before, is marked for the next catch-up."""
+    gw = make_gateway()
+
+    async def stuck_submit(event: Any) -> Any:
+        await asyncio.Event().wait()  # Redis never answers this process again
+
+    gw.ingest.submit = stuck_submit  # type: ignore[method-assign]
+    await gw.start()
+    await wait_client_ready(gw)
+    client = gw.channel.client
+    assert client is not None
+    sent = [await fake_discord.user_message(DM_CHANNEL_ID, f"hello {i}") for i in range(3)]
+    await fake_discord.wait(lambda: client._queue.qsize() == 2, 5, "two messages queued")
+    await gw.halt()
+    assert await gw.published() == []
+    assert await redis.hget("parley:discord:last", DM_CHANNEL_ID) is not None
+    # the next gateway process takes over and catches up
+    gw2 = make_gateway()
+    await gw2.start()
+    try:
+        await wait_client_ready(gw2)
+        events = await gw2.wait_published(3)
+        assert [e.event_id for e in events] == [m["id"] for m in sent]
+    finally:
+        await gw2.halt()
+
+
+async def test_a_message_redis_refuses_for_long_is_published_in_order_once_it_is_back(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway gave a message up after 30 s of Redis failures (a failover, a
+    maintenance) and the conversation's next message moved the last seen mark past
+    it: no catch-up ever read it again.  It is now retried for as long as the lease
+    is ours, and the next message waits behind it."""
+    # the limit the gateway had until 2026-11-25 (30 s), shortened: on that code
+    # this outage outlasts it; now there is none
+    monkeypatch.setattr(gateway_mod, "SUBMIT_RETRY_SECS", 0.3, raising=False)
+    monkeypatch.setattr(gateway_mod, "SUBMIT_MAX_DELAY", 0.2, raising=False)
+    gw = make_gateway()
+    real_submit = gw.ingest.submit
+    down = [False]
+    refused: list[str] = []
+
+    async def submit(event: Any) -> Any:
+        if down[0]:
+            refused.append(event.event_id)
+            raise StoreUnavailable("cannot publish event: ConnectionError")
+        return await real_submit(event)
+
+    gw.ingest.submit = submit  # type: ignore[method-assign]
+    await gw.start()
+    try:
+        await wait_client_ready(gw)
+        first = await fake_discord.user_message(DM_CHANNEL_ID, "first")
+        await gw.wait_published(1)
+        down[0] = True  # Redis fails over
+        lost = await fake_discord.user_message(DM_CHANNEL_ID, "asked during the outage")
+        later = await fake_discord.user_message(DM_CHANNEL_ID, "hello?")
+        await asyncio.sleep(1.0)  # the outage lasts
+        assert refused and set(refused) == {lost["id"]}  # the later one waits behind it
+        down[0] = False  # Redis is back
+        events = await gw.wait_published(3)
+        assert [e.event_id for e in events] == [first["id"], lost["id"], later["id"]]
+    finally:
+        await gw.halt()
+
+
+async def test_a_message_redis_refuses_until_the_lease_is_gone_is_left_to_the_catch_up(
+    make_gateway: Callable[..., Gateway],
+    fake_discord: FakeDiscord,
+    redis: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Retrying has no time limit now, so it ends with the lease: Redis down long
+    enough for the lease to lapse, the message is given up by this process (before,
+    it was retried for 30 s whatever the lease, and could be published beside the
+    new holder), its conversation's mark not moved past it, and the next holder's
+    catch-up reads it."""
+    gw = make_gateway()
+    held = [True]
+    real_submit = gw.ingest.submit
+    down = [False]
+    refused: list[str] = []
+
+    async def submit(event: Any) -> Any:
+        if down[0]:
+            refused.append(event.event_id)
+            raise StoreUnavailable("cannot publish event: ConnectionError")
+        return await real_submit(event)
+
+    gw.ingest.submit = submit  # type: ignore[method-assign]
+    await gw.channel.initialize()
+    gw.stop = LeaseStop(lambda: held[0])
+    gw.task = asyncio.create_task(gw.channel.run_gateway(gw.ingest, gw.stop))
+    try:
+        await wait_client_ready(gw)
+        first = await fake_discord.user_message(DM_CHANNEL_ID, "first")
+        await gw.wait_published(1)
+        down[0] = True
+        lost = await fake_discord.user_message(DM_CHANNEL_ID, "asked during the outage")
+        await fake_discord.wait(lambda: len(refused) >= 2, 10, "Redis refusing")
+        with caplog.at_level(logging.WARNING, logger="channels.discord.gateway"):
+            held[0] = False  # the lease lapses (Redis could not renew it either)
+            await fake_discord.wait(
+                lambda: any(
+                    lost["id"] in r.getMessage() and "next holder" in r.getMessage()
+                    for r in caplog.records
+                ),
+                5,
+                "the message left to the next holder",
+            )
+        gw.stop.set()  # the lease keeper notices: the gateway stops
+    finally:
+        await gw.halt()
+    down[0] = False
+    assert [e.event_id for e in await gw.published()] == [first["id"]]
+    assert await redis.hget("parley:discord:last", DM_CHANNEL_ID) == first["id"].encode()
+    gw2 = make_gateway()
+    await gw2.start()
+    try:
+        await wait_client_ready(gw2)
+        events = await gw2.wait_published(2)
+        assert [e.event_id for e in events] == [first["id"], lost["id"]]
+    finally:
+        await gw2.halt()

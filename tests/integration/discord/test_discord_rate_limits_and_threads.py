@@ -26,6 +26,7 @@ from agent_core.events import (
     ThreadKey,
 )
 from agent_core.store.pacing import Pacer
+from channels.discord.http import _retry_after, rate_limit_scope
 from channels.discord.render import encode_extra
 from channels.discord.sender import GLOBAL_PACE, DiscordOutbox, channel_pace
 from tests.fakes.discord import (
@@ -293,3 +294,72 @@ async def test_a_press_is_acknowledged_while_discord_py_sleeps_out_a_global_429(
         assert state["_answered"]["body"] == {"type": 6}
         # answered while discord.py was still sleeping out the 20 s global 429
         assert len(fake_discord.calls_to("POST", r"/threads$")) == 1
+
+
+# --- which 429 pauses which shared pace ------------------------------------------------
+
+
+async def test_a_typing_429_does_not_hold_the_answers_in_its_channel(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis: Redis
+) -> None:
+    """The hook paused the channel's shared message pace for any 429 with
+    /channels/<id> in its path, the typing indicator's too (a route of its own):
+    every worker's answer in that channel then waited out the typing 429, and one
+    longer than DISCORD_MAX_RETRY_WAIT failed the answer as rate-limited."""
+    fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/typing$", 20.0)
+    # the turn's typing task runs beside the answer (agent_core/agent/turn.py)
+    typing = asyncio.create_task(outbox.typing(THREAD))
+    try:
+        await fake_discord.wait_call("POST", r"/typing$")
+        await asyncio.sleep(0.1)  # the 429 is in, its hook has run
+        assert await redis.get(channel_pace(CHANNEL_ID)) is None
+        await outbox.send(THREAD, OutboundMessage("the answer"))
+        # the answer went out while discord.py still waits to retry the typing call
+        calls = [
+            (c.method, c.path.rsplit("/", 1)[-1], c.status)
+            for c in fake_discord.calls
+            if f"/channels/{CHANNEL_ID}/" in c.path
+        ]
+        assert calls == [("POST", "typing", 429), ("POST", "messages", 200)]
+        assert not typing.done()
+    finally:
+        typing.cancel()
+        await asyncio.gather(typing, return_exceptions=True)
+
+
+async def test_a_shared_429_on_a_channel_route_pauses_that_channel(
+    outbox: DiscordOutbox, fake_discord: FakeDiscord, redis: Redis
+) -> None:
+    """``X-RateLimit-Scope: shared`` limits the channel itself, for everyone: the
+    channel's answers wait, whatever route met it."""
+    fake_discord.rate_limit("POST", rf"/channels/{CHANNEL_ID}/typing$", 2.0, scope="shared")
+    started_ms = int(time.time() * 1000)
+    await outbox.typing(THREAD)
+    paused_until = int(await redis.get(channel_pace(CHANNEL_ID)) or 0)
+    assert paused_until >= started_ms + 1500
+
+
+def test_rate_limit_scope_and_wait() -> None:
+    user = {"X-RateLimit-Scope": "user", "Retry-After": "65", "X-RateLimit-Reset-After": "64.57"}
+    shared = {
+        "X-RateLimit-Scope": "shared",
+        "Retry-After": "1337",
+        "X-RateLimit-Reset-After": "64.57",
+    }
+    glob = {"X-RateLimit-Scope": "global", "X-RateLimit-Global": "true", "Retry-After": "65"}
+    ch = f"/api/v10/channels/{CHANNEL_ID}"
+    assert rate_limit_scope("POST", f"{ch}/messages", user) == f"channel:{CHANNEL_ID}"
+    assert rate_limit_scope("PATCH", f"{ch}/messages/123", user) == f"channel:{CHANNEL_ID}"
+    assert rate_limit_scope("DELETE", f"{ch}/messages/123", user) == f"channel:{CHANNEL_ID}"
+    # routes of their own: discord.py's bucket holds them, the channel's answers go on
+    assert rate_limit_scope("POST", f"{ch}/typing", user) == ""
+    assert rate_limit_scope("POST", f"{ch}/messages/123/threads", user) == ""
+    assert rate_limit_scope("GET", f"{ch}/messages", user) == ""
+    assert rate_limit_scope("POST", "/api/v10/webhooks/1/tok", user) == ""
+    assert rate_limit_scope("POST", f"{ch}/typing", shared) == f"channel:{CHANNEL_ID}"
+    assert rate_limit_scope("POST", f"{ch}/typing", glob) == "global"
+    # the wait: Retry-After is whole seconds; a shared limit's reset headers are the
+    # bot's own bucket's, not the resource's
+    assert _retry_after(user) == 64.57
+    assert _retry_after(shared) == 1337.0
+    assert _retry_after(glob) == 65.0

@@ -83,3 +83,25 @@ async def test_threads_recorded_by_an_earlier_version_get_a_full_window(
     await again.load()
     assert again.threads == {}
     assert await redis.exists(ds.THREADS, ds.THREAD_SEEN) == 0
+
+
+async def test_rewind_sets_a_mark_back_and_makes_the_channel_active(
+    redis: Any, clock: list[int]
+) -> None:
+    """For messages received but not handled at a stop: the next catch-up reads
+    each channel from just before the first of them, a channel never seen too."""
+    st = ds.DiscordState(redis)
+    await st.seen("known", "2000", "g1", "")
+    await st.seen("earlier", "500", "g1", "")
+    await st.rewind(
+        {
+            "known": ("1499", "g1", ""),  # moved back
+            "earlier": ("1999", "g1", ""),  # already before: left
+            "new": ("2999", "g2", "p2"),  # a first message (a new DM, a first mention)
+        }
+    )
+    assert sorted(await st.active_since(3600)) == [
+        ("earlier", "500", "g1", ""),
+        ("known", "1499", "g1", ""),
+        ("new", "2999", "g2", "p2"),
+    ]
