@@ -41,7 +41,10 @@ from agent_core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-ENV_FILE = os.environ.get("PARLEY_ENV_FILE", ".env")
+# PARLEY_ENV_FILE= (empty) means unset, as for every setting: the default .env
+ENV_FILE = os.environ.get("PARLEY_ENV_FILE") or ".env"
+# named explicitly: a file that is not there is a mistake, not "no .env"
+ENV_FILE_EXPLICIT = bool(os.environ.get("PARLEY_ENV_FILE"))
 
 # Secrets that were found in the plaintext .env file, reported by the runtime.
 PLAINTEXT_SECRETS: set[str] = set()
@@ -138,18 +141,33 @@ class SecretFileSource(PydanticBaseSettingsSource):
             path = names.get(env_name + "_FILE")
             if not path:
                 continue
-            try:
-                # utf-8-sig: a byte-order mark (Windows editors) is not part of the secret
-                out[name] = Path(path).read_text(encoding="utf-8-sig").strip()
-            except OSError as exc:
-                raise ConfigError(
-                    [f"{env_name}_FILE: cannot read {path!r} ({exc.strerror or exc})"]
-                ) from None
-            except UnicodeDecodeError:
-                raise ConfigError(
-                    [f"{env_name}_FILE: {path!r} is not UTF-8 text; save it as UTF-8"]
-                ) from None
+            out[name] = _read_secret_file(env_name + "_FILE", path)
         return out
+
+
+def _read_secret_file(var: str, path: str) -> str:
+    """The secret in the file at ``path`` (named by the variable ``var``), stripped;
+    ConfigError when it cannot be read or is empty.  A value that names no readable
+    file is never echoed: it may be the secret itself, put in ``<NAME>_FILE`` by
+    mistake (``OPENAI_API_KEY_FILE=sk-…``)."""
+    try:
+        # utf-8-sig: a byte-order mark (Windows editors) is not part of the secret
+        secret = Path(path).read_text(encoding="utf-8-sig").strip()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise ConfigError(
+            [
+                f"{var}: cannot read the file it names ({why}); it must be the path of a "
+                f"file holding the secret, not the secret itself (that goes in {var[:-5]})"
+            ]
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{var}: {path!r} is not UTF-8 text; save it as UTF-8"]) from None
+    if not secret:
+        # an unpopulated Docker / Kubernetes secret: not "unset" (the demo model, the
+        # channel off), though the operator meant to set it
+        raise ConfigError([f"{var}: {path!r} is empty; put the secret in it, or unset {var}"])
+    return secret
 
 
 def _kept_empty(source: PydanticBaseSettingsSource) -> None:
@@ -294,6 +312,25 @@ def not_utf8(path: str | os.PathLike[str]) -> str | None:
         return None
     except UnicodeDecodeError as exc:
         return f"{path}: is not UTF-8 text (byte {exc.start + 1}); save it as UTF-8"
+    return None
+
+
+def env_file_problem(path: str | os.PathLike[str], explicit: bool) -> str | None:
+    """The problem line when ``path``, named by ``PARLEY_ENV_FILE`` (``explicit``),
+    is not a file that can be read (a typo would start Parley with none of the
+    operator's settings); None otherwise, and always for the default ``.env``,
+    which is optional."""
+    if not explicit:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return f"PARLEY_ENV_FILE: {str(path)!r} is a directory, not a file"
+    try:
+        with p.open("rb"):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        return f"PARLEY_ENV_FILE: cannot read {str(path)!r} ({why}); unset it to use .env"
     return None
 
 
@@ -516,6 +553,22 @@ class CoreSettings(ParleySettings):
                 f"e.g. telegram:123456789 (channel: {', '.join(CHANNELS[:-1])} or {CHANNELS[-1]})"
             )
         return ",".join(out)
+
+    @field_validator("access_exempt_channels")
+    @classmethod
+    def _exempt_channels(cls, v: str) -> str:
+        """Channel names, lower-cased (``Web`` is ``web``): a misspelt one (``consol``)
+        would gate that channel without a word, so it is refused, naming the known ones."""
+        from agent_core.events import CHANNELS
+
+        names = [p.strip().lower() for p in v.split(",") if p.strip()]
+        if bad := [n for n in names if n not in CHANNELS]:
+            listed = ", ".join(repr(b) for b in bad)
+            raise ValueError(
+                f"{listed} {'is no channel' if len(bad) == 1 else 'are no channels'}; "
+                f"known: {', '.join(CHANNELS)} (empty: none is exempt)"
+            )
+        return ",".join(dict.fromkeys(names))
 
     @staticmethod
     def id_list(raw: str) -> frozenset[str]:

@@ -396,7 +396,7 @@ class Box:
             if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET")) and not k.startswith("BENCH_")
         }
         env.update(
-            PARLEY_ENV_FILE="/nonexistent/.env",
+            PARLEY_ENV_FILE=os.devnull,
             PARLEY_DATA_DIR=str(self.tmp / "parley-data"),
             REDIS_URL=self.valkey_url,
             PORT=str(port),

@@ -142,7 +142,8 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     (a dependency except on Windows), else asyncio's; None means asyncio's."""
     picked = loops.pick(choice)
     if picked is None:
-        _fail(["EVENT_LOOP: uvloop is not installed (pip install uvloop; not on Windows)"])
+        why = loops.uvloop_problem() or "not installed"
+        _fail([f"EVENT_LOOP: uvloop is {why} (pip install uvloop; not on Windows)"])
     if picked != "uvloop":
         return None
     import uvloop

@@ -143,18 +143,19 @@ def event_loop_check(settings: Settings) -> Check:
     """Which event loop `parley run` will use (EVENT_LOOP), and whether it can."""
     choice = settings.core.event_loop
     picked = loops.pick(choice)
+    why = loops.uvloop_problem() if picked != "uvloop" else None
     if picked is None:
         return Check(
             "event loop",
             False,
-            "EVENT_LOOP=uvloop, but uvloop is not installed: `parley run` will refuse to start",
+            f"EVENT_LOOP=uvloop, but uvloop is {why}: `parley run` will refuse to start",
             "pip install uvloop (not on Windows), or EVENT_LOOP=auto",
         )
     if picked == "uvloop":
         return Check("event loop", True, f"uvloop {loops.uvloop_version()} (EVENT_LOOP={choice})")
     if choice == "asyncio":
         return Check("event loop", True, "asyncio (EVENT_LOOP=asyncio)")
-    return Check("event loop", True, "asyncio (uvloop is not installed; EVENT_LOOP=auto)")
+    return Check("event loop", True, f"asyncio (uvloop is {why}; EVENT_LOOP=auto)")
 
 
 async def doctor(settings: Settings) -> list[Check]:
@@ -184,7 +185,7 @@ async def doctor(settings: Settings) -> list[Check]:
         incomplete = settings.incomplete_platforms()
         for name, (on, why) in settings.platform_status().items():
             if not on:
-                if name in incomplete:  # a secret set without the rest: off by mistake?
+                if name in incomplete:  # a bot token without the rest: off by mistake?
                     checks.append(Check(name, False, f"off: {why}", _incomplete_fix(name)))
                 else:
                     checks.append(Check(name, True, f"off ({why})"))
@@ -259,7 +260,7 @@ def _incomplete_fix(name: str) -> str:
             "set SLACK_SIGNING_SECRET (Events API) or SLACK_APP_TOKEN (Socket Mode), "
             "or unset SLACK_BOT_TOKEN"
         )
-    return f"set the rest of the {name.upper()}_* settings, or unset them"
+    return f"set the rest of the {name.upper()}_* settings, or unset {name.upper()}_BOT_TOKEN"
 
 
 # Heroku sends SIGKILL this long after SIGTERM (a restart, a deploy, a scale down)

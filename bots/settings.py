@@ -18,9 +18,11 @@ from agent_core.errors import ConfigError
 from agent_core.llm.settings import PRESETS, LLMSettings
 from agent_core.settings import (
     ENV_FILE,
+    ENV_FILE_EXPLICIT,
     PLAINTEXT_SECRETS,
     CoreSettings,
     ParleySettings,
+    env_file_problem,
     is_secret,
     load,
     not_utf8,
@@ -229,15 +231,17 @@ class Settings:
         return name
 
     def incomplete_platforms(self) -> list[str]:
-        """Platforms that are off though one of their secrets is set (a token
-        without the rest): the web chat's line names them."""
+        """Platforms that are off though their bot token is set (something else they
+        need is missing: ``SLACK_BOT_TOKEN`` without a signing secret or app token):
+        the web chat's line names them.  Another secret alone configures nothing: the
+        Heroku button generates ``TELEGRAM_WEBHOOK_SECRET`` for every app, Telegram
+        used or not."""
         out = []
         for name, (on, _) in self.platform_status().items():
             s = self.platforms.get(name)
             if on or s is None:
                 continue
-            fields = type(s).model_fields
-            if any(is_secret(f) and getattr(s, n) is not None for n, f in fields.items()):
+            if getattr(s, f"{name}_bot_token", None) is not None:
                 out.append(name)
         return out
 
@@ -304,6 +308,8 @@ def _check_env_file() -> None:
 
     path = Path(ENV_FILE)
     logging.getLogger("dotenv.main").setLevel(logging.ERROR)
+    if problem := env_file_problem(path, ENV_FILE_EXPLICIT):
+        raise ConfigError([problem])
     if problem := not_utf8(path):
         # once, not again from every settings class that reads the file
         raise ConfigError([problem])
@@ -414,6 +420,37 @@ def load_settings() -> Settings:
             modules[name] = mod
         except ConfigError as exc:
             problems.extend(exc.problems)
+    if "core" in loaded:
+        problems.extend(check_paths(loaded["core"]))
     if problems:
         raise ConfigError(problems)
     return Settings(loaded["core"], loaded["llm"], loaded["web"], platforms, modules)
+
+
+def check_paths(core: CoreSettings) -> list[str]:
+    """The paths an operator set explicitly that are not there.  SHELL_TOOL_WORKDIR
+    with the shell tool on is a problem (returned): every run_shell call would fail.
+    PROFILES_DIR and HEARTBEAT_FILE are warned about (logged): Parley works without
+    them (the default profile; a checklist set with /heartbeat set)."""
+    given = core.model_fields_set
+    problems = []
+    workdir = core.shell_tool_workdir  # as run_shell uses it (no ~ expansion)
+    shell = "shell_tool_workdir" in given and workdir and core.enable_shell_tool
+    if shell and not Path(workdir).is_dir():
+        problems.append(
+            f"SHELL_TOOL_WORKDIR: {workdir!r} is not a directory (it is not created); "
+            "create it, or unset SHELL_TOOL_WORKDIR for PARLEY_DATA_DIR/shell"
+        )
+    if "profiles_dir" in given and not core.profiles_dir.is_dir():
+        log.warning(
+            "PROFILES_DIR: %r is not a directory: no agent profile is loaded besides "
+            "the default one",
+            str(core.profiles_dir),
+        )
+    if "heartbeat_file" in given and not core.heartbeat_file.is_file():
+        log.warning(
+            "HEARTBEAT_FILE: %r is not a file: the heartbeat has no checklist unless one "
+            "is set with /heartbeat set",
+            str(core.heartbeat_file),
+        )
+    return problems

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
-import pytest
-from redis.asyncio import Redis
-
-from agent_core.store.client import RedisClients, make_clients
-from agent_core.store.embedded import EmbeddedValkey
-
-# Tests never read the developer's .env or real keys.
+# Tests never read the developer's .env or real keys.  Before importing Parley:
+# agent_core.settings reads PARLEY_ENV_FILE at import.  os.devnull: an empty file
+# (a PARLEY_ENV_FILE naming a missing one stops Parley).
 for _name in list(os.environ):
     if _name.endswith(("_API_KEY", "_TOKEN", "_SECRET")) or _name in (
         "REDIS_URL",
@@ -21,7 +14,17 @@ for _name in list(os.environ):
         "PUBLIC_URL",
     ):
         os.environ.pop(_name, None)
-os.environ["PARLEY_ENV_FILE"] = "/nonexistent/.env"
+os.environ["PARLEY_ENV_FILE"] = os.devnull
+
+import tempfile  # noqa: E402
+from collections.abc import AsyncIterator, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from redis.asyncio import Redis  # noqa: E402
+
+from agent_core.store.client import RedisClients, make_clients  # noqa: E402
+from agent_core.store.embedded import EmbeddedValkey  # noqa: E402
 
 
 @pytest.fixture(scope="session")

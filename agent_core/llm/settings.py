@@ -85,6 +85,21 @@ class LLMSettings(ParleySettings):
             raise ValueError(f"unknown backend {v!r}; use one of: {known}")
         return v
 
+    @field_validator(
+        "llm_model",
+        "llm_cheap_model",
+        "llm_fallback_model",
+        "openai_model",
+        "anthropic_model",
+        "ollama_model",
+    )
+    @classmethod
+    def _model(cls, v: str) -> str:
+        """A model name without surrounding whitespace (a paste's trailing space or
+        newline: the provider would answer "model not found"); blank is unset (a
+        vendor's own model then falls back as if it were not set)."""
+        return v.strip()
+
     @field_validator("llm_extra_headers")
     @classmethod
     def _headers(cls, v: str) -> str:

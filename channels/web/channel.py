@@ -38,13 +38,14 @@ import logging
 import re
 import secrets
 import time
+import unicodedata
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import orjson
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.datastructures import Headers
@@ -109,12 +110,24 @@ STORE_DOWN = "the server cannot reach its storage right now; try again in a mome
 
 
 class WebSettings(ParleySettings):
+    # WEB_CHAT_TOKEN is a passphrase typed into the page and sent in /api/login's
+    # JSON body, never in a header: spaces and accented letters are fine
+    UNSENT_SECRETS: ClassVar[frozenset[str]] = ParleySettings.UNSENT_SECRETS | {"web_chat_token"}
+
     web_chat_enabled: bool | None = None  # None: on when no platform channel is configured
     web_chat_token: SecretStr | None = None
     web_chat_secret: SecretStr | None = (
         None  # cookie signing key; default: generated, kept in Redis
     )
     host: str = ""  # HOST (as the core reads it): the Host names the chat answers to
+
+    @field_validator("web_chat_token")
+    @classmethod
+    def _passphrase(cls, v: SecretStr | None) -> SecretStr | None:
+        """Surrounding whitespace (a paste's newline) removed, blank = unset; NFC, as
+        a browser sends what is typed (an accent decomposed in the variable matches)."""
+        raw = unicodedata.normalize("NFC", v.get_secret_value().strip()) if v else ""
+        return SecretStr(raw) if raw else None
 
 
 def thread_for(session_id: str) -> ThreadKey:
@@ -338,7 +351,10 @@ class WebChannel(Channel):
             given = body.get("token")
             if not (
                 isinstance(given, str)
-                and hmac.compare_digest(given.encode(), token.get_secret_value().encode())
+                and hmac.compare_digest(
+                    unicodedata.normalize("NFC", given).encode(),
+                    token.get_secret_value().encode(),
+                )
             ):
                 return _error(403, "wrong token")
             with contextlib.suppress(RedisError):

@@ -73,7 +73,7 @@ def base_env(redis_url: str, llm_url: str, port: int, **extra: str) -> dict[str,
         if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET")) and not k.startswith("PARLEY_LONG")
     }
     env.update(
-        PARLEY_ENV_FILE="/nonexistent/.env",
+        PARLEY_ENV_FILE=os.devnull,
         REDIS_URL=redis_url,
         PORT=str(port),
         HOST="127.0.0.1",

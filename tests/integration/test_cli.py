@@ -23,7 +23,7 @@ def parley(
     }
     base.pop("REDIS_URL", None)
     base.pop("PORT", None)
-    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", **env})
+    base.update({"PARLEY_ENV_FILE": os.devnull, **env})
     return subprocess.run(
         [sys.executable, "-m", "bots.cli", *args],
         input=stdin,
@@ -274,7 +274,7 @@ def test_log_format_json_is_one_object_per_line_on_both_streams(
         base = {
             k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
         }
-        base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", **env})
+        base.update({"PARLEY_ENV_FILE": os.devnull, **env})
         proc = subprocess.Popen(
             [sys.executable, "-m", "bots.cli", "run", "worker"],
             stdout=o,
@@ -377,7 +377,7 @@ def _worker_summary(env: dict[str, str]) -> str:
     }
     for k in ("REDIS_URL", "PORT", "DYNO", "LLM_BACKEND"):
         base.pop(k, None)
-    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", "COLUMNS": "200", **env})
+    base.update({"PARLEY_ENV_FILE": os.devnull, "COLUMNS": "200", **env})
     proc = subprocess.Popen(
         [sys.executable, "-m", "bots.cli", "run", "worker"],
         stdout=subprocess.PIPE,

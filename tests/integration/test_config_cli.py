@@ -27,7 +27,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET")) and k not in ("REDIS_URL", "PORT")
     }
-    base.update({"PARLEY_ENV_FILE": "/nonexistent/.env", **extra})
+    base.update({"PARLEY_ENV_FILE": os.devnull, **extra})
     return base
 
 
@@ -310,3 +310,23 @@ def test_two_runs_on_one_port_the_second_fails_in_one_line_and_the_first_keeps_r
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=30)
+
+
+# --- PARLEY_ENV_FILE --------------------------------------------------------------
+
+
+def test_a_parley_env_file_that_is_not_there_stops_the_command_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """A typo in PARLEY_ENV_FILE would start Parley with none of the operator's
+    settings (the demo model, no platform): it stops with one line instead."""
+    missing = tmp_path / "prod.env"
+    r = parley(
+        ["release"],
+        {"PARLEY_ENV_FILE": str(missing), "PARLEY_DATA_DIR": str(tmp_path / "d")},
+        timeout=40,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode == 2, (r.returncode, r.stderr[-600:])
+    line = f"PARLEY_ENV_FILE: cannot read '{missing}' (No such file or directory); unset it to use .env"
+    assert r.stderr.count(line) == 1, r.stderr[-600:]

@@ -48,7 +48,7 @@ def env_for(
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
     env.update(
-        PARLEY_ENV_FILE="/nonexistent/.env",
+        PARLEY_ENV_FILE=os.devnull,
         REDIS_URL=valkey.url,
         PORT=str(port),
         HOST="127.0.0.1",

@@ -309,6 +309,22 @@ async def test_a_slack_bot_token_without_its_secret_is_a_problem_in_doctor_and_a
     assert len(said) == 1 and said[0].startswith("slack: warning: off:"), done
 
 
+async def test_the_heroku_buttons_generated_webhook_secret_alone_is_no_half_configured_telegram(
+    valkey: EmbeddedValkey, redis: Any
+) -> None:
+    """app.json generates TELEGRAM_WEBHOOK_SECRET for every app: without
+    TELEGRAM_BOT_TOKEN (a Slack-only or Discord-only deploy) Telegram is simply off,
+    not a problem in doctor nor a warning at every release."""
+    async with FakeLLMServer() as llm:
+        tg = TelegramSettings(telegram_webhook_secret="a" * 64)  # type: ignore[arg-type]
+        s = _with(valkey, llm.openai_url, "telegram", tg, telegram_pkg)
+        row = {c.name: c for c in await doctor(s)}["telegram"]
+        done = await release(s)
+    assert s.incomplete_platforms() == []
+    assert row.ok and row.detail == "off (TELEGRAM_BOT_TOKEN not set)", row
+    assert not [line for line in done if line.startswith("telegram")], done
+
+
 # -- SHUTDOWN_GRACE_SECS against Heroku's SIGKILL -----------------------------------
 
 

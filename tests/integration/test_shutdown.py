@@ -26,7 +26,7 @@ def _env(llm: FakeLLMServer, port: int, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
     env.pop("REDIS_URL", None)
     env.update(
-        PARLEY_ENV_FILE="/nonexistent/.env",
+        PARLEY_ENV_FILE=os.devnull,
         PORT=str(port),
         HOST="127.0.0.1",
         LLM_BACKEND="openai_compatible",

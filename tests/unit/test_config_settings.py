@@ -5,8 +5,12 @@ when a variable is left out (bind address, web chat, LLM backend)."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
+from unittest.mock import MagicMock
 
 import pytest
 
@@ -682,3 +686,244 @@ def test_the_web_chat_line_says_which_platform_and_why_slack_is_off(
     s = load_settings()
     assert s.incomplete_platforms() == []
     assert web_channel.status(s.web, [], incomplete=[]) == (True, "no platform configured")
+
+
+# --- the Heroku button -----------------------------------------------------------------
+
+
+def test_the_heroku_buttons_generated_secrets_alone_are_no_half_configured_platform(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """app.json generates TELEGRAM_WEBHOOK_SECRET for every app: a deploy without
+    Telegram (Slack only, Discord only, the LLM alone) has no platform half
+    configured; a bot token without the rest still is one."""
+    import json
+
+    from bots.settings import load_settings
+
+    app = json.loads((ROOT / "app.json").read_text())
+    generated = [n for n, v in app["env"].items() if v.get("generator") == "secret"]
+    assert "TELEGRAM_WEBHOOK_SECRET" in generated
+    for name in generated:
+        monkeypatch.setenv(name, "a" * 64)
+    for name, v in app["env"].items():
+        if "value" in v:
+            monkeypatch.setenv(name, v["value"])
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-abcdefgh12345678")
+    assert load_settings().incomplete_platforms() == []
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-123")
+    assert load_settings().incomplete_platforms() == ["slack"]
+    # the button leaves PUBLIC_URL empty: Telegram polls until it is set
+    said = app["env"]["TELEGRAM_BOT_TOKEN"]["description"]
+    assert "PUBLIC_URL" in said and "polling" in said, said
+
+
+# --- secret files ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("secret", ["sk-proj-SECRETabc123456789", "123456:ABCdefGHIjkl"])
+def test_a_secret_put_in_its_file_variable_is_not_echoed(
+    secret: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPENAI_API_KEY_FILE=sk-… (the key in the _FILE variable by mistake): the line
+    says what the variable must hold, and never shows the value."""
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", secret)
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings, _env_file=None)
+    [line] = exc.value.problems
+    assert secret not in line and secret[:8] not in line, line
+    assert line.startswith("OPENAI_API_KEY_FILE: cannot read the file it names"), line
+    assert "not the secret itself (that goes in OPENAI_API_KEY)" in line, line
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \r\n", "\ufeff\n"])
+def test_an_empty_secret_file_is_a_clear_error(
+    text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unpopulated Docker / Kubernetes secret is no "not set" (the demo model, the
+    channel off): it stops Parley naming the variable and the file."""
+    empty = tmp_path / "openai_key"
+    empty.write_text(text, encoding="utf-8")
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(empty))
+    with pytest.raises(ConfigError) as exc:
+        load(LLMSettings, _env_file=None)
+    assert exc.value.problems == [
+        f"OPENAI_API_KEY_FILE: {str(empty)!r} is empty; put the secret in it, "
+        "or unset OPENAI_API_KEY_FILE"
+    ]
+    # named in .env too
+    monkeypatch.delenv("OPENAI_API_KEY_FILE")
+    env = tmp_path / ".env"
+    env.write_text(f"TELEGRAM_BOT_TOKEN_FILE={empty}\n")
+    from channels.telegram.settings import TelegramSettings
+
+    with pytest.raises(ConfigError) as exc:
+        load(TelegramSettings, _env_file=str(env))
+    assert exc.value.problems[0].startswith("TELEGRAM_BOT_TOKEN_FILE: "), exc.value.problems
+
+
+# --- PARLEY_ENV_FILE -------------------------------------------------------------------
+
+_LOAD = (
+    "from agent_core.errors import ConfigError\n"
+    "from bots.settings import load_settings\n"
+    "try:\n"
+    "    print('agent_name=' + load_settings().core.agent_name)\n"
+    "except ConfigError as e:\n"
+    "    print('problems=' + repr(e.problems)); raise SystemExit(2)\n"
+)
+
+
+def _py(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter (PARLEY_ENV_FILE is read at import), with only ``env``."""
+    base = {"PATH": os.environ["PATH"], "HOME": str(cwd), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_empty_parley_env_file_means_the_default_dot_env(tmp_path: Path) -> None:
+    """README: an empty value means unset, the default applies (.env)."""
+    (tmp_path / ".env").write_text("AGENT_NAME=Zed\n")
+    r = _py(_LOAD, tmp_path, PARLEY_ENV_FILE="")
+    assert "agent_name=Zed" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_missing_parley_env_file_stops_parley_with_one_line(tmp_path: Path) -> None:
+    """Named explicitly, a file that is not there (a typo) is no "no .env": Parley
+    would start with none of the operator's settings.  The default .env stays
+    optional, and os.devnull (the tests') is an empty file."""
+    missing = tmp_path / "prod.env"
+    r = _py(_LOAD, tmp_path, PARLEY_ENV_FILE=str(missing))
+    assert r.returncode == 2, r.stdout + r.stderr
+    problem = f"PARLEY_ENV_FILE: cannot read '{missing}' (No such file or directory); unset it to use .env"
+    assert r.stdout.strip() == f"problems={[problem]!r}", r.stdout + r.stderr
+    r = _py(_LOAD, tmp_path, PARLEY_ENV_FILE=str(tmp_path))
+    assert "is a directory, not a file" in r.stdout, r.stdout + r.stderr
+    assert "agent_name=Parley" in _py(_LOAD, tmp_path).stdout  # no .env: fine
+    assert "agent_name=Parley" in _py(_LOAD, tmp_path, PARLEY_ENV_FILE=os.devnull).stdout
+
+
+# --- the web chat's passphrase -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", ["correct horse battery staple", "motdepassé-très-long-123"])
+def test_a_web_chat_passphrase_is_accepted(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WEB_CHAT_TOKEN is typed into the page and sent in /api/login's JSON body, never
+    in a header: spaces and accents are fine; surrounding whitespace is dropped."""
+    from channels.web.channel import WebSettings
+
+    monkeypatch.setenv("WEB_CHAT_TOKEN", f"  {token}\n")
+    s = load(WebSettings, _env_file=None)
+    assert s.web_chat_token is not None and s.web_chat_token.get_secret_value() == token
+    monkeypatch.setenv("WEB_CHAT_TOKEN", " \n")
+    assert load(WebSettings, _env_file=None).web_chat_token is None
+
+
+# --- model names -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model", ["openai/gpt-4o-mini ", "openai/gpt-4o-mini\n", " openai/gpt-4o-mini"]
+)
+def test_a_presets_model_name_is_stripped(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paste into the Heroku dashboard brings a trailing space or newline: the
+    provider would answer "model not found"."""
+    from agent_core.llm.config import backend_config
+
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-abcdefgh")
+    monkeypatch.setenv("LLM_MODEL", model)
+    monkeypatch.setenv("LLM_CHEAP_MODEL", model)
+    monkeypatch.setenv("LLM_FALLBACK_MODEL", model)
+    s = load(LLMSettings, _env_file=None)
+    assert backend_config(s).model == "openai/gpt-4o-mini"
+    assert s.llm_cheap_model == s.llm_fallback_model == "openai/gpt-4o-mini"
+    monkeypatch.delenv("OPENROUTER_API_KEY")
+    monkeypatch.setenv("LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    assert backend_config(load(LLMSettings, _env_file=None)).model == "openai/gpt-4o-mini"
+
+
+def test_a_blank_llm_model_is_not_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_core.llm.config import backend_config
+
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-abcdefgh")
+    monkeypatch.setenv("LLM_MODEL", "   ")
+    with pytest.raises(ConfigError) as exc:
+        backend_config(load(LLMSettings, _env_file=None))
+    assert exc.value.problems[0].startswith("LLM_MODEL: required"), exc.value.problems
+    # a vendor's own blank model falls back as if unset: LLM_MODEL, else its default
+    monkeypatch.delenv("OPENROUTER_API_KEY")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-abcdefgh")
+    monkeypatch.setenv("OPENAI_MODEL", " \n")
+    assert backend_config(load(LLMSettings, _env_file=None)).model == "gpt-4o"
+    monkeypatch.setenv("LLM_MODEL", "gpt-4.1 ")
+    assert backend_config(load(LLMSettings, _env_file=None)).model == "gpt-4.1"
+
+
+# --- ACCESS_EXEMPT_CHANNELS and paths ---------------------------------------------------
+
+
+def test_access_exempt_channels_are_lower_cased_and_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Web` is the web channel (it was matched case-sensitively, gating it); a
+    misspelt name (`consol`) stops Parley naming the known channels."""
+    from agent_core.agent.access import AccessControl
+    from agent_core.events import CHANNELS
+
+    monkeypatch.setenv("ACCESS_EXEMPT_CHANNELS", " Web , CONSOLE")
+    s = load(CoreSettings, _env_file=None)
+    assert s.access_exempt_channels == "web,console"
+    assert AccessControl(MagicMock(), s).exempt == {"web", "console"}
+    monkeypatch.setenv("ACCESS_EXEMPT_CHANNELS", "web,consol")
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings, _env_file=None)
+    assert exc.value.problems == [
+        f"ACCESS_EXEMPT_CHANNELS: 'consol' is no channel; known: {', '.join(CHANNELS)} "
+        "(empty: none is exempt)"
+    ]
+
+
+def test_paths_set_explicitly_that_are_not_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SHELL_TOOL_WORKDIR with the shell tool on: every run_shell call would fail, so
+    Parley stops.  PROFILES_DIR and HEARTBEAT_FILE: it works without them, a warning
+    says they are not there.  Defaults left alone are never warned about."""
+    from bots.settings import load_settings
+
+    with caplog.at_level(logging.WARNING):
+        load_settings()
+    assert not [r for r in caplog.records if "PROFILES_DIR" in r.getMessage()]
+    monkeypatch.setenv("PROFILES_DIR", str(tmp_path / "profiles"))
+    monkeypatch.setenv("HEARTBEAT_FILE", str(tmp_path / "HEARTBEAT.md"))
+    monkeypatch.setenv("SHELL_TOOL_WORKDIR", str(tmp_path / "work"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_settings()  # the shell tool is off: its directory does not matter
+    said = [r.getMessage() for r in caplog.records]
+    assert any(
+        m.startswith(f"PROFILES_DIR: '{tmp_path}/profiles' is not a directory") for m in said
+    )
+    assert any(
+        m.startswith(f"HEARTBEAT_FILE: '{tmp_path}/HEARTBEAT.md' is not a file") for m in said
+    )
+    monkeypatch.setenv("ENABLE_SHELL_TOOL", "true")
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert exc.value.problems == [
+        f"SHELL_TOOL_WORKDIR: '{tmp_path}/work' is not a directory (it is not created); "
+        "create it, or unset SHELL_TOOL_WORKDIR for PARLEY_DATA_DIR/shell"
+    ]
+    for d in ("profiles", "work"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "HEARTBEAT.md").write_text("- check\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_settings()
+    assert not [r for r in caplog.records if r.getMessage().startswith(("PROFILES", "HEART"))]

@@ -143,3 +143,33 @@ def test_doctor_says_which_loop_and_fails_when_the_one_asked_for_is_missing(
     assert check.ok is ok
     assert says in check.detail
     assert bool(check.fix) is not ok
+
+
+def test_auto_falls_back_to_asyncio_when_uvloop_cannot_be_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A uvloop that is there but fails to import (a broken or mismatched build) is
+    judged by importing it, not by finding it: `auto` falls back to asyncio's loop,
+    doctor says why, and `uvloop` is one line, not a traceback."""
+    from types import SimpleNamespace
+
+    from bots.ops import event_loop_check
+
+    broken = tmp_path / "uvloop"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('undefined symbol: uv_foo')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "uvloop", raising=False)
+    assert loop_factory("auto") is None  # asyncio's loop
+    check = event_loop_check(SimpleNamespace(core=SimpleNamespace(event_loop="auto")))  # type: ignore[arg-type]
+    assert check.ok
+    assert check.detail == (
+        "asyncio (uvloop is installed but cannot be imported (undefined symbol: uv_foo); "
+        "EVENT_LOOP=auto)"
+    )
+    with pytest.raises(typer.Exit) as exc:
+        loop_factory("uvloop")
+    assert exc.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert "EVENT_LOOP: uvloop is installed but cannot be imported (undefined symbol" in err
+    assert "Traceback" not in err

@@ -62,7 +62,7 @@ def _worker_env(valkey: Any, llm: FakeLLMServer) -> dict[str, str]:
     """A worker process on the test's Valkey and fake LLM, quick to notice a dead peer."""
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
     env.update(
-        PARLEY_ENV_FILE="/nonexistent/.env",
+        PARLEY_ENV_FILE=os.devnull,
         REDIS_URL=valkey.url,
         LLM_BACKEND="openai_compatible",
         LLM_BASE_URL=llm.openai_url,

@@ -213,6 +213,28 @@ async def test_changing_the_token_logs_out_the_old_one(runtime: Any) -> None:
             assert (await client.post("/api/messages", json={"text": "hi"})).status_code == 202
 
 
+async def test_a_passphrase_with_spaces_and_accents_logs_in(
+    runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WEB_CHAT_TOKEN is typed into the page and sent in the JSON body: spaces and
+    accents are fine, and an accent written decomposed in the variable matches the
+    composed one a browser sends."""
+    from agent_core.settings import load
+    from channels.web.channel import WebSettings
+
+    monkeypatch.setenv("WEB_CHAT_TOKEN", "mot de passe\u0301 tre\u0300s long\n")
+    token = load(WebSettings, _env_file=None).web_chat_token
+    async with runtime("all", serve_web=True) as rt:
+        rt.channels["web"].settings.web_chat_token = token
+        async with _client(rt) as client:
+            await client.get("/")
+            r = await client.post("/api/login", json={"token": "mot de passe"})
+            assert r.status_code == 403
+            r = await client.post("/api/login", json={"token": "mot de passé très long"})
+            assert r.status_code == 200
+            assert (await client.post("/api/messages", json={"text": "hi"})).status_code == 202
+
+
 async def test_the_server_refuses_a_cookie_older_than_its_lifetime(runtime: Any) -> None:
     async with runtime("all", serve_web=True) as rt, _client(rt) as client:
         secret = rt.channels["web"]._secret.decode()
