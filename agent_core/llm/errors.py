@@ -4,6 +4,7 @@
 
     LLMError (agent_core.errors.ParleyError)
     ├── RateLimited(retry_after)   429; transient, honour retry_after
+    │   └── RateLimitWindow        not sent: inside the window an earlier 429 announced
     ├── AuthFailed                 401/403; permanent
     │   └── OutOfCredit            402, out of credit / quota; permanent
     ├── ContextLengthExceeded      the prompt does not fit (or is over the TPM limit);
@@ -36,6 +37,12 @@ class RateLimited(LLMError):
     def __init__(self, message: str = "rate limited", retry_after: float | None = None) -> None:
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class RateLimitWindow(RateLimited):
+    """Not sent: the model is inside a rate-limit window an earlier 429 announced
+    (``retry_after``: what is left of it).  The provider was not asked, so this is
+    no failure of it (failover does not count it towards a cooldown)."""
 
 
 class AuthFailed(LLMError):

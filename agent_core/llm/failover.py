@@ -1,7 +1,10 @@
 """Failover: an ordered list of providers; a failing one cools down.
 
 A provider with ``threshold`` consecutive retryable failures is skipped for
-``cooldown_secs``.  If every provider is cooling down, the one that started
+``cooldown_secs``.  A call the backend held back unsent inside a rate-limit window
+(:class:`RateLimitWindow`) moves on to the next provider but is no failure: the
+provider was not asked (its 429 counted once), and its model is back when the
+window ends.  If every provider is cooling down, the one that started
 cooling first is used anyway: failover never blocks entirely.
 
 Health is this class's cooldown (per provider); the circuit breaker sits above
@@ -38,7 +41,7 @@ from agent_core.llm.base import (
     StreamItem,
     TextDelta,
 )
-from agent_core.llm.errors import AuthFailed, CircuitOpen, ModelNotAvailable
+from agent_core.llm.errors import AuthFailed, CircuitOpen, ModelNotAvailable, RateLimitWindow
 from agent_core.llm.retry import is_retryable
 from agent_core.llm.schema import sanitize_tool_messages
 from agent_core.llm.wrapper import aclose
@@ -144,8 +147,8 @@ class Failover:
                     table.popitem(last=False)
 
     def _failed(self, index: int, exc: BaseException) -> None:
-        if not is_retryable(exc):
-            return
+        if not is_retryable(exc) or isinstance(exc, RateLimitWindow):
+            return  # held back unsent: the 429 that opened the window counted
         h = self._health[index]
         h.failures += 1
         if h.failures >= self.threshold:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import email.utils
 import logging
+import math
 import re
 import time
 import urllib.request
@@ -40,6 +41,7 @@ from agent_core.llm.errors import (
     ModelNotAvailable,
     OutOfCredit,
     RateLimited,
+    RateLimitWindow,
     RequestFailed,
     Timeout,
     redact,
@@ -91,26 +93,36 @@ _NO_CREDIT_MARKERS = (
 )
 
 
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
+def _secs(value: float) -> float | None:
+    """``value`` seconds, at least 0; None when it is no number of seconds at all
+    (``NaN``, ``inf``: a garbage header must not hold a model back for ever)."""
+    return max(value, 0.0) if math.isfinite(value) else None
+
+
+def _header_secs(raw: str | None, scale: float = 1.0) -> float | None:
+    """A header's number times ``scale`` as seconds; None when it holds none."""
     if not raw:
         return None
     try:
-        return max(float(raw), 0.0)
+        return _secs(float(raw) * scale)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
         return None
-    return max(when.timestamp() - time.time(), 0.0)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP
+    date): the first that gives more than 0; None when neither says (missing,
+    garbage, not finite)."""
+    ms = _header_secs(headers.get("retry-after-ms"), 1e-3)
+    if ms:
+        return ms
+    raw = headers.get("retry-after")
+    secs = _header_secs(raw)
+    if secs is None and raw:
+        with contextlib.suppress(TypeError, ValueError):
+            when = email.utils.parsedate_to_datetime(raw)
+            secs = max(when.timestamp() - time.time(), 0.0)
+    return ms if secs is None else secs
 
 
 # Go-style durations, as OpenAI (and Groq) write x-ratelimit-reset-*: "41.724s",
@@ -125,15 +137,16 @@ _TRY_AGAIN = re.compile(
 
 
 def duration_secs(text: str) -> float | None:
-    """Seconds in ``"41.724s"``, ``"6m0s"``, ``"120ms"``, ``"1h2m3.5s"`` or ``"7"``."""
-    text = text.strip()
+    """Seconds in ``"41.724s"``, ``"6m0s"``, ``"120ms"``, ``"1h2m3.5s"`` or ``"7"``
+    (units in any case: ``"20S"``); None when it is none, or not finite."""
+    text = text.strip().lower()
     try:
-        return max(float(text), 0.0)
+        return _secs(float(text))
     except ValueError:
         pass
     if not _DURATION.fullmatch(text):
         return None
-    return sum(float(n) * _UNIT_SECS[u] for n, u in _DURATION_PART.findall(text))
+    return _secs(sum(float(n) * _UNIT_SECS[u] for n, u in _DURATION_PART.findall(text)))
 
 
 def _until_secs(text: str) -> float | None:
@@ -187,20 +200,26 @@ def _reset_wait(headers: Mapping[str, str]) -> float | None:
 
 
 def rate_limit_wait(headers: Mapping[str, str], message: str = "") -> float | None:
-    """Seconds a 429 asks to wait, from the first source that says.
+    """Seconds a 429 asks to wait, from the first source that gives more than 0.
 
     ``retry-after-ms`` / ``Retry-After``; else the body's "Please try again in 41.724s"
     (OpenAI's wait for this very request); else the rate-limit reset headers
     (:func:`_reset_wait`; OpenAI's is the time until the limit is whole again, so it
-    can be longer than needed).  None when nothing says.
+    can be longer than needed).  A source that says 0 (a gateway's ``Retry-After:
+    0``) or nothing usable gives way to the next; 0 when the only ones that say
+    anything say 0, None when nothing says.
     """
-    wait = retry_after(headers)
-    if wait is not None:
-        return wait
     m = _TRY_AGAIN.search(message)
-    if m:
-        return duration_secs(m.group(1))
-    return _reset_wait(headers)
+    said_zero = False
+    for wait in (
+        retry_after(headers),
+        duration_secs(m.group(1)) if m else None,
+        _reset_wait(headers),
+    ):
+        if wait:
+            return wait
+        said_zero = said_zero or wait is not None
+    return 0.0 if said_zero else None
 
 
 def error_detail(body: bytes) -> tuple[str, str]:
@@ -498,37 +517,42 @@ class HTTPBackend:
 
     # --- a known rate-limit window, shared by every caller ------------------
     def _gate(self, body: dict[str, Any]) -> None:
-        """Raise :class:`RateLimited` without sending while the model is inside a
-        rate-limit window an earlier 429 announced (every turn of this process
-        shares it): the retry layer waits out what is left instead of sending a
-        request the provider would refuse (refused requests count against the
-        limit too), and failover moves on as it would on the 429 itself."""
+        """Raise :class:`RateLimitWindow` (a :class:`RateLimited`) without sending
+        while the model is inside a rate-limit window an earlier 429 announced
+        (every turn of this process shares it): the retry layer waits out what is
+        left instead of sending a request the provider would refuse (refused
+        requests count against the limit too), and failover moves on to the next
+        provider without counting it as the provider's failure (it was not asked)."""
         model = str(body.get("model") or "")
         window = self._limited.get(model)
         if window is None:
             return
         hold, until = window
         now = self.clock()
-        if hold - now <= GATE_SLACK_SECS:
+        if not hold - now > GATE_SLACK_SECS:  # over (a window that is no time: too)
             del self._limited[model]
             return
-        raise RateLimited(
+        raise RateLimitWindow(
             f"{self.name}: rate limited for {until - now:.1f}s more (not sent)", until - now
         )
 
     def _note(self, body: dict[str, Any], exc: LLMError) -> LLMError:
         """Remember the window of a 429 that says how long it lasts.  Requests are
         held back for at most ``retry_after_max_secs`` (LLM_RETRY_AFTER_MAX_SECS):
-        a longer limit fails calls at once (the retry layer does not wait for it)
-        until then, and after that one request goes out to ask again."""
-        if isinstance(exc, RateLimited) and exc.retry_after:
-            now = self.clock()
-            until = now + exc.retry_after
-            hold = now + min(exc.retry_after, self.config.retry_after_max_secs)
-            model = str(body.get("model") or "")
-            old = self._limited.get(model)
-            if old is None or hold > old[0]:
-                self._limited[model] = (hold, until)
+        a longer limit (an endless one too) fails calls at once (the retry layer
+        does not wait for it) until then, and after that one request goes out to
+        ask again.  A wait that is no number (NaN) holds nothing back."""
+        wait = exc.retry_after if isinstance(exc, RateLimited) else None
+        if wait is None or not wait > 0:  # none, 0, NaN
+            return exc
+        now = self.clock()
+        hold = now + min(wait, self.config.retry_after_max_secs)
+        if not math.isfinite(hold):
+            return exc
+        model = str(body.get("model") or "")
+        old = self._limited.get(model)
+        if old is None or hold > old[0]:
+            self._limited[model] = (hold, now + wait)
         return exc
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:

@@ -295,3 +295,29 @@ async def test_a_rate_limited_primary_fails_over_and_is_left_alone_for_its_windo
     models = [r.body["model"] for r in server.requests]
     assert models == ["gpt-4o", "gpt-4o-mini", "gpt-4o-mini", "gpt-4o"]
     assert clock.sleeps == []  # nobody waited: the fallback answered
+
+
+async def test_calls_held_back_by_a_rate_limit_window_do_not_cool_the_provider_down(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """One 429 'Retry-After: 2' on the primary, then two more turns inside those
+    2 s (held back unsent, answered by the fallback): the primary is asked again
+    once the 2 s are over, not cooled down for LLM_FAILOVER_COOLDOWN_SECS by calls
+    it never saw."""
+    primary = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
+    fallback = OpenAIProvider(
+        config_for(server, llm_model="gpt-4o-mini"), PriceTable(), clock=clock
+    )
+    fo = Failover([primary, fallback], threshold=3, cooldown_secs=300.0, clock=clock)
+    await fo.initialize()
+    server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=2))
+    assert (await fo.complete(REQ)).text == "echo: hi"
+    assert (await fo.complete(REQ)).text == "echo: hi"
+    items = [i async for i in fo.stream(REQ)]
+    assert isinstance(items[-1], Completion) and items[-1].text == "echo: hi"
+    clock.advance(2.5)
+    assert not fo.cooling(0)
+    assert (await fo.complete(REQ)).text == "echo: hi"
+    await fo.shutdown()
+    models = [r.body["model"] for r in server.requests]
+    assert models == ["gpt-4o", "gpt-4o-mini", "gpt-4o-mini", "gpt-4o-mini", "gpt-4o"]

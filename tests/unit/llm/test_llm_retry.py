@@ -16,10 +16,11 @@ from agent_core.llm.errors import (
     InvalidResponse,
     ModelNotAvailable,
     RateLimited,
+    RateLimitWindow,
     RequestFailed,
     Timeout,
 )
-from agent_core.llm.http import status_error
+from agent_core.llm.http import duration_secs, retry_after, status_error
 from agent_core.llm.openai import OpenAIProvider
 from agent_core.llm.prices import PriceTable
 from agent_core.llm.retry import MIN_DELAY, Retry
@@ -356,3 +357,140 @@ async def test_a_window_longer_than_the_limit_is_held_only_that_long(
     assert (await r.complete(REQ)).text == "echo: hi"
     assert len(server.requests) == 2
     await r.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [
+        ({"retry-after": "NaN"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "-Infinity"}, None),
+        ({"retry-after-ms": "nan"}, None),
+        ({"retry-after-ms": "1e400"}, None),
+        ({"retry-after-ms": "nan", "retry-after": "3"}, 3.0),
+        ({"retry-after-ms": "0", "retry-after": "3"}, 3.0),
+        ({"retry-after": "0"}, 0.0),
+        ({"retry-after": "-5"}, 0.0),
+    ],
+)
+def test_retry_after_that_is_no_number_of_seconds(
+    headers: dict[str, str], wait: float | None
+) -> None:
+    assert retry_after(headers) == wait
+
+
+@pytest.mark.parametrize(
+    ("text", "wait"),
+    [("nan", None), ("inf", None), ("9" * 400 + "s", None), ("20S", 20.0), ("1M30S", 90.0)],
+)
+def test_duration_secs_of_odd_text(text: str, wait: float | None) -> None:
+    assert duration_secs(text) == wait
+
+
+@pytest.mark.parametrize(
+    ("message", "headers", "wait"),
+    [
+        # a gateway's "Retry-After: 0" says nothing: the body's wait ...
+        (_TPM.format("20s"), {"retry-after": "0"}, 20.0),
+        # ... else the reset headers
+        ("Rate limit reached", {"retry-after": "0", "x-ratelimit-reset-tokens": "7s"}, 7.0),
+        (_TPM.format("0s"), {"x-ratelimit-reset-tokens": "7s"}, 7.0),
+        ("Rate limit reached", {"retry-after": "0"}, 0.0),
+        # a unit in capitals is still one
+        (_TPM.format("20S"), {}, 20.0),
+        (_TPM.format("1M30S"), {"x-ratelimit-reset-tokens": "6m0s"}, 90.0),
+        # a body's wait that is no number of seconds gives way to the reset headers
+        (_TPM.format("9" * 400 + "s"), {"x-ratelimit-reset-tokens": "7s"}, 7.0),
+        # so does a NaN anywhere
+        (_TPM.format("20s"), {"retry-after": "NaN"}, 20.0),
+        ("Rate limit reached", {"x-ratelimit-reset-tokens": "nan"}, None),
+        (
+            "Rate limit reached",
+            {"x-ratelimit-reset-tokens": "nan", "x-ratelimit-reset-requests": "2s"},
+            2.0,
+        ),
+    ],
+)
+def test_a_source_that_says_nothing_gives_way_to_the_next(
+    message: str, headers: dict[str, str], wait: float | None
+) -> None:
+    exc = status_error("openai", 429, _openai_429(message), headers, ())
+    assert isinstance(exc, RateLimited)
+    assert exc.retry_after == (pytest.approx(wait) if wait is not None else None)
+
+
+async def test_a_retry_after_0_in_front_of_the_bodys_wait_is_waited_out(
+    server: FakeLLMServer, clock: FakeClock
+) -> None:
+    """A gateway's 'Retry-After: 0' on OpenAI's 'try again in 20s': one retry,
+    after 20 s, not three into the limit at 1 s, 2 s, 4 s."""
+    reply = openai_error(429, "rate_limit_exceeded", _TPM.format("20s"), kind="tokens")
+    reply.headers["retry-after"] = "0"
+    server.push(reply)
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    await r.initialize()
+    out = await r.complete(REQ)
+    await r.shutdown()
+    assert out.text == "echo: hi"
+    assert clock.sleeps == [pytest.approx(20.0)]
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("retry-after", "NaN"),
+        ("retry-after-ms", "nan"),
+        ("x-ratelimit-reset-tokens", "nan"),
+        ("retry-after", "inf"),
+    ],
+)
+async def test_a_wait_header_that_is_no_number_holds_nothing_back(
+    server: FakeLLMServer, clock: FakeClock, header: str, value: str
+) -> None:
+    """One 429 with a garbage wait (a proxy, a buggy gateway) says nothing: no
+    window, so the next call goes out at once (a NaN window held the model back
+    for the life of the process)."""
+    reply = openai_error(429, "rate_limit_exceeded", "slow down")
+    reply.headers[header] = value
+    server.push(reply)
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
+    await backend.initialize()
+    with pytest.raises(RateLimited) as info:
+        await backend.complete(REQ)
+    assert info.value.retry_after is None
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    try:
+        out = await r.complete(REQ)
+    finally:
+        await backend.shutdown()
+    assert out.text == "echo: hi"
+    assert len(server.requests) == 2 and clock.sleeps == []
+
+
+async def test_only_a_window_of_some_time_is_kept(server: FakeLLMServer, clock: FakeClock) -> None:
+    """However a RateLimited gets its wait: NaN opens no window (and never blocks
+    a valid 429's window); an endless one is held LLM_RETRY_AFTER_MAX_SECS only."""
+    backend = OpenAIProvider(
+        config_for(server, llm_retry_after_max_secs=60), PriceTable(), clock=clock
+    )
+    await backend.initialize()
+    body = {"model": "gpt-4o"}
+    backend._note(body, RateLimited("429", float("nan")))
+    assert (await backend.complete(REQ)).text == "echo: hi"  # sent: nothing held back
+    server.push(openai_error(429, "rate_limit_exceeded", "slow down", retry_after=5))
+    with pytest.raises(RateLimited):
+        await backend.complete(REQ)
+    backend._note(body, RateLimited("429", float("nan")))  # does not replace it either
+    clock.advance(5)
+    assert (await backend.complete(REQ)).text == "echo: hi"
+    backend._note(body, RateLimited("429", float("inf")))
+    clock.advance(59)
+    with pytest.raises(RateLimitWindow) as info:
+        await backend.complete(REQ)
+    assert info.value.retry_after == float("inf")  # Retry gives up at once on it
+    clock.advance(1)
+    assert (await backend.complete(REQ)).text == "echo: hi"
+    await backend.shutdown()
+    assert len(server.requests) == 4
