@@ -160,7 +160,12 @@ class SocketModeGateway:
                         {receiver, stopper}, return_when=asyncio.FIRST_COMPLETED
                     )
                     if stopper in done:
-                        receiver.cancel()
+                        if receiver in done:
+                            # read in the same loop turn as the stop: handled as any
+                            # other (a command or a press is never sent again)
+                            self._take_last(ws, receiver)
+                        else:
+                            receiver.cancel()
                         await self._drain(stop)
                         return _GRACEFUL
                     msg = receiver.result()
@@ -182,11 +187,31 @@ class SocketModeGateway:
                         await self._drain(stop)
                         return _GRACEFUL
                     elif data.get("envelope_id"):
-                        task = asyncio.create_task(self._envelope(ws, data))
-                        self._tasks.add(task)
-                        task.add_done_callback(self._tasks.discard)
+                        self._start_envelope(ws, data)
             finally:
                 stopper.cancel()
+
+    def _start_envelope(self, ws: aiohttp.ClientWebSocketResponse, data: dict[str, Any]) -> None:
+        task = asyncio.create_task(self._envelope(ws, data))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _take_last(
+        self, ws: aiohttp.ClientWebSocketResponse, receiver: asyncio.Task[aiohttp.WSMessage]
+    ) -> None:
+        """The frame read as the stop came: an envelope in it is handled (the lease is
+        checked by :meth:`_envelope`) and drained like the ones before it."""
+        if receiver.cancelled() or receiver.exception() is not None:
+            return
+        msg = receiver.result()
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            return
+        try:
+            data = orjson.loads(msg.data)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(data, dict) and data.get("envelope_id"):
+            self._start_envelope(ws, data)
 
     async def _drain(self, stop: asyncio.Event) -> None:
         """Before the socket closes: wait for the envelopes in flight, so that their

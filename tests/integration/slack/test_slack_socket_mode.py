@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+import aiohttp
+import orjson
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -277,3 +280,73 @@ async def test_a_lost_lease_cuts_the_wait_for_envelopes_in_flight_to_its_margin(
         held.gate.set()
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+class _StopWhileReadingWS:
+    """A socket whose envelope frame is read in the same loop turn as the stop."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.sent: list[dict[str, Any]] = []
+        self.frames: list[dict[str, Any]] = [
+            {"type": "hello"},
+            {"envelope_id": "E1", "type": "slash_commands", "payload": {"command": "/parley"}},
+        ]
+
+    async def receive(self) -> aiohttp.WSMessage:
+        if not self.frames:
+            await asyncio.Event().wait()
+        frame = self.frames.pop(0)
+        if frame.get("envelope_id"):
+            self.stop.set()  # the deploy's SIGTERM lands while this frame is read
+        return aiohttp.WSMessage(aiohttp.WSMsgType.TEXT, orjson.dumps(frame).decode(), None)
+
+    async def send_str(self, data: str) -> None:
+        self.sent.append(orjson.loads(data))
+
+    async def __aenter__(self) -> _StopWhileReadingWS:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _OneSocketSession:
+    def __init__(self, ws: _StopWhileReadingWS) -> None:
+        self.ws = ws
+
+    def ws_connect(self, url: str, **kw: Any) -> _StopWhileReadingWS:
+        return self.ws
+
+
+class _SocketURL:
+    async def apps_connections_open(self, app_token: str) -> dict[str, str]:
+        return {"url": "wss://example.invalid/socket"}
+
+
+class _Commands:
+    def __init__(self) -> None:
+        self.commands: list[dict[str, Any]] = []
+
+    async def on_command(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.commands.append(payload)
+        return {"text": "on it"}
+
+
+async def test_an_envelope_read_as_the_stop_comes_is_submitted_and_acknowledged() -> None:
+    """When the receive and the stop completed in the same loop turn, the frame read
+    was thrown away with ``receiver.cancel()``: a slash command (or a press) neither
+    submitted nor acknowledged, which Slack never sends again (operation_timeout)."""
+    stop = asyncio.Event()
+    ws = _StopWhileReadingWS(stop)
+    inbound = _Commands()
+    gateway = SocketModeGateway(
+        inbound,  # type: ignore[arg-type]
+        _SocketURL(),  # type: ignore[arg-type]
+        _OneSocketSession(ws),  # type: ignore[arg-type]
+        "xapp-1",
+        drain_secs=1.0,
+    )
+    await asyncio.wait_for(gateway.run(stop), 5)
+    assert inbound.commands == [{"command": "/parley"}]
+    assert ws.sent == [{"envelope_id": "E1", "payload": {"text": "on it"}}]
