@@ -502,6 +502,13 @@ MARKDOWN_CASES = [
         "**Note:** a, **(b)**, *(c)*.",
         "<p><strong>Note:</strong> a, <strong>(b)</strong>, <em>(c)</em>.</p>",
     ),
+    ("**Note:**this", "<p>**Note:**this</p>"),  # punctuation, then a letter: no close
+    # ... and Unicode punctuation counts as punctuation (CJK, dashes, ellipsis, quotes)
+    ("**Warning!**，请注意", "<p><strong>Warning!</strong>，请注意</p>"),
+    ("**答案是42.**。下一步", "<p><strong>答案是42.</strong>。下一步</p>"),
+    ("**Note:**—do this", "<p><strong>Note:</strong>—do this</p>"),
+    ("**Done.**… and *x.*’s", "<p><strong>Done.</strong>… and <em>x.</em>’s</p>"),
+    ("**e.g.**’s", "<p><strong>e.g.</strong>’s</p>"),
     # ~~strike~~ (GFM)
     (
         "~~old **a**~~ and ~~ no ~~ and \\~~x~~",

@@ -37,8 +37,11 @@ const SAFE_URL = /^https?:\/\/[^\s<>"]+$/i;
 // which must not be a letter, digit, '_' or '\' (the start of the text counts as none).
 // CLOSE in a pattern below: the last character before a closing '*' / '**' / '***': no
 // space, '*', '`' or '\'; punctuation only if the run of '*' it closes with is followed
-// by a space, punctuation other than '*', or the end.
-const CLOSE = /(?:[^*`\s\\!-\/:-@\[-`{-~]|(?![*`\\])[!-\/:-@\[-`{-~](?=\*+(?:[\s!-)+-\/:-@\[-`{-~]|$)))/;
+// by a space, punctuation other than '*', or the end. Punctuation after the run may be
+// Unicode too (CommonMark): '，' '。' '—' '…' '’' and the like, as ranges (\uXXXX, no
+// 'u' flag) of Latin-1, General Punctuation, CJK and full-width punctuation, so
+// "**Warning!**，请注意" and "**Note:**—do this" are bold.
+const CLOSE = /(?:[^*`\s\\!-\/:-@\[-`{-~]|(?![*`\\])[!-\/:-@\[-`{-~](?=\*+(?:[\s!-)+-\/:-@\[-`{-~\u00a1-\u00bf\u2010-\u2027\u2030-\u205e\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]|$)))/;
 const INLINE = new RegExp([
   // 1 `code`, or ``code`` that may hold a single '`' (never two: the first '``' closes)
   /(``(?:[^`\n]|`(?!`))+``|`[^`\n]+`)/,
