@@ -184,7 +184,10 @@ class TelegramOutbox:
         self.stream_interval = max(self.limits.chat_interval, 0.0) or None
         self._typing: dict[ThreadKey, asyncio.Task[None]] = {}
         self._typing_stop: dict[ThreadKey, asyncio.Event] = {}
-        self._press_notes: dict[str, asyncio.Task[None]] = {}  # callback id -> its timer
+        # callback id -> its press's note, until the turn's own answer takes over
+        self._press_notes: dict[str, asyncio.Task[None]] = {}
+        self._press_sending: set[str] = set()  # callback ids whose note is on the wire
+        self._note_tasks: set[asyncio.Task[None]] = set()  # every note, for close()
         self._press_retries: set[asyncio.Task[None]] = set()  # answers waiting out a 429
         self._recent_429: dict[int, float] = {}
         self._global_key = pace_key(CHANNEL, bot_id, "all")
@@ -688,10 +691,18 @@ class TelegramOutbox:
         """A press waits behind a turn already running in its chat: unless its own
         turn answers it first, answer it ``PRESS_NOTE_AFTER`` seconds after it
         arrived with PRESS_NOTE, so the button's spinner stops while Telegram still
-        takes an answer (~10-15 s).  If the note wins, the turn's own answer for it
-        is refused by Telegram (logged); if it loses, the note is refused."""
+        takes an answer (~10-15 s).  The turn's answer calls the note off while it
+        waits (its timer, or the wait out of a 429), not while its request is on the
+        wire: if the note wins, the turn's own answer for it is refused by Telegram
+        (logged); if it loses, the note is refused (or, refused with a 429, not
+        retried)."""
         cq = self._callback_id(event)
-        if not cq or cq in self._press_notes or len(self._press_notes) >= MAX_PRESS_NOTES:
+        if (
+            not cq
+            or cq in self._press_notes
+            or cq in self._press_sending
+            or len(self._press_notes) >= MAX_PRESS_NOTES
+        ):
             return
         age = time.time() - event.received_at  # received_at: the webhook host's clock
         if age > PRESS_ANSWER_WINDOW:
@@ -699,34 +710,44 @@ class TelegramOutbox:
         delay = min(PRESS_NOTE_AFTER, max(0.0, PRESS_NOTE_AFTER - age))
         task = asyncio.create_task(self._note_press(cq, event, delay))
         self._press_notes[cq] = task
+        self._note_tasks.add(task)
 
         def forget(done: asyncio.Task[None]) -> None:
+            self._note_tasks.discard(done)
             if self._press_notes.get(cq) is done:
                 del self._press_notes[cq]
 
         task.add_done_callback(forget)
 
     async def _note_press(self, cq: str, event: InboundEvent, delay: float) -> None:
+        me = asyncio.current_task()
         await asyncio.sleep(delay)
-        # from here on the note goes out whole: answer_action no longer cancels it
-        if self._press_notes.get(cq) is asyncio.current_task():
-            del self._press_notes[cq]
+        # while the request is on the wire the note goes out whole: answer_action does
+        # not cancel it then (a cancelled request closes its pooled connection)
+        self._press_sending.add(cq)
         try:
             await self._bot.answer_callback_query(cq, text=PRESS_NOTE)
         except RetryAfter as exc:  # flood control: once more, if still in time
-            await self._answer_press_again(cq, PRESS_NOTE, event, exc)
+            self._press_sending.discard(cq)
+            if self._press_notes.get(cq) is not me:
+                return  # the turn's own answer came meanwhile: it, not the note
+            # the wait is this task's (close() cancels it), and the turn's answer
+            # calls it off again until the second request goes out
+            await self._answer_press_again(cq, PRESS_NOTE, event, exc, note=True)
         except TelegramError as exc:  # answered already (its turn, elsewhere) or too old
             log.debug("[%s] press note not shown: %s", event.thread, exc)
         except Exception:
             log.debug("[%s] press note failed", event.thread, exc_info=True)
+        finally:
+            self._press_sending.discard(cq)
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         cq = self._callback_id(event)
         if not cq:
             return
         note = self._press_notes.pop(cq, None)
-        if note is not None:
-            note.cancel()
+        if note is not None and cq not in self._press_sending:
+            note.cancel()  # its timer, or its wait out of a 429: this answer instead
         answer = text[:200] or None
         try:
             await self._bot.answer_callback_query(cq, text=answer)
@@ -744,11 +765,12 @@ class TelegramOutbox:
             log.info("[%s] could not answer button press: %s", event.thread, exc)
 
     async def _answer_press_again(
-        self, cq: str, text: str | None, event: InboundEvent, exc: RetryAfter
+        self, cq: str, text: str | None, event: InboundEvent, exc: RetryAfter, note: bool = False
     ) -> None:
         """A press's answer refused by flood control (429): wait as Telegram asked and
         answer once more, if that is still within the time Telegram takes an answer
-        in (``PRESS_ANSWER_WINDOW`` from when the press arrived); else drop it."""
+        in (``PRESS_ANSWER_WINDOW`` from when the press arrived); else drop it.  A
+        ``note`` is marked on the wire again for its second request."""
         wait = _retry_after(exc)
         if time.time() + wait - event.received_at > PRESS_ANSWER_WINDOW:
             log.debug(
@@ -758,6 +780,8 @@ class TelegramOutbox:
             )
             return
         await asyncio.sleep(wait)
+        if note:
+            self._press_sending.add(cq)
         try:
             await self._bot.answer_callback_query(cq, text=text)
         except TelegramError as again:
@@ -785,9 +809,11 @@ class TelegramOutbox:
         return data
 
     async def close(self) -> None:
-        tasks = [*self._typing.values(), *self._press_notes.values(), *self._press_retries]
+        tasks = [*self._typing.values(), *self._note_tasks, *self._press_retries]
         self._typing.clear()
         self._press_notes.clear()
+        self._press_sending.clear()
+        self._note_tasks.clear()
         self._press_retries.clear()
         for t in tasks:
             t.cancel()

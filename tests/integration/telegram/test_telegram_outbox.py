@@ -331,3 +331,72 @@ async def test_a_rate_limited_press_answer_is_given_again_within_the_window(
     await asyncio.sleep(0.6)  # past the wait: a retry would have been made by now
     assert statuses(presses[2]) == [429]
     await out.close()
+
+
+async def _until_called(webhook: FakeTelegram, method: str, n: int = 1) -> None:
+    async with asyncio.timeout(10):
+        while sum(c.method == method for c in webhook.calls) < n:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_waiting_press_note_that_met_a_429_is_cancelled_by_close(
+    webhook: FakeTelegram,
+    channel: TelegramChannel,
+    published,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The note waited out its 429 inside its own task, which it had already taken
+    out of the map close() cancels: it answered after shutdown ("Task was destroyed
+    but it is pending")."""
+    from channels.telegram import sender
+
+    monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.0)
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:k1:y"),)))
+    press = webhook.press(42, int(ref.message_id), "ap:k1:y", user_id=42)
+    assert await webhook.deliver(press) == 200
+    (noted,) = await published()
+    webhook.fail_next("answerCallbackQuery", 429, retry_after=3)
+    out.press_waiting(noted)
+    (note,) = [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_note_press"]  # type: ignore[union-attr]
+    await _until_called(webhook, "answerCallbackQuery")
+    await asyncio.sleep(0.1)  # the note takes the 429 and starts waiting it out
+    assert not note.done()
+    await out.close()
+    assert note.done()
+
+
+async def test_the_turns_answer_calls_off_a_note_waiting_out_a_429(
+    webhook: FakeTelegram,
+    channel: TelegramChannel,
+    published,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A note refused with a 429 could no longer be called off by its turn's answer:
+    with that answer rate limited too, the note's retry (whose wait began first) won
+    and "already decided" was never shown."""
+    from channels.telegram import sender
+
+    monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.0)
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:k1:y"),)))
+    press = webhook.press(42, int(ref.message_id), "ap:k1:y", user_id=42)
+    assert await webhook.deliver(press) == 200
+    (noted,) = await published()
+    cq = press["callback_query"]["id"]
+    webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
+    out.press_waiting(noted)
+    await _until_called(webhook, "answerCallbackQuery")
+    webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
+    await out.answer_action(noted, "already decided")
+    async with asyncio.timeout(10):
+        while cq not in webhook.answered:
+            await asyncio.sleep(0.02)
+    assert webhook.answered[cq] == "already decided"
+    await out.close()
+    texts = [
+        (c.status, c.params.get("text"))
+        for c in webhook.calls
+        if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
+    ]
+    assert texts == [(429, sender.PRESS_NOTE), (429, "already decided"), (200, "already decided")]
