@@ -138,6 +138,13 @@ def album(channel: str, tenant: str, chat: str, group: str) -> str:
     return f"{PREFIX}album:{channel}:{tenant}:{chat}:{group}"
 
 
+def bot_identity(channel: str, bot_id: str) -> str:
+    """STRING JSON {"id", "username"}: a bot's identity as the platform last told it
+    (Telegram's getMe), used at a start until the platform answers again.  No TTL:
+    one small key per bot, replaced whenever the platform answers."""
+    return f"{PREFIX}identity:{channel}:{bot_id}"
+
+
 def demo_notes(t: ThreadKey) -> str:
     """LIST of notes written by the harmless ``demo_approval`` tool."""
     return f"{PREFIX}{t.tag}:demo"

@@ -9,6 +9,7 @@ import logging
 import re
 from collections.abc import Sequence
 
+import orjson
 from starlette.routing import BaseRoute, Route
 from telegram import Bot, BotCommand
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
@@ -16,10 +17,11 @@ from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 from agent_core.errors import ConfigError
 from agent_core.events import Attachment
 from agent_core.ingest import Ingest
+from agent_core.store import keys
 from agent_core.store.client import redact_url
 from channels.base import Channel, ChannelDeps
 from channels.telegram.aiohttp_request import AiohttpRequest
-from channels.telegram.parse import ParseContext
+from channels.telegram.parse import CHANNEL, ParseContext
 from channels.telegram.polling import Poller
 from channels.telegram.sender import Limits, TelegramOutbox
 from channels.telegram.settings import MIN_WEBHOOK_SECRET_CHARS, TelegramSettings
@@ -211,20 +213,55 @@ class TelegramChannel(Channel):
                 exc.problems[0].split(": ", 1)[1],
                 first,
             )
+            # The @name getMe gave last time (kept in Redis) stands in meanwhile: no
+            # 503s, no polling wait.  None stored (the very first start): as above.
+            stored = await self._stored_username()
+            if stored:
+                self._ctx = self._context(self.settings.bot_id, stored)
+                log.info("telegram: using @%s (stored) until getMe answers", stored)
             self._identify = asyncio.create_task(self._identify_later(first), name="telegram-getme")
             return
-        self._identified()
+        await self._identified()
 
-    def _identified(self) -> None:
-        self.unreachable = ""
-        self.unreachable_fix = ""
-        self._ctx = ParseContext(
-            bot_id=str(self.bot.id),
-            username=self.bot.username or "",
+    def _context(self, bot_id: str, username: str) -> ParseContext:
+        return ParseContext(
+            bot_id=bot_id,
+            username=username,
             group_reply=self.deps.group_reply,
             edited_messages=self.settings.telegram_edited_messages,
         )
+
+    async def _identified(self) -> None:
+        self.unreachable = ""
+        self.unreachable_fix = ""
+        self._ctx = self._context(str(self.bot.id), self.bot.username or "")
         log.info("telegram: @%s ready (%s mode)", self.bot.username, self.mode)
+        await self._store_identity()
+
+    async def _store_identity(self) -> None:
+        """Keep the bot's id and @name in Redis for the next start (replacing a
+        renamed bot's old name); best effort."""
+        if not self.bot.username:
+            return
+        value = orjson.dumps({"id": str(self.bot.id), "username": self.bot.username})
+        try:
+            await self.deps.redis.set(keys.bot_identity(CHANNEL, str(self.bot.id)), value)
+        except Exception as exc:  # the next start may wait for getMe: nothing worse
+            log.warning("telegram: could not store the bot's @name in Redis (%s)", exc)
+
+    async def _stored_username(self) -> str:
+        """The @name stored by the last start that getMe answered; "" if none."""
+        bot_id = self.settings.bot_id
+        try:
+            raw = await self.deps.redis.get(keys.bot_identity(CHANNEL, bot_id))
+            stored = orjson.loads(raw) if raw else None
+        except Exception as exc:
+            log.warning("telegram: could not read the bot's stored @name (%s)", exc)
+            return ""
+        if not isinstance(stored, dict) or str(stored.get("id")) != bot_id:
+            return ""
+        username = stored.get("username")
+        return username if isinstance(username, str) else ""
 
     async def _identify_later(self, first: float) -> None:
         """getMe until it answers (the bot's @name, for mentions in groups); then the
@@ -249,7 +286,7 @@ class TelegramChannel(Channel):
             except TelegramError as exc:
                 log.info("telegram: Bot API still unreachable (%s)", type(exc).__name__)
                 continue
-            self._identified()
+            await self._identified()
             if self._menu is not None:
                 try:
                     await self.publish_commands(self._menu)
@@ -322,10 +359,11 @@ class TelegramChannel(Channel):
         ``stop`` came first.  Polling before the bot knows its @name would take the
         group messages naming it (the ones that piled up while the process was down)
         for messages to others, drop them and confirm them to Telegram: they wait
-        at Telegram instead (kept there 24 h)."""
+        at Telegram instead (kept there 24 h).  No wait when an earlier start stored
+        the @name (it stands in until getMe answers)."""
         identify = self._identify
-        if identify is None or identify.done():
-            return not stop.is_set()
+        if identify is None or identify.done() or self._ctx.username:
+            return not stop.is_set()  # known, or the @name stored by an earlier start
         log.info("telegram: polling waits for getMe (the bot's @name) to answer")
         stopper = asyncio.ensure_future(stop.wait())
         try:

@@ -279,7 +279,7 @@ def _parse_migration(msg: Message, ctx: ParseContext) -> InboundEvent | None:
 
 def may_name_unknown_bot(update: Update, ctx: ParseContext) -> bool:
     """Whether this update cannot be judged yet: the bot's @name is unknown (getMe
-    has not answered since start) and it is a group message that may name the bot -
+    has not answered since start, and no earlier start stored it) and it is a group message that may name the bot -
     an "@" in its text or caption (``@bot``, ``/cmd@bot``), or an album item (the
     album's caption, on another item, may).  Parsed now it could be taken for a
     message to someone else and dropped for good."""

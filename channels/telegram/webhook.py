@@ -102,8 +102,9 @@ def make_endpoint(
             return _reply(200, "unreadable, dropped")
         ctx = context()
         if may_name_unknown_bot(update, ctx):
-            # Restarted into getMe trouble (flood control, an outage): a group message
-            # naming the bot by @name would be taken for one to others and dropped.
+            # Restarted into getMe trouble (flood control, an outage) with no @name
+            # stored by an earlier start (channel.py: the first start ever): a group
+            # message naming the bot by @name would be taken for one to others and dropped.
             # Not acknowledged: Telegram delivers it again later, once getMe answered
             # (private chats, replies and commands without @name are not held up).
             log.info(

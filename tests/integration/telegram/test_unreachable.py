@@ -243,3 +243,104 @@ async def test_a_webhook_asks_telegram_to_resend_a_group_mention_until_getme_ans
         await ch.shutdown()
     texts = [(e.text, e.mentions_bot) for e in await published()]
     assert texts == [("hello", False), ("hi there", True), ("/new", True)], texts
+
+
+async def _start_once(fake: FakeTelegram, redis: Redis) -> None:
+    """A start that getMe answered: the bot's @name is stored for the next one."""
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    await ch.initialize()
+    await ch.shutdown()
+
+
+async def test_a_webhook_restarted_into_getme_trouble_uses_the_stored_name(
+    fake: FakeTelegram,
+    redis: Redis,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    """A 503'd group message holds back that group's later updates too (Telegram
+    delivers one chat's updates in order), for as long as getMe is refused.  The
+    @name getMe gave on an earlier start (kept in Redis) stands in until it answers:
+    a group mention is handled at once."""
+    import httpx
+    from starlette.applications import Starlette
+
+    from agent_core.ingest import Ingest
+    from agent_core.store import keys
+    from tests.integration.telegram.conftest import SECRET
+
+    await _start_once(fake, redis)
+    bot_id = TOKEN.split(":")[0]
+    assert await redis.get(keys.bot_identity("telegram", bot_id))
+    fake.fail_next("getMe", 429, retry_after=30)  # restarted into flood control
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    await ch.initialize()
+    try:
+        assert ch.unreachable and ch.context.username == BOT_USERNAME
+        fake.webhook_transport = httpx.ASGITransport(app=Starlette(routes=ch.routes(Ingest(redis))))
+        fake.webhook = {"url": "http://127.0.0.1:9/telegram/webhook", "secret_token": SECRET}
+        mention = fake.message_update(-100123, f"@{BOT_USERNAME} hi there")
+        command = fake.message_update(-100123, f"/new@{BOT_USERNAME}")
+        other = fake.message_update(-100123, "@someone_else lunch?")
+        assert [await fake.deliver(u) for u in (mention, command, other)] == [200, 200, 200]
+    finally:
+        await ch.shutdown()
+    texts = [(e.text, e.mentions_bot) for e in await published()]
+    assert texts == [("hi there", True), ("/new", True)], texts
+
+
+async def test_polling_restarted_into_getme_trouble_uses_the_stored_name(
+    fake: FakeTelegram,
+    redis: Redis,
+    published,  # type: ignore[no-untyped-def]
+) -> None:
+    """Polling no longer waits for getMe when an earlier start stored the @name."""
+    from agent_core.ingest import Ingest
+
+    await _start_once(fake, redis)
+    fake.queue_update(fake.message_update(-100123, f"@{BOT_USERNAME} what is the weather?"))
+    fake.fail_next("getMe", 429, retry_after=30)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="")  # polling
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    await ch.initialize()
+    stop = asyncio.Event()
+    task = asyncio.create_task(ch.run_gateway(Ingest(redis), stop))
+    try:
+        async with asyncio.timeout(10):
+            while not await published():
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await ch.shutdown()
+    # getMe never answered on this start
+    assert [c.status for c in fake.calls if c.method == "getMe"][-1:] == [429]
+    [group] = await published()
+    assert group.text == "what is the weather?" and group.mentions_bot
+
+
+async def test_a_renamed_bot_replaces_the_stored_name_once_getme_answers(
+    fake: FakeTelegram, redis: Redis
+) -> None:
+    import orjson
+
+    from agent_core.store import keys
+
+    bot_id = TOKEN.split(":")[0]
+    key = keys.bot_identity("telegram", bot_id)
+    await redis.set(key, orjson.dumps({"id": bot_id, "username": "old_name_bot"}))
+    fake.fail_next("getMe", 429, retry_after=30)
+    deps = ChannelDeps(redis=redis, pacer=Pacer(redis), public_url="https://parley.example")
+    ch = TelegramChannel(make_settings(fake), deps, limits=FAST)
+    await ch.initialize()
+    try:
+        assert ch.context.username == "old_name_bot"
+        ch._identify.cancel()  # type: ignore[union-attr]
+        ch._identify = asyncio.create_task(ch._identify_later(0.0))  # the wait, cut short
+        async with asyncio.timeout(10):
+            while ch.context.username != BOT_USERNAME:
+                await asyncio.sleep(0.02)
+    finally:
+        await ch.shutdown()
+    assert orjson.loads(await redis.get(key)) == {"id": bot_id, "username": BOT_USERNAME}
