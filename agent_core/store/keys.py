@@ -272,8 +272,10 @@ def routine_running(routine_id: str) -> str:
 
 
 # HASH run id -> JSON of a run the leader took (a cron fire, a queued run) and has
-# not finished: its owner, attempts, what to run again if the owner dies (see
-# agent_core/proactive/scheduler.py).  Expires ROUTINE_INFLIGHT_SECS after its last write.
+# not finished: its owner, attempts, when it was first taken, what to run again if
+# the owner dies (see agent_core/proactive/scheduler.py).  Expires INFLIGHT_SECS
+# (scheduler.py) after its last write: every run's write refreshes it, so entries
+# are removed one by one, never by expiry.
 ROUTINE_INFLIGHT = PREFIX + "{routines}:inflight"
 
 

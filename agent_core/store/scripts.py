@@ -447,7 +447,7 @@ return 0
 
 # --- runs in flight (agent_core/proactive/scheduler.py) ---
 # A record per run the leader took, in {routines}:inflight (run id -> JSON with 'o'
-# its owner and 'a' its attempts), written by the script that takes the run, with
+# its owner, 'a' its attempts and 't' when it was first taken), written by the script that takes the run, with
 # the owner's alive key (PX) beside it; removed when the run ends.  Numbers in the
 # JSON that must survive cjson (times) are strings.
 
@@ -465,14 +465,16 @@ return 1
 """
 
 # KEYS: routine queue, in flight, owner's alive key
-# ARGV: count, owner, run id prefix, in-flight ttl s, alive ttl ms
+# ARGV: count, owner, run id prefix, in-flight ttl s, alive ttl ms, now (taken at)
 # Takes up to count queued runs (manual, event) and records each as in flight
-# (run id: prefix .. 'n' .. its place); returns them, oldest first.
+# (run id: prefix .. 'n' .. its place; 't' when it was taken); returns them, oldest
+# first.
 QUEUE_TAKE = """
 local items = redis.call('LPOP', KEYS[1], ARGV[1])
 if not items then return {} end
 for i, item in ipairs(items) do
-  redis.call('HSET', KEYS[2], ARGV[3] .. 'n' .. i, cjson.encode({o = ARGV[2], a = 1, q = item}))
+  local rec = cjson.encode({o = ARGV[2], a = 1, q = item, t = ARGV[6]})
+  redis.call('HSET', KEYS[2], ARGV[3] .. 'n' .. i, rec)
 end
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])

@@ -4,24 +4,34 @@ is in flight: the next leader runs it again, once; a second death gives it up.
 A death is simulated by leaving the leader's runs hanging forever, never cancelled
 (so none of the graceful stop's give-back runs), and its alive key gone (as it is
 a lease after the process's last renewal).  The hanging tasks are cancelled only
-after the assertions, to end the test cleanly.
+after the assertions, to end the test cleanly.  The next leader takes a run over
+once it has seen the alive key missing at two looks lease/2 apart (:func:`_looks`).
+
+Also: runs this process took and no task of it runs (a Redis error between taking
+and starting, a record not removed when its run ended), runs found too late, and a
+living owner whose alive key lapsed in a Redis outage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_core.events import ThreadKey
 from agent_core.llm.base import Completion
 from agent_core.proactive.routines import Routine, RoutineStore, validate
-from agent_core.proactive.scheduler import GIVEN_UP, RUN_AGAIN
+from agent_core.proactive.scheduler import GIVEN_UP, RUN_AGAIN, STALE_SECS, TOO_LATE
 from agent_core.store import keys
 from tests.fakes.llm_servers import FakeClock
 from tests.integration.agent.conftest import FnModel
 from tests.integration.proactive.test_scheduler import TG, texts_to
 
+LEASE = 15.0  # SCHEDULER_LEASE_SECS's default
 ADMIN = "telegram:900"
 ADMIN_DM = ThreadKey("telegram", "bot1", "900")
 DUE = 1_767_229_200  # 01:00, the hourly routine's first fire
@@ -75,6 +85,15 @@ async def _inflight(w: Any) -> dict[bytes, bytes]:
     return dict(await w.redis.hgetall(keys.ROUTINE_INFLIGHT))
 
 
+async def _looks(*ps: Any, clock: FakeClock) -> None:
+    """The leaders' first look at a dead owner's missing alive key: nothing is taken
+    over yet (a living owner back from a Redis outage renews it first); lease/2
+    later (here a lease) the next look does."""
+    for p in ps:
+        assert await p.scheduler.tick() == []
+    clock.advance(LEASE)
+
+
 async def test_a_cron_fire_in_flight_on_a_killed_leader_runs_once_on_the_next(
     pworld: Any,
 ) -> None:
@@ -87,6 +106,7 @@ async def test_a_cron_fire_in_flight_on_a_killed_leader_runs_once_on_the_next(
 
     b = w.proactive(clock, owner="b")  # takes the lease
     clock.advance(30)
+    await _looks(b, clock=clock)
     assert await b.scheduler.tick() == ["hourly"]  # run again
     await b.scheduler.wait_idle()
     for _ in range(3):
@@ -117,6 +137,7 @@ async def test_a_queued_run_taken_by_a_killed_leader_runs_once_on_the_next(
     assert await w.redis.llen(keys.ROUTINE_QUEUE) == 0  # taken off the queue
 
     b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
     assert await b.scheduler.tick() == ["manual"]
     await b.scheduler.wait_idle()
     assert await b.scheduler.tick() == []
@@ -148,6 +169,7 @@ async def test_an_event_run_keeps_its_trigger_message_when_run_again(pworld: Any
     await dying.kill()
 
     b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
     assert await b.scheduler.tick() == ["ev"]
     await b.scheduler.wait_idle()
     assert texts_to(w, TG) == ["alert"]
@@ -173,6 +195,7 @@ async def test_an_alive_leader_keeps_its_runs(pworld: Any) -> None:
     b = w.proactive(clock, owner="b")
     for _ in range(3):
         assert await b.scheduler.tick() == []  # a's alive key is there
+        clock.advance(LEASE)
     gate.set()
     await a.scheduler.wait_idle()
     assert await b.scheduler.tick() == []
@@ -192,10 +215,12 @@ async def test_a_run_whose_process_dies_twice_is_given_up(pworld: Any) -> None:
 
     b = w.proactive(clock, owner="b")
     second = Dying(b, "_light")
+    await _looks(b, clock=clock)
     assert await b.scheduler.tick() == ["hourly"]  # run again, and it kills b too
     await second.kill()
 
     c = w.proactive(clock, owner="c")
+    await _looks(c, clock=clock)
     assert await c.scheduler.tick() == []  # given up
     assert await c.scheduler.tick() == []
     await c.scheduler.wait_idle()
@@ -222,6 +247,7 @@ async def test_two_new_leaders_overlapping_run_a_dead_run_once(pworld: Any) -> N
     await dying.kill()
 
     b, c = w.proactive(clock, owner="b"), w.proactive(clock, owner="c")
+    await _looks(b, c, clock=clock)
     fired = await asyncio.gather(b.scheduler.tick(), c.scheduler.tick())
     await b.scheduler.wait_idle()
     await c.scheduler.wait_idle()
@@ -243,6 +269,7 @@ async def test_a_full_job_submitted_before_the_death_is_not_run_again(pworld: An
     await w.settle(TG)
 
     b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
     assert await b.scheduler.tick() == []
     await b.scheduler.wait_idle()
     await w.settle(TG)
@@ -266,6 +293,7 @@ async def test_a_full_job_killed_before_its_submission_is_submitted_once(pworld:
     await dying.kill()
 
     b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
     assert await b.scheduler.tick() == ["job"]
     await b.scheduler.wait_idle()
     await w.settle(TG)
@@ -306,6 +334,7 @@ async def test_a_leader_that_lost_the_lease_keeps_its_runs_while_it_lives(
     fast = {"scheduler_lease_secs": 0.3, "scheduler_tick_secs": 0.02}
     a = w.proactive(clock, owner="a", **fast)
     b = w.proactive(clock, owner="b", **fast)
+    b.scheduler.elapsed = time.monotonic  # (the clock does not move: b's looks would not)
     gate, hanging = asyncio.Event(), asyncio.Event()
     real = a.runner._light
 
@@ -335,5 +364,249 @@ async def test_a_leader_that_lost_the_lease_keeps_its_runs_while_it_lives(
     stop_b.set()
     await asyncio.wait_for(asyncio.gather(ta, tb), 10)
     assert texts_to(w, TG) == ["report"]
+    assert [x.outcome for x in await b.store.runs("manual")] == ["sent"]
+    assert await _inflight(w) == {}
+
+
+# -- runs this process took that none of its tasks runs ----------------------------
+
+
+class Blips:
+    """``obj.attr`` (an async callable) raises a Redis connection error its next
+    ``n`` calls, then works."""
+
+    def __init__(self, obj: Any, attr: str, n: int = 1) -> None:
+        self.left = n
+        real: Callable[..., Any] = getattr(obj, attr)
+
+        async def flaky(*a: Any, **k: Any) -> Any:
+            if self.left:
+                self.left -= 1
+                raise RedisConnectionError("blip")
+            return await real(*a, **k)
+
+        setattr(obj, attr, flaky)
+
+
+async def test_queued_runs_taken_then_hit_by_a_redis_blip_are_not_lost(pworld: Any) -> None:
+    """QUEUE_TAKE took two runs (recorded in flight as the leader's); a Redis error
+    before the first one's task started: the second still starts in that tick, the
+    first in the next (its record is the leader's own, and no task runs it).  Before,
+    the error ended the tick, and both records stayed, never looked at again by the
+    living leader: both runs lost while it led."""
+    w, clock = await _world(pworld, name="m1", trigger="manual")
+    r2 = validate(Routine(name="m2", trigger="manual", prompt="x", notify="telegram:500"))
+    assert await RoutineStore(w.redis).add(r2)
+    a = w.proactive(clock, owner="a")
+    blip = Blips(a.scheduler.store, "get")
+    await a.store.queue_run("m1")
+    await a.store.queue_run("m2")
+    assert await a.scheduler.tick() == ["m2"]
+    assert blip.left == 0 and await w.redis.llen(keys.ROUTINE_QUEUE) == 0
+    await a.scheduler.wait_idle()
+    assert await a.scheduler.tick() == ["m1"]  # taken, never started: started now
+    await a.scheduler.wait_idle()
+    assert await a.scheduler.tick() == []
+    assert texts_to(w, TG) == ["report", "report"]
+    assert [x.outcome for x in await a.store.runs("m1")] == ["sent"]
+    assert await _inflight(w) == {}
+
+
+async def test_a_finished_run_whose_record_was_not_removed_is_not_run_again(
+    pworld: Any,
+) -> None:
+    """Removing the record failed (a Redis blip) after the run had ended: the leader
+    removes it at its next tick.  Before, it stayed (the hash's TTL is refreshed by
+    every write: it does not expire), under a living owner that skipped its own
+    records; once that process was gone the next leader ran the finished run again:
+    a second model call and a false 'its process died' record."""
+    calls: list[str] = []
+
+    def model(req: Any) -> Completion:
+        calls.append("call")
+        return Completion("report")
+
+    w = pworld(FnModel(model), admin_ids=ADMIN)
+    await w.start()
+    clock = FakeClock(start=1_767_225_600.0)
+    r = validate(Routine(name="manual", trigger="manual", prompt="x", notify="telegram:500"))
+    assert await RoutineStore(w.redis).add(r)
+    a = w.proactive(clock, owner="a")
+    blip = Blips(a.scheduler, "_done")
+    await a.store.queue_run("manual")
+    assert await a.scheduler.tick() == ["manual"]
+    await a.scheduler.wait_idle()
+    assert blip.left == 0 and len(await _inflight(w)) == 1
+    assert await a.scheduler.tick() == []  # removed now, not started again
+    assert await _inflight(w) == {}
+    await w.redis.delete(keys.routine_alive("a"))  # a stopped (a deploy): b leads
+    b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
+    assert await b.scheduler.tick() == []
+    await b.scheduler.wait_idle()
+    assert texts_to(w, TG) == ["report"] and len(calls) == 1
+    assert [x.outcome for x in await b.store.runs("manual")] == ["sent"]
+
+
+async def test_an_ended_runs_record_is_removed_by_the_alive_keeper(pworld: Any) -> None:
+    """A process that does not lead (no ticks) retries the removal with its alive
+    key's renewal, and renews that key meanwhile: no leader takes the ended run for
+    a dead one."""
+    w, clock = await _world(pworld, name="manual", trigger="manual")
+    a = w.proactive(clock, owner="a", scheduler_lease_secs=0.3)
+    blip = Blips(a.scheduler, "_done", n=3)
+    await a.store.queue_run("manual")
+    assert await a.scheduler.tick() == ["manual"]
+    await a.scheduler.wait_idle()
+    assert len(await _inflight(w)) == 1
+    keeper = asyncio.create_task(a.scheduler._keep_alive())  # as run() starts it
+    try:
+        for _ in range(200):  # (a bound, not a timing: each round is lease/15)
+            if not await _inflight(w):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        keeper.cancel()
+        await asyncio.gather(keeper, return_exceptions=True)
+    assert blip.left == 0 and await _inflight(w) == {}
+    assert texts_to(w, TG) == ["report"]
+
+
+async def test_a_rerun_whose_start_hit_a_redis_blip_is_started_by_its_new_owner(
+    pworld: Any,
+) -> None:
+    """b took a dead run over (the record is b's now), then a Redis error before the
+    rerun's task started: b starts it at its next tick.  Before, b skipped its own
+    record: the run was lost, and a later leader gave it up (a false alert)."""
+    w, clock = await _hourly(pworld)
+    await w.redis.set(keys.admin_thread(ADMIN), str(ADMIN_DM))
+    a = w.proactive(clock, owner="a")
+    dying = Dying(a, "_light")
+    clock.advance(3600 + 1)
+    assert await a.scheduler.tick() == ["hourly"]
+    await dying.kill()
+
+    b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
+    Blips(b.scheduler.store, "get")
+    with pytest.raises(RedisConnectionError):  # the loop logs it and ticks again
+        await b.scheduler.tick()
+    assert await b.scheduler.tick() == ["hourly"]
+    await b.scheduler.wait_idle()
+    assert await b.scheduler.tick() == []
+    assert texts_to(w, TG) == ["report"]
+    assert await _inflight(w) == {}
+    c = w.proactive(clock, owner="c")  # later, another leader: nothing to give up
+    await _looks(c, clock=clock)
+    assert await c.scheduler.tick() == []
+    assert GIVEN_UP not in [x.outcome for x in await c.store.runs("hourly")]
+    assert texts_to(w, ADMIN_DM) == []
+    await dying.bury()
+
+
+async def test_a_dead_run_found_too_late_is_given_up_not_run(pworld: Any) -> None:
+    """Found more than STALE_SECS after it was taken (every process down for hours,
+    say), a dead run is recorded as given up, not run: its notification's 1-day
+    dedup must not be outlived by a rerun, and a result that late is not wanted."""
+    w, clock = await _world(pworld, name="manual", trigger="manual")
+    a = w.proactive(clock, owner="a")
+    dying = Dying(a, "_light")
+    await a.store.queue_run("manual")
+    assert await a.scheduler.tick() == ["manual"]
+    await dying.kill()
+    clock.advance(STALE_SECS + 60)
+
+    b = w.proactive(clock, owner="b")
+    await _looks(b, clock=clock)
+    assert await b.scheduler.tick() == []
+    await b.scheduler.wait_idle()
+    assert texts_to(w, TG) == []
+    assert [x.outcome for x in await b.store.runs("manual")] == [TOO_LATE]
+    assert await _inflight(w) == {}
+    await dying.bury()
+
+
+# -- a living owner whose alive key lapsed -------------------------------------------
+
+
+class Outage:
+    """The scheduler's Redis client, unreachable (for SET: the alive key's renewal)
+    while ``down``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.down = False
+        self.failed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != "set":
+            return attr
+
+        async def set_(*a: Any, **k: Any) -> Any:
+            if self.down:
+                self.failed += 1
+                raise RedisConnectionError("Redis unreachable")
+            return await attr(*a, **k)
+
+        return set_
+
+
+async def test_a_living_process_keeps_its_run_after_a_redis_outage_longer_than_a_lease(
+    pworld: Any,
+) -> None:
+    """Redis unreachable for longer than a lease: a's alive key expires with its run
+    in flight.  The new leader's first look after Redis is back finds it missing,
+    but takes nothing over until a second look lease/2 later; by then a's keeper
+    (retrying every lease/15 after a failure) has renewed it.  Before, that first
+    look took the run over: it ran in both processes."""
+    calls: list[str] = []
+    w = pworld(FnModel(lambda req: (calls.append("x"), Completion("report"))[1]))
+    await w.start()
+    clock = FakeClock(start=1_767_225_600.0)
+    r = validate(Routine(name="manual", trigger="manual", prompt="x", notify="telegram:500"))
+    assert await RoutineStore(w.redis).add(r)
+    a = w.proactive(clock, owner="a", scheduler_lease_secs=0.6)
+    outage = Outage(w.redis)
+    a.scheduler.redis = outage  # type: ignore[assignment]  (the keeper's client)
+    gate, hanging = asyncio.Event(), asyncio.Event()
+    real = a.runner._light
+
+    async def slow(*args: Any, **kw: Any) -> str:
+        hanging.set()
+        await gate.wait()  # a long model call (it does not need Redis)
+        return await real(*args, **kw)
+
+    a.runner._light = slow  # type: ignore[method-assign]
+    keeper = asyncio.create_task(a.scheduler._keep_alive())  # as run() starts it
+    try:
+        await a.store.queue_run("manual")
+        assert await a.scheduler.tick() == ["manual"]
+        await hanging.wait()
+        outage.down = True  # Redis unreachable: a cannot renew; its key expires
+        for _ in range(200):  # (a bound: a tries every lease/3)
+            if outage.failed:
+                break
+            await asyncio.sleep(0.02)
+        assert outage.failed
+        await w.redis.delete(keys.routine_alive("a"))
+        outage.down = False  # Redis is back
+        b = w.proactive(clock, owner="b")
+        assert await b.scheduler.tick() == []  # the first look after the outage
+        for _ in range(200):  # (a bound, not a timing: a renews within lease/15)
+            if await w.redis.exists(keys.routine_alive("a")):
+                break
+            await asyncio.sleep(0.02)
+        clock.advance(LEASE)
+        assert await b.scheduler.tick() == []  # a renewed: it keeps its run
+        gate.set()
+        await a.scheduler.wait_idle()
+        await b.scheduler.wait_idle()
+        assert await b.scheduler.tick() == []
+    finally:
+        gate.set()
+        keeper.cancel()
+        await asyncio.gather(keeper, return_exceptions=True)
+    assert len(calls) == 1 and texts_to(w, TG) == ["report"]
     assert [x.outcome for x in await b.store.runs("manual")] == ["sent"]
     assert await _inflight(w) == {}
