@@ -61,7 +61,7 @@ from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState, mid_turn
 from agent_core.agent.tokens import estimate, tools_tokens
-from agent_core.agent.turn_approvals import Interrupted
+from agent_core.agent.turn_approvals import STOPPED_NOT_RUN, Interrupted
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
     EventKind,
@@ -109,6 +109,7 @@ class Turn:
     settle_given_up = steps.settle_given_up
     stop_resume = steps.stop_resume
     pending_refusal = steps.pending_refusal
+    stop_in_wait = steps.stop_in_wait
     expire_pending = steps.expire_pending
     # between iterations: messages that arrived, /interrupt (agent_core/agent/signals.py)
     check_signals = signals.check_signals
@@ -184,9 +185,17 @@ class Turn:
             # /interrupt ended a send's wait for the platform's rate limit outside
             # the loop's own handling (a command's reply, say): the turn stops there
             log.info("[%s] stopped while a send waited for the platform", self.thread)
-            repair_history(self.session.history)
-            if self.session.state == ThreadState.PROCESSING:
-                self.session.state = ThreadState.IDLE
+            if self.session.state == ThreadState.AWAITING_APPROVAL:
+                # its calls wait for their results (session.resume): never repaired
+                # here (the wait's end would add them again); a step acting on the
+                # approval (closing its prompt, the next call's prompt) ends the wait
+                # with what happened, a command's reply leaves it as it is
+                if await self.stop_in_wait():
+                    await self.say_notice("⏹ Stopped.")
+            else:
+                repair_history(self.session.history)
+                if self.session.state == ThreadState.PROCESSING:
+                    self.session.state = ThreadState.IDLE
             await self._consume_interrupt()
             outcome = "stopped:interrupted"
             return outcome
@@ -686,7 +695,14 @@ class Turn:
             # platform whose events carry only an id: looked up, see people.py)
             "name": await self.requester_name(),
         }
-        a = await self.ask(asks[0].call)
+        try:
+            a = await self.ask(asks[0].call)
+        except Interrupted:
+            # /interrupt ended the prompt's wait for the platform's rate limit: the
+            # calls that ran keep their results, the others were not run
+            self.session.history.extend(stopped_results(final_calls, results, set()))
+            self.session.resume = {}
+            raise
         return ToolRound(
             [], approval=NeedApproval(a.id, asks[0].call, tuple(p.call for p in asks[1:]))
         )
@@ -709,7 +725,6 @@ class Turn:
 
 
 STOPPED_RUNNING = "error: interrupted by the user (it may have partly run)"
-STOPPED_NOT_RUN = "error: not run (the turn was stopped)"
 
 
 def stopped_results(

@@ -32,6 +32,7 @@ MAX_HELD = 50  # messages kept while a thread awaits a decision
 DENIED = "denied: the user did not approve this call; it was not run."
 INTERRUPTED = "error: interrupted by the user"
 CUT_OFF = "error: approved, but the turn running it was stopped; it may or may not have run"
+STOPPED_NOT_RUN = "error: not run (the turn was stopped)"
 
 
 class Interrupted(Exception):
@@ -208,13 +209,71 @@ def end_wait(session: Session, text: str) -> None:
         for cid in rs.get("queue", ()):
             results.setdefault(cid, text)
         calls = [ToolCall.from_dict(c) for c in rs.get("calls", ())]
-        session.history.extend(
-            ChatMessage("tool", results.get(c.id, text), tool_call_id=c.id, name=c.name)
-            for c in calls
+        add_results(
+            session.history,
+            [
+                ChatMessage("tool", results.get(c.id, text), tool_call_id=c.id, name=c.name)
+                for c in calls
+            ],
         )
     session.resume = {}
     session.pending_approval = ""
     session.state = ThreadState.IDLE
+
+
+def add_results(history: list[ChatMessage], results: list[ChatMessage]) -> None:
+    """Add a tool round's ``results`` to ``history``, each call's once: one whose
+    call already has a result after the assistant message that made it (a history
+    repaired earlier) is skipped, since a second result for a call makes every later
+    model call fail.  The others go right after that message's results."""
+    ids = {m.tool_call_id for m in results}
+    at = next(
+        (
+            i
+            for i in range(len(history) - 1, -1, -1)
+            if history[i].role == "assistant" and any(c.id in ids for c in history[i].tool_calls)
+        ),
+        None,
+    )
+    if at is None:  # (the round's call is not in view: as before, at the end)
+        history.extend(results)
+        return
+    end = at + 1
+    while end < len(history) and history[end].role == "tool":
+        end += 1
+    answered = {m.tool_call_id for m in history[at + 1 : end]}
+    history[end:end] = [m for m in results if m.tool_call_id not in answered]
+
+
+async def stop_in_wait(self: Turn) -> bool:
+    """/interrupt ended a send of this turn (its wait for the platform's rate limit)
+    while the session awaits an approval.  If this turn was acting on that approval
+    (it was decided, cancelled or expired, or is gone: the prompt's close, the prompt
+    of the next call queued), the wait ends here, with what really happened: a call
+    that ran keeps its result, a denied, cancelled or expired one says so, the rest
+    "not run" (the turn was stopped); True.  False if the approval is still to be
+    decided (a command's reply was stopped, say): the wait goes on, its prompt still
+    answers it.  Never a repaired history: the round's results go in once, here or
+    when the wait ends later."""
+    aid = self.session.pending_approval
+    a = await self.agent.approvals.load(self.thread, aid) if aid else None
+    if a is not None and not a.decision:
+        return False
+    results: dict[str, str] = self.session.resume.setdefault("results", {})
+    if a is not None and a.call_id not in results:
+        if a.result is not None:
+            results[a.call_id] = a.result
+        elif a.started:
+            results[a.call_id] = CUT_OFF
+        elif a.decision == "deny":
+            results[a.call_id] = DENIED
+        elif a.decision == "expired":
+            results[a.call_id] = "error: not run: the approval request expired"
+        elif a.decision not in ("approve", "always"):  # cancelled (/new, /clear, …)
+            results[a.call_id] = "error: not run: the user cancelled the request"
+    log.info("[%s] /interrupt during approval %s's step: the wait ends", self.thread, aid)
+    await self.finish_pending(STOPPED_NOT_RUN)
+    return True
 
 
 def reply_only(self: Turn) -> bool:
