@@ -190,12 +190,13 @@ class Turn:
                 # here (the wait's end would add them again); a step acting on the
                 # approval (closing its prompt, the next call's prompt) ends the wait
                 # with what happened, a command's reply leaves it as it is
-                if await self.stop_in_wait():
-                    await self.say_notice("⏹ Stopped.")
+                # a command's reply leaves the wait as it is, and says so as well
+                await self.stop_in_wait()
             else:
                 repair_history(self.session.history)
                 if self.session.state == ThreadState.PROCESSING:
                     self.session.state = ThreadState.IDLE
+            await self.say_notice(self.stopped_notice())  # the person is told
             await self._consume_interrupt()
             outcome = "stopped:interrupted"
             return outcome

@@ -269,3 +269,19 @@ async def test_a_wait_for_the_platform_does_not_count_toward_the_turn_timeout(
     await w.send(user_event(T, "slow"))
     await w.settle(T, timeout=15)
     assert "took longer than 0.5 seconds" in w.texts(T)[-1]
+
+
+async def test_interrupt_during_a_command_replys_wait_says_stopped(
+    world: Callable[..., Any],
+) -> None:
+    w = world(answer())
+    outbox = LimitedOutbox(refused_sends=1_000, retry_after=600)  # notices go through
+    use(w, outbox)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await w.start()
+    await w.send(user_event(T, "/help"))
+    await asyncio.wait_for(outbox.tried_any.wait(), 10)  # /help's reply waits for the platform
+    await w.send(user_event(T, "/interrupt"))
+    await w.settle(T, timeout=15)
+    said = w.texts(T)
+    assert any("Stopped" in t for t in said), said  # the person is told
