@@ -44,6 +44,8 @@ from agent_core.llm.schema import (
     fix_tool_calls,
     flatten_tools,
     parse_arguments,
+    safe_tool_name,
+    wire_history,
 )
 from agent_core.llm.usage import normalize_usage
 
@@ -111,7 +113,12 @@ def _blocks(m: ChatMessage, vision: bool) -> list[dict[str, Any]]:
         blocks.append({"type": "text", "text": m.content})
     for c in m.tool_calls:
         blocks.append(
-            {"type": "tool_use", "id": tool_id(c.id), "name": c.name, "input": c.arguments}
+            {
+                "type": "tool_use",
+                "id": tool_id(c.id),
+                "name": safe_tool_name(c.name),
+                "input": c.arguments,
+            }
         )
     return blocks
 
@@ -209,7 +216,10 @@ class AnthropicProvider(HTTPBackend):
         model = request.model or self.config.model
         info = self.model_info(model)
         use_tools = bool(request.tools) and info.supports_tools and not self.config.flatten_tools
-        source = request.messages if use_tools else flatten_tools(request.messages)
+        # repeated call ids renamed with their results, a second result dropped,
+        # unsafe names made safe (schema.wire_history)
+        history = wire_history(request.messages)
+        source = history if use_tools else flatten_tools(history)
         system = "\n\n".join(m.content for m in source if m.role == "system" and m.content.strip())
         messages: list[dict[str, Any]] = []
         for m in source:

@@ -25,13 +25,17 @@ from agent_core.llm.base import (
 from agent_core.llm.errors import InvalidResponse, Timeout
 from agent_core.llm.http import HTTPBackend, status_error
 from agent_core.llm.schema import (
+    OPENAI_ID_LIMIT,
     arguments_complete,
     drop_cut_calls,
     fix_tool_calls,
     flatten_tools,
+    merge_user_runs,
     parse_arguments,
+    safe_tool_name,
     strict_expressible,
     strict_schema,
+    wire_history,
 )
 from agent_core.llm.usage import normalize_usage
 
@@ -82,7 +86,7 @@ class OpenAIProvider(HTTPBackend):
                         "id": c.id,
                         "type": "function",
                         "function": {
-                            "name": c.name,
+                            "name": safe_tool_name(c.name),
                             "arguments": orjson.dumps(c.arguments).decode(),
                         },
                     }
@@ -106,7 +110,11 @@ class OpenAIProvider(HTTPBackend):
         model = request.model or self.config.model
         info = self.model_info(model)
         use_tools = bool(request.tools) and info.supports_tools and not self.config.flatten_tools
-        messages = request.messages if use_tools else flatten_tools(request.messages)
+        # a stored history repaired as the API needs it (schema.wire_history), and
+        # consecutive user messages (left by a failed call) joined for templates
+        # that require roles to alternate; OpenAI itself accepts either
+        history = wire_history(request.messages, id_limit=OPENAI_ID_LIMIT)
+        messages = merge_user_runs(history if use_tools else flatten_tools(history))
         body: dict[str, Any] = {
             "model": model,
             "messages": [self._message(m, info.supports_vision) for m in messages],

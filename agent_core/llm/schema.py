@@ -6,7 +6,16 @@
   :func:`strict_expressible` says when a schema cannot be carried so, and
   :func:`null_as_absent` reads the nulls it invites back as "not given".
 * :func:`normalize_tool_name` — some proxies prefix tool names with ``proxy_``.
-* :func:`tool_call_id` — a stable id for a tool call that arrived without one.
+* :func:`safe_tool_name` — a tool name as every API accepts it in a history
+  (``^[a-zA-Z0-9_-]{1,64}$``): a model's invented ``multi_tool_use.parallel``
+  or an empty name would otherwise get every later request refused.
+* :func:`tool_call_id` — a unique id for a tool call that arrived without one.
+* :func:`fix_tool_calls` — the calls of an answer as Parley keeps them: names
+  made safe, gpt-4o's ``multi_tool_use.parallel`` unpacked, ids filled in.
+* :func:`wire_history` — a stored history as a request may carry it: tool names
+  made safe, repeated call ids renamed (with their results), a second result of
+  one call dropped, over-long ids shortened; :func:`merge_user_runs` joins
+  consecutive user messages.
 * :func:`flatten_tools` — tool calls and results rewritten as text, for backends
   without tool support.
 * :func:`sanitize_tool_messages` — tool results whose call is not in the history
@@ -19,7 +28,10 @@
 from __future__ import annotations
 
 import hashlib
+import re
+import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -169,10 +181,36 @@ def normalize_tool_name(name: str, known: Iterable[str] = ()) -> str:
     return name
 
 
-def tool_call_id(name: str, arguments: dict[str, Any], index: int = 0) -> str:
-    """A stable id for a call that arrived without one (same call, same id)."""
-    blob = orjson.dumps([index, name, arguments], option=orjson.OPT_SORT_KEYS)
-    return "call_" + hashlib.sha256(blob).hexdigest()[:24]
+# what OpenAI accepts as a function name, in tools and in a history's tool_calls
+# (Anthropic's tool names: the same characters); 64 is OpenAI's limit for tools
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+UNKNOWN_TOOL = "unknown_tool"
+# gpt-4o sometimes calls its internal parallel-call wrapper instead of the tools:
+# {"tool_uses": [{"recipient_name": "functions.x", "parameters": {...}}, ...]}
+PARALLEL_WRAPPER = "multi_tool_use.parallel"
+# OpenAI refuses a history whose tool call id is longer ("Invalid
+# 'messages[2].tool_calls[0].id': string too long. Expected a string with maximum
+# length 40"); ids from other providers can be (Responses-style ``fc_...``: 53)
+OPENAI_ID_LIMIT = 40
+
+
+def safe_tool_name(name: str) -> str:
+    """``name`` as every API accepts it in a history: characters outside
+    ``[a-zA-Z0-9_-]`` become ``_``, cut to 64; an empty name is ``unknown_tool``.
+    A valid name is kept."""
+    if TOOL_NAME.fullmatch(name):
+        return name
+    return _NOT_NAME.sub("_", name)[:64] or UNKNOWN_TOOL
+
+
+def tool_call_id() -> str:
+    """A new id for a call that arrived without one (Gemini's OpenAI-compatible
+    endpoint, LM Studio, older llama.cpp).  Random, so never the id of an earlier
+    call: the same call made in two rounds used to get the same id, and Anthropic
+    refuses a request whose ``tool_use`` ids repeat.  (Nothing needs it stable:
+    it is made once, on the whole answer, and stored with the call.)"""
+    return "call_" + secrets.token_hex(12)
 
 
 def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -255,13 +293,114 @@ def drop_cut_calls(
     return text + note, [c for c, whole in calls if whole], note
 
 
-def fix_tool_calls(calls: Sequence[ToolCall], known: Iterable[str] = ()) -> tuple[ToolCall, ...]:
-    """Normalise names and fill missing ids of calls parsed from a response."""
-    known_list = list(known)
+def _unpack_parallel(call: ToolCall) -> list[ToolCall] | None:
+    """The calls inside gpt-4o's ``multi_tool_use.parallel`` wrapper, or None when
+    its arguments are not of that shape."""
+    uses = call.arguments.get("tool_uses")
+    if not isinstance(uses, list) or not uses:
+        return None
     out = []
-    for i, c in enumerate(calls):
-        name = normalize_tool_name(c.name, known_list)
-        out.append(ToolCall(c.id or tool_call_id(name, c.arguments, i), name, c.arguments))
+    for use in uses:
+        if not isinstance(use, dict) or not isinstance(use.get("recipient_name"), str):
+            return None
+        params = use.get("parameters")
+        params = {} if params is None else params
+        if not isinstance(params, dict):
+            return None
+        out.append(ToolCall("", use["recipient_name"].removeprefix("functions."), params))
+    return out
+
+
+def fix_tool_calls(calls: Sequence[ToolCall], known: Iterable[str] = ()) -> tuple[ToolCall, ...]:
+    """The calls parsed from a response as Parley keeps them: a ``proxy_`` prefix
+    dropped, gpt-4o's ``multi_tool_use.parallel`` unpacked into the calls it
+    wraps, any other name no API would accept back in the history made safe
+    (:func:`safe_tool_name`: the call is then answered "no tool named ..."), and a
+    missing (or, within the answer, repeated) id replaced by a new one."""
+    known_list = list(known)
+    expanded: list[ToolCall] = []
+    for c in calls:
+        inner = _unpack_parallel(c) if c.name == PARALLEL_WRAPPER else None
+        expanded.extend(inner if inner is not None else [c])
+    out = []
+    seen: set[str] = set()
+    for c in expanded:
+        name = safe_tool_name(normalize_tool_name(c.name, known_list))
+        cid = c.id if c.id and c.id not in seen else tool_call_id()
+        seen.add(cid)
+        out.append(ToolCall(cid, name, c.arguments))
+    return tuple(out)
+
+
+def _fit_id(call_id: str, limit: int) -> str:
+    """``call_id`` within ``limit`` characters (0: no limit): a longer one keeps its
+    start and gets a short hash of the whole, so two long ids stay apart and the
+    same id always maps the same way."""
+    if not limit or len(call_id) <= limit:
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:10]
+    return f"{call_id[: limit - 11]}_{digest}"
+
+
+def wire_history(messages: Sequence[ChatMessage], *, id_limit: int = 0) -> tuple[ChatMessage, ...]:
+    """``messages`` as a request may carry them, whatever a stored history holds
+    (sessions saved before these repairs, or by another backend):
+
+    * tool names no API accepts (``multi_tool_use.parallel``, an empty name) made
+      safe (:func:`safe_tool_name`);
+    * a call id already used by an earlier call (ids made up for calls that came
+      without one used to repeat) renamed, with the results that answer it, to
+      ``<id>_2``...: Anthropic refuses repeated ``tool_use`` ids;
+    * a second result of one call dropped (OpenAI and Anthropic refuse it);
+    * ids longer than ``id_limit`` (OpenAI: :data:`OPENAI_ID_LIMIT`) shortened, the
+      same for a call and its result.
+
+    Deterministic, so a conversation's requests keep one prefix (prompt caching).
+    A history that needs none of it is returned as it is."""
+    out: list[ChatMessage] = []
+    used: set[str] = set()  # ids sent for calls so far
+    latest: dict[str, str] = {}  # a stored id -> the id sent for its latest call
+    answered: set[str] = set()
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            calls = []
+            for c in m.tool_calls:
+                cid = _fit_id(c.id, id_limit)
+                n = 1
+                while not cid or cid in used:
+                    n += 1
+                    cid = _fit_id(f"{c.id or 'call'}_{n}", id_limit)
+                used.add(cid)
+                latest[c.id] = cid
+                calls.append(ToolCall(cid, safe_tool_name(c.name), c.arguments))
+            fixed = tuple(calls)
+            out.append(m if fixed == m.tool_calls else replace(m, tool_calls=fixed))
+        elif m.role == "tool":
+            cid = latest.get(m.tool_call_id) or _fit_id(m.tool_call_id, id_limit)
+            if cid in answered:
+                continue  # a second result of one call
+            answered.add(cid)
+            out.append(m if cid == m.tool_call_id else replace(m, tool_call_id=cid))
+        else:
+            out.append(m)
+    return tuple(out)
+
+
+def merge_user_runs(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """Consecutive user messages joined into one (texts apart by a blank line,
+    images kept).  A failed call or an /interrupt leaves the person's message
+    unanswered in the history, and chat templates that require roles to alternate
+    (Gemma, Mistral on vLLM, TGI, llama.cpp) refuse two in a row."""
+    out: list[ChatMessage] = []
+    for m in messages:
+        if out and m.role == "user" and out[-1].role == "user":
+            prev = out[-1]
+            text = "\n\n".join(t for t in (prev.content, m.content) if t.strip())
+            out[-1] = replace(
+                prev, content=text, images=prev.images + m.images, mid_turn=prev.mid_turn
+            )
+        else:
+            out.append(m)
     return tuple(out)
 
 

@@ -12,9 +12,12 @@ body, raw bytes (malformed JSON), SSE events, latency before the answer and
 between events, a body kept open after its events, and a connection cut
 mid-stream.  Every request is recorded
 (``server.requests``).  Anthropic requests the real API would refuse (a blank
-text block, a malformed tool id, a ``tool_result`` without its ``tool_use``,
-more than 4 ``cache_control`` breakpoints, an unknown cache type) get its 400
-instead (``validate=False`` turns that off).  Anthropic answers that do not
+text block, a malformed or repeated tool id, a ``tool_result`` without its
+``tool_use`` or a second one, more than 4 ``cache_control`` breakpoints, an
+unknown cache type) get its 400 instead, and so do OpenAI requests whose history
+the real API refuses (a ``tool`` message answering no call just before it, a call
+left unanswered, a function name outside ``^[a-zA-Z0-9_-]+$``, a call id over 40
+characters; see :func:`openai_request_problem`); ``validate=False`` turns that off.  Anthropic answers that do not
 script their usage (the echo, ``anthropic_text`` / ``anthropic_stream``
 without usage) report the input the way the real API splits it, from a
 simulated prompt cache (``server.prompt_cache``, see ``anthropic_cache``;
@@ -341,9 +344,10 @@ def anthropic_request_problem(body: Any) -> str:
     """What the real Messages API would reject in ``body`` (its 400 message), or "".
 
     Checked: ``cache_control`` (see ``anthropic_cache.cache_control_problem``), no
-    empty message, no blank text block, tool ids of the allowed characters, every
-    ``tool_result`` answering a ``tool_use`` of the message just before it, and
-    every ``tool_use`` answered in the next message.
+    empty message, no blank text block, tool ids of the allowed characters, unique
+    ``tool_use`` ids in the whole request, one ``tool_result`` per ``tool_use``,
+    every ``tool_result`` answering a ``tool_use`` of the message just before it,
+    and every ``tool_use`` answered in the next message.
     """
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list):
@@ -351,6 +355,7 @@ def anthropic_request_problem(body: Any) -> str:
     cache_problem = cache_control_problem(body)
     if cache_problem:
         return cache_problem
+    use_ids: set[str] = set()
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
@@ -373,6 +378,21 @@ def anthropic_request_problem(body: Any) -> str:
                 key = "id" if kind == "tool_use" else "tool_use_id"
                 if not ANTHROPIC_TOOL_ID.fullmatch(str(b.get(key, ""))):
                     return f"{where}.{kind}.{key}: String should match pattern '^[a-zA-Z0-9_-]+$'"
+            if kind == "tool_use":
+                if b["id"] in use_ids:
+                    return f"{where}: `tool_use` ids must be unique"
+                use_ids.add(b["id"])
+        results = [
+            str(b.get("tool_use_id"))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        twice = [r for n, r in enumerate(results) if r in results[:n]]
+        if twice:
+            return (
+                f"messages.{i}.content.{results.index(twice[0])}: each tool_use must have a "
+                f"single result. Found multiple `tool_result` blocks with id: {twice[0]}"
+            )
 
     def ids(m: Any, kind: str, key: str) -> list[str]:
         content = m.get("content") if isinstance(m, dict) else None
@@ -398,6 +418,60 @@ def anthropic_request_problem(body: Any) -> str:
                     f"immediately after: {missing[0]}. Each `tool_use` block must have a "
                     "corresponding `tool_result` block in the next message."
                 )
+    return ""
+
+
+OPENAI_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+OPENAI_ID_LIMIT = 40
+
+
+def openai_request_problem(body: Any) -> str:
+    """What the real chat completions API would reject in ``body``'s history (its
+    400 message), or "".
+
+    Checked: a ``tool_calls`` function name matches ``^[a-zA-Z0-9_-]+$`` (64 at
+    most), a tool call id has at most 40 characters, a ``tool`` message answers a
+    call of the assistant message before it (only tool messages between) and
+    only once, and every call is answered before the next message that is not a
+    tool result.
+    """
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return "Missing required parameter: 'messages'."
+    open_ids: list[str] = []
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if open_ids and role != "tool":
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {open_ids[0]}"
+            )
+        if role == "assistant" and m.get("tool_calls"):
+            for j, tc in enumerate(m["tool_calls"]):
+                name = str((tc.get("function") or {}).get("name", ""))
+                if not OPENAI_FUNCTION_NAME.fullmatch(name):
+                    return (
+                        f"Invalid 'messages[{i}].tool_calls[{j}].function.name': string does "
+                        "not match pattern. Expected a string that matches the pattern "
+                        "'^[a-zA-Z0-9_-]+$'."
+                    )
+                cid = str(tc.get("id", ""))
+                if len(cid) > OPENAI_ID_LIMIT:
+                    return (
+                        f"Invalid 'messages[{i}].tool_calls[{j}].id': string too long. Expected "
+                        f"a string with maximum length {OPENAI_ID_LIMIT}, but got a string with "
+                        f"length {len(cid)} instead."
+                    )
+            open_ids = [str(tc.get("id", "")) for tc in m["tool_calls"]]
+        elif role == "tool":
+            tid = str(m.get("tool_call_id", ""))
+            if tid not in open_ids:
+                return (
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'."
+                )
+            open_ids.remove(tid)
     return ""
 
 
@@ -487,6 +561,24 @@ class FakeLLMServer:
                     {
                         "type": "error",
                         "error": {"type": "invalid_request_error", "message": problem},
+                    },
+                    status=400,
+                )
+        if (
+            self.validate
+            and request.method == "POST"
+            and request.path.endswith("/chat/completions")
+        ):
+            problem = openai_request_problem(body)
+            if problem:
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": problem,
+                            "type": "invalid_request_error",
+                            "param": None,
+                            "code": None,
+                        }
                     },
                     status=400,
                 )

@@ -11,10 +11,13 @@ from agent_core.llm.base import ChatMessage, ToolCall
 from agent_core.llm.schema import (
     fix_tool_calls,
     flatten_tools,
+    merge_user_runs,
     normalize_tool_name,
+    safe_tool_name,
     sanitize_tool_messages,
     strict_schema,
     tool_call_id,
+    wire_history,
 )
 
 NESTED = {
@@ -74,13 +77,113 @@ def test_proxy_prefix() -> None:
     assert normalize_tool_name("search", ["search"]) == "search"
 
 
-def test_generated_ids_are_stable_and_distinct() -> None:
-    a = tool_call_id("search", {"q": "x"}, 0)
-    assert a == tool_call_id("search", {"q": "x"}, 0)
-    assert a != tool_call_id("search", {"q": "x"}, 1)
+def test_generated_ids_are_unique() -> None:
+    """A call without an id gets a new one every time: the same call in two rounds
+    used to get the same id, which Anthropic refuses ("`tool_use` ids must be unique")."""
+    ids = {tool_call_id() for _ in range(100)}
+    assert len(ids) == 100
+    assert all(i.startswith("call_") and len(i) <= 40 for i in ids)
     calls = fix_tool_calls([ToolCall("", "proxy_t", {}), ToolCall("keep", "t", {})], ["t"])
     assert calls[0].id.startswith("call_") and calls[0].name == "t"
     assert calls[1].id == "keep"
+    again = fix_tool_calls([ToolCall("", "t", {})], ["t"])
+    assert again[0].id != fix_tool_calls([ToolCall("", "t", {})], ["t"])[0].id
+    # a server that gives every call of one answer the same id
+    same = fix_tool_calls([ToolCall("call_0", "t", {}), ToolCall("call_0", "t", {"x": 1})])
+    assert same[0].id == "call_0" and same[1].id not in ("call_0", "")
+
+
+def test_unsafe_tool_names_are_made_safe() -> None:
+    assert safe_tool_name("search") == "search"
+    assert safe_tool_name("multi_tool_use.parallel") == "multi_tool_use_parallel"
+    assert safe_tool_name("") == "unknown_tool"
+    assert safe_tool_name("a" * 70) == "a" * 64
+    assert safe_tool_name("fünf tools") == "f_nf_tools"
+    calls = fix_tool_calls([ToolCall("c1", "functions.search", {}), ToolCall("c2", "", {})])
+    assert [c.name for c in calls] == ["functions_search", "unknown_tool"]
+
+
+def test_the_parallel_wrapper_is_unpacked() -> None:
+    """gpt-4o sometimes calls its internal wrapper instead of the tools."""
+    args: dict[str, Any] = {
+        "tool_uses": [
+            {"recipient_name": "functions.search", "parameters": {"q": "a"}},
+            {"recipient_name": "functions.current_time"},
+        ]
+    }
+    calls = fix_tool_calls([ToolCall("call_p", "multi_tool_use.parallel", args)], ["search"])
+    assert [(c.name, c.arguments) for c in calls] == [("search", {"q": "a"}), ("current_time", {})]
+    assert len({c.id for c in calls}) == 2 and all(c.id for c in calls)
+    # not of that shape: kept as one call, under a name the APIs accept
+    odd = fix_tool_calls([ToolCall("call_p", "multi_tool_use.parallel", {"x": 1})])
+    assert [(c.id, c.name) for c in odd] == [("call_p", "multi_tool_use_parallel")]
+
+
+def _round(cid: str, name: str = "t", result: str = "r") -> list[ChatMessage]:
+    return [
+        ChatMessage("assistant", "", (ToolCall(cid, name, {}),)),
+        ChatMessage("tool", result, tool_call_id=cid, name=name),
+    ]
+
+
+def test_wire_history_renames_repeated_ids_with_their_results() -> None:
+    """Sessions stored with the old made-up ids (same call, same id) recover."""
+    h = [
+        ChatMessage("user", "a"),
+        *_round("call_x", result="first"),
+        ChatMessage("user", "b"),
+        *_round("call_x", result="second"),
+        ChatMessage("user", "c"),
+    ]
+    out = wire_history(h)
+    ids = [c.id for m in out for c in m.tool_calls]
+    assert ids == ["call_x", "call_x_2"]
+    assert [(m.tool_call_id, m.content) for m in out if m.role == "tool"] == [
+        ("call_x", "first"),
+        ("call_x_2", "second"),
+    ]
+    assert wire_history(h) == out  # the same every time (prompt caching)
+    ok = [ChatMessage("user", "a"), *_round("c1"), ChatMessage("user", "b")]
+    assert wire_history(ok) == tuple(ok)
+
+
+def test_wire_history_drops_a_second_result_and_fixes_names() -> None:
+    h = [
+        ChatMessage("user", "a"),
+        *_round("c1", name="multi_tool_use.parallel"),
+        ChatMessage("tool", "again", tool_call_id="c1", name="t"),
+        ChatMessage("user", "b"),
+    ]
+    out = wire_history(h)
+    assert [m.role for m in out] == ["user", "assistant", "tool", "user"]
+    assert out[1].tool_calls[0].name == "multi_tool_use_parallel"
+    assert out[2].content == "r"
+
+
+def test_wire_history_shortens_long_ids_consistently() -> None:
+    long_a, long_b = "fc_" + "a" * 50, "fc_" + "a" * 49 + "b"
+    h = [ChatMessage("user", "a"), *_round(long_a), *_round(long_b)]
+    out = wire_history(h, id_limit=40)
+    calls = [c.id for m in out for c in m.tool_calls]
+    results = [m.tool_call_id for m in out if m.role == "tool"]
+    assert calls == results and len(set(calls)) == 2
+    assert all(len(i) <= 40 for i in calls)
+    assert wire_history(h) == tuple(h)  # no limit: kept
+
+
+def test_merge_user_runs() -> None:
+    img = (object(),)  # any image part: only carried along
+    h = [
+        ChatMessage("system", "s"),
+        ChatMessage("user", "first"),
+        ChatMessage("user", "second", images=img),  # type: ignore[arg-type]
+        ChatMessage("assistant", "ok"),
+        ChatMessage("user", "third"),
+    ]
+    out = merge_user_runs(h)
+    assert [m.role for m in out] == ["system", "user", "assistant", "user"]
+    assert out[1].content == "first\n\nsecond" and out[1].images == img
+    assert merge_user_runs(h[3:]) == tuple(h[3:])
 
 
 def test_flatten_tools() -> None:

@@ -35,6 +35,7 @@ from tests.fakes.llm_servers import (
     anthropic_request_problem,
     anthropic_stream,
     anthropic_text,
+    openai_request_problem,
     openai_text,
 )
 from tests.unit.llm.conftest import config_for
@@ -600,6 +601,10 @@ async def test_stream_escalated_before_the_cheap_usage_arrived_counts_an_estimat
 
 
 # --- the fake server refuses what the real Messages API refuses ----------------------
+_USE = {"type": "tool_use", "id": "toolu_1", "name": "s", "input": {}}
+_RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "r"}
+
+
 @pytest.mark.parametrize(
     ("messages", "problem"),
     [
@@ -639,6 +644,28 @@ async def test_stream_escalated_before_the_cheap_usage_arrived_counts_an_estimat
                 {"role": "user", "content": "and?"},
             ],
             "without `tool_result`",
+        ),
+        (
+            [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [_USE]},
+                {"role": "user", "content": [_RESULT]},
+                {"role": "assistant", "content": [_USE]},
+                {"role": "user", "content": [_RESULT]},
+            ],
+            "messages.3.content.0: `tool_use` ids must be unique",
+        ),
+        (
+            [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [_USE]},
+                {
+                    "role": "user",
+                    "content": [_RESULT, dict(_RESULT), {"type": "text", "text": "b"}],
+                },
+            ],
+            "each tool_use must have a single result. Found multiple `tool_result` blocks "
+            "with id: toolu_1",
         ),
     ],
 )
@@ -690,3 +717,103 @@ async def test_a_request_the_fake_refuses_surfaces_as_bad_request(
             )
     finally:
         await p.shutdown()
+
+
+# --- ... and what the real chat completions API refuses ------------------------------
+def _calls(*ids: str, name: str = "s") -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": name, "arguments": "{}"}}
+            for i in ids
+        ],
+    }
+
+
+def _tool(cid: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": "r"}
+
+
+_HI = {"role": "user", "content": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        ([_HI, _tool("call_x")], "must be a response to a preceeding message with 'tool_calls'"),
+        (
+            [_HI, _calls("c1"), _tool("c1"), _tool("c1")],
+            "must be a response to a preceeding message with 'tool_calls'",
+        ),
+        (
+            [_HI, _calls("c1", "c2"), _tool("c1"), {"role": "user", "content": "and?"}],
+            "The following tool_call_ids did not have response messages: c2",
+        ),
+        (
+            [_HI, _calls("c1", name="multi_tool_use.parallel"), _tool("c1")],
+            "Invalid 'messages[1].tool_calls[0].function.name': string does not match pattern",
+        ),
+        ([_HI, _calls("c1", name=""), _tool("c1")], "does not match pattern"),
+        (
+            [_HI, _calls("c" * 41), _tool("c" * 41)],
+            "Invalid 'messages[1].tool_calls[0].id': string too long. Expected a string with "
+            "maximum length 40, but got a string with length 41 instead.",
+        ),
+    ],
+)
+async def test_fake_server_rejects_what_chat_completions_rejects(
+    server: FakeLLMServer, messages: list[dict[str, Any]], problem: str
+) -> None:
+    assert problem in openai_request_problem({"messages": messages})
+    p = OpenAIProvider(config_for(server, "openai", llm_max_retries=0), PriceTable())
+    await p.initialize()
+    try:
+        with pytest.raises(BadRequest) as err:
+            await p.post_json("chat/completions", {"model": "gpt-4o", "messages": messages})
+    finally:
+        await p.shutdown()
+    assert problem in str(err.value)
+
+
+def test_fake_server_accepts_a_valid_openai_tool_round() -> None:
+    good = [_HI, _calls("c1", "c2"), _tool("c2"), _tool("c1"), {"role": "user", "content": "x"}]
+    assert openai_request_problem({"messages": good}) == ""
+    # the same id in two rounds is accepted (results pair with the message before)
+    twice = [_HI, _calls("c1"), _tool("c1"), _calls("c1"), _tool("c1")]
+    assert openai_request_problem({"messages": twice}) == ""
+
+
+def _broken_history() -> tuple[ChatMessage, ...]:
+    """A stored history of every kind Parley repairs before sending."""
+    long_id = "fc_" + "ab" * 25
+    out: list[ChatMessage] = [ChatMessage("system", "be brief")]
+    for n, (cid, name) in enumerate(
+        [("call_same", "t"), ("call_same", "multi_tool_use.parallel"), (long_id, "")]
+    ):
+        out += [
+            ChatMessage("user", f"q{n}"),
+            ChatMessage("assistant", "", (ToolCall(cid, name, {}),)),
+            ChatMessage("tool", f"r{n}", tool_call_id=cid, name=name),
+        ]
+    out.append(ChatMessage("tool", "again", tool_call_id=long_id, name=""))  # a 2nd result
+    out += [ChatMessage("user", "unanswered"), ChatMessage("user", "next")]
+    return tuple(out)
+
+
+@pytest.mark.parametrize("backend", ["openai", "compat", "anthropic"])
+async def test_a_broken_stored_history_is_sent_as_the_api_accepts_it(backend: str) -> None:
+    async with FakeLLMServer() as server:
+        cls = AnthropicProvider if backend == "anthropic" else OpenAIProvider
+        p = cls(config_for(server, backend, llm_max_retries=0), PriceTable())
+        tools = (ToolSpec("t", "a tool", {"type": "object", "properties": {}}),)
+        request = CompletionRequest(_broken_history(), tools=tools)
+        body = p.build_body(request, stream=False)
+        if backend == "anthropic":
+            assert anthropic_request_problem(body) == ""
+        else:
+            assert openai_request_problem(body) == ""
+            roles = [m["role"] for m in body["messages"]]
+            assert roles[-1] == "user" and roles[-2] != "user"
+            assert body["messages"][-1]["content"] == "unanswered\n\nnext"
+        assert p.build_body(request, stream=False) == body  # the same every time
