@@ -616,10 +616,18 @@ class ApprovalStore:
         by: str,
         by_name: str,
         event_id: str,
+        made_at: float = 0.0,
     ) -> ClaimResult:
+        """Decide approval ``approval_id`` (first claim wins).  ``made_at``: when the
+        decision was made (a press's or a typed answer's ingest time, ``received_at``);
+        it is judged against the expiry by the earlier of that and now, so a press
+        made in time but taken up late (workers down for a deploy, a backlog) still
+        counts.  0: now (the timer, a cancel)."""
+        now = self.clock()
+        judged = min(now, made_at) if made_at > 0 else now
         res = await self._claim(
             keys=[keys.approval(thread, approval_id)],
-            args=[decision, by, by_name, event_id, int(self.clock() * 1000)],
+            args=[decision, by, by_name, event_id, int(now * 1000), int(judged * 1000)],
         )
         code, dec = int(res[0]), res[1]
         dec = dec.decode() if isinstance(dec, bytes) else str(dec)

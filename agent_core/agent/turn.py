@@ -61,7 +61,7 @@ from agent_core.agent.profiles import Profile
 from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState, mid_turn
 from agent_core.agent.tokens import estimate, tools_tokens
-from agent_core.agent.turn_approvals import STOPPED_NOT_RUN, Interrupted
+from agent_core.agent.turn_approvals import STOPPED_NOT_RUN, Interrupted, routine_job
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
     EventKind,
@@ -136,6 +136,9 @@ class Turn:
         self.turn_id = secrets.token_hex(8)  # this turn's model calls stay on one provider
         self.user = ""  # whose turn this is (a decision turn: the requester's)
         self.user_name = ""  # their name, as shown (prompts, "Only <name> …")
+        # a routine's job (written as its creator, maybe quoting someone else's
+        # message): no person asked for its calls, so no one's "Always" covers them
+        self.routine_job = False
         self.head: InboundEvent | None = None
         self.iteration = 0
         self.loop_guard = LoopGuard()
@@ -173,6 +176,7 @@ class Turn:
         outcome = "?"
         self.head = head
         self.user, self.user_name = head.qualified_user, head.user_name
+        self.routine_job = routine_job(head)
         try:
             event = await self.agent.hooks.run_before_inbound(head)
             if event is None:
@@ -532,6 +536,12 @@ class Turn:
         rs = self.session.resume
         if "user" in rs:
             self.user, self.user_name = rs["user"], rs.get("name", "")
+            self.routine_job = bool(rs.get("routine"))
+
+    def always_tools(self) -> set[str]:
+        """The tools that run without a prompt in this turn: those its person approved
+        with "Always" here; none in a routine's job (nobody asked for its calls)."""
+        return set() if self.routine_job else self.session.always_tools(self.user)
 
     async def requester_name(self) -> str:
         """The name of the person whose turn this is, looked up through the channel
@@ -653,7 +663,7 @@ class Turn:
             calls,
             self.agent.tools,
             self.offered(),
-            self.session.always_tools(self.user),
+            self.always_tools(),
             self.agent.hooks,
             ToolHookContext(self.thread, self.user),
         )
@@ -696,6 +706,8 @@ class Turn:
             # platform whose events carry only an id: looked up, see people.py)
             "name": await self.requester_name(),
         }
+        if self.routine_job:  # a decision goes on with it: still no one's Always
+            self.session.resume["routine"] = True
         try:
             a = await self.ask(asks[0].call)
         except Interrupted:

@@ -11,6 +11,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from agent_core.agent import approvals as ap
 from agent_core.agent.executor import Planned, cap, run_one
 from agent_core.agent.loopguard import LoopGuard
@@ -33,6 +36,14 @@ DENIED = "denied: the user did not approve this call; it was not run."
 INTERRUPTED = "error: interrupted by the user"
 CUT_OFF = "error: approved, but the turn running it was stopped; it may or may not have run"
 STOPPED_NOT_RUN = "error: not run (the turn was stopped)"
+RESULT_RETRY_SECS = 5.0  # how long an approved call's result write is tried again
+ROUTINE_PREFIX = "routine:"  # a routine's job's event id (proactive/runner.py job_event_id)
+
+
+def routine_job(event: InboundEvent) -> bool:
+    """Whether ``event`` is a routine's job (written as its creator, or an admin),
+    not a person's message; held and queued again (``…~held``) it still is."""
+    return event.event_id.startswith(ROUTINE_PREFIX)
 
 
 class Interrupted(Exception):
@@ -93,7 +104,7 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
     """Keep ``head`` for after the decision; '' if the approval is gone (expired)."""
     aid = self.session.pending_approval
     a = await self.agent.approvals.load(self.thread, aid) if aid else None
-    if a is not None and self.agent.clock() <= a.expires_at and not a.decision:
+    if a is not None and sent_at(self, head) <= a.expires_at and not a.decision:
         if len(self.session.held) >= MAX_HELD:
             await self.say_notice(
                 f"I'm still waiting for your decision on **{a.tool}**, and I can't queue "
@@ -124,6 +135,14 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
         await self.close_prompt(a, res.decision if res.decision else "expired", "")
     await self.finish_pending("error: not run: the approval request expired")
     return ""
+
+
+def sent_at(self: Turn, head: InboundEvent) -> float:
+    """When ``head`` reached Parley (its ingest time, stamped by Parley's web
+    process), or now if later (another host's clock ahead of ours) or unknown:
+    a message or press taken up late (workers down, a backlog) is judged by it."""
+    now = self.agent.clock()
+    return min(now, head.received_at) if head.received_at > 0 else now
 
 
 async def expire_pending(self: Turn, aid: str, event_id: str) -> str:
@@ -171,6 +190,7 @@ async def answer_held(self: Turn, outcome: str) -> str:
     )
     if first is not None:
         self.head = first
+        self.routine_job = routine_job(first)
         self.writer.reply_to = first.reply_ref
         return await self.after_wait(outcome)
     notes = await self.take_held()  # hands the others' messages back to the mailbox
@@ -182,17 +202,31 @@ async def settle_given_up(self: Turn, a: ap.PendingApproval) -> None:
     """The approval was decided, but the turn acting on it was given up (timeout,
     error) and the session put back as it was: finish the wait with what really
     happened, never "expired" for a call that ran."""
+    stopped = "error: not run: the turn was stopped"
     if a.decision in ("approve", "always"):
         if a.decision == "always" and may_always(self, a.tool):
             self.session.grant_always(a.requester, a.tool)
-        result = a.result or CUT_OFF
+        # cut off after it started, it may have run; never started, it did not
+        result = a.result if a.result is not None else CUT_OFF if a.started else stopped
     elif a.decision == "deny":
         result = DENIED
     else:
         result = f"error: not run: the request was {a.decision}"
-    self.session.resume.setdefault("results", {})[a.call_id] = result
+    results: dict[str, str] = self.session.resume.setdefault("results", {})
+    results[a.call_id] = result
+    # the other queued calls that decision let run ("Always" covering them: see
+    # run_covered) are recorded on it: what ran keeps its result, what was cut off
+    # may or may not have run; only the rest were not run
+    for cid in self.session.resume.get("queue", ()):
+        if cid == a.call_id or cid in results:
+            continue
+        started, res = await self.agent.approvals.call_record(self.thread, a.id, cid)
+        if res is not None:
+            results[cid] = res
+        elif started:
+            results[cid] = CUT_OFF
     log.info("[%s] approval %s was decided (%s) by a turn given up", self.thread, a.id, a.decision)
-    await self.finish_pending("error: not run: the turn was stopped")
+    await self.finish_pending(stopped)
 
 
 async def finish_pending(self: Turn, text: str) -> None:
@@ -398,7 +432,10 @@ async def decide(
     if decision == "always" and not may_always(self, a.tool):
         decision = "approve"  # a typed "always" for a tool that asks every time
     by = await author_name(self.writer.outbox, head) or head.user_id
-    res = await store.claim(self.thread, aid, decision, head.qualified_user, by, head.event_id)
+    # judged by when it was made (its ingest time), not when a worker took it up
+    res = await store.claim(
+        self.thread, aid, decision, head.qualified_user, by, head.event_id, head.received_at
+    )
     if res.outcome is ap.ClaimOutcome.UNKNOWN:
         await self.private(head, "That approval is not active any more.", button=button)
         return "approval-unknown"
@@ -450,9 +487,9 @@ async def decide(
             try:
                 result = await self.run_approved(a)
             except Interrupted:
-                await store.store_result(self.thread, aid, INTERRUPTED)
+                await keep_result(self, aid, INTERRUPTED)
                 return await self.stop_resume(a.call_id)
-            await store.store_result(self.thread, aid, result)
+            await keep_result(self, aid, result)
     else:
         result = DENIED
         if reason:
@@ -503,7 +540,7 @@ async def continue_resume(self: Turn, head: InboundEvent, decided: str) -> str:
     self.for_requester()
     while queue:
         call = calls[queue[0]]
-        if call.name in self.session.always_tools(self.user) and may_always(self, call.name):
+        if call.name in self.always_tools() and may_always(self, call.name):
             try:
                 results[call.id] = await self.run_covered(call, decided)
             except Interrupted:
@@ -554,10 +591,37 @@ async def run_covered(self: Turn, call: ToolCall, decided: str) -> str:
     try:
         result = await self.run_approved(a)
     except Interrupted:
-        await store.store_result(self.thread, decided, INTERRUPTED, call.id)
+        await keep_result(self, decided, INTERRUPTED, call.id)
         raise
-    await store.store_result(self.thread, decided, result, call.id)
+    await keep_result(self, decided, result, call.id)
     return result
+
+
+async def keep_result(self: Turn, aid: str, result: str, call_id: str = "") -> None:
+    """Record the result of a call approval ``aid`` let run (``call_id``: one an
+    "Always" covered).  It exists only in memory until then, and a rerun finding the
+    call started without it says it may or may not have run: a Redis blip on this one
+    write is tried again, with backoff, for a few seconds (well within the thread
+    lock's heartbeat: a third of LOCK_TTL_SECS) before it ends the turn."""
+    budget = min(RESULT_RETRY_SECS, self.s.lock_ttl_secs / 3)
+    deadline = asyncio.get_running_loop().time() + budget
+    delay = 0.05
+    while True:
+        try:
+            await self.agent.approvals.store_result(self.thread, aid, result, call_id)
+            return
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise
+            log.warning(
+                "[%s] approval %s: result not recorded (%s); trying again",
+                self.thread,
+                aid,
+                type(exc).__name__,
+            )
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 1.0)
 
 
 async def stop_resume(self: Turn, call_id: str) -> str:

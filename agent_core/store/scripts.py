@@ -368,6 +368,8 @@ return 1
 # --- agent core (issue 4) ---
 
 # KEYS: approval hash ; ARGV: decision, decider, decider_name, event_id, now_ms
+#       [, made_ms: when the decision was made (its ingest time), judged against the
+#       expiry instead of now_ms: a press made in time but taken up late counts]
 # Exactly one decision wins.  Returns {code, decision}:
 #   0 unknown approval (never existed here, or long gone)
 #   1 this event holds the decision (first claim, or the rerun of the same event)
@@ -381,7 +383,7 @@ if dec then
   if redis.call('HGET', KEYS[1], 'ev') == ARGV[4] then return {1, dec} end
   return {2, dec}
 end
-if tonumber(ARGV[5]) > tonumber(exp) then
+if tonumber(ARGV[6] or ARGV[5]) > tonumber(exp) then
   redis.call('HSET', KEYS[1], 'dec', 'expired', 'ev', ARGV[4], 'at', ARGV[5])
   return {3, 'expired'}
 end

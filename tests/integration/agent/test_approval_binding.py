@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from dataclasses import replace
 from typing import Any
 
 from agent_core.agent.session import ThreadState
-from agent_core.events import ThreadKey
+from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.base import Completion, CompletionRequest, TokenUsage, ToolCall
 from agent_core.store import keys
 from tests.integration.agent.approval_helpers import (
@@ -236,3 +238,79 @@ async def test_someone_else_is_not_told_to_decide_a_pending_approval(world: Any)
     await w.settle(g)
     notice = w.texts(g)[-1]
     assert "waiting for ALICE's decision" in notice and "your decision" not in notice
+
+
+# --- a routine's job is no one's request: no one's "Always" covers it ---------------
+RG = ThreadKey("telegram", "bot1", "-501")  # a group
+
+
+def routine_job(text: str, user: str = "900", n: int = 1) -> InboundEvent:
+    """A full routine's job, written as ``user`` (its creator), as
+    agent_core/proactive/runner.py submits it (event id ``routine:…``)."""
+    return InboundEvent(
+        event_id=f"routine:watch:f{n}:1.0",
+        kind=EventKind.MESSAGE,
+        channel="telegram",
+        thread=RG,
+        user_id=user,
+        user_name="routine watch",
+        text=f"[routine watch] Summarise it.\n\nThe message that triggered this:\n> {text}",
+        is_direct=False,
+        mentions_bot=True,
+        received_at=time.time(),
+    )
+
+
+async def _always_for_900(world: Any, table: dict[str, list[tuple[str, dict[str, Any]]]]) -> Any:
+    """Admin 900 asks for the counter in group RG and presses Always."""
+    w = world(model(table), admin_ids="telegram:900")
+    await w.start()
+    await w.send(replace(group_event(RG, "count it", "900"), mentions_bot=True))
+    await w.settle(RG)
+    await w.send(press(RG, f"ap:{approval_id(w, RG)}:w", user="900"))
+    await w.settle(RG)
+    assert await w.counter("x") == 1
+    assert (await w.session(RG)).always_tools("telegram:900") == {"counter"}
+    return w
+
+
+async def test_a_routine_job_written_as_its_creator_is_not_covered_by_their_always(
+    world: Any,
+) -> None:
+    """An event routine's job quotes someone else's message and is written as its
+    creator: their "Always" (for their own requests) does not let its call run
+    unasked; a prompt is shown, for the creator to decide."""
+    w = await _always_for_900(world, {"count it": [("counter", {"label": "x"})]})
+    await w.send(routine_job("count it"))
+    await w.settle(RG)
+    assert len(w.prompts(RG)) == 2 and await w.counter("x") == 1
+    await w.send(press(RG, f"ap:{approval_id(w, RG)}:a", user="900"))  # theirs to decide
+    await w.settle(RG)
+    assert await w.counter("x") == 2
+    # their own requests are still covered
+    await w.send(replace(group_event(RG, "count it", "900"), mentions_bot=True))
+    await w.settle(RG)
+    assert len(w.prompts(RG)) == 2 and await w.counter("x") == 3
+
+
+async def test_a_routine_jobs_further_calls_ask_after_a_decision(world: Any) -> None:
+    """The decision on a routine job's first call goes on with that job: the next
+    call of the same response is asked about too, not run on the creator's Always."""
+    w = await _always_for_900(
+        world,
+        {
+            "count it": [("counter", {"label": "x"})],
+            "count both": [("counter", {"label": "y"}), ("counter", {"label": "z"})],
+        },
+    )
+    await w.send(routine_job("count both"))
+    await w.settle(RG)
+    assert len(w.prompts(RG)) == 2
+    await w.send(press(RG, f"ap:{approval_id(w, RG)}:a", user="900"))
+    await w.settle(RG)
+    assert await w.counter("y") == 1
+    assert len(w.prompts(RG)) == 3 and await w.counter("z") == 0
+    await w.send(press(RG, f"ap:{approval_id(w, RG)}:d", user="900"))
+    await w.settle(RG)
+    assert await w.counter("z") == 0
+    assert (await w.session(RG)).state == ThreadState.IDLE

@@ -237,3 +237,49 @@ async def test_a_prompt_closed_by_a_late_message_is_not_closed_again(pworld: Any
     await w.send(expiry_event(T, aid))
     await w.settle(T)
     assert len(edits(w, T)) == 1
+
+
+# --- a decision made in time, taken up after the expiry -----------------------------
+async def test_a_press_made_in_time_but_taken_up_late_counts(pworld: Any) -> None:
+    """Every worker is down (a deploy) when the person presses Approve, well within
+    the prompt's minute; the workers come back after its expiry, and the timer queues
+    the expiry behind the press.  The press is judged by when it was made (its ingest
+    time): the call runs, and the late timer finds it decided."""
+    w, p, aid = await ask(pworld)
+    await w.stop()
+    ev = user_event(T, "", kind=EventKind.ACTION, token=f"ap:{aid}:a")
+    await w.send(ev)  # taken in by the web process, waiting in the stream
+    w.clock.offset = 90
+    await p.scheduler.tick()  # the timer: an expiry queued behind the press
+    await w.start()
+    await w.settle(T)
+    assert await w.counter() == 1, w.private_notes()
+    a = await w.workers[0][0].agent.approvals.load(T, aid)
+    assert a is not None and a.decision == "approve" and a.result == "counted x -> 1"
+    assert not any("expired" in n for n in w.private_notes())
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and s.history[-1].content == "done: counted x -> 1"
+
+
+async def test_a_message_and_a_press_made_in_time_but_taken_up_late(pworld: Any) -> None:
+    """The person wrote, then pressed, both in time, taken up after the expiry: the
+    message is held (it came while the prompt was live) rather than ending the wait
+    as expired, and the press then decides."""
+    w, _p, aid = await ask(pworld, scheduler_enabled=False)
+    await w.stop()
+    await w.send(user_event(T, "one moment"))
+    await w.send(user_event(T, "", kind=EventKind.ACTION, token=f"ap:{aid}:a"))
+    w.clock.offset = 90
+    await w.start()
+    await w.settle(T)
+    assert await w.counter() == 1, w.private_notes()
+    assert not any("Expired" in e.message.text for e in edits(w, T))
+
+
+async def test_a_press_made_after_the_expiry_is_still_refused(pworld: Any) -> None:
+    w, _p, aid = await ask(pworld, scheduler_enabled=False)
+    w.clock.offset = 62
+    await w.send(user_event(T, "", kind=EventKind.ACTION, token=f"ap:{aid}:a"))
+    await w.settle(T)
+    assert await w.counter() == 0
+    assert any("expired" in n for n in w.private_notes()), w.private_notes()
