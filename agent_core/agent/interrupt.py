@@ -16,6 +16,10 @@ if it came while someone else's turn ran, else "Nothing is running" (or cancels 
 pending approval, if its sender may).  The turn also stops if it sees ``/interrupt``
 among the messages that arrived for it after it began, so it works without the
 filter (more slowly); one queued before the turn began waits for its own turn.
+A thread held back for a platform's rate limit (its turn handed back: the lock is
+a ``~later`` hold) counts as busy: its flag lives as long as the hold, and the
+rerun of the handed-back message heeds a flag (or a queued ``/interrupt``) from
+since the hand-back (``agent_core.agent.signals.stop_if_stopped_while_held``).
 """
 
 from __future__ import annotations
@@ -105,18 +109,21 @@ def interrupt_filter(redis: Redis) -> InboundFilter:
         # A copy of an /interrupt that already got in (a platform's redelivery, the
         # web page re-posting) must not stop the turn running now: that turn came
         # later, and the copy is dropped as a duplicate right after this filter.
-        seen, busy = await roundtrip(
+        seen, lock_ttl = await roundtrip(
             redis,
             [
                 ("EXISTS", keys.dedup(event.channel, event.event_id)),
-                ("EXISTS", keys.lock(event.thread)),
+                ("PTTL", keys.lock(event.thread)),  # -2: no lock, nothing runs
             ],
         )
-        if busy and not seen:
+        if lock_ttl != -2 and not seen:
             # who asked goes with it: the running turn stops only for its own person
-            # or an approver (stopping a turn is deciding it, like cancelling one)
+            # or an approver (stopping a turn is deciding it, like cancelling one).
+            # It lives as long as the lock too: a thread held for a platform's wait
+            # (a turn handed back, up to an hour) reruns after it, and heeds it then.
             flag = f"{int(time.time() * 1000)}|{event.qualified_user}"
-            await redis.set(keys.interrupt(event.thread), flag, px=FLAG_TTL_MS)
+            ttl = FLAG_TTL_MS + max(int(lock_ttl), 0)
+            await redis.set(keys.interrupt(event.thread), flag, px=ttl)
         return None
 
     return flag_interrupt

@@ -5,8 +5,10 @@ steps in turn_approvals.py).
 
 A call is billed what the provider reports.  When it reports nothing (no usage
 on a completed call, a cache hit aside), or the call ends early after the
-provider had the prompt — cut off by /interrupt or the turn's timeout, or an
-LLMError after text streamed — the budgets count an estimate instead: the
+provider had the prompt — cut off by /interrupt or the turn's timeout, the
+turn handed back (TurnHandedBack, SendRateLimited out of the streamed answer's
+send) or anything else raised while it streamed, or an LLMError after text
+streamed — the budgets count an estimate instead: the
 prompt, and 4 characters a token of the answer
 (:func:`agent_core.agent.budget.estimated_cost`).  A
 call refused before any text is not billed.  A call waiting for room in a budget
@@ -21,7 +23,6 @@ user never sees a partial answer followed by a second, whole one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -34,7 +35,6 @@ from agent_core.agent.budget import (
     unreported,
 )
 from agent_core.agent.tokens import estimate, tools_tokens
-from agent_core.agent.turn_approvals import Interrupted
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import (
     ChatMessage,
@@ -103,9 +103,11 @@ async def call_once(
     async with self.meter().call(est_usd, wait=self.interruptible) as bill:
         try:
             final = await self.interruptible(self._stream(request))  # bench hooks it
-        except (Interrupted, asyncio.CancelledError, llm_errors.LLMError) as exc:
-            # Cut off (/interrupt, the turn's timeout) or failed after text: the
-            # provider had the whole prompt and bills what it streamed.
+        except BaseException as exc:
+            # Cut off (/interrupt, the turn's timeout, the turn handed back while
+            # the answer's first message waited for the platform, a lost lock) or
+            # failed after text: the provider had the whole prompt and bills what
+            # it streamed.
             if not isinstance(exc, llm_errors.LLMError) or self.streamed_chars:
                 bill.cost_usd = estimated_cost(info, est_in, self.streamed_chars)
                 self.session.cost_usd += bill.cost_usd

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from agent_core.deadline import held
+from agent_core.deadline import MAX_PLATFORM_WAIT_SECS, held, waited
 from agent_core.errors import (
     ChannelError,
     LockLost,
@@ -97,6 +97,9 @@ class _PartExists(Exception):
 class ReplyWriter:
     part_wait_secs = 15.0  # how long a part another execution claimed is waited for
     rate_limit_min_wait = 1.0  # the least a SendRateLimited is waited (a Retry-After of 0)
+    # the most a turn waits for the platform in all (its own waits and its sender's,
+    # agent_core.deadline.waited): a wait past it hands the turn back instead
+    max_platform_wait = MAX_PLATFORM_WAIT_SECS
 
     def __init__(
         self,
@@ -130,6 +133,7 @@ class ReplyWriter:
         self.hand_back = True
         self.patient = True  # False once a wait failed (/interrupt): no more waits
         self._partly_shown: set[str] = set()  # parts a 429 cut after their first message
+        self.waited = 0.0  # seconds this writer waited for the platform
 
     async def say(self, message: OutboundMessage) -> MessageRef:
         """Send a new part (or converge the recorded one on a rerun)."""
@@ -157,12 +161,26 @@ class ReplyWriter:
         turn's clock.  Raises ``exc`` again if no more waits are to be made (an
         /interrupt ended one); /interrupt or a lost lock during the wait raises
         what the turn's ``interruptible`` does; the worker stopping raises
-        TurnHandedBack (or ``exc``, without ``hand_back``), before or during it."""
+        TurnHandedBack (or ``exc``, without ``hand_back``), before or during it.
+        A wait that would take the turn past ``max_platform_wait`` of waiting in
+        all (a platform that keeps answering 429) is not made: the turn is handed
+        back the same way, freeing the worker, and its message answered after it."""
         if not self.patient:
             raise exc
         secs = max(exc.retry_after, self.rate_limit_min_wait)
         stopping = self.guard.stopping
         if stopping.is_set():
+            self._give_way(exc, secs)
+        spent = max(self.waited, waited())
+        if spent + secs > self.max_platform_wait:
+            log.warning(
+                "[%s] %s: the platform asks to wait %.1f s more after %.1f s of waits; "
+                "handing the turn back for it",
+                self.thread,
+                what,
+                secs,
+                spent,
+            )
             self._give_way(exc, secs)
         log.info(
             "[%s] %s: the platform asks to wait %.1f s (%s); sending it then",
@@ -192,6 +210,8 @@ class ReplyWriter:
             self.guard.wait_until = 0.0
             self.patient = False  # /interrupt, a lost lock: the turn ends without waiting
             raise
+        finally:
+            self.waited += secs - max(until - time.monotonic(), 0.0)
         self.guard.wait_until = 0.0
         if stopped:
             self._give_way(exc, until - time.monotonic())

@@ -48,6 +48,8 @@ async def check_signals(self: Turn) -> Signals:
     first, self._checked_signals = not self._checked_signals, True
     if first:
         self.note_running()
+        if self.handed_back_ms:
+            await stop_if_stopped_while_held(self, signals)
     if not self.inject:
         return signals
     arrived = self.state.mailbox[self.consumed :]
@@ -58,7 +60,7 @@ async def check_signals(self: Turn) -> Signals:
             raw, flag = await pipe.execute()
         arrived = [InboundEvent.from_json(r) for r in raw]
         self.state.mailbox.extend(arrived)
-        if flag_is_newer(flag, self.started_ms, self.may_stop):
+        if flag_is_newer(flag, self.watch_from_ms, self.may_stop):
             stop_keeping(self, signals, flag_user(flag))
     if first and self.head is not None and self.head.batch:
         arrived = [*arrived, *await rest_of_batch(self, self.head, arrived)]
@@ -101,6 +103,28 @@ async def check_signals(self: Turn) -> Signals:
         signals.injected.append(mid_turn(await self.user_message(ev)))  # this turn's
         self.consumed += 1
     return signals
+
+
+async def stop_if_stopped_while_held(self: Turn, signals: Signals) -> None:
+    """The turn reruns a message whose earlier execution was handed back for a
+    platform's wait (the thread held meanwhile): an ``/interrupt`` its person (or
+    an approver) sent since then stops it before the model is asked again.  Seen
+    by its flag (set by ``interrupt_filter`` while the thread was held, living as
+    long as the hold and 10 minutes more) or, the flag gone all the same, by the
+    command queued in the mailbox since the hand-back."""
+    since = self.handed_back_ms
+    for ev in self.state.mailbox[1:]:
+        if (
+            ev.kind != EventKind.ACTION
+            and is_interrupt(ev.text)
+            and ev.received_at * 1000 >= since
+            and self.may_stop(ev.qualified_user)
+        ):
+            stop_keeping(self, signals, ev.qualified_user)
+    raw = await self.agent.redis.get(keys.interrupt(self.thread))
+    flag = raw if isinstance(raw, bytes) else None
+    if flag_is_newer(flag, since, self.may_stop):
+        stop_keeping(self, signals, flag_user(flag))
 
 
 def stop_keeping(self: Turn, signals: Signals, by: str) -> None:

@@ -133,6 +133,12 @@ class Turn:
         self.guard = guard
         self.consumed = 1
         self.started_ms = int(time.time() * 1000)
+        # the /interrupt flags this turn heeds are those set since it began, or
+        # since an execution on its message was handed back for a platform's wait
+        # (the thread was held meanwhile: a stop sent then was meant for it)
+        head_id = state.mailbox[0].event_id if state.mailbox else ""
+        self.handed_back_ms = state.handed_back.get(head_id, 0)
+        self.watch_from_ms = min(self.started_ms, self.handed_back_ms or self.started_ms)
         self.turn_id = secrets.token_hex(8)  # this turn's model calls stay on one provider
         self.user = ""  # whose turn this is (a decision turn: the requester's)
         self.user_name = ""  # their name, as shown (prompts, "Only <name> …")
@@ -566,7 +572,7 @@ class Turn:
         0.5 s, for all waiting turns at once)."""
         task = asyncio.ensure_future(aw)
         watch = self.agent.interrupts.watch(
-            keys.interrupt(self.thread), self.started_ms, lambda: self.guard.lost, self.may_stop
+            keys.interrupt(self.thread), self.watch_from_ms, lambda: self.guard.lost, self.may_stop
         )
         either: set[asyncio.Future[Any]] = {task, watch.fired}
         try:

@@ -51,6 +51,9 @@ class TurnState:
     # start records ('<event id>#s:0' -> the owner that began a turn on that event,
     # '' for one that names none), as they were before this begin recorded its own
     starts: dict[str, str] = field(default_factory=dict)
+    # event id -> when (ms) a turn on it was handed back for a platform's wait
+    # ('<event id>#hb', written by RELEASE with a hold, dropped by COMPLETE)
+    handed_back: dict[str, int] = field(default_factory=dict)
     # the hand-off found the lock already this owner's (not newly taken)
     lock_was_ours: bool = False
     # set by recovery: this execution reruns one that died (it runs its message alone)
@@ -562,8 +565,8 @@ class Delivery:
         long): the lock becomes a hold no one owns, which expires then (the
         sweeper runs the thread after it; new events queue meanwhile)."""
         args: list[str | int] = [owner]
-        if hold_secs > 0:
-            args.append(max(int(hold_secs * 1000), 1))
+        if hold_secs > 0:  # (and when: the head's hand-back record, TurnState.handed_back)
+            args += [max(int(hold_secs * 1000), 1), _ms()]
         await run_script(
             self.redis,
             self._release,
@@ -701,6 +704,7 @@ def _state(
     sent: dict[str, MessageRef] = {}
     pending: dict[str, str] = {}
     starts: dict[str, str] = {}
+    handed_back: dict[str, int] = {}
     for k, v in raw_sent.items():
         name = k.decode()
         if v.startswith(b"pending:"):
@@ -709,6 +713,10 @@ def _state(
         ref = MessageRef.from_dict(orjson.loads(v))
         if name.endswith(START_SUFFIX):
             starts[name] = ref.message_id.removeprefix("started:")
+        elif name.endswith(HANDBACK_SUFFIX):
+            at = ref.message_id.removeprefix("handback:")
+            if at.isdigit():
+                handed_back[name.removesuffix(HANDBACK_SUFFIX)] = int(at)
         else:
             sent[name] = ref
     moved = ThreadKey.parse(raw_moved.decode()) if raw_moved else None
@@ -719,12 +727,14 @@ def _state(
         sent,
         pending,
         starts=starts,
+        handed_back=handed_back,
         next_seq=int(raw_next or 0),
         moved_to=moved,
     )
 
 
 START_SUFFIX = "#s:0"
+HANDBACK_SUFFIX = "#hb"  # '<event id>#hb': when a turn on it was handed back
 
 
 def _scripted_state(reply: Sequence[Any]) -> TurnState:

@@ -66,6 +66,19 @@ class Pacer:
         ``on_wire()`` does nothing); a refused claim raises here, as the hook
         would.  A claim made while a wait is due is taken back.
         """
+        wait, booked = await self.book(paces, max_wait=max_wait, claim=claim)
+        return wait if booked else None
+
+    async def book(
+        self,
+        paces: Sequence[tuple[str, float]],
+        *,
+        max_wait: float | None = None,
+        claim: WireClaim | None = None,
+    ) -> tuple[float, bool]:
+        """:meth:`reserve`, saying how far the slot is when it is refused: (the
+        wait, True) when booked; (how long the pace that refused is taken for,
+        False) when a slot is further away than ``max_wait``."""
         mw = -1 if max_wait is None else int(max_wait * 1000)
         calls: list[Call] = [
             (self._pace, [key], [int(interval * 1000), mw]) for key, interval in paces
@@ -79,12 +92,13 @@ class Pacer:
                 await self._take_back(claim)
             raise
         waits = [int(r) for r in res[: len(paces)]]
-        refused = any(w < 0 for w in waits)
+        # a refused pace answers -1 - its wait (-1 alone: a script before this one)
+        far = [-w - 1 for w in waits if w < 0]
         if claim is not None:
-            await self._keep_or_take_back(claim, res[-1], refused or max(waits, default=0) > 0)
-        if refused:
-            return None
-        return max(waits, default=0) / 1000
+            await self._keep_or_take_back(claim, res[-1], bool(far) or max(waits, default=0) > 0)
+        if far:
+            return max(far) / 1000, False
+        return max(waits, default=0) / 1000, True
 
     async def _keep_or_take_back(self, claim: WireClaim, reply: Any, waiting: bool) -> None:
         if not waiting or int(reply[0]) != 0:  # claimed with no wait due, or not claimed

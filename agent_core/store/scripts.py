@@ -217,7 +217,8 @@ if n > 0 then
     end
   end
   -- the consumed events' start records go with them (see _mark_start)
-  for _, id in ipairs(ids) do redis.call('HDEL', KEYS[4], id .. '#s:0') end
+  -- (and their hand-back records: RELEASE)
+  for _, id in ipairs(ids) do redis.call('HDEL', KEYS[4], id .. '#s:0', id .. '#hb') end
 end
 for i = 9, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
 local n2 = tonumber(ARGV[7])
@@ -273,11 +274,16 @@ return 0
 # event (a shutdown, Redis trouble, waiting for an earlier arrival), which must
 # not count as an execution that died.  ARGV[2] (optional, ms > 0): the lock is
 # not deleted but becomes a hold no one owns ('<owner>~later'), expiring then (a
-# turn handed back until a platform's rate-limit wait is over).
+# turn handed back until a platform's rate-limit wait is over); the head's field
+# '<event id>#hb' then records when (ARGV[3], ms: shaped as a start record is, a
+# MessageRef JSON with message id 'handback:<ms>'), so that the rerun heeds an
+# /interrupt sent meanwhile (agent_core.agent.turn).  COMPLETE drops it.
 RELEASE = """
+local head_id = nil
 if KEYS[3] then
   local ok, head = pcall(cjson.decode, redis.call('LINDEX', KEYS[3], 0) or '')
   if ok and type(head) == 'table' and type(head['id']) == 'string' then
+    head_id = head['id']
     local field = head['id'] .. '#s:0'
     local rec_ok, rec = pcall(cjson.decode, redis.call('HGET', KEYS[2], field) or '')
     if rec_ok and type(rec) == 'table' and rec['m'] == 'started:' .. ARGV[1] then
@@ -288,6 +294,13 @@ end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[2] and tonumber(ARGV[2]) > 0 then
     redis.call('SET', KEYS[1], ARGV[1] .. '~later', 'PX', ARGV[2])
+    if head_id and ARGV[3] then
+      local old = redis.call('HGET', KEYS[2], head_id .. '#hb')
+      if not old then  -- the first hand-back's time: an earlier one's stands
+        redis.call('HSET', KEYS[2], head_id .. '#hb',
+          cjson.encode({c = '', v = '', m = 'handback:' .. ARGV[3], t = '', x = ''}))
+      end
+    end
     return 1
   end
   return redis.call('DEL', KEYS[1])
@@ -344,7 +357,7 @@ local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
 local slot = math.max(now, nxt)
 local wait = slot - now
 local maxw = tonumber(ARGV[2])
-if maxw >= 0 and wait > maxw then return -1 end
+if maxw >= 0 and wait > maxw then return -1 - wait end
 redis.call('SET', KEYS[1], slot + interval, 'PX', wait + interval + 1000)
 return wait
 """

@@ -21,7 +21,7 @@ import aiohttp
 import discord
 from discord.http import Route
 
-from agent_core.deadline import platform_wait
+from agent_core.deadline import outside_turn, platform_wait
 from agent_core.errors import (
     ChannelError,
     SendFailed,
@@ -211,12 +211,12 @@ class DiscordOutbox:
             (GLOBAL_PACE, self._settings.discord_global_pace_secs),
         ]
         longest = 0.25 if droppable else self._settings.discord_max_retry_wait
-        delay = await self._pacer.reserve(
+        delay, booked = await self._pacer.book(
             paces, max_wait=longest, claim=wire_claim() if creates else None
         )
-        if delay is None:
-            if not droppable:
-                raise SendRateLimited(longest, "Discord asks for a longer wait than allowed")
+        if not booked:
+            if not droppable:  # for as long as the pace is paused still
+                raise SendRateLimited(delay, "Discord asks for a longer wait than allowed")
             return False
         if delay > 0:  # a droppable call waits at most 0.25 s: not worth counting
             if droppable:
@@ -434,7 +434,11 @@ class DiscordOutbox:
             if not droppable:
                 await self._call(route, json=payload)
                 return
-            task = asyncio.ensure_future(self._call(route, json=payload))
+            # A task of its own, off the turn's deadline: a 429 discord.py would
+            # sleep out in it (http trace hook) must not move the deadline back, the
+            # edit is skipped rather than waited for (agent_core.deadline).
+            with outside_turn():
+                task = asyncio.ensure_future(self._call(route, json=payload))
             try:
                 done, _ = await asyncio.wait({task}, timeout=self._streamed_edit_wait())
             except asyncio.CancelledError:  # /stop: the final edit comes next, and last

@@ -65,14 +65,35 @@ def _retry_after(response: HttpResponse) -> float:
     return 1.0
 
 
+# The longest Retry-After slept inside a call: a longer one is the caller's (a
+# SlackApiError 429; the outbox raises SendRateLimited, which the turn's reply
+# writer waits out where /interrupt and a stopping worker end the wait).
+RETRY_MAX_WAIT = 60.0
+
+
 class PacedRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
-    """Honours Retry-After (sleep, retry once); a 429 on a message of a channel
-    (:data:`POSTING_METHODS`) also pauses the channel's shared pace, so every worker
-    process backs off from that channel, not only this one."""
+    """Honours Retry-After (sleep, retry once) up to :data:`RETRY_MAX_WAIT`; a 429
+    on a message of a channel (:data:`POSTING_METHODS`) also pauses the channel's
+    shared pace, so every worker process backs off from that channel, not only
+    this one."""
 
     def __init__(self, pacer: Pacer | None, max_retry_count: int = 1) -> None:
         super().__init__(max_retry_count=max_retry_count)
         self._pacer = pacer
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is not None and _retry_after(response) > RETRY_MAX_WAIT:
+            return False  # not slept here, where nothing can end the wait
+        return await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
 
     async def prepare_for_next_attempt_async(
         self,

@@ -207,12 +207,16 @@ class SlackOutbox:
         never waits, it is skipped)."""
         if self.pace_secs > 0:
             paces = [(channel_pace(channel), self.pace_secs)]
-            max_wait = _DROPPABLE_MAX_WAIT if droppable else None
+            # (a message the answer needs waits at most _TAIL_MAX_WAIT here: a pace
+            # paused for longer is the reply writer's to wait out, SendRateLimited)
+            max_wait = _DROPPABLE_MAX_WAIT if droppable else _TAIL_MAX_WAIT
             # a new message: the agent's part claim rides in the booking's round trip
             claim = wire_claim() if method == "chat.postMessage" else None
-            delay = await self.pacer.reserve(paces, max_wait=max_wait, claim=claim)
-            if delay is None:
-                return None
+            delay, booked = await self.pacer.book(paces, max_wait=max_wait, claim=claim)
+            if not booked:
+                if droppable:
+                    return None
+                raise SendRateLimited(delay, f"Slack {method} (channel paused)")
             if delay > 0:
                 if droppable:
                     await asyncio.sleep(delay)

@@ -7,12 +7,15 @@ Pacing (shared by every worker through Redis, see ``agent_core.store.pacing``):
 * 30 per second per bot overall.
 
 A 429 pauses the chat's pace (all sends, when several chats are hit at once)
-for exactly ``retry_after`` and the call is retried after it, however long it
-is: anything sent to that chat waits as long (a failure notice included), so
-giving the answer up would not make anything sooner.  Only a send already held
-back ``max_retry_wait`` in all that is refused again gives up (SendRateLimited,
-which the turn's reply writer waits out in turn).  Every such wait is off the
-turn's clock (``agent_core.deadline``).
+for exactly ``retry_after``; anything sent to that chat waits as long (a failure
+notice included).  The sender itself waits at most ``max_retry_wait``
+(TELEGRAM_MAX_RETRY_WAIT) for a call the answer needs: a shorter flood wait is
+slept here and the call made again; a longer one (``retry after 3600``), a chat
+paused for longer by any worker, or a refusal after ``max_retry_wait`` of
+waiting in all raises SendRateLimited, which the turn's reply writer waits out
+(``agent_core.agent.reply``: /interrupt ends that wait, a stopping worker hands
+the turn back for the rest of it).  Every such wait is off the turn's clock
+(``agent_core.deadline``).
 Streamed (non-final) edits never wait for a slot: with none free, or on a 429,
 they are skipped, so an approval prompt or a final answer is never queued
 behind them.
@@ -207,11 +210,16 @@ class TelegramOutbox:
         return paces
 
     async def _reserve(self, chat_id: int, droppable: bool) -> None:
+        """Wait for a slot.  A droppable call that finds none soon is skipped
+        (_Skipped); any other call waits at most ``max_retry_wait`` here: a slot
+        further away (a chat paused for a long flood wait, by this worker or
+        another) raises SendRateLimited for as long, which the turn's reply
+        writer waits out where /interrupt and a stopping worker end the wait."""
         claim = wire_claim()  # the agent's part claim rides along (a new message)
         try:
-            delay = await self._pacer.reserve(
+            delay, booked = await self._pacer.book(
                 self._paces(chat_id),
-                max_wait=self.limits.edit_max_wait if droppable else None,
+                max_wait=self.limits.edit_max_wait if droppable else self.limits.max_retry_wait,
                 claim=claim,
             )
         except RedisError:
@@ -219,8 +227,10 @@ class TelegramOutbox:
                 raise  # the claim may or may not have been made: not sent blind
             log.warning("telegram pacing unavailable (Redis); sending unpaced")
             return
-        if delay is None:
-            raise _Skipped
+        if not booked:
+            if droppable:
+                raise _Skipped
+            raise SendRateLimited(delay, "Telegram flood control (chat paused)")
         if delay > 0:  # (a droppable call never waits here: max_wait above)
             await platform_wait(delay)  # off the turn's clock (agent_core.deadline)
 
@@ -274,13 +284,17 @@ class TelegramOutbox:
                 paused = await self._on_429(chat_id, secs)
                 if droppable:
                     raise _Skipped from exc
-                if waited >= self.limits.max_retry_wait:  # refused again after that long
+                # A wait longer than max_retry_wait (Telegram's 'retry after 3600'),
+                # or a refusal after that long in all, is not slept here: the turn's
+                # reply writer waits it out, where /interrupt and a stopping worker
+                # end it (and hand the turn back for the rest).
+                if secs > self.limits.max_retry_wait or waited >= self.limits.max_retry_wait:
                     raise SendRateLimited(secs, "Telegram flood control") from exc
                 waited += secs
                 await self._unclaim_for_retry()  # not created: claimed again after the wait
                 # Loop: the paused pace makes the next reserve wait exactly `secs`.
                 if not paused:
-                    await platform_wait(secs)  # off the turn's clock, however long
+                    await platform_wait(secs)  # off the turn's clock (at most max_retry_wait)
             except BadRequest as exc:
                 msg = exc.message.lower()
                 if "not modified" in msg:

@@ -21,12 +21,21 @@ from typing import Any
 
 import pytest
 
+from agent_core import deadline
+from agent_core.agent.budget import BudgetGuard
 from agent_core.agent.interrupt import interrupt_filter
-from agent_core.agent.reply import ReplyWriter
-from agent_core.deadline import platform_wait
-from agent_core.errors import SendRateLimited
+from agent_core.agent.reply import LockGuard, ReplyWriter
+from agent_core.deadline import platform_wait, turn_deadline
+from agent_core.errors import SendRateLimited, TurnHandedBack
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
-from agent_core.llm.base import Completion, CompletionRequest, StreamItem, TextDelta, TokenUsage
+from agent_core.llm.base import (
+    Completion,
+    CompletionRequest,
+    ModelInfo,
+    StreamItem,
+    TextDelta,
+    TokenUsage,
+)
 from agent_core.store import keys
 from tests.fakes.outbox import RecordingOutbox
 from tests.integration.agent.conftest import FnModel, last_user, user_event
@@ -285,3 +294,198 @@ async def test_interrupt_during_a_command_replys_wait_says_stopped(
     await w.settle(T, timeout=15)
     said = w.texts(T)
     assert any("Stopped" in t for t in said), said  # the person is told
+
+
+# -- review of the rate-limit waits (2026-11-25, second pass) ----------------
+
+
+async def _hand_back_during_the_wait(w: Any, outbox: LimitedOutbox) -> None:
+    """The answer waits for the platform, and a deploy hands the turn back."""
+    await w.start()
+    await w.send(user_event(T, "hi"))
+    await asyncio.wait_for(outbox.tried_any.wait(), 10)
+    await asyncio.wait_for(w.stop(), 10)
+    held = await w.redis.get(keys.lock(T))
+    assert held is not None and held.endswith(b"~later"), held
+
+
+@pytest.mark.parametrize("flag_expired", [False, True])
+async def test_an_interrupt_sent_while_the_thread_is_held_back_stops_the_rerun(
+    world: Callable[..., Any], flag_expired: bool
+) -> None:
+    """An /interrupt sent while the thread is held (the turn handed back for the
+    platform's wait) was flagged with a time before the rerun began, which the
+    rerun ignored: it asked the model again and sent the answer the person tried
+    to stop, then "Nothing is running right now.".  The rerun now heeds a stop
+    sent since the hand-back, by its flag or (the flag lives 10 minutes, a hold up
+    to an hour) by the command queued in the mailbox."""
+    model = answer()
+    w = world(model, shutdown_grace_secs=30)
+    outbox = LimitedOutbox(refused_sends=1_000, retry_after=600)
+    use(w, outbox)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await _hand_back_during_the_wait(w, outbox)
+    await w.send(user_event(T, "/interrupt"))  # the person gives up on that answer
+    outbox.refused_sends = 0
+    await w.start()
+    for _ in range(500):  # queued behind the held message
+        if await w.redis.llen(keys.mailbox(T)) == 2:
+            break
+        await asyncio.sleep(0.01)
+    if flag_expired:
+        await w.redis.delete(keys.interrupt(T))
+    # the wait is over (scaled: the hold cut short), the platform takes messages again
+    await w.redis.pexpire(keys.lock(T), 1)
+    await w.settle(T, timeout=15)
+    said = w.texts(T)
+    assert said == ["⏹ Stopped."], said  # not the answer, nor "Nothing is running"
+    assert len(model.requests) == 1  # the rerun did not ask the model again
+    assert await w.redis.llen(keys.mailbox(T)) == 0
+
+
+async def test_an_interrupt_flagged_during_a_hold_lives_as_long_as_the_hold(
+    world: Callable[..., Any],
+) -> None:
+    """The flag lived 10 minutes, the hold up to an hour: it is kept past the hold."""
+    w = world(answer(), shutdown_grace_secs=30)
+    outbox = LimitedOutbox(refused_sends=1_000, retry_after=3_000)
+    use(w, outbox)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await _hand_back_during_the_wait(w, outbox)
+    hold_ms = await w.redis.pttl(keys.lock(T))
+    await w.send(user_event(T, "/interrupt"))
+    assert await w.redis.pttl(keys.interrupt(T)) > hold_ms
+
+
+async def test_an_interrupt_before_the_hand_back_does_not_stop_the_rerun(
+    world: Callable[..., Any],
+) -> None:
+    """Only a stop sent since the hand-back counts: an earlier /interrupt, already
+    answered, does not stop the rerun."""
+    model = answer()
+    w = world(model, shutdown_grace_secs=30)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await w.start()
+    await w.send(user_event(T, "/interrupt"))
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["Nothing is running right now."]
+    await w.stop()
+    outbox = LimitedOutbox(refused_sends=1_000, retry_after=600)
+    use(w, outbox)
+    await _hand_back_during_the_wait(w, outbox)
+    await w.redis.pexpire(keys.lock(T), 1)
+    outbox.refused_sends = 0
+    await w.start()
+    await w.settle(T, timeout=15)
+    assert w.texts(T) == ["answer: hi"], w.texts(T)
+
+
+class StreamsPaid(Streams):
+    """Streams its answer; its tokens have a price."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        info = ModelInfo("p", input_cost_per_token=0.001, output_cost_per_token=0.001)
+        self.inner = FnModel(lambda req: Completion("answer: " + last_user(req)), info)
+        self.requests = self.inner.requests
+
+
+async def test_a_model_call_ended_by_a_hand_back_is_still_booked(
+    world: Callable[..., Any],
+) -> None:
+    """A turn handed back while its streamed answer's first message waits for the
+    platform (TurnHandedBack out of StreamingReply.feed, inside the model call)
+    booked nothing: the provider billed the prompt and what streamed all the same,
+    and every hand-back was a free model call as far as the budgets could tell."""
+    w = world(StreamsPaid(), user_daily_budget_usd=5.0, daily_budget_usd=5.0)
+    outbox = LimitedOutbox(stream_interval=0.0, refused_sends=1_000, retry_after=600)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "write me something " + "please " * 20))
+    await asyncio.wait_for(outbox.tried_any.wait(), 10)  # the preview waits for the platform
+    await asyncio.wait_for(w.stop(), 10)  # a deploy: handed back
+    spend = await BudgetGuard(w.redis, w.settings).spend("web:u1")
+    assert spend.user_usd > 0, spend
+
+
+class Refusing(RecordingOutbox):
+    """Every send: SendRateLimited(``retry_after``) (a platform stuck in flood control)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__()
+        self.retry_after = retry_after
+        self.tries = 0
+
+    async def send(
+        self, thread: ThreadKey, message: OutboundMessage, *, reply_to: MessageRef | None = None
+    ) -> MessageRef:
+        self.tries += 1
+        if self.tries > 1_000:
+            raise RuntimeError("still waiting after 1000 refusals")
+        raise SendRateLimited(self.retry_after, "flood control")
+
+
+async def test_a_platform_that_never_stops_asking_hands_the_turn_back_at_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ReplyWriter retried SendRateLimited without bound, and every wait moved the
+    turn's deadline back: a platform answering 429 for good held the turn (its
+    thread, a worker's slot) for hours.  Now a turn waits MAX_PLATFORM_WAIT_SECS
+    (an hour) in all at most; the wait that would go past it is not made, the
+    turn is handed back for it (scaled: 0.3 s of 50 ms waits)."""
+    cap = 0.3
+    monkeypatch.setattr(ReplyWriter, "max_platform_wait", cap)
+    monkeypatch.setattr(deadline, "MAX_PLATFORM_WAIT_SECS", cap)
+    outbox = Refusing(0.05)
+    writer = ReplyWriter(outbox, None, T, "e1", {}, LockGuard())  # type: ignore[arg-type]
+    async with asyncio.timeout(30) as tm:  # TURN_TIMEOUT_SECS
+        with turn_deadline(tm):
+            before = tm.when()
+            assert before is not None
+            with pytest.raises(TurnHandedBack) as caught:
+                await writer.say(OutboundMessage("answer"))
+            moved = (tm.when() or 0) - before
+    assert caught.value.retry_after >= 0.05  # held back for the wait it did not make
+    assert writer.waited <= cap
+    assert outbox.tries <= round(cap / 0.05) + 1, outbox.tries
+    assert moved <= cap + 1e-6, moved
+
+
+async def test_the_turn_deadline_moves_back_the_cap_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Waits inside the senders (platform_wait) add up too: the deadline moves back
+    by MAX_PLATFORM_WAIT_SECS in all at most; past it the waits count toward the
+    turn's clock (scaled)."""
+    monkeypatch.setattr(deadline, "MAX_PLATFORM_WAIT_SECS", 0.2)
+    async with asyncio.timeout(30) as tm:
+        with turn_deadline(tm):
+            before = tm.when()
+            assert before is not None
+            for _ in range(5):
+                await platform_wait(0.1)
+            assert deadline.waited() == pytest.approx(0.2)
+            assert (tm.when() or 0) - before == pytest.approx(0.2)
+
+
+async def test_an_endless_rate_limit_frees_the_worker_and_holds_the_thread(
+    world: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a worker: past the cap the turn is handed back (the thread held for the
+    wait, the message still queued), not waited out for ever."""
+    monkeypatch.setattr(ReplyWriter, "max_platform_wait", 0.3)
+    w = world(answer())
+    outbox = LimitedOutbox(refused_sends=1_000_000, retry_after=0.05)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "hi"))
+    for _ in range(500):
+        held = await w.redis.get(keys.lock(T))
+        if held is not None and held.endswith(b"~later"):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"not handed back at the cap: {held!r}")
+    assert outbox.tried.count("send") <= round(0.3 / 0.05) + 1, outbox.tried
+    assert await w.redis.llen(keys.mailbox(T)) == 1
+    assert w.texts(T) == []

@@ -5,12 +5,16 @@ used to be cancelled during it and the answer thrown away
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
-from agent_core.events import ThreadKey
+from agent_core.deadline import turn_deadline
+from agent_core.errors import SendRateLimited
+from agent_core.events import OutboundMessage, ThreadKey
 from agent_core.llm.base import Completion, TokenUsage
 from agent_core.store.pacing import Pacer
 from channels.discord.sender import DiscordOutbox, channel_pace
@@ -60,3 +64,34 @@ async def test_a_pace_another_worker_paused_is_off_the_turns_clock(
     w.outboxes["discord"] = w.outbox = outbox
     await Pacer(redis).pause(channel_pace(CHANNEL_ID), 2.0)  # another worker's 429
     assert await _run(w, fake_discord) == ["answer: hi"]
+
+
+async def test_a_skipped_streamed_edit_does_not_move_the_turn_deadline(
+    fake_discord: FakeDiscord, outbox: DiscordOutbox
+) -> None:
+    """A streamed (droppable) edit that meets a 429 is skipped after
+    STREAMED_EDIT_WAIT, yet the http trace hook moved the turn's deadline back by
+    the whole retry_after (in the abandoned edit's task, which had copied the turn's
+    ContextVar): a slow model streaming into a rate-limited channel never reached
+    TURN_TIMEOUT_SECS.  The edit's task now runs outside the turn's deadline."""
+    ref = await outbox.send(THREAD, OutboundMessage("preview", final=False))
+    fake_discord.rate_limit("PATCH", rf"/channels/{CHANNEL_ID}/messages/\d+$", 20.0)
+    async with asyncio.timeout(1000) as tm:
+        with turn_deadline(tm):
+            before = tm.when()
+            assert before is not None
+            await outbox.edit(ref, OutboundMessage("preview, longer", final=False))
+            moved = (tm.when() or 0) - before
+    assert moved < 1.0, f"a skipped streamed edit moved the turn's deadline by {moved:.1f}s"
+
+
+async def test_a_long_paused_pace_asks_for_what_is_left_of_the_pause(
+    outbox: DiscordOutbox, redis: Redis
+) -> None:
+    """The SendRateLimited of a pace paused beyond DISCORD_MAX_RETRY_WAIT carries
+    what is left of the pause (it carried DISCORD_MAX_RETRY_WAIT, 30 s: a longer
+    pause was waited out in steps of 30 s)."""
+    await Pacer(redis).pause(channel_pace(CHANNEL_ID), 100.0)  # another worker's 429
+    with pytest.raises(SendRateLimited) as caught:
+        await outbox.send(THREAD, OutboundMessage("answer"))
+    assert 90.0 < caught.value.retry_after <= 100.0, caught.value.retry_after

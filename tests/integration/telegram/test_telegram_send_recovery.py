@@ -66,13 +66,32 @@ async def test_other_refusals_of_a_reply_still_fail(
     assert len(_sends(fake)) == 1
 
 
-async def test_flood_wait_longer_than_max_retry_wait_delivers_the_answer(
+async def test_flood_wait_longer_than_max_retry_wait_is_left_to_the_turn(
     fake: FakeTelegram, redis: Redis
 ) -> None:
-    # The chat is paused for retry_after whatever happens (anything sent there
-    # waits that long): giving the answer up would only swap it for a failure
-    # notice sent after the same wait.
+    # A longer wait is not slept in the sender, where neither /interrupt nor a
+    # stopping worker could end it: SendRateLimited carries it to the turn's reply
+    # writer (which waits it out and sends again, tests/integration/agent/
+    # test_rate_limited_sends.py).  The chat stays paused for it meanwhile: a send
+    # before it is over is refused at once, for what is left of the wait.
     ch = await make_channel(fake, redis, limits=SHORT)
+    try:
+        fake.fail_next("sendMessage", 429, retry_after=3)
+        with pytest.raises(SendRateLimited) as caught:
+            await ch.outbox().send(DM, OutboundMessage("the answer"))
+        assert caught.value.retry_after == 3
+        with pytest.raises(SendRateLimited) as again:
+            await ch.outbox().send(DM, OutboundMessage("the answer"))
+        assert 2 < again.value.retry_after <= 3
+        assert [s for s, _, _ in _sends(fake)] == [429]
+    finally:
+        await ch.shutdown()
+
+
+async def test_flood_wait_within_max_retry_wait_is_slept_in_the_sender(
+    fake: FakeTelegram, redis: Redis
+) -> None:
+    ch = await make_channel(fake, redis, limits=dataclasses.replace(FAST, max_retry_wait=2.0))
     try:
         fake.fail_next("sendMessage", 429, retry_after=1)
         t0 = time.monotonic()
@@ -86,7 +105,7 @@ async def test_flood_wait_longer_than_max_retry_wait_delivers_the_answer(
 
 async def test_flood_control_that_keeps_refusing_gives_up(fake: FakeTelegram, redis: Redis) -> None:
     # A send already held back max_retry_wait that is refused again gives up.
-    ch = await make_channel(fake, redis, limits=SHORT)
+    ch = await make_channel(fake, redis, limits=dataclasses.replace(FAST, max_retry_wait=1.0))
     try:
         fake.fail_next("sendMessage", 429, retry_after=1, count=2)
         with pytest.raises(SendRateLimited):
