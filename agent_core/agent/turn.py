@@ -235,14 +235,20 @@ class Turn:
                 await self.private(head, "That button is not active any more.", button=True)
                 return "action-ignored"
             return await self.decide(head, parsed[0], parsed[1], button=True)
+        awaiting = self.session.state == ThreadState.AWAITING_APPROVAL
+        sub = parse(head.text, awaiting_approval=awaiting)
+        if isinstance(sub, Command) and self._not_ours(head, sub):
+            # another bot's command in a group (Telegram hands a bare ``/weather`` to
+            # every bot with privacy mode off): not for us, so no access check, no
+            # rate window counted, no refusal said - nothing at all
+            log.debug("[%s] /%s: not ours, not addressed: ignored", self.thread, sub.name)
+            return "unknown-command-ignored"
         if self.agent.access.needs_redis(head):
             verdict = await self.agent.access.check(head)
             if not verdict.allowed:
                 if verdict.notice:
                     await self.say_notice(verdict.notice)
                 return f"refused:{verdict.reason}"
-        awaiting = self.session.state == ThreadState.AWAITING_APPROVAL
-        sub = parse(head.text, awaiting_approval=awaiting)
         if isinstance(sub, Command):
             return await self.run_command(head, sub)
         if isinstance(sub, ApprovalReply):
@@ -289,12 +295,21 @@ class Turn:
             await asyncio.sleep(4.0)
 
     # -- commands ----------------------------------------------------------------
+    def _not_ours(self, head: InboundEvent, cmd: Command) -> bool:
+        """A group command not addressed to the agent (no ``@name``, mention or reply
+        to it) that is not one of its commands: another bot's.  Slack and Discord
+        commands are always addressed (``mentions_bot``) or direct."""
+        return (
+            head.kind is EventKind.COMMAND
+            and not (head.is_direct or head.mentions_bot)
+            and self.agent.commands.get(cmd.name) is None
+        )
+
     async def run_command(self, head: InboundEvent, cmd: Command) -> str:
         spec = self.agent.commands.get(cmd.name)
         if spec is None:
-            if head.kind is EventKind.COMMAND and not (head.is_direct or head.mentions_bot):
-                log.debug("[%s] /%s: not ours, not addressed: ignored", self.thread, cmd.name)
-                return "unknown-command-ignored"  # another bot's, in a group
+            if self._not_ours(head, cmd):  # another bot's, in a group (see _dispatch)
+                return "unknown-command-ignored"
             await self.say_notice(self.agent.commands.unknown_hint(cmd.name))
             return "unknown-command"
         ctx = CommandContext(self.agent, self.session, head, turn=self)

@@ -175,9 +175,12 @@ class SlackInbound:
         if thread.thread and not is_dm(thread.conversation):
             join = (thread.tenant, thread.conversation, thread.thread)
         try:
+            # followed while it waits; forgotten if its turn ends unanswered (refused),
+            # kept once Parley answers there (SlackOutbox.send / turn_finished)
             await self.state.remember(
                 join=join,
                 last=(thread, f"{event.reply_ref.conversation} {event.reply_ref.message_id}"),
+                pending=event.event_id,
             )
         except RedisError as exc:  # the event is safely queued; only follow-ups/indicator suffer
             log.warning("[%s] could not record Slack thread state: %s", thread, type(exc).__name__)

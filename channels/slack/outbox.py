@@ -369,9 +369,13 @@ class SlackOutbox:
         # own conversation (/parley) is top level: the thread people may open under
         # it is not one Parley joined (replies there need a mention, which starts
         # that thread's own conversation; they would not continue the channel's).
+        # A notice (an access refusal, say) is not an answer: the thread stays
+        # pending, and is forgotten when the turn ends (turn_finished).
         if thread.thread and not is_dm(channel):
             try:
-                await self.state.remember(join=(thread.tenant, channel, thread.thread))
+                await self.state.remember(
+                    join=(thread.tenant, channel, thread.thread), notice=message.notice
+                )
             except Exception as exc:  # follow-ups without mention suffer, the answer is out
                 log.warning(
                     "[%s] could not record the Slack thread: %s", thread, type(exc).__name__
@@ -627,7 +631,11 @@ class SlackOutbox:
 
         Runs in the turn's end, under the thread's lock: never waits out a 429.
         Those Slack refuses so are taken off in the background after the
-        Retry-After (:meth:`_unreact_later`)."""
+        Retry-After (:meth:`_unreact_later`).
+
+        A channel thread that only ``event`` brought Parley into and that it did not
+        answer (the event was refused) is no longer followed."""
+        await self._forget_unanswered(thread, event)
         if not self.reaction:
             return
         targets: list[tuple[str, str]] = []
@@ -651,6 +659,17 @@ class SlackOutbox:
             if retry_after is not None:  # the rest would be refused too: all later
                 self._unreact_later(thread, targets[i:], retry_after)
                 return
+
+    async def _forget_unanswered(self, thread: ThreadKey, event: InboundEvent | None) -> None:
+        if event is None or not thread.thread or is_dm(thread.conversation):
+            return
+        try:
+            if await self.state.forget_pending(
+                (thread.tenant, thread.conversation, thread.thread), event.event_id
+            ):
+                log.info("[%s] not answered there: the thread is not followed", thread)
+        except Exception as exc:  # the thread stays followed until its TTL
+            log.debug("[%s] could not forget the Slack thread: %s", thread, type(exc).__name__)
 
     async def _unreact(self, thread: ThreadKey, target: tuple[str, str]) -> float | None:
         """reactions.remove, never waited out: the Retry-After of a 429, else None."""

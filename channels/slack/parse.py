@@ -225,6 +225,11 @@ def parse_event(
         return None
     if ev.get("subtype") not in _USER_SUBTYPES or ev.get("hidden"):
         return None
+    if ev.get("edited"):
+        # an edited message that mentions the app comes again as ``app_mention``
+        # with ``edited`` (and the original's ts): edits are ignored, like
+        # message_changed - else a typo fixed a day later runs the request again
+        return None
     user = _str(ev, "user")
     channel = _str(ev, "channel")
     ts = _str(ev, "ts") or _str(ev, "event_ts")

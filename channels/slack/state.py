@@ -2,6 +2,11 @@
 
 * ``parley:slack:thread:<team>:<channel>:<thread_ts>`` -- Parley takes part in
   this thread: plain replies in it are follow-ups (no mention needed). TTL.
+  ``1`` once Parley answered there (a post that is not a notice); ``p:<event id>``
+  while the mention (or other event) that brought Parley in waits for its turn:
+  followed meanwhile, forgotten when that turn ends without an answer (its sender
+  refused: off ALLOWED_USERS, too fast, ...), so a refused stranger's mention does
+  not make Parley follow the thread.
 * ``parley:slack:last:<thread key>`` -- "<channel> <ts>" of the newest user
   message of a thread, so the worker can put the working reaction on it. TTL.
 * ``parley:slack:reacted:<thread key>`` -- set of "<channel> <ts>": every message
@@ -32,6 +37,16 @@ def reacted_key(thread: ThreadKey) -> str:
     return f"{PREFIX}reacted:{thread}"
 
 
+PENDING = "p:"
+# delete KEYS[1] if it still holds ARGV[1] (the pending mark of one event)
+_FORGET_PENDING = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
 class SlackState:
     def __init__(self, redis: Redis, thread_ttl_secs: int) -> None:
         self.redis = redis
@@ -41,15 +56,40 @@ class SlackState:
         return bool(await self.redis.exists(thread_key(team, channel, thread_ts)))
 
     async def remember(
-        self, *, join: tuple[str, str, str] | None = None, last: tuple[ThreadKey, str] | None = None
+        self,
+        *,
+        join: tuple[str, str, str] | None = None,
+        last: tuple[ThreadKey, str] | None = None,
+        pending: str = "",
+        notice: bool = False,
     ) -> None:
-        """Record thread participation and/or the newest user message (one round trip)."""
+        """Record thread participation and/or the newest user message (one round trip).
+
+        ``pending``: the id of an accepted event in the thread, not yet answered: the
+        thread is followed, marked as that event's (unless already followed; its time
+        starts again either way) until :meth:`forget_pending` or an answer.  Without
+        it, Parley posted there: ``notice`` (a refusal, an error, ...) leaves a
+        pending mark as it is, an answer makes the thread followed outright."""
         async with self.redis.pipeline(transaction=False) as pipe:
             if join is not None and join[2]:
-                pipe.set(thread_key(*join), b"1", ex=self.thread_ttl)
+                key = thread_key(*join)
+                if pending or notice:
+                    mark = (PENDING + pending) if pending else "1"
+                    pipe.set(key, mark.encode(), ex=self.thread_ttl, nx=True)
+                    pipe.expire(key, self.thread_ttl)
+                else:
+                    pipe.set(key, b"1", ex=self.thread_ttl)
             if last is not None:
                 pipe.set(last_key(last[0]), last[1].encode(), ex=LAST_TTL_SECS)
             await pipe.execute()
+
+    async def forget_pending(self, join: tuple[str, str, str], event_id: str) -> bool:
+        """Stop following the thread if only ``event_id`` brought Parley in and it was
+        not answered there (the mark is still that event's); True if forgotten."""
+        forgotten = await self.redis.eval(
+            _FORGET_PENDING, 1, thread_key(*join), (PENDING + event_id).encode()
+        )
+        return bool(forgotten)
 
     async def last_message(self, thread: ThreadKey) -> tuple[str, str] | None:
         raw = await self.redis.get(last_key(thread))

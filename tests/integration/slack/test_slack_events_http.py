@@ -364,3 +364,57 @@ async def test_ack_is_fast(fake_slack: FakeSlack, app: httpx.AsyncClient) -> Non
     for i in range(20):
         await fake_slack.deliver(app, fake_slack.message("D1", f"m{i}"))
     assert (time.perf_counter() - started) / 20 < 0.5
+
+
+REFUSAL = "Sorry, I only answer people on this bot's allow list here."
+
+
+async def _mention_in_thread(
+    fake_slack: FakeSlack, app: httpx.AsyncClient, published: Published, root: str, user: str
+) -> InboundEvent:
+    body = fake_slack.message("C5", f"<@{BOT_USER}> hi", user=user, kind="app_mention",
+                              thread_ts=root)  # fmt: skip
+    assert (await fake_slack.deliver(app, body)).status_code == 200
+    return (await published())[-1]
+
+
+async def test_a_refused_mention_does_not_make_parley_follow_the_thread(
+    fake_slack: FakeSlack, app: httpx.AsyncClient, slack: SlackChannel, published: Published
+) -> None:
+    """ALLOWED_USERS set: a stranger mentions Parley in a thread and the worker
+    refuses them (a notice, then the turn ends).  People on the list talking among
+    themselves there afterwards, without a mention, are not taken as addressing
+    Parley (they were, for the thread's TTL: the thread was joined at ingest)."""
+    root = fake_slack.add_user_message("C5", "lunch plans").ts
+    thread = ThreadKey("slack", TEAM, "C5", root)
+    ev = await _mention_in_thread(fake_slack, app, published, root, "USTRANGER")
+    assert ev.thread == thread
+    outbox = slack.outbox()
+    await outbox.send(thread, OutboundMessage(REFUSAL, notice=True))  # the worker refuses
+    await outbox.turn_finished(thread, ev)
+    aside = fake_slack.message("C5", "Bob, lunch at 1?", user="UALICE", thread_ts=root)
+    assert (await fake_slack.deliver(app, aside)).status_code == 200
+    assert [e.event_id for e in await published()] == [ev.event_id]
+
+
+async def test_an_answered_mention_makes_parley_follow_the_thread(
+    fake_slack: FakeSlack, app: httpx.AsyncClient, slack: SlackChannel, published: Published
+) -> None:
+    """Control: a mention that is answered keeps the thread followed after its turn;
+    a refused stranger's mention later in it does not undo that; and a plain reply
+    sent while the mention still waits for its answer is a follow-up, as before."""
+    root = fake_slack.add_user_message("C5", "deploy question").ts
+    thread = ThreadKey("slack", TEAM, "C5", root)
+    ev = await _mention_in_thread(fake_slack, app, published, root, "UALICE")
+    early = fake_slack.message("C5", "also, staging", user="UALICE", thread_ts=root)
+    await fake_slack.deliver(app, early)  # before the answer: followed meanwhile
+    assert [e.text for e in await published()][-1] == "also, staging"
+    outbox = slack.outbox()
+    await outbox.send(thread, OutboundMessage("Here is how"))
+    await outbox.turn_finished(thread, ev)
+    stranger = await _mention_in_thread(fake_slack, app, published, root, "USTRANGER")
+    await outbox.send(thread, OutboundMessage(REFUSAL, notice=True))
+    await outbox.turn_finished(thread, stranger)
+    later = fake_slack.message("C5", "thanks, go on", user="UALICE", thread_ts=root)
+    await fake_slack.deliver(app, later)
+    assert [e.text for e in await published()][-1] == "thanks, go on"

@@ -147,3 +147,25 @@ def test_command() -> None:
     assert parse_command({**form, "text": ""}) is not None
     assert parse_command({**form, "command": "/other"}) is None
     assert parse_command(form, command="/ask") is None
+
+
+def test_edited_app_mention_is_ignored() -> None:
+    """Slack sends ``app_mention`` again, with ``edited`` and the original's ts, when a
+    message that mentions the app is edited (slackapi/bolt-js#960, slack-go/slack#1256):
+    edits are ignored (a typo fixed in a mention older than DEDUP_TTL_SECS, or a
+    message edited to add the mention, would start a turn)."""
+    body = {
+        "type": "event_callback",
+        "team_id": "T1",
+        "event": {
+            "type": "app_mention",
+            "user": "U1",
+            "channel": "C1",
+            "ts": "1706785424.099119",
+            "text": "<@UBOT> please delete the staging bucket",
+            "edited": {"user": "U1", "ts": "1706789999.000000"},
+        },
+    }
+    assert parse_event(body, bot_user_id="UBOT", team="T1") is None
+    del body["event"]["edited"]  # the original mention is answered
+    assert parse_event(body, bot_user_id="UBOT", team="T1") is not None
