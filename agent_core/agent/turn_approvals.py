@@ -112,6 +112,12 @@ async def hold_while_awaiting(self: Turn, head: InboundEvent) -> str:
             )
             return "held-full"
         self.session.held.append(head.to_dict())
+        if self.agent.clock() > a.expires_at:
+            # sent while the prompt was live, taken up after its time (workers down,
+            # a backlog): a press made in time, or the timer's expiry, is queued
+            # behind it and settles the wait; asking for a decision now would only
+            # earn an "expired"
+            return "held"
         if may_decide(self, head, a):
             always = may_always(self, a.tool)
             buttons = "Approve / Always / Deny" if always else "Approve / Deny"
@@ -341,6 +347,8 @@ def typed_choice(self: Turn, *, always: bool = True) -> str:
 def may_always(self: Turn, tool_name: str) -> bool:
     """Whether "Always" may cover ``tool_name`` (not for a tool that asks every
     time, whatever an older session or a given-up turn recorded)."""
+    if self.routine_job or self.session.resume.get("routine"):
+        return False  # no one's Always covers a routine's job: none is offered
     tool = self.agent.tools.get(tool_name)
     return tool is not None and tool.allow_always
 

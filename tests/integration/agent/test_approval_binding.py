@@ -314,3 +314,20 @@ async def test_a_routine_jobs_further_calls_ask_after_a_decision(world: Any) -> 
     await w.settle(RG)
     assert await w.counter("z") == 0
     assert (await w.session(RG)).state == ThreadState.IDLE
+
+
+async def test_routine_prompt_always_is_not_a_grant_for_the_creators_own_requests(
+    world: Any,
+) -> None:
+    w = world(model({"count it": [("counter", {"label": "x"})]}), admin_ids="telegram:900")
+    await w.start()
+    await w.send(routine_job("count it", n=1))
+    await w.settle(RG)
+    payloads = [b.payload for b in w.prompts(RG)[-1].message.buttons]
+    await w.send(press(RG, f"ap:{approval_id(w, RG)}:w", user="900"))  # "Always"
+    await w.settle(RG)
+    granted = (await w.session(RG)).always_tools("telegram:900")
+    # the routine's prompt offers no Always, and a forged "Always" press grants the
+    # creator nothing (their own requests would have run unasked since)
+    assert not any(p.endswith(":w") for p in payloads), payloads
+    assert granted == set(), granted

@@ -283,3 +283,24 @@ async def test_a_press_made_after_the_expiry_is_still_refused(pworld: Any) -> No
     await w.settle(T)
     assert await w.counter() == 0
     assert any("expired" in n for n in w.private_notes()), w.private_notes()
+
+
+async def test_a_message_made_in_time_but_taken_up_late_waits_quietly_for_the_timer(
+    pworld: Any,
+) -> None:
+    """The person wrote while the prompt was live; the workers took it up after its
+    time, with the timer's expiry queued behind it.  The message is kept for after
+    the wait, without asking for a decision that could only be refused as expired
+    now, and the expiry ends the wait and answers it."""
+    w, p, _aid = await ask(pworld)
+    await w.stop()
+    await w.send(user_event(T, "one moment"))
+    w.clock.offset = 90
+    await p.scheduler.tick()  # the timer: an expiry queued behind the message
+    await w.start()
+    await w.settle(T)
+    said = w.texts(T)
+    assert not any("waiting for your decision" in t for t in said), said
+    s = await w.session(T)
+    assert s.state == ThreadState.IDLE and not s.held
+    assert s.history[-2].content == "one moment"  # answered after the expired call
