@@ -23,6 +23,11 @@ Transient vs permanent is a type, never a string match at the call site.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent_core.events import MessageRef
+
 
 class ParleyError(Exception):
     """Base of everything Parley raises on purpose."""
@@ -63,7 +68,16 @@ class TurnHandedBack(ParleyError):
 
 
 class ChannelError(ParleyError):
-    pass
+    """A platform call failed.
+
+    ``partial_ref``: set by a channel whose send or edit of one answer spans
+    several platform messages and failed part-way, after some of them were
+    already created or rewritten: the ref of the messages that now make up the
+    answer (None: nothing changed, the ref sent or edited still stands).  The
+    reply writer records it and repeats the send or edit from it, so a message
+    already out is never sent twice (agent_core.agent.reply)."""
+
+    partial_ref: MessageRef | None = None
 
 
 class SendRateLimited(ChannelError):

@@ -22,6 +22,9 @@ droppable edits of a streamed preview are skipped instead.  The wait is off the
 turn's clock (``agent_core.deadline``), /interrupt ends it (the turn's
 ``interruptible``), and so does the worker stopping: the turn is then handed
 back (TurnHandedBack), its message stays queued for once the wait is over.
+A send or edit refused part-way through an answer of several platform messages
+carries the messages now out (``ChannelError.partial_ref``): they are recorded as
+the part, and the send or edit is made again from them, so none is sent twice.
 """
 
 from __future__ import annotations
@@ -291,7 +294,12 @@ class ReplyWriter:
                 await self._take_back_unsent(field, f"pending:{stamp}")
             raise
         except ChannelError as exc:
-            if isinstance(exc, SendRateLimited):
+            if exc.partial_ref is not None:
+                # Part of it is out (an answer of several messages, refused after
+                # the first): recorded as the part, which is then edited to the
+                # whole text (after the wait), never sent again.
+                await self._record_partial(field, exc.partial_ref)
+            elif isinstance(exc, SendRateLimited):
                 if wire_shown():
                     self._partly_shown.add(field)
                 elif early:  # to be sent again after the wait: claimed again then
@@ -311,6 +319,14 @@ class ReplyWriter:
         self.sent[field] = ref
         await self.delivery.record_sent(self.thread, field, ref)
         return ref
+
+    async def _record_partial(self, field: str, ref: MessageRef) -> None:
+        """Record the messages a send refused part-way left showing as ``field``."""
+        self.sent[field] = ref
+        try:
+            await self.delivery.record_sent(self.thread, field, ref)
+        except RedisError as exc:  # the claim stays: a rerun takes it for maybe sent
+            log.warning("[%s] could not record part %s as sent: %s", self.thread, field, exc)
 
     async def _take_back_unsent(self, field: str, marker: str) -> None:
         """Take back the claim of a send that never left (if it was made, and is
@@ -351,7 +367,12 @@ class ReplyWriter:
         self.sent[field] = known
         if not known.message_id:
             return known
-        return await self._edited(field, known, await self.outbox.edit(known, message))
+        try:
+            return await self._edited(field, known, await self.outbox.edit(known, message))
+        except ChannelError as exc:
+            if exc.partial_ref is not None:  # refused part-way: record what is out
+                exc.partial_ref = await self._edited(field, known, exc.partial_ref)
+            raise
 
     async def _edited(self, field: str | None, old: MessageRef, new: MessageRef) -> MessageRef:
         """Record a part whose edit changed the messages it occupies (a long answer
@@ -459,8 +480,13 @@ class ReplyWriter:
                 return ref  # a part whose sender died mid-request: nothing to edit
             try:
                 return await self._edited(None, ref, await self.outbox.edit(ref, message))
-            except SendRateLimited as exc:
-                if droppable:
+            except ChannelError as exc:
+                if exc.partial_ref is not None:
+                    # Refused part-way through an answer of several messages: what
+                    # is out now is the part (recorded), and the edit is made again
+                    # from it, so the messages already sent are not sent twice.
+                    ref = exc.partial_ref = await self._edited(None, ref, exc.partial_ref)
+                if droppable or not isinstance(exc, SendRateLimited):
                     raise
                 await self._wait_out(exc, f"edit of {ref.message_id}")
 
@@ -540,6 +566,8 @@ class StreamingReply:
                     self.ref, OutboundMessage(self.text, final=False), droppable=True
                 )
             except ChannelError as exc:  # an intermediate edit is droppable
+                if exc.partial_ref is not None:  # made part-way: the answer's messages now
+                    self.ref = exc.partial_ref
                 log.debug("[%s] streaming edit skipped: %s", self.w.thread, exc)
 
     async def finish(self, final_text: str | None = None) -> MessageRef | None:

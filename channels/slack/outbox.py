@@ -96,6 +96,8 @@ _CUT_NOTE = (
     "_(The rest did not fit: Slack lets me answer privately only a few times. "
     "Invite me to this channel, or ask me in a direct message, for long answers.)_"
 )
+# ends the last message of a long answer Slack refused the rest of (not a rate limit)
+_CUT_OFF = "_(cut off: Slack refused the rest of this answer)_"
 UNKNOWN_TS = "?"  # in MessageRef.extra: a message posted whose ts never came back
 # The message id of an answer shown privately through a response_url (MessageRef.extra
 # "ru:<url>"): Slack gives no ts, but the answer can be replaced through the URL, so
@@ -351,36 +353,44 @@ class SlackOutbox:
         if extra in self._ru_private:  # Parley is not a member there (seen this answer)
             return await self._send_private(thread, message, extra)
         try:
-            sent = await self._post_all(channel, thread_ts, render(message))
-        except FormattingRejected:
-            # nothing is showing: the whole answer again, text only (buttons kept)
-            log.warning("[%s] Slack refused the formatting; sending text only", thread)
-            posts = [text_only(p) for p in render(message)]
-            sent = await self._post_all(channel, thread_ts, posts)
-        except SendFailed as exc:
-            if _not_member(exc) and extra.startswith(RESPONSE_URL_PREFIX):
-                # /parley used where the bot is not a member: answer privately
-                if len(self._ru_private) > _MEMO_MAX:
-                    self._ru_private.clear()
-                self._ru_private.add(extra)
-                return await self._send_private(thread, message, extra)
+            try:
+                sent = await self._post_all(channel, thread_ts, render(message))
+            except FormattingRejected:
+                # nothing is showing: the whole answer again, text only (buttons kept)
+                log.warning("[%s] Slack refused the formatting; sending text only", thread)
+                posts = [text_only(p) for p in render(message)]
+                sent = await self._post_all(channel, thread_ts, posts)
+            except SendFailed as exc:
+                if _not_member(exc) and extra.startswith(RESPONSE_URL_PREFIX):
+                    # /parley used where the bot is not a member: answer privately
+                    if len(self._ru_private) > _MEMO_MAX:
+                        self._ru_private.clear()
+                    self._ru_private.add(extra)
+                    return await self._send_private(thread, message, extra)
+                raise
+        except SendRateLimited as exc:
+            if exc.partial_ref is not None:  # partly out: finished by an edit later
+                await self._joined(thread, notice=message.notice)
             raise
-        # Parley takes part in the thread it answered in.  An answer in the channel's
-        # own conversation (/parley) is top level: the thread people may open under
-        # it is not one Parley joined (replies there need a mention, which starts
-        # that thread's own conversation; they would not continue the channel's).
-        # A notice (an access refusal, say) is not an answer: the thread stays
-        # pending, and is forgotten when the turn ends (turn_finished).
-        if thread.thread and not is_dm(channel):
+        await self._joined(thread, notice=message.notice)
+        return MessageRef(CHANNEL, channel, sent[0], thread=thread.thread, extra=",".join(sent[1:]))
+
+    async def _joined(self, thread: ThreadKey, *, notice: bool) -> None:
+        """Parley takes part in the thread it answered in.  An answer in the channel's
+        own conversation (/parley) is top level: the thread people may open under
+        it is not one Parley joined (replies there need a mention, which starts
+        that thread's own conversation; they would not continue the channel's).
+        A notice (an access refusal, say) is not an answer: the thread stays
+        pending, and is forgotten when the turn ends (turn_finished)."""
+        if thread.thread and not is_dm(thread.conversation):
             try:
                 await self.state.remember(
-                    join=(thread.tenant, channel, thread.thread), notice=message.notice
+                    join=(thread.tenant, thread.conversation, thread.thread), notice=notice
                 )
             except Exception as exc:  # follow-ups without mention suffer, the answer is out
                 log.warning(
                     "[%s] could not record the Slack thread: %s", thread, type(exc).__name__
                 )
-        return MessageRef(CHANNEL, channel, sent[0], thread=thread.thread, extra=",".join(sent[1:]))
 
     async def _send_private(
         self, thread: ThreadKey, message: OutboundMessage, extra: str
@@ -400,8 +410,10 @@ class SlackOutbox:
         """Post ``posts`` in order; the timestamps posted (UNKNOWN_TS: posted, ts unknown).
 
         Until the head is out an error propagates (nothing was shown).  After it,
-        the rest must follow (:meth:`_tail`); if it cannot, the head is returned
-        and the cut is logged (a rerun then edits what is out, never reposts it).
+        the rest must follow (:meth:`_tail`).  Still rate limited: SendRateLimited
+        with the messages out as ``partial_ref`` (the core records them, waits and
+        finishes the answer by editing them, never reposting them).  Refused for
+        good: what is out is returned, the last of it marked cut off (logged).
         """
         sent: list[str] = []
         part = current_part()
@@ -419,10 +431,36 @@ class SlackOutbox:
                 continue
             try:
                 sent.append(await self._tail("chat.postMessage", channel, post, args))
+            except SendRateLimited as exc:
+                # Still limited after _TAIL_MAX_WAIT: the core records what is out,
+                # waits as long as Slack asks and finishes the answer by editing it
+                # (ChannelError.partial_ref), never posting these messages again.
+                log.warning(
+                    "Slack answer rate limited after %d of %d messages; finished later",
+                    i,
+                    len(posts),
+                )
+                exc.partial_ref = MessageRef(
+                    CHANNEL, channel, sent[0], thread=thread_ts or "", extra=",".join(sent[1:])
+                )
+                raise
             except ChannelError as exc:
                 log.error("Slack answer cut after %d of %d messages: %s", i, len(posts), exc)
+                await self._mark_cut(channel, sent[-1], posts[i - 1])
                 break
         return sent
+
+    async def _mark_cut(self, channel: str, ts: str, post: SlackPost) -> None:
+        """End the last message written of an answer Slack refused the rest of with
+        a "cut off" line, so the user does not take it for the whole (best effort)."""
+        if ts == UNKNOWN_TS:
+            return
+        try:
+            await self._call_waiting(
+                "chat.update", channel, ts=ts, **_cut_off(post).kwargs(update=True)
+            )
+        except ChannelError as exc:
+            log.warning("could not mark a cut Slack answer: %s", exc)
 
     async def _call_waiting(
         self, method: str, channel: str, **kwargs: Any
@@ -551,8 +589,11 @@ class SlackOutbox:
     async def _replace(self, ref: MessageRef, posts: list[SlackPost]) -> MessageRef:
         """Make the answer's messages show ``posts``: update those that exist, post
         the missing ones, delete the surplus.  UNKNOWN_TS stands for a message
-        posted with an unknown ts (not editable).  After the head, a message that cannot be
-        written stops the edit and keeps the rest as they are (logged)."""
+        posted with an unknown ts (not editable).  After the head, a message still
+        rate limited raises SendRateLimited with the messages the answer is now as
+        ``partial_ref`` (the core waits and edits again from them); one refused for
+        good stops the edit, marks the last message written cut off and keeps the
+        rest as they are (logged)."""
         existing = [ref.message_id, *(ref.extra.split(",") if ref.extra else [])]
         tss: list[str] = []
         for i, post in enumerate(posts):
@@ -573,8 +614,27 @@ class SlackOutbox:
                 continue
             try:
                 tss.append(await self._tail(method, ref.conversation, post, args))
+            except SendRateLimited as exc:
+                # Still limited after _TAIL_MAX_WAIT: the core records the messages
+                # the answer is now (ChannelError.partial_ref), waits as long as
+                # Slack asks and makes the edit again from them (nothing posted twice).
+                log.warning(
+                    "Slack edit rate limited at message %d of %d; finished later",
+                    i + 1,
+                    len(posts),
+                )
+                shown = tss + existing[i:]
+                exc.partial_ref = MessageRef(
+                    CHANNEL,
+                    ref.conversation,
+                    shown[0],
+                    thread=ref.thread,
+                    extra=",".join(shown[1:]),
+                )
+                raise
             except ChannelError as exc:
-                log.error("Slack edit stopped at message %d of %d: %s", i + 1, len(posts), exc)
+                log.error("Slack edit cut at message %d of %d: %s", i + 1, len(posts), exc)
+                await self._mark_cut(ref.conversation, tss[-1], posts[i - 1])
                 tss.extend(existing[i:])
                 break
         for ts in existing[len(tss) :]:
@@ -784,6 +844,13 @@ def _not_member(exc: ChannelError) -> bool:
     if isinstance(cause, SlackApiError) and cause.response is not None:
         return str(cause.response.get("error", "")) in _NOT_MEMBER
     return False
+
+
+def _cut_off(post: SlackPost) -> SlackPost:
+    """``post`` ending with a line saying the answer was cut off there."""
+    note: dict[str, Any] = {"type": "context", "elements": [{"type": "mrkdwn", "text": _CUT_OFF}]}
+    blocks = [*post.blocks[:49], note] if post.blocks else []
+    return SlackPost(f"{post.text}\n\n{_CUT_OFF}", blocks)
 
 
 def _cut_note(post: SlackPost) -> SlackPost:

@@ -498,26 +498,34 @@ class TelegramOutbox:
         markup = keyboard(message.buttons)
         parts = render_text(message.text)
         sent: list[tuple[int, str]] = []
-        for i, part in enumerate(parts):
-            if not message.final and i == len(parts) - 1 and _known(sent):
-                # The growing tail of a streamed preview: sent once complete, or by
-                # the final edit, of the ref returned here.  Unless none of the
-                # messages before it was confirmed: that ref could not be edited
-                # (the core takes it for unconfirmed and keeps the preview as is),
-                # so the tail goes now and grows by edits like a first message.
-                break
-            m = markup if i == len(parts) - 1 else None
-            try:
-                sent.append(
-                    await self._new_part(
-                        chat_id, topic, part, m, reply_to if i == 0 else None, droppable=False
+        try:
+            for i, part in enumerate(parts):
+                if not message.final and i == len(parts) - 1 and _known(sent):
+                    # The growing tail of a streamed preview: sent once complete, or by
+                    # the final edit, of the ref returned here.  Unless none of the
+                    # messages before it was confirmed: that ref could not be edited
+                    # (the core takes it for unconfirmed and keeps the preview as is),
+                    # so the tail goes now and grows by edits like a first message.
+                    break
+                m = markup if i == len(parts) - 1 else None
+                try:
+                    sent.append(
+                        await self._new_part(
+                            chat_id, topic, part, m, reply_to if i == 0 else None, droppable=False
+                        )
                     )
-                )
-            except _Skipped as exc:  # cannot happen for non-droppable sends
-                raise SendFailed("send skipped") from exc
-            except (_NotModified, _NotFound) as exc:
-                raise SendFailed(str(exc)) from exc
-            wire_created()  # partly on screen: a retry of the rest keeps the claim
+                except _Skipped as exc:  # cannot happen for non-droppable sends
+                    raise SendFailed("send skipped") from exc
+                except (_NotModified, _NotFound) as exc:
+                    raise SendFailed(str(exc)) from exc
+                wire_created()  # partly on screen: a retry of the rest keeps the claim
+        except ChannelError as exc:
+            # Some messages of the answer are out (a 429 on a later one): the core
+            # records them and finishes the answer by editing this ref, so they are
+            # not sent again (ChannelError.partial_ref).
+            if _known(sent):
+                exc.partial_ref = self._ref(ref_thread, str(chat_id), sent)
+            raise
         return self._ref(ref_thread, str(chat_id), sent)
 
     def _ref(self, ref_thread: str, conversation: str, parts: list[tuple[int, str]]) -> MessageRef:
@@ -626,6 +634,21 @@ class TelegramOutbox:
                     await self._delete(chat_id, mid)
         except _Skipped:
             new.extend(old[j:])  # what is not redone still shows the old text
+        except ChannelError as exc:
+            # Refused part-way (a 429 past TELEGRAM_MAX_RETRY_WAIT, a failure): the
+            # messages already sent or rewritten are the answer's now, with the old
+            # ones not yet redone.  The core repeats the edit from this ref (and
+            # records it), never from the old one, which would send them again.
+            shown = new + old[j:]
+            if shown != old and _known(shown):
+                exc.partial_ref = MessageRef(
+                    CHANNEL,
+                    ref.conversation,
+                    str(next(mid for mid, _ in shown if mid)),
+                    ref.thread,
+                    refs.encode_parts(shown),
+                )
+            raise
         if not new:
             return ref
         first = next((mid for mid, _ in new if mid), 0)

@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.events import OutboundMessage, ThreadKey
 from agent_core.settings import load
+from agent_core.store.delivery import Delivery
 from agent_core.store.pacing import Pacer
 from channels.base import ChannelDeps
+from channels.slack import outbox as slack_outbox
 from channels.slack.channel import SlackChannel
 from channels.slack.settings import SlackSettings
 from tests.fakes.slack import TEAM, FakeSlack, SlackApiFault, _RateLimited
@@ -138,3 +141,71 @@ async def test_a_tail_message_whose_answer_was_lost_is_never_posted_again(
     await box.edit(ref, OutboundMessage(_long_answer(2)))
     texts = _bot_texts(fake_slack, thread)
     assert len(texts) == 2 and sum("END1" in t for t in texts) == 1, [t[-6:] for t in texts]
+
+
+async def test_final_edit_whose_later_message_stays_rate_limited_is_finished_later(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The final edit needs more messages than the preview, and the 2nd stays
+    rate-limited past _TAIL_MAX_WAIT (60 s, scaled): the outbox raises
+    SendRateLimited with the messages now out (partial_ref) instead of reporting
+    success with the rest dropped; the writer waits and finishes the answer."""
+    monkeypatch.setattr(slack_outbox, "_TAIL_MAX_WAIT", 1.5)  # scaled: 60 s
+    monkeypatch.setattr(ReplyWriter, "rate_limit_min_wait", 0.01)
+    thread = _thread(fake_slack)
+    box = slack.outbox()
+    ref = await box.send(thread, OutboundMessage("Section 0: lorem", final=False))  # preview
+    delivery = Delivery(redis, redis)
+    w = ReplyWriter(box, delivery, thread, "ev1", {"ev1:0": ref}, LockGuard())
+    # the final edit's 1st post (section 1) is refused with Retry-After 1 twice:
+    # 2 s of waiting, past the (scaled) bound
+    _fail_post(fake_slack, {1, 2}, lambda: _RateLimited(1))
+    final = await w.edit(ref, OutboundMessage(_long_answer(3)))
+    texts = _bot_texts(fake_slack, thread)
+    assert len(texts) == 3 and all(f"END{i}" in texts[i] for i in range(3)), [t[-6:] for t in texts]
+    assert len(box.message_ids(final)) == 3 and await delivery.sent_ref(thread, "ev1:0") == final
+
+
+async def test_first_send_whose_later_message_stays_rate_limited_is_finished_later(
+    fake_slack: FakeSlack, slack: SlackChannel, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new three-message answer whose 2nd message stays rate-limited past
+    _TAIL_MAX_WAIT: the part is recorded as the head, and after the wait the answer
+    is finished by editing it (the head is not posted again)."""
+    monkeypatch.setattr(slack_outbox, "_TAIL_MAX_WAIT", 1.5)  # scaled: 60 s
+    monkeypatch.setattr(ReplyWriter, "rate_limit_min_wait", 0.01)
+    thread = _thread(fake_slack)
+    box = slack.outbox()
+    delivery = Delivery(redis, redis)
+    w = ReplyWriter(box, delivery, thread, "ev1", {}, LockGuard())
+    _fail_post(fake_slack, {2, 3}, lambda: _RateLimited(1))
+    ref = await w.say(OutboundMessage(_long_answer(3)))
+    texts = _bot_texts(fake_slack, thread)
+    assert len(texts) == 3 and all(f"END{i}" in texts[i] for i in range(3)), [t[-6:] for t in texts]
+    assert len(box.message_ids(ref)) == 3 and await delivery.sent_ref(thread, "ev1:0") == ref
+
+
+async def test_final_edit_whose_later_message_is_refused_says_it_was_cut(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    """Slack refuses a later message of the final edit for good (not a rate limit):
+    the last message written ends with a "cut off" line, not silently short."""
+    thread = _thread(fake_slack)
+    box = slack.outbox()
+    ref = await box.send(thread, OutboundMessage("Section 0: lorem", final=False))  # preview
+    _fail_post(fake_slack, {1, 2}, lambda: SlackApiFault("msg_too_long"))
+    await box.edit(ref, OutboundMessage(_long_answer(3)))
+    texts = _bot_texts(fake_slack, thread)
+    assert len(texts) == 1 and "END0" in texts[0], [t[-6:] for t in texts]
+    assert texts[0].endswith(slack_outbox._CUT_OFF)
+
+
+async def test_first_send_whose_later_message_is_refused_says_it_was_cut(
+    fake_slack: FakeSlack, slack: SlackChannel
+) -> None:
+    thread = _thread(fake_slack)
+    _fail_post(fake_slack, {3, 4}, lambda: SlackApiFault("msg_too_long"))
+    await slack.outbox().send(thread, OutboundMessage(_long_answer(3)))
+    texts = _bot_texts(fake_slack, thread)
+    assert len(texts) == 2 and "END1" in texts[1], [t[-6:] for t in texts]
+    assert texts[1].endswith(slack_outbox._CUT_OFF) and not texts[0].endswith(slack_outbox._CUT_OFF)

@@ -11,7 +11,7 @@ import pytest
 
 from agent_core.agent.reply import LockGuard, ReplyWriter
 from agent_core.errors import LockLost, SendFailed
-from agent_core.events import OutboundMessage, ThreadKey
+from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.store import keys
 from agent_core.store.client import RedisClients
 from agent_core.store.delivery import Delivery
@@ -171,7 +171,8 @@ async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
     fake: FakeTelegram, channel: TelegramChannel, redis_clients: RedisClients
 ) -> None:
     """The first message of a long part is on screen when Telegram refuses the
-    next: the part stays claimed (a rerun must not send the first message twice)."""
+    next: the part stays claimed, recorded as that message (ChannelError.partial_ref),
+    so a rerun edits it and never sends the first message twice."""
     redis = redis_clients.redis
     delivery = Delivery(redis, redis_clients.blocking)
     await redis.set(keys.lock(DM), OWNER)
@@ -180,7 +181,9 @@ async def test_a_long_part_refused_after_its_first_message_keeps_its_claim(
         await writer(channel, delivery).say(OutboundMessage(LONG))
     await arm
     assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 403]
-    assert (await redis.hget(keys.sent(DM), "e1:0") or b"").startswith(b"pending:")
+    recorded = await delivery.sent_ref(DM, "e1:0")
+    assert isinstance(recorded, MessageRef) and recorded.message_id
+    assert len(channel.outbox().message_ids(recorded)) == 1  # the one message out
 
 
 async def test_a_part_whose_other_claim_is_given_back_is_sent_here(

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from agent_core.errors import SendFailed, SendRateLimited
+from agent_core.agent.reply import LockGuard, ReplyWriter
+from agent_core.errors import ChannelError, SendFailed, SendRateLimited
 from agent_core.events import MessageRef, OutboundMessage, ThreadKey
+from agent_core.store import keys
+from agent_core.store.delivery import Delivery
 from channels.telegram import TelegramChannel, refs
+from channels.telegram.sender import Limits
 from tests.fakes.telegram import FakeTelegram
 from tests.integration.telegram.conftest import FAST, make_channel
 
@@ -181,3 +186,107 @@ async def _stream_in_messages(fake: FakeTelegram, channel: TelegramChannel) -> N
     assert len(fake.calls_of("sendMessage")) == 3
     assert "".join(_shown(fake)).count("Part ") == 12
     assert len(refs.decode_parts(ref.extra, ref.message_id)) == 3
+
+
+# max_retry_wait=0: the first 429 is handed to the core (SendRateLimited), as after
+# TELEGRAM_MAX_RETRY_WAIT in production
+NO_WAIT = Limits(chat_interval=0.0, group_interval=0.0, global_interval=0.0, max_retry_wait=0.0)
+
+
+def _para(ch: str) -> str:
+    return (ch * 60 + " ") * 60  # ~3,660 chars: one Telegram message each
+
+
+def _fail_nth_send(
+    fake: FakeTelegram, outbox: object, monkeypatch: pytest.MonkeyPatch, nth: int, code: int
+) -> None:
+    """sendMessage number ``nth`` (counted from now) is refused with ``code``."""
+    sends = 0
+    real = outbox._api  # type: ignore[attr-defined]
+
+    async def api(method: str, **params: Any) -> object:
+        nonlocal sends
+        if method == "send_message":
+            sends += 1
+            if sends == nth:
+                if code == 429:
+                    fake.fail_next("sendMessage", 429, retry_after=1)
+                else:
+                    fake.fail_next("sendMessage", code, "Bad Request: test refusal")
+        return await real(method, **params)
+
+    monkeypatch.setattr(outbox, "_api", api)
+
+
+async def test_final_edit_refused_by_flood_control_part_way_sends_no_part_twice(
+    fake: FakeTelegram, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preview is one message, the final answer three: Telegram takes the 2nd
+    and refuses the 3rd with a 429 the channel does not wait out.  The writer
+    waits and makes the edit again from the messages now out (the partial ref the
+    channel attached), so the 2nd is not sent twice; the part is recorded as them."""
+    monkeypatch.setattr(ReplyWriter, "rate_limit_min_wait", 0.01)
+    ch = await make_channel(fake, redis, limits=NO_WAIT)
+    try:
+        outbox = ch.outbox()
+        ref = await outbox.send(DM, OutboundMessage(_para("a"), final=False))  # the preview
+        delivery = Delivery(redis, redis)
+        w = ReplyWriter(outbox, delivery, DM, "ev1", {"ev1:0": ref}, LockGuard())
+        _fail_nth_send(fake, outbox, monkeypatch, 2, 429)
+        text = "\n\n".join(_para(c) for c in "abc")
+        final = await w.edit(ref, OutboundMessage(text))
+        texts = fake.sent_texts(42)  # (the ones Telegram took)
+        assert [t[:1] for t in texts] == ["a", "b", "c"], [t[:5] for t in texts]
+        assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 200, 429, 200]
+        assert len(outbox.message_ids(final)) == 3 and w.sent["ev1:0"] == final
+        assert await delivery.sent_ref(DM, "ev1:0") == final
+    finally:
+        await ch.shutdown()
+
+
+async def test_a_streamed_edit_refused_part_way_keeps_the_messages_it_sent(
+    fake: FakeTelegram, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed (droppable) edit sends two continuations and the second is
+    refused: the streamed reply keeps the ref of the messages now out, so the final
+    edit does not send the first continuation again."""
+    ch = await make_channel(fake, redis, limits=NO_WAIT)
+    try:
+        outbox = ch.outbox()
+        ref = await outbox.send(DM, OutboundMessage(_para("a"), final=False))  # the preview
+        w = ReplyWriter(outbox, None, DM, "ev1", {}, LockGuard())  # type: ignore[arg-type]
+        _fail_nth_send(fake, outbox, monkeypatch, 2, 400)
+        growing = "\n\n".join(_para(c) for c in "abcd")  # b, c sent; d withheld (the tail)
+        with pytest.raises(ChannelError) as failed:
+            await w.edit(ref, OutboundMessage(growing, final=False), droppable=True)
+        partial = failed.value.partial_ref
+        assert partial is not None and len(outbox.message_ids(partial)) == 2
+        await w.edit(partial, OutboundMessage(growing))
+        texts = fake.sent_texts(42)
+        assert [t[:1] for t in texts] == ["a", "b", "c", "d"], [t[:5] for t in texts]
+    finally:
+        await ch.shutdown()
+
+
+async def test_a_first_send_refused_by_flood_control_part_way_is_finished_by_an_edit(
+    fake: FakeTelegram, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A three-message answer sent anew: the 2nd message gets a 429.  The part is
+    recorded as the 1st message, and after the wait the answer is finished by
+    editing it: the 2nd and 3rd are sent, the 1st is not sent again."""
+    monkeypatch.setattr(ReplyWriter, "rate_limit_min_wait", 0.01)
+    ch = await make_channel(fake, redis, limits=NO_WAIT)
+    try:
+        outbox = ch.outbox()
+        delivery = Delivery(redis, redis)
+        await redis.set(keys.lock(DM), "owner-1")  # claims fenced by the thread lock
+        w = ReplyWriter(outbox, delivery, DM, "ev1", {}, LockGuard(owner="owner-1"))
+        _fail_nth_send(fake, outbox, monkeypatch, 2, 429)
+        ref = await w.say(OutboundMessage("\n\n".join(_para(c) for c in "abc")))
+        texts = fake.sent_texts(42)
+        assert [t[:1] for t in texts] == ["a", "b", "c"], [t[:5] for t in texts]
+        assert [c.status for c in fake.calls if c.method == "sendMessage"] == [200, 429, 200, 200]
+        assert len(outbox.message_ids(ref)) == 3
+        assert await delivery.sent_ref(DM, "ev1:0") == ref
+    finally:
+        await ch.shutdown()
