@@ -199,14 +199,16 @@ class Turn:
                 # its calls wait for their results (session.resume): never repaired
                 # here (the wait's end would add them again); a step acting on the
                 # approval (closing its prompt, the next call's prompt) ends the wait
-                # with what happened, a command's reply leaves it as it is
-                # a command's reply leaves the wait as it is, and says so as well
-                await self.stop_in_wait()
+                # with what happened, and says so.  A command's reply leaves the wait
+                # as it is and says nothing: the queued /interrupt cancels the
+                # approval next and tells the person itself (one notice, not two)
+                if await self.stop_in_wait():
+                    await self.say_notice(self.stopped_notice())
             else:
                 repair_history(self.session.history)
                 if self.session.state == ThreadState.PROCESSING:
                     self.session.state = ThreadState.IDLE
-            await self.say_notice(self.stopped_notice())  # the person is told
+                await self.say_notice(self.stopped_notice())  # the person is told
             await self._consume_interrupt()
             outcome = "stopped:interrupted"
             return outcome

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -349,9 +350,12 @@ def wire_history(messages: Sequence[ChatMessage], *, id_limit: int = 0) -> tuple
     * tool names no API accepts (``multi_tool_use.parallel``, an empty name) made
       safe (:func:`safe_tool_name`);
     * a call id already used by an earlier call (ids made up for calls that came
-      without one used to repeat) renamed, with the results that answer it, to
-      ``<id>_2``...: Anthropic refuses repeated ``tool_use`` ids;
-    * a second result of one call dropped (OpenAI and Anthropic refuse it);
+      without one used to repeat, within one answer or across answers) renamed to
+      ``<id>_2``...: Anthropic refuses repeated ``tool_use`` ids.  The results
+      carrying a stored id answer the calls of the latest answer with that id in
+      order: the first result the first such call, the next the next;
+    * a result for a call that is already answered (every call with its id is)
+      dropped as a second result (OpenAI and Anthropic refuse it);
     * ids longer than ``id_limit`` (OpenAI: :data:`OPENAI_ID_LIMIT`) shortened, the
       same for a call and its result.
 
@@ -359,11 +363,14 @@ def wire_history(messages: Sequence[ChatMessage], *, id_limit: int = 0) -> tuple
     A history that needs none of it is returned as it is."""
     out: list[ChatMessage] = []
     used: set[str] = set()  # ids sent for calls so far
-    latest: dict[str, str] = {}  # a stored id -> the id sent for its latest call
-    answered: set[str] = set()
+    # a stored id -> the ids sent for the calls with it in the latest answer that
+    # has it, not yet answered, oldest first
+    waiting: dict[str, deque[str]] = {}
+    answered: set[str] = set()  # ids sent for results so far
     for m in messages:
         if m.role == "assistant" and m.tool_calls:
             calls = []
+            fresh: dict[str, deque[str]] = {}
             for c in m.tool_calls:
                 cid = _fit_id(c.id, id_limit)
                 n = 1
@@ -371,14 +378,21 @@ def wire_history(messages: Sequence[ChatMessage], *, id_limit: int = 0) -> tuple
                     n += 1
                     cid = _fit_id(f"{c.id or 'call'}_{n}", id_limit)
                 used.add(cid)
-                latest[c.id] = cid
+                fresh.setdefault(c.id, deque()).append(cid)
                 calls.append(ToolCall(cid, safe_tool_name(c.name), c.arguments))
+            waiting.update(fresh)  # an earlier answer's calls with these ids: done
             fixed = tuple(calls)
             out.append(m if fixed == m.tool_calls else replace(m, tool_calls=fixed))
         elif m.role == "tool":
-            cid = latest.get(m.tool_call_id) or _fit_id(m.tool_call_id, id_limit)
-            if cid in answered:
-                continue  # a second result of one call
+            queue = waiting.get(m.tool_call_id)
+            if queue is not None:
+                if not queue:
+                    continue  # a second result: every call with this id is answered
+                cid = queue.popleft()
+            else:  # no call with this id before it: passed on, its id fitted
+                cid = _fit_id(m.tool_call_id, id_limit)
+                if cid in answered:
+                    continue  # another result already went with that id
             answered.add(cid)
             out.append(m if cid == m.tool_call_id else replace(m, tool_call_id=cid))
         else:

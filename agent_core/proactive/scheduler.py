@@ -41,7 +41,10 @@ and a full job's event id stay the same (a message already sent is not sent
 again; a full job whose turn was submitted is not run again: the inbound stream
 runs it).  The two looks are for an owner that lives but could not renew (Redis
 unreachable for over a lease): its keeper retries every lease/15 after a failure,
-so it renews before the second look.  A run taken over once and whose process died
+so it renews before the second look.  The looks must go on in between: a sighting
+is forgotten after a gap of more than lease/2 and two ticks since the last look, when
+the lease is taken, and when a tick fails on Redis (the owner may have renewed and
+lapsed again unseen).  A run taken over once and whose process died
 again is given up: it is recorded as 'interrupted', and admins are told.  An owner
 that is alive (a stalled leader that lost the lease, still finishing its runs)
 keeps its runs.
@@ -147,6 +150,12 @@ class Scheduler:
         # renewed by then
         self._dead_after = lease_secs / 2
         self._missing: dict[str, float] = {}  # owner -> when first seen without a key
+        # when the last look at the alive keys was (elapsed): a first sighting counts
+        # only while the looks go on, a tick apart.  After a gap (the lease lost and
+        # taken back, ticks failing on Redis) the owner may have renewed and lapsed
+        # again unseen, so :attr:`_missing` starts over
+        self._looked: float | None = None
+        self._look_gap = self._dead_after + 2 * tick_secs
         self._held: set[str] = set()  # run ids this process took and is starting or running
         self._ended: set[str] = set()  # run ids ended whose record was not removed (retried)
         self.leader = False
@@ -199,11 +208,13 @@ class Scheduler:
                 wait = self._alive_ms / 15_000
 
     async def _lead(self, stop: asyncio.Event) -> None:
+        self._missing.clear()  # sightings from before this lease count no more
         while not stop.is_set() and not self.lease.lost.is_set():
             try:
                 await self._tick_or_stop(stop)
             except (RedisError, OSError) as exc:
                 log.warning("scheduler: Redis unavailable (%s)", type(exc).__name__)
+                self._missing.clear()  # no looks while Redis is away: start over
             except Exception:
                 log.exception("scheduler tick failed")  # the loop never dies
             lost = asyncio.ensure_future(self.lease.lost.wait())
@@ -511,10 +522,16 @@ class Scheduler:
 
     async def _dead(self, theirs: list[tuple[str, bytes, str]]) -> list[tuple[str, bytes, str]]:
         """The records in ``theirs`` whose owner's alive key has been missing for
-        lease/2 or more (:attr:`_missing` keeps when each was first seen missing)."""
+        lease/2 or more (:attr:`_missing` keeps when each was first seen missing), at
+        looks that went on meanwhile: a sighting older than the gap since the last
+        look is forgotten (the owner may have renewed in between), so an owner whose
+        key was missing once long ago is not taken for dead at one look."""
         now = self.elapsed()
         owners = sorted({owner for _, _, owner in theirs})
         marks = await self.redis.mget([keys.routine_alive(o) for o in owners]) if owners else []
+        if self._looked is not None and now - self._looked > self._look_gap:
+            self._missing.clear()
+        self._looked = now
         gone = {o for o, mark in zip(owners, marks, strict=True) if mark is None}
         for o in [o for o in self._missing if o not in gone]:
             del self._missing[o]  # alive again, or no runs in flight

@@ -208,6 +208,7 @@ async def test_an_interrupted_prompt_close_ends_the_wait_once(
     await interrupt_the_wait(w, outbox, t)
     expected = STOPPED_NOT_RUN if decision == "a" else DENIED
     assert await results_of(w, t) == [("call_c", expected)]
+    assert len([x for x in w.texts(t) if "Stopped" in x]) == 1, w.texts(t)  # told once
     assert await w.counter() == 0  # stopped before it ran
     await still_answers(w, t)
 
@@ -239,7 +240,8 @@ async def test_an_interrupted_command_reply_leaves_the_wait_to_its_prompt(
 ) -> None:
     """While an approval waits, a command's reply waits for the rate limit and
     /interrupt ends it: the wait is not touched (its prompt still decides it), and the
-    queued /interrupt then cancels the approval, once."""
+    queued /interrupt then cancels the approval, once, and says so: one notice (before,
+    the stopped command's turn said "Stopped." as well)."""
     t = ThreadKey("web", "local", "intr-command")
     w, outbox = await limited_world(
         world, monkeypatch, {"go": (ToolCall("call_c", "counter", {}),)}
@@ -250,7 +252,8 @@ async def test_an_interrupted_command_reply_leaves_the_wait_to_its_prompt(
     await w.send(user_event(t, "/status"))
     await interrupt_the_wait(w, outbox, t)
     assert await results_of(w, t) == [("call_c", "error: not run: the user cancelled the request")]
-    assert "Stopped: the pending approval was cancelled." in w.texts(t)
+    stops = [x for x in w.texts(t) if "Stopped" in x]
+    assert stops == ["Stopped: the pending approval was cancelled."], w.texts(t)
     await still_answers(w, t)
 
 

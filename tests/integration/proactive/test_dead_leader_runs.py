@@ -88,10 +88,11 @@ async def _inflight(w: Any) -> dict[bytes, bytes]:
 async def _looks(*ps: Any, clock: FakeClock) -> None:
     """The leaders' first look at a dead owner's missing alive key: nothing is taken
     over yet (a living owner back from a Redis outage renews it first); lease/2
-    later (here a lease) the next look does."""
+    later the next look does (a longer gap between looks would start the count
+    over: the owner may have renewed meanwhile, unseen)."""
     for p in ps:
         assert await p.scheduler.tick() == []
-    clock.advance(LEASE)
+    clock.advance(LEASE / 2)
 
 
 async def test_a_cron_fire_in_flight_on_a_killed_leader_runs_once_on_the_next(
@@ -597,7 +598,7 @@ async def test_a_living_process_keeps_its_run_after_a_redis_outage_longer_than_a
             if await w.redis.exists(keys.routine_alive("a")):
                 break
             await asyncio.sleep(0.02)
-        clock.advance(LEASE)
+        clock.advance(LEASE / 2)
         assert await b.scheduler.tick() == []  # a renewed: it keeps its run
         gate.set()
         await a.scheduler.wait_idle()
@@ -610,3 +611,100 @@ async def test_a_living_process_keeps_its_run_after_a_redis_outage_longer_than_a
     assert len(calls) == 1 and texts_to(w, TG) == ["report"]
     assert [x.outcome for x in await b.store.runs("manual")] == ["sent"]
     assert await _inflight(w) == {}
+
+
+async def _living(pworld: Any) -> tuple[Any, FakeClock, Any, asyncio.Event]:
+    """A living owner "a" with a queued run in flight (its model call waits for the
+    returned gate); its alive key is set and removed by hand (no keeper runs)."""
+    w, clock = await _world(pworld, name="manual", trigger="manual")
+    a = w.proactive(clock, owner="a")
+    gate, hanging = asyncio.Event(), asyncio.Event()
+    real = a.runner._light
+
+    async def slow(*args: Any, **kw: Any) -> str:
+        hanging.set()
+        await gate.wait()  # a long model call: a is alive and running it
+        return await real(*args, **kw)
+
+    a.runner._light = slow  # type: ignore[method-assign]
+    await a.store.queue_run("manual")
+    assert await a.scheduler.tick() == ["manual"]
+    await hanging.wait()
+    return w, clock, a, gate
+
+
+async def _run_once_more(w: Any, a: Any, b: Any, gate: asyncio.Event) -> None:
+    """a's run ends; it ran once, in a alone."""
+    gate.set()
+    await a.scheduler.wait_idle()
+    await b.scheduler.wait_idle()
+    assert texts_to(w, TG) == ["report"]
+    assert [x.outcome for x in await b.store.runs("manual")] == ["sent"]
+    assert await _inflight(w) == {}
+
+
+async def test_a_sighting_before_a_gap_in_the_looks_does_not_count(pworld: Any) -> None:
+    """b saw a's alive key missing once (a blip), then looked no more for an hour
+    (it lost the lease, or its ticks failed); a renewed meanwhile.  a's key lapses
+    again briefly: b's first look at this lapse is a first sighting, not the second
+    look lease/2 after the old one.  Before, that old sighting counted: the run was
+    taken over at a single look while a still ran it, and ran twice."""
+    w, clock, a, gate = await _living(pworld)
+    b = w.proactive(clock, owner="b")
+    try:
+        await w.redis.delete(keys.routine_alive("a"))  # a blip
+        assert await b.scheduler.tick() == []
+        await w.redis.set(keys.routine_alive("a"), b"1", px=int(LEASE * 1000))  # renewed
+        clock.advance(3600)  # b does not look meanwhile
+        await w.redis.delete(keys.routine_alive("a"))  # another blip
+        assert await b.scheduler.tick() == []  # b's first look at it
+    finally:
+        await _run_once_more(w, a, b, gate)
+
+
+async def test_a_sighting_before_the_lease_or_a_failed_tick_does_not_count(
+    pworld: Any,
+) -> None:
+    """b's lead (its real loop, its ticks scripted) starts over what it saw missing:
+    a sighting from before it took the lease, and one from before a tick failed on
+    Redis (it looked at nothing meanwhile), are not the first of two looks.  Each
+    time the next sighting, lease/2 later (within the gap that starts the count over
+    by itself), is a first one, and a, which lives, keeps its run."""
+    w, clock, a, gate = await _living(pworld)
+    b = w.proactive(clock, owner="b", scheduler_tick_secs=0.01)
+    real_tick = b.scheduler.tick
+
+    async def lead(*script: Callable[[], Any]) -> list[Any]:
+        """One lead of b's, its ticks ``script``; what each tick that ended returned."""
+        steps, got, stop = list(script), [], asyncio.Event()
+
+        async def tick() -> Any:
+            step = steps.pop(0)
+            if not steps:
+                stop.set()
+            got.append(await step())
+            return got[-1]
+
+        b.scheduler.tick = tick  # type: ignore[method-assign]
+        try:
+            await asyncio.wait_for(b.scheduler._lead(stop), 30)
+        finally:
+            b.scheduler.tick = real_tick  # type: ignore[method-assign]
+        return got
+
+    async def down() -> list[str]:
+        raise RedisConnectionError("Redis unreachable")
+
+    async def look_then_wait() -> list[str]:
+        started = await real_tick()
+        clock.advance(LEASE / 2)
+        return started
+
+    try:
+        await w.redis.delete(keys.routine_alive("a"))  # a's key lapses (a blip)
+        assert await look_then_wait() == []  # seen missing before b leads
+        assert await lead(real_tick) == [[]]  # the lead starts: forgotten
+        # within a lead: a sighting, a tick failed on Redis, the next look
+        assert await lead(look_then_wait, down, real_tick) == [[], []]
+    finally:
+        await _run_once_more(w, a, b, gate)

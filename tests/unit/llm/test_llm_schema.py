@@ -147,6 +147,48 @@ def test_wire_history_renames_repeated_ids_with_their_results() -> None:
     assert wire_history(ok) == tuple(ok)
 
 
+def test_wire_history_pairs_results_with_calls_sharing_an_id_in_one_answer() -> None:
+    """Two calls of one answer with the same id (old sessions, a server that gave
+    every call one id), each with its result: the calls are told apart and each
+    result answers its own call, in order.  Before, the first result was sent for
+    the second call, the second dropped, and the first call left unanswered: every
+    request refused until /new."""
+    both = (
+        ToolCall("call_0", "weather", {"c": "Paris"}),
+        ToolCall("call_0", "weather", {"c": "Rome"}),
+    )
+    h = [
+        ChatMessage("user", "weather in Paris and Rome"),
+        ChatMessage("assistant", "", both),
+        ChatMessage("tool", "Paris: sun", tool_call_id="call_0", name="weather"),
+        ChatMessage("tool", "Rome: rain", tool_call_id="call_0", name="weather"),
+        ChatMessage("tool", "Rome again", tool_call_id="call_0", name="weather"),  # a third
+        ChatMessage("tool", "lost", tool_call_id="call_9", name="weather"),  # no such call
+        ChatMessage("user", "thanks"),
+    ]
+    out = wire_history(h)
+    assert [c.id for m in out for c in m.tool_calls] == ["call_0", "call_0_2"]
+    assert [(m.tool_call_id, m.content) for m in out if m.role == "tool"] == [
+        ("call_0", "Paris: sun"),
+        ("call_0_2", "Rome: rain"),
+        ("call_9", "lost"),  # no call: passed on as it is
+    ]
+    assert wire_history(h) == out  # the same every time (prompt caching)
+    # an earlier answer's call left unanswered: results after the latest answer
+    # with that id answer that answer's calls
+    later = [
+        ChatMessage("user", "a"),
+        ChatMessage("assistant", "", (ToolCall("call_0", "t", {}),)),
+        ChatMessage("user", "b"),
+        ChatMessage("assistant", "", both),
+        ChatMessage("tool", "one", tool_call_id="call_0", name="weather"),
+        ChatMessage("tool", "two", tool_call_id="call_0", name="weather"),
+    ]
+    out = wire_history(later)
+    assert [c.id for m in out for c in m.tool_calls] == ["call_0", "call_0_2", "call_0_3"]
+    assert [m.tool_call_id for m in out if m.role == "tool"] == ["call_0_2", "call_0_3"]
+
+
 def test_wire_history_drops_a_second_result_and_fixes_names() -> None:
     h = [
         ChatMessage("user", "a"),

@@ -797,6 +797,14 @@ def _broken_history() -> tuple[ChatMessage, ...]:
             ChatMessage("tool", f"r{n}", tool_call_id=cid, name=name),
         ]
     out.append(ChatMessage("tool", "again", tool_call_id=long_id, name=""))  # a 2nd result
+    # two calls of one answer with one id, each with its result
+    twins = (ToolCall("call_0", "t", {"n": 1}), ToolCall("call_0", "t", {"n": 2}))
+    out += [
+        ChatMessage("user", "q3"),
+        ChatMessage("assistant", "", twins),
+        ChatMessage("tool", "r3a", tool_call_id="call_0", name="t"),
+        ChatMessage("tool", "r3b", tool_call_id="call_0", name="t"),
+    ]
     out += [ChatMessage("user", "unanswered"), ChatMessage("user", "next")]
     return tuple(out)
 
