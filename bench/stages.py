@@ -111,7 +111,7 @@ def install(path: str) -> None:
     Turn.run = turn_run  # type: ignore[method-assign]
     for cls, name, stage in (
         (Turn, "_stream", "llm"),
-        (Pacer, "book", "pace"),  # reserve() books through it,
+        (Pacer, "book", "pace"),  # reserve() books through it
     ):
         _wrap(
             cls,
