@@ -35,6 +35,14 @@ def turn_deadline(timeout: asyncio.Timeout | None) -> Iterator[None]:
         _TURN.reset(token)
 
 
+def turn_expired() -> bool:
+    """Whether the turn's deadline has run out: a CancelledError seen inside the
+    turn then comes from ``TURN_TIMEOUT_SECS`` (else: /interrupt's own cancel of
+    a wait, a shutdown), and a streamed preview may still be marked as cut off."""
+    tm = _TURN.get()
+    return tm is not None and tm.expired()
+
+
 def _move(secs: float) -> None:
     tm = _TURN.get()
     if tm is None or tm.expired():
