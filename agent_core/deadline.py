@@ -70,6 +70,14 @@ def outside_turn() -> Iterator[None]:
         _TURN.reset(token)
 
 
+def turn_expired() -> bool:
+    """Whether the turn's deadline has run out: a CancelledError seen inside the
+    turn then comes from ``TURN_TIMEOUT_SECS`` (else: /interrupt's own cancel of
+    a wait, a shutdown), and a streamed preview may still be marked as cut off."""
+    clock = _TURN.get()
+    return clock is not None and clock.timeout.expired()
+
+
 def waited() -> float:
     """How far the current turn's deadline has moved back for the platform (0
     outside a turn)."""

@@ -9,7 +9,8 @@ platform's limit, paces it under its platform's rate limits and returns a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -242,3 +243,38 @@ def set_current_part(name: str | None) -> object:
 
 def reset_current_part(token: object) -> None:
     _PART.reset(token)  # type: ignore[arg-type]
+
+
+# --- skipped streamed edits -----------------------------------------------------
+# A droppable edit (a streamed preview's, ``message.final`` False) may be skipped
+# by the channel (no pacing slot free, a 429, a timeout, its own pace): the edit
+# call still returns normally, with the ref as it stands.  The channel then calls
+# :func:`edit_skipped` (also when only part of the edit was made), so the core
+# knows the message does not show that text and edits again once it may
+# (``StreamingReply``'s catch-up edit).  Outside :func:`watch_skips` a no-op.
+
+
+@dataclass
+class SkipWatch:
+    skipped: bool = False
+
+
+_SKIPS: ContextVar[SkipWatch | None] = ContextVar("parley_edit_skips", default=None)
+
+
+def edit_skipped() -> None:
+    """The droppable edit under way was skipped (in whole or in part)."""
+    watch = _SKIPS.get()
+    if watch is not None:
+        watch.skipped = True
+
+
+@contextlib.contextmanager
+def watch_skips() -> Iterator[SkipWatch]:
+    """Within this block, a channel's :func:`edit_skipped` sets ``.skipped``."""
+    watch = SkipWatch()
+    token = _SKIPS.set(watch)
+    try:
+        yield watch
+    finally:
+        _SKIPS.reset(token)

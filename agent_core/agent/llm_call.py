@@ -144,7 +144,8 @@ async def stream_reply(self: Turn, request: CompletionRequest) -> Completion:
     if final is None:
         raise llm_errors.InvalidResponse("stream ended without a final message")
     if final.tool_calls and reply.ref is not None:
-        await reply.finish()  # keep the streamed preamble as sent
+        # keep the streamed preamble as sent, stripped like any answer
+        await reply.finish(final.text.strip() or None)
     return final
 
 

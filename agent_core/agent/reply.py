@@ -30,6 +30,7 @@ the part, and the send or edit is made again from them, so none is sent twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -54,6 +55,7 @@ from agent_core.outbox import (
     reset_on_wire,
     set_current_part,
     set_on_wire,
+    watch_skips,
     wire_refused,
     wire_shown,
     wire_unsent,
@@ -521,12 +523,24 @@ class ReplyWriter:
                 log.warning("[%s] could not remove part %s: %s", self.thread, field, exc)
 
 
+CATCH_UP_MIN_WAIT = 0.1  # seconds: the least a catch-up edit waits
+
+
 class StreamingReply:
     """An answer that grows while the model streams.
 
     The first text is sent at once; later text edits the same message at most
     once per ``outbox.stream_interval``; ``finish`` makes the final edit with the
     whole text.  Channels that do not stream get only the final message.
+
+    Text held back by the interval, or an edit the channel skipped (it reports
+    so: ``agent_core.outbox.edit_skipped``, or a ChannelError), is shown by one
+    *catch-up* edit once the interval is over, whether or not more text comes
+    (a stream may stall right after it: a slow provider, a long tool-call
+    argument that streams no text).  Only a made edit counts as shown; a
+    SendRateLimited pushes the catch-up back by its Retry-After.  ``finish``
+    calls a pending catch-up off (one under way is let end first);
+    ``abandon`` calls it off without a last edit.
 
     A preview whose message id is unknown (its send timed out after leaving, or
     its sender died mid-request) cannot be edited: ``finish`` then sends the
@@ -542,8 +556,11 @@ class StreamingReply:
         self.text = ""
         self.ref: MessageRef | None = None
         self._last_edit = 0.0
-        self._shown = ""
+        self._shown = ""  # the text the message really shows (a skipped edit is not)
         self._preview = ""  # the text of the first (preview) send
+        self._catch_up: asyncio.Task[None] | None = None
+        self._catching_up = False  # the catch-up task is making its edit
+        self.finished = False
 
     @property
     def streaming(self) -> bool:
@@ -552,25 +569,87 @@ class StreamingReply:
     async def feed(self, delta: str) -> None:
         self.text += delta
         interval = self.w.outbox.stream_interval
-        if interval is None or not self.text.strip():
+        if interval is None or not self.text.strip() or self.finished:
             return
-        now = time.monotonic()
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(self.text, final=False))
-            self._last_edit, self._shown = now, self.text
+            self._last_edit, self._shown = time.monotonic(), self.text
             self._preview = self.text
-        elif now - self._last_edit >= interval and self.text != self._shown:
-            self._last_edit, self._shown = now, self.text
+        elif self._catch_up is None and self.text != self._shown:
+            # (with a catch-up edit due, it shows this text when its time comes)
+            if time.monotonic() - self._last_edit >= interval:
+                await self._edit(interval)
+            else:
+                self._schedule(interval)
+
+    def _schedule(self, interval: float) -> None:
+        """Held-back text (or a skipped edit) is shown once the interval is over,
+        whether or not more text comes: the stream may stall right after it."""
+        if self._catch_up is None and not self.finished and self.ref is not None:
+            # (at least CATCH_UP_MIN_WAIT: an edit skipped on a channel with no
+            # interval is not tried again in a busy loop)
+            wait = max(CATCH_UP_MIN_WAIT, self._last_edit + interval - time.monotonic())
+            self._catch_up = asyncio.create_task(self._catch_up_after(wait, interval))
+
+    async def _catch_up_after(self, wait: float, interval: float) -> None:
+        await asyncio.sleep(wait)
+        self._catching_up = True
+        try:
+            await self._edit(interval, rearm=False)
+        except Exception as exc:  # LockLost, a Redis error: the turn meets it itself
+            log.debug("[%s] catch-up edit failed: %s", self.w.thread, exc)
+        finally:
+            self._catching_up = False
+            self._catch_up = None
+        if self.text != self._shown:  # more came (or the edit was skipped)
+            self._schedule(interval)
+
+    async def _edit(self, interval: float, *, rearm: bool = True) -> None:
+        """One droppable edit with the text so far; ``_shown`` only if it was made."""
+        assert self.ref is not None
+        text = self.text
+        self._last_edit = time.monotonic()
+        with watch_skips() as watch:
             try:
                 self.ref = await self.w.edit(
-                    self.ref, OutboundMessage(self.text, final=False), droppable=True
+                    self.ref, OutboundMessage(text, final=False), droppable=True
                 )
             except ChannelError as exc:  # an intermediate edit is droppable
                 if exc.partial_ref is not None:  # made part-way: the answer's messages now
                     self.ref = exc.partial_ref
                 log.debug("[%s] streaming edit skipped: %s", self.w.thread, exc)
+                watch.skipped = True
+                if isinstance(exc, SendRateLimited):  # no catch-up before it may
+                    self._last_edit += exc.retry_after
+        if not watch.skipped:
+            self._shown = text
+        if rearm and self.text != self._shown:
+            self._schedule(interval)
+
+    async def _stop_catch_up(self) -> None:
+        """No catch-up edit after this: a pending one is cancelled, one under way
+        (a droppable edit: it never waits long) is let end, so its ref counts."""
+        task, self._catch_up = self._catch_up, None
+        if task is None or task is asyncio.current_task():
+            return
+        if self._catching_up:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    def abandon(self) -> None:
+        """The turn is going away without a last edit (a shutdown): no catch-up."""
+        self.finished = True
+        if self._catch_up is not None:
+            self._catch_up.cancel()
+            self._catch_up = None
 
     async def finish(self, final_text: str | None = None) -> MessageRef | None:
+        self.finished = True
+        await self._stop_catch_up()
         text = self.text if final_text is None else final_text
         if not text.strip():
             return self.ref

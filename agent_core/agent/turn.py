@@ -62,6 +62,7 @@ from agent_core.agent.reply import LockGuard, ReplyWriter, StreamingReply
 from agent_core.agent.session import Session, ThreadState, mid_turn
 from agent_core.agent.tokens import estimate, tools_tokens
 from agent_core.agent.turn_approvals import STOPPED_NOT_RUN, Interrupted, routine_job
+from agent_core.deadline import turn_expired
 from agent_core.errors import ChannelError, LockLost
 from agent_core.events import (
     EventKind,
@@ -85,6 +86,7 @@ from agent_core.tools.base import ToolContext
 log = logging.getLogger(__name__)
 
 TYPING_DELAY = 0.8  # seconds before a turn shows the typing indicator
+STOP_GRACE_SECS = 2.0  # the most a timed-out turn spends marking its preview cut off
 
 T = TypeVar("T")
 
@@ -480,6 +482,9 @@ class Turn:
         except BudgetRefused as exc:
             await self.say_notice(str(exc))
             outcome = Stopped("budget")
+        except asyncio.CancelledError:
+            await self._cancelled_streaming()
+            raise
         except Interrupted:
             await self._stop_streaming("_(stopped)_")
             await self.say_notice(self.stopped_notice())
@@ -528,10 +533,38 @@ class Turn:
         return f"stopped:{outcome.reason}"
 
     async def _stop_streaming(self, tail: str) -> None:
+        """A preview cut while streaming is finished with its text and ``tail``.
+        A reply already finished (the text before a tool call, kept as a message
+        of its own) was not cut: it is left as it is."""
         reply = self._reply
-        if reply is not None and reply.ref is not None:
+        if reply is not None and reply.ref is not None and not reply.finished:
             with contextlib.suppress(ChannelError):
                 await reply.finish(with_marker(reply.text, tail))
+
+    async def _cancelled_streaming(self) -> None:
+        """The turn's task is being cancelled.  By ``TURN_TIMEOUT_SECS``: the preview
+        is marked "_(cut off)_" like one cut by an LLM error, within
+        ``STOP_GRACE_SECS`` (the edit runs as a task of its own, so the cancel does
+        not reach it; past the grace it is given up).  By anything else (the worker
+        shutting down): no edit at all, the turn is handed back and its rerun edits
+        that same message to the new answer; only a pending catch-up edit is
+        called off."""
+        reply = self._reply
+        if not turn_expired():
+            if reply is not None:
+                reply.abandon()
+            return
+        task = asyncio.create_task(self._stop_streaming("_(cut off)_"))
+        try:
+            await asyncio.wait({task}, timeout=STOP_GRACE_SECS)
+        finally:
+            if not task.done():
+                task.cancel()
+                log.info("[%s] the cut-off preview was not marked in time", self.thread)
+            elif not task.cancelled() and task.exception() is not None:
+                log.info(
+                    "[%s] could not mark the cut-off preview: %s", self.thread, task.exception()
+                )
 
     # -- interrupt -------------------------------------------------------------
     def may_stop(self, user: str) -> bool:

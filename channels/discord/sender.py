@@ -30,7 +30,7 @@ from agent_core.errors import (
     SendUnconfirmed,
 )
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import current_part, on_wire, wire_claim, wire_created
+from agent_core.outbox import current_part, edit_skipped, on_wire, wire_claim, wire_created
 from agent_core.store.pacing import Pacer, pace_key
 from channels.download import fetch_capped, origin
 from channels.never_sent import never_sent
@@ -372,10 +372,12 @@ class DiscordOutbox:
                 if k < first:
                     continue
                 if not await self._pace(dest, droppable=droppable):
+                    edit_skipped()  # the core edits again once it may (a catch-up edit)
                     return ref if k == 0 else self._ref(ref, ids + old[len(ids) :], preview=True)
                 try:
                     await self._patch(dest, old[k], payload, droppable=droppable)
                 except _Skipped:
+                    edit_skipped()
                     return ref if k == 0 else self._ref(ref, ids + old[len(ids) :], preview=True)
                 except _Gone:
                     if not streamed:
@@ -400,6 +402,8 @@ class DiscordOutbox:
                     ids[-1] = await self._create(dest, k, payload, part=f"~{old[k]}")
             else:
                 if not await self._pace(dest, droppable=droppable):
+                    if droppable:
+                        edit_skipped()
                     return self._ref(ref, ids, preview=droppable)
                 ids.append(await self._create(dest, k, payload, part=f"+{ref.message_id}"))
         if not droppable:

@@ -57,7 +57,14 @@ from agent_core.events import (
     OutboundMessage,
     ThreadKey,
 )
-from agent_core.outbox import current_part, on_wire, wire_claim, wire_created, wire_retry
+from agent_core.outbox import (
+    current_part,
+    edit_skipped,
+    on_wire,
+    wire_claim,
+    wire_created,
+    wire_retry,
+)
 from agent_core.store.pacing import Pacer
 from channels import url_tokens
 from channels.never_sent import never_sent
@@ -564,9 +571,11 @@ class SlackOutbox:
     async def _preview(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
         now = time.monotonic()
         if now < self._previews_quiet_until:
+            edit_skipped()  # the core edits again once it may (a catch-up edit)
             return ref  # a streamed edit was rate-limited: skip until its Retry-After
         last = self._last_edit.get(ref.message_id, 0.0)
         if self.stream_interval and now - last < self.stream_interval * 0.9:
+            edit_skipped()
             return ref
         post = render_preview(message)
         try:
@@ -579,8 +588,11 @@ class SlackOutbox:
             )
         except ChannelError as exc:
             log.debug("streamed Slack edit skipped: %s", exc)
+            edit_skipped()
             return ref
-        if resp is not None:
+        if resp is None:
+            edit_skipped()  # no pacing slot, a 429 or a timeout: skipped
+        else:
             if len(self._last_edit) > _MEMO_MAX:
                 self._last_edit.clear()
             self._last_edit[ref.message_id] = now

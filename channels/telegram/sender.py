@@ -71,7 +71,7 @@ from agent_core.errors import (
     SendUnconfirmed,
 )
 from agent_core.events import Attachment, InboundEvent, MessageRef, OutboundMessage, ThreadKey
-from agent_core.outbox import on_wire, wire_claim, wire_created, wire_retry
+from agent_core.outbox import edit_skipped, on_wire, wire_claim, wire_created, wire_retry
 from agent_core.store.pacing import Pacer, pace_key
 from channels.never_sent import never_sent
 from channels.telegram import refs
@@ -633,6 +633,7 @@ class TelegramOutbox:
                 if mid != refs.UNKNOWN:
                     await self._delete(chat_id, mid)
         except _Skipped:
+            edit_skipped()  # the core edits again once it may (a catch-up edit)
             new.extend(old[j:])  # what is not redone still shows the old text
         except ChannelError as exc:
             # Refused part-way (a 429 past TELEGRAM_MAX_RETRY_WAIT, a failure): the

@@ -8,7 +8,7 @@ approval) is "not run"."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,14 @@ from agent_core.agent.session import Session, ThreadState
 from agent_core.agent.turn_approvals import DENIED, end_wait
 from agent_core.errors import SendRateLimited
 from agent_core.events import EventKind, MessageRef, OutboundMessage, ThreadKey
-from agent_core.llm.base import ChatMessage, Completion, CompletionRequest, ToolCall
+from agent_core.llm.base import (
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    StreamItem,
+    TextDelta,
+    ToolCall,
+)
 from agent_core.llm.errors import BadRequest
 from agent_core.store import keys
 from tests.fakes.outbox import RecordingOutbox
@@ -314,3 +321,43 @@ async def test_an_interrupted_close_of_an_expired_prompt_ends_the_wait_once(
     await interrupt_the_wait(w, outbox, t)
     assert await results_of(w, t) == [("call_c", "error: not run: the approval request expired")]
     await still_answers(w, t)
+
+
+class PreambleModel(FnModel):
+    """Streams its text word by word before its tool calls."""
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        c = await self.complete(request)
+        for word in c.text.split(" "):
+            if word:
+                yield TextDelta(word + " ")
+        yield c
+
+
+async def test_interrupt_during_a_tool_leaves_the_finished_preamble_alone(world: Any) -> None:
+    """The sentence streamed before a tool call ("Let me check the logs.") is finished
+    as a message of its own, whole: /interrupt while the tool runs does not mark it
+    "_(stopped)_" (before: ``_stop_streaming`` finished that reply again, marked)."""
+    thread = ThreadKey("web", "local", "interrupt-preamble")
+    preamble = "Let me check the logs."
+
+    def rule(req: CompletionRequest) -> Completion:
+        if req.messages[-1].role == "tool":
+            return Completion("All good.")
+        return Completion(preamble, tool_calls=(call("sleepy", ms=5000, label="z"),))
+
+    w = world(PreambleModel(rule))
+    w.outbox.stream_interval = 1.0
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await w.start()
+    await w.send(user_event(thread, "why did it crash?"))
+    for _ in range(100):  # until the preamble is shown (the tool is running)
+        if w.texts(thread):
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    await w.send(user_event(thread, "/interrupt"))
+    await w.settle(thread)
+    shown = w.texts(thread)
+    assert any("Stopped" in t for t in shown), shown
+    assert shown[0] == preamble, shown

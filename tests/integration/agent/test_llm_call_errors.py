@@ -3,11 +3,14 @@
 A context-length error after text streamed is a cut-off, not a second answer; a call
 whose provider reported no usage, or that failed after streaming, is billed an
 estimate (the prompt, and 4 characters a token of the answer); a refused request
-(400) says so and suggests /new."""
+(400) says so and suggests /new.  A stream that stalls right after some text still
+shows that text (a catch-up edit once the stream interval is over)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,7 +20,14 @@ from agent_core.agent.fences import with_marker
 from agent_core.agent.tokens import tools_tokens
 from agent_core.events import ThreadKey
 from agent_core.llm import errors as llm_errors
-from agent_core.llm.base import Completion, CompletionRequest, ModelInfo, TextDelta, TokenUsage
+from agent_core.llm.base import (
+    Completion,
+    CompletionRequest,
+    ModelInfo,
+    StreamItem,
+    TextDelta,
+    TokenUsage,
+)
 from tests.integration.agent.conftest import FnModel, user_event
 
 PRICED = ModelInfo("p", input_cost_per_token=0.001, output_cost_per_token=0.001)
@@ -135,3 +145,46 @@ async def test_a_summary_call_without_usage_is_billed_an_estimate(redis: Any) ->
     _result, cost = await metered.complete(model, req, Meter(guard, "web:summary-user"))
     assert 0.1 < cost < 1.0
     assert (await guard.spend("web:summary-user")).user_usd == pytest.approx(cost)
+
+
+STALL_T = ThreadKey("web", "local", "stream-stall")
+STALL_FULL = "The answer is 42, and here is why it matters."
+
+
+class StallModel(FnModel):
+    """Sends "The answer is" and the rest of the sentence right after it (within
+    one stream interval), then stalls until ``release`` (a slow provider; Anthropic
+    streaming a long tool-call argument sends no text)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda req: Completion(STALL_FULL))
+        self.release = asyncio.Event()
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        self.requests.append(request)
+        yield TextDelta("The answer is")
+        yield TextDelta(" 42, and here is why it matters.")
+        await self.release.wait()
+        yield Completion(STALL_FULL)
+
+
+async def test_text_received_before_a_stall_is_shown_during_the_stall(world: Any) -> None:
+    # Before: only a new delta made an edit, so the user saw "The answer is" for
+    # the whole stall although the reply already held the full sentence.
+    model = StallModel()
+    w = world(model)
+    w.outbox.stream_interval = 0.2
+    await w.start()
+    await w.send(user_event(STALL_T, "what is it?"))
+    try:
+        for _ in range(200):
+            if w.texts(STALL_T):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(1.0)  # five stream intervals into the stall
+        during = w.texts(STALL_T)
+    finally:
+        model.release.set()
+    await w.settle(STALL_T)
+    assert during == [STALL_FULL], during
+    assert w.texts(STALL_T) == [STALL_FULL]

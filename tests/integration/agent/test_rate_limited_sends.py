@@ -36,6 +36,7 @@ from agent_core.llm.base import (
     TextDelta,
     TokenUsage,
 )
+from agent_core.outbox import edit_skipped
 from agent_core.store import keys
 from tests.fakes.outbox import RecordingOutbox
 from tests.integration.agent.conftest import FnModel, last_user, user_event
@@ -489,3 +490,62 @@ async def test_an_endless_rate_limit_frees_the_worker_and_holds_the_thread(
     assert outbox.tried.count("send") <= round(0.3 / 0.05) + 1, outbox.tried
     assert await w.redis.llen(keys.mailbox(T)) == 1
     assert w.texts(T) == []
+
+
+@dataclass
+class SkippingOutbox(RecordingOutbox):
+    """Skips the first ``skip_previews`` streamed edits as a channel does when no
+    pacing slot is free (a Telegram group): the edit returns the ref unchanged and
+    reports the skip (``agent_core.outbox.edit_skipped``)."""
+
+    skip_previews: int = 0
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        if not message.final and self.skip_previews > 0:
+            self.skip_previews -= 1
+            edit_skipped()
+            return ref
+        return await super().edit(ref, message)
+
+
+class StallsAfterASkippedEdit(FnModel):
+    """Its second piece comes after the stream interval (an edit is due at once),
+    then the stream stalls until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda req: Completion("The answer is 42."))
+        self.release = asyncio.Event()
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        self.requests.append(request)
+        yield TextDelta("The answer is")
+        await asyncio.sleep(0.3)
+        yield TextDelta(" 42.")
+        await self.release.wait()
+        yield Completion("The answer is 42.")
+
+
+async def test_a_skipped_streamed_edit_is_made_again_once_it_may(
+    world: Callable[..., Any],
+) -> None:
+    # Before: a skipped edit counted as shown, and nothing edited again during the
+    # stall: the preview stayed at "The answer is".
+    model = StallsAfterASkippedEdit()
+    w = world(model)
+    outbox = SkippingOutbox(stream_interval=0.2, skip_previews=1)
+    use(w, outbox)
+    await w.start()
+    await w.send(user_event(T, "what is it?"))
+    try:
+        for _ in range(200):
+            if outbox.skip_previews == 0:  # the edit with " 42." was skipped
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(1.0)  # well past the stream interval, still stalled
+        during = w.texts(T)
+    finally:
+        model.release.set()
+    await w.settle(T)
+    assert outbox.skip_previews == 0
+    assert during == ["The answer is 42."], during
+    assert w.texts(T) == ["The answer is 42."]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+from agent_core.agent.fences import with_marker
 from agent_core.agent.interrupt import interrupt_filter
 from agent_core.agent.session import ThreadState
 from agent_core.events import EventKind, ThreadKey
+from agent_core.llm.base import Completion, CompletionRequest, StreamItem, TextDelta
 from agent_core.proactive.recovery import FAILED_NOTICE
 from agent_core.store import keys
 from agent_core.store.delivery import Delivery
@@ -193,3 +196,51 @@ async def test_interrupt_after_a_given_up_decision_turn_keeps_the_real_result(
     results = [m.content for m in s.history if m.role == "tool"]
     assert results == ["counted x -> 1"], results
     assert "cancelled" not in w.texts(T)[-1]  # nothing was: it had been decided
+
+
+# streamed previews cut by a timeout or a shutdown --------------------------------------
+class StallingModel(FnModel):
+    """Streams half a sentence, then stalls (for 30 s: far past the turn's timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda req: Completion("unused"))
+        self.stalled = asyncio.Event()
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        self.requests.append(request)
+        yield TextDelta("The three steps are: first, open the ")
+        self.stalled.set()
+        await asyncio.sleep(30)
+        yield TextDelta("settings.")
+        yield Completion("The three steps are: first, open the settings.")
+
+
+async def test_a_preview_cut_by_the_turn_timeout_is_marked(world: Any) -> None:
+    """Before: the cancel of TURN_TIMEOUT_SECS went past Turn.loop's handlers, so
+    the half sentence stayed on screen unmarked (unlike /interrupt's "_(stopped)_"
+    and an LLM error's "_(cut off)_")."""
+    T = ThreadKey("web", "local", "stream-timeout")
+    w = world(StallingModel(), turn_timeout_secs=0.5)
+    w.outbox.stream_interval = 1.0
+    await w.start()
+    await w.send(user_event(T, "how do I do it?"))
+    await w.settle(T)
+    shown = w.texts(T)
+    assert any("took longer" in t for t in shown), shown  # the notice came
+    assert shown[0] == with_marker("The three steps are: first, open the ", "_(cut off)_"), shown
+
+
+async def test_a_preview_cut_by_a_shutdown_is_not_edited(world: Any) -> None:
+    """A shutdown's cancel (not the deadline) makes no edit: the message stays
+    queued and its rerun edits that same preview to the new answer."""
+    T = ThreadKey("web", "local", "stream-shutdown")
+    model = StallingModel()
+    w = world(model, shutdown_grace_secs=0.1)
+    w.outbox.stream_interval = 1.0
+    await w.start()
+    await w.send(user_event(T, "how do I do it?"))
+    await asyncio.wait_for(model.stalled.wait(), 10)
+    await asyncio.sleep(0.1)  # the preview is out
+    await asyncio.wait_for(w.stop(), 10)
+    assert w.texts(T) == ["The three steps are: first, open the "]
+    assert [s.op for s in w.outbox.log if s.thread == str(T) and s.op != "typing"] == ["send"]

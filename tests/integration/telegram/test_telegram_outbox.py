@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from agent_core.errors import SendForbidden
 from agent_core.events import Attachment, Button, ButtonStyle, OutboundMessage, ThreadKey
+from agent_core.outbox import watch_skips
 from channels.telegram import TelegramChannel, refs
 from tests.fakes.telegram import FakeTelegram
 from tests.integration.telegram.conftest import make_channel
@@ -158,6 +159,24 @@ async def test_non_final_edit_is_skipped_not_queued(
     t0 = time.monotonic()
     await out.edit(ref, OutboundMessage("draft grows more", final=False))
     assert time.monotonic() - t0 < 1.0
+
+
+async def test_a_skipped_streamed_edit_is_reported(
+    fake: FakeTelegram, channel: TelegramChannel
+) -> None:
+    """A streamed edit skipped (no pacing slot, or a 429) returns as usual, and tells
+    the core so (``agent_core.outbox.edit_skipped``): before, nothing did, the core
+    took the text for shown and never edited again during a stall."""
+    out = channel.outbox()
+    ref = await out.send(DM, OutboundMessage("draft", final=False))
+    with watch_skips() as watch:
+        await out.edit(ref, OutboundMessage("draft grows", final=False))  # slot taken
+    assert watch.skipped and fake.calls_of("editMessageText") == []
+    await asyncio.sleep(out.limits.chat_interval)
+    fake.fail_next("editMessageText", 429, retry_after=5)
+    with watch_skips() as watch:
+        await out.edit(ref, OutboundMessage("draft grows more", final=False))
+    assert watch.skipped
 
 
 async def test_approval_prompt_press_answer_and_keyboard_removal(
