@@ -501,6 +501,8 @@ class CoreSettings(ParleySettings):
     hourly_action_limit: int = Field(default=0, ge=0)  # LLM calls per user per hour; 0 = off
     user_rate_limit: str = ""  # e.g. 20/minute; '' = off
     dm_policy: str = "pairing"  # open | allowlist | pairing
+    # who is answered in groups / channels: open | allowlist | pairing (docs/agent.md)
+    group_policy: str = "pairing"
     allowed_users: str = ""  # channel-qualified ids
     access_exempt_channels: str = "web,console"  # the operator's own local channels
     max_attachment_bytes: int = Field(default=10_000_000, ge=0)
@@ -511,7 +513,7 @@ class CoreSettings(ParleySettings):
     document_readers: int = Field(default=2, ge=1, le=16)
     document_memory_mb: int = Field(default=512, ge=128, le=16384)
 
-    @field_validator("dm_policy")
+    @field_validator("dm_policy", "group_policy")
     @classmethod
     def _dm_policy(cls, v: str) -> str:
         v = v.strip().lower()

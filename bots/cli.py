@@ -553,7 +553,10 @@ def telegram_webhook_info() -> None:
 
 
 # --- agent core (issue 4): pairing -----------------------------------------------
-pairing_app = typer.Typer(help="Let people in who asked for a pairing code (DM_POLICY=pairing).")
+pairing_app = typer.Typer(
+    help="Let people (DM_POLICY=pairing) or group chats (GROUP_POLICY=pairing) in "
+    "that were given a pairing code."
+)
 app.add_typer(pairing_app, name="pairing")
 
 
@@ -594,7 +597,7 @@ async def _with_redis(fn: Callable[[Any], Awaitable[None]]) -> None:
 
 @pairing_app.command("list")
 def pairing_list() -> None:
-    """Pending pairing requests (code, channel, user), newest last."""
+    """Pending pairing requests: people (code, user) and group chats (code, chat, who asked)."""
     from agent_core.agent.access import list_pairings
     from agent_core.events import CHANNELS
 
@@ -604,22 +607,28 @@ def pairing_list() -> None:
             print("no pending pairing requests")
         for r in rows:
             name = f" ({r['name']})" if r.get("name") else ""
-            print(f"{r['code']}  {r['user']}{name}")
+            if r.get("kind") == "chat":
+                print(f"{r['code']}  group chat {r['chat']}  (asked by {r['user']}{name})")
+            else:
+                print(f"{r['code']}  {r['user']}{name}")
 
     _run_async(lambda: _with_redis(go))
 
 
 @pairing_app.command("approve")
 def pairing_approve(
-    code: Annotated[str, typer.Argument(help="the 8-character code the user was given")],
+    code: Annotated[str, typer.Argument(help="the 8-character code the user or chat was given")],
 ) -> None:
-    """Let the person who got CODE talk to the bot (the code works once)."""
+    """Let the person, or the group chat, that got CODE talk to the bot (the code works once)."""
     from agent_core.agent.access import approve_pairing
 
     async def go(redis: Any) -> None:
         rec = await approve_pairing(redis, code)
         if rec is None:
             _fail([f"pairing code {code.strip().upper()!r} is unknown or expired"])
+            return
+        if rec.get("kind") == "chat":
+            print(f"approved group chat {rec['chat']}; everyone in it can talk to the bot now")
             return
         print(f"approved {rec['user']}; they can write to the bot now")
 

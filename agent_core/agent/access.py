@@ -9,8 +9,17 @@ through the thread's outbox from any worker, and the web process needs none.
   (plus approvers, admins and paired users); ``pairing`` (default): an unknown
   person in a DM gets a one-time 8-character code (1 h, at most 3 pending per
   channel) that an operator approves with ``parley pairing approve CODE``.
-* In groups the channel already answers only when addressed (GROUP_REPLY); if
-  ALLOWED_USERS is set, only those people (and paired users) are answered there.
+* In groups the channel already answers only when addressed (GROUP_REPLY), and
+  GROUP_POLICY says who: ``pairing`` (default) answers trusted people (admins,
+  approvers, ALLOWED_USERS, paired users) anywhere, and everyone in an approved
+  chat; a chat is approved when an admin or approver writes in it, or when the
+  operator approves its code (``parley pairing approve CODE``, same command).  A
+  stranger in a chat not approved gets the chat's code at most once an hour per
+  chat, nothing else.  ``allowlist``: trusted people only (approved chats do not
+  count).  ``open``: anyone, unless ALLOWED_USERS is set (then only trusted
+  people), which was the behaviour before GROUP_POLICY.  A full routine's message
+  (event id ``routine:…``, written by the scheduler, never by a platform) is the
+  operator's: GROUP_POLICY leaves it as ``open`` did.
 * The local channels (ACCESS_EXEMPT_CHANNELS, default ``web,console``) are the
   operator's own and are never gated.
 * USER_RATE_LIMIT (``20/minute``): inbound messages per user, sliding window.
@@ -28,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.asyncio import Redis
 
+from agent_core.events import ThreadKey
 from agent_core.store import keys, scripts
 
 if TYPE_CHECKING:
@@ -38,6 +48,7 @@ PAIRING_TTL_SECS = 3600
 MAX_PENDING_PER_CHANNEL = 3
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 REFUSAL_WINDOW_MS = 3_600_000
+ROUTINE_EVENT = "routine:"  # a full routine's message (SYNTHETIC_PREFIXES)
 
 _UNITS = {
     "s": 1,
@@ -63,6 +74,12 @@ def parse_rate(text: str) -> tuple[int, float] | None:
         raise ValueError("must look like 20/minute, 5/second, 100/hour or 10/30s")
     mult = int(m.group(2)) if m.group(2) else 1
     return int(m.group(1)), float(_UNITS[m.group(3)] * max(1, mult))
+
+
+def chat_of(thread: ThreadKey) -> str:
+    """The group chat a thread is in (a Slack channel, a Telegram group, a Discord
+    channel), sub-thread left out: ``telegram:<bot>:-100123``."""
+    return str(ThreadKey(thread.channel, thread.tenant, thread.conversation))[:-1]
 
 
 def new_code() -> str:
@@ -93,29 +110,57 @@ class AccessControl:
             | settings.id_list(settings.admin_ids)
         )
         self.exempt = settings.id_list(settings.access_exempt_channels)
+        # who writing in a group approves it (GROUP_POLICY=pairing)
+        self.chat_approvers = settings.id_list(settings.approver_ids) | settings.id_list(
+            settings.admin_ids
+        )
         self.rate = parse_rate(settings.user_rate_limit)
         self._rate = redis.register_script(scripts.RATE_WINDOW)
         self._pair = redis.register_script(scripts.PAIR_REQUEST)
 
     def needs_redis(self, event: InboundEvent) -> bool:
-        return self.rate is not None or not self._trivially_allowed(event)
+        return (
+            self.rate is not None
+            or not self._trivially_allowed(event)
+            or self._approves_chat(event)
+        )
+
+    def _group_policy(self, event: InboundEvent) -> str:
+        # a full routine posting into a group is the operator's: as before GROUP_POLICY
+        return "open" if event.event_id.startswith(ROUTINE_EVENT) else self.s.group_policy
+
+    def _approves_chat(self, event: InboundEvent) -> bool:
+        """An admin or approver writing in a group approves it (GROUP_POLICY=pairing)."""
+        return (
+            not event.is_direct
+            and self._group_policy(event) == "pairing"
+            and event.channel not in self.exempt
+            and event.qualified_user in self.chat_approvers
+        )
 
     def _trivially_allowed(self, event: InboundEvent) -> bool:
         if event.channel in self.exempt or event.qualified_user in self.trusted:
             return True
         if event.is_direct:
             return self.s.dm_policy == "open"
-        return not self.allowed_users
+        return self._group_policy(event) == "open" and not self.allowed_users
 
     async def admits(self, event: InboundEvent) -> bool:
-        """Whether the worker would let ``event``'s sender in (DM policy, allow list,
-        pairing), without the side effects of :meth:`check`: no pairing code, no
-        notice, no rate window.  For watchers that act on a message before the worker
-        does (event-triggered routines): a stranger the worker refuses may not
-        trigger anything either."""
+        """Whether the worker would let ``event``'s sender in (DM and group policy,
+        allow list, pairing), without the side effects of :meth:`check`: no pairing
+        code, no notice, no rate window, no chat approved.  For watchers that act on
+        a message before the worker does (event-triggered routines) and for button
+        presses: a stranger the worker refuses may not trigger or decide anything."""
         if self._trivially_allowed(event):
             return True
-        return bool(await self.redis.sismember(keys.PAIRED_USERS, event.qualified_user))
+        if await self.redis.sismember(keys.PAIRED_USERS, event.qualified_user):
+            return True
+        return await self._chat_approved(event)
+
+    async def _chat_approved(self, event: InboundEvent) -> bool:
+        if event.is_direct or self._group_policy(event) != "pairing":
+            return False
+        return bool(await self.redis.sismember(keys.APPROVED_CHATS, chat_of(event.thread)))
 
     async def check(self, event: InboundEvent) -> AccessVerdict:
         verdict = await self._access(event)
@@ -124,6 +169,8 @@ class AccessControl:
         return await self._rate_window(event)
 
     async def _access(self, event: InboundEvent) -> AccessVerdict:
+        if self._approves_chat(event):
+            await self.redis.sadd(keys.APPROVED_CHATS, chat_of(event.thread))
         if self._trivially_allowed(event):
             return ALLOW
         user = event.qualified_user
@@ -131,6 +178,10 @@ class AccessControl:
             return ALLOW
         if event.is_direct and self.s.dm_policy == "pairing":
             return await self._pairing(event)
+        if not event.is_direct and self._group_policy(event) == "pairing":
+            if await self._chat_approved(event):
+                return ALLOW
+            return await self._chat_pairing(event)
         if not await self._first_notice(user, "access"):
             return AccessVerdict(False, "", "not allowed")
         if event.is_direct:
@@ -141,6 +192,57 @@ class AccessControl:
             False,
             "Sorry, I only answer people on this bot's allow list here.",
             "not allowed",
+        )
+
+    async def _chat_pairing(self, event: InboundEvent) -> AccessVerdict:
+        """A stranger in a group chat not approved: the chat's code (one per chat,
+        1 h), told in the chat at most once an hour; nothing else runs."""
+        chat = chat_of(event.thread)
+        code = new_code()
+        record = orjson.dumps(
+            {
+                "kind": "chat",
+                "channel": event.channel,
+                "chat": chat,
+                "user": event.qualified_user,
+                "name": event.user_name,
+                "thread": str(event.thread),
+                "created": self.clock(),
+            }
+        )
+        res: Any = await self._pair(
+            keys=[
+                keys.pairing_code(code),
+                keys.pairing_chat(chat),
+                keys.pairing_pending_chats(event.channel),
+            ],
+            args=[
+                code,
+                record,
+                int(self.clock() * 1000),
+                PAIRING_TTL_SECS * 1000,
+                MAX_PENDING_PER_CHANNEL,
+            ],
+        )
+        status = int(res[0])
+        got = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
+        # a new code (at most one an hour) is always told; otherwise once an hour
+        told = await self._first_notice(chat, "chat-pairing")
+        if status != 2 and not told:
+            return AccessVerdict(False, "", "chat not approved")
+        if status == 0:
+            return AccessVerdict(
+                False,
+                "I only answer in chats this bot's operator has approved, and I can't "
+                "take new requests right now. Please try again later.",
+                "chat not approved",
+            )
+        return AccessVerdict(
+            False,
+            "I only answer in chats this bot's operator has approved. To use me here, "
+            f"ask the operator of this bot to run:\n\n`parley pairing approve {got}`\n\n"
+            "The code is valid for one hour.",
+            "chat not approved",
         )
 
     async def _pairing(self, event: InboundEvent) -> AccessVerdict:
@@ -232,33 +334,45 @@ def _window_words(secs: float) -> str:
 
 # --- operator side (the `parley pairing` command) ------------------------------
 async def list_pairings(redis: Redis, channels: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Pending requests of people (DMs) and of group chats (records with
+    ``kind: chat``), per channel."""
     now = int(time.time() * 1000)
     out: list[dict[str, Any]] = []
     for ch in channels:
-        codes = await redis.zrangebyscore(keys.pairing_pending(ch), now, "+inf")
-        for c in codes:
-            code = c.decode() if isinstance(c, bytes) else str(c)
-            raw = await redis.get(keys.pairing_code(code))
-            if raw:
-                out.append({"code": code, **orjson.loads(raw)})
+        for pending in (keys.pairing_pending(ch), keys.pairing_pending_chats(ch)):
+            codes = await redis.zrangebyscore(pending, now, "+inf")
+            for c in codes:
+                code = c.decode() if isinstance(c, bytes) else str(c)
+                raw = await redis.get(keys.pairing_code(code))
+                if raw:
+                    out.append({"code": code, **orjson.loads(raw)})
     return out
 
 
 async def approve_pairing(redis: Redis, code: str) -> dict[str, Any] | None:
-    """Let the code's user in (one time); None if the code is unknown or expired."""
+    """Let the code's user in, or approve the code's group chat (one time); None if
+    the code is unknown or expired."""
     code = code.strip().upper()
     raw = await redis.get(keys.pairing_code(code))
     if not raw:
         return None
     rec: dict[str, Any] = orjson.loads(raw)
     script = redis.register_script(scripts.PAIR_APPROVE)
-    ok = await script(
-        keys=[
+    if rec.get("kind") == "chat":
+        keys_ = [
+            keys.pairing_code(code),
+            keys.pairing_chat(rec["chat"]),
+            keys.pairing_pending_chats(rec["channel"]),
+            keys.APPROVED_CHATS,
+        ]
+        member = rec["chat"]
+    else:
+        keys_ = [
             keys.pairing_code(code),
             keys.pairing_user(rec["user"]),
             keys.pairing_pending(rec["channel"]),
             keys.PAIRED_USERS,
-        ],
-        args=[code, rec["user"]],
-    )
+        ]
+        member = rec["user"]
+    ok = await script(keys=keys_, args=[code, member])
     return rec if int(ok) == 1 else None

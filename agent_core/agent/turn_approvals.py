@@ -424,6 +424,11 @@ async def decide(
             return await answer_held(self, "approval-expired")
         await self.private(head, "That approval is not active any more.", button=button)
         return "approval-unknown"
+    if button and self.agent.access.needs_redis(head) and not await self.agent.access.admits(head):
+        # a press by someone the bot does not answer here (a stranger in a group
+        # chat not approved, GROUP_POLICY): decides nothing, whoever they are
+        await self.private(head, "I don't take decisions from you here.", button=True)
+        return "approval-not-allowed"
     if not may_decide(self, head, a):
         who = a.requester_name or "the person who asked"
         await self.private(head, f"Only {who} or an approver can decide this.", button=button)

@@ -223,6 +223,8 @@ def refusal_notice(qualified_user: str, why: str) -> str:
 
 
 PAIRED_USERS = PREFIX + "{access}:paired"  # SET of channel-qualified ids let in by pairing
+# SET of approved group chats (GROUP_POLICY=pairing): "<channel>:<tenant>:<conversation>"
+APPROVED_CHATS = PREFIX + "{access}:chats"
 
 
 def pairing_code(code: str) -> str:
@@ -233,6 +235,16 @@ def pairing_code(code: str) -> str:
 def pairing_user(qualified_user: str) -> str:
     """STRING the pending code of one user (so they get the same one again)."""
     return f"{PREFIX}{{access}}:pairuser:{qualified_user}"
+
+
+def pairing_chat(chat: str) -> str:
+    """STRING the pending code of one group chat (so it gets the same one again)."""
+    return f"{PREFIX}{{access}}:pairchat:{chat}"
+
+
+def pairing_pending_chats(channel: str) -> str:
+    """ZSET code -> expiry ms: the pending group-chat requests of one channel."""
+    return f"{PREFIX}{{access}}:pairpendingchats:{channel}"
 
 
 def pairing_pending(channel: str) -> str:

@@ -29,6 +29,7 @@ def telegram_settings(
                 "redis_url": redis_url,
                 "public_url": "https://parley.example",
                 "dm_policy": "open",
+                "group_policy": "open",
                 **(core or {}),
             }
         ),

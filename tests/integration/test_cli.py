@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -435,3 +436,47 @@ def test_the_demo_model_on_a_deployment_is_a_warning_at_start(
     assert "warning: the offline demo model answers, though this is a Heroku dyno" in out, out
     local = _worker_summary({"REDIS_URL": valkey.url, "PARLEY_DATA_DIR": str(tmp_path)})
     assert "demo" in local and "offline demo model answers" not in local, local
+
+
+async def test_pairing_list_and_approve_a_group_chat(
+    tmp_path: Path, valkey: EmbeddedValkey, redis: Any
+) -> None:
+    """GROUP_POLICY=pairing: a stranger in a group chat nobody approved gets the
+    chat's code; `parley pairing list` names the chat, `approve CODE` lets it in."""
+    import asyncio
+    import dataclasses
+
+    from agent_core.agent.access import AccessControl
+    from agent_core.events import EventKind, InboundEvent, ThreadKey
+    from agent_core.settings import CoreSettings
+
+    ev = InboundEvent(
+        event_id="e1",
+        kind=EventKind.MESSAGE,
+        channel="telegram",
+        thread=ThreadKey("telegram", "bot", "-777", "5"),
+        user_id="42",
+        user_name="Mallory",
+        text="hi",
+        is_direct=False,
+        mentions_bot=True,
+    )
+    access = AccessControl(redis, CoreSettings())
+    verdict = await access.check(ev)
+    assert not verdict.allowed and "parley pairing approve " in verdict.notice
+    code = verdict.notice.split("parley pairing approve ")[1][:8]
+    env = {"PARLEY_DATA_DIR": str(tmp_path / "d"), "REDIS_URL": valkey.url}
+    listed = await asyncio.to_thread(parley, ["pairing", "list"], env)
+    assert listed.returncode == 0, listed.stderr[-600:]
+    assert f"{code}  group chat telegram:bot:-777  (asked by telegram:42 (Mallory))" in (
+        listed.stdout
+    ), listed.stdout
+    approved = await asyncio.to_thread(parley, ["pairing", "approve", code.lower()], env)
+    assert approved.returncode == 0, approved.stderr[-600:]
+    assert "approved group chat telegram:bot:-777" in approved.stdout
+    # everyone in the chat, in any of its threads; not the person elsewhere
+    assert await access.admits(ev)
+    other_thread = ThreadKey("telegram", "bot", "-777")
+    assert await access.admits(dataclasses.replace(ev, user_id="43", thread=other_thread))
+    other_chat = ThreadKey("telegram", "bot", "-888")
+    assert not await access.admits(dataclasses.replace(ev, thread=other_chat))

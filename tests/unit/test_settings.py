@@ -377,3 +377,24 @@ def test_typos_of_every_parley_prefix_are_named(
         f"REDIS_URI {ignored} (did you mean REDIS_URL?)",
         f"WEB_CHAT_TOKN {ignored} (did you mean WEB_CHAT_TOKEN?)",
     ]
+
+
+@pytest.mark.parametrize("name", ["DM_POLICY", "GROUP_POLICY"])
+def test_an_unknown_access_policy_stops_startup_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "everyone")
+    with pytest.raises(ConfigError) as exc:
+        load(CoreSettings)
+    assert len(exc.value.problems) == 1
+    line = exc.value.problems[0]
+    assert line.startswith(f"{name}: ") and "open, allowlist or pairing" in line, line
+    assert "\n" not in line
+
+
+def test_group_policy_defaults_to_pairing_and_takes_any_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load(CoreSettings).group_policy == "pairing"
+    monkeypatch.setenv("GROUP_POLICY", " Open ")
+    assert load(CoreSettings).group_policy == "open"

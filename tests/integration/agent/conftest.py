@@ -193,6 +193,7 @@ class World:
             "reclaim_idle_secs": 0.3,
             "lock_ttl_secs": 3.0,
             "dm_policy": "open",
+            "group_policy": "open",  # groups answer everyone (the tests of access say)
         }
         base.update(settings)
         self.settings = CoreSettings(**base)

@@ -1,4 +1,5 @@
-"""Budgets across processes, the hourly window, the rate window, pairing."""
+"""Budgets across processes, the hourly window, the rate window, pairing (people in
+DMs, and group chats: GROUP_POLICY)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
 from typing import Any
+from unittest.mock import MagicMock
 
-from agent_core.agent.access import approve_pairing, list_pairings
+import pytest
+
+from agent_core.agent.access import AccessControl, approve_pairing, list_pairings
 from agent_core.agent.budget import BudgetGuard
-from agent_core.events import ThreadKey
+from agent_core.events import EventKind, InboundEvent, ThreadKey
 from agent_core.llm.base import ModelInfo
 from agent_core.settings import CoreSettings
 from agent_core.store.embedded import EmbeddedValkey
-from tests.integration.agent.conftest import FnModel, tools_then_answer, user_event
+from tests.integration.agent.approval_helpers import approval_id, press
+from tests.integration.agent.conftest import FnModel, call, tools_then_answer, user_event
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -253,3 +258,194 @@ async def test_a_summary_over_the_budget_is_refused_and_drops_nothing(world: Any
     assert not w.model.requests, w.texts(T)
     assert "daily AI budget" in w.texts(T)[-1], w.texts(T)
     assert len((await w.session(T)).history) >= before
+
+
+# --- groups: GROUP_POLICY ------------------------------------------------------
+# DM_POLICY=pairing / allowlist kept strangers out of DMs only: the same stranger who
+# added the bot to a group of their own was answered there, with every tool, and
+# as the requester could approve their own tool calls.
+GROUP = ThreadKey("telegram", "bot", "-777")
+OTHER_GROUP = ThreadKey("telegram", "bot", "-888")
+STRANGERS_DM = ThreadKey("telegram", "bot", "666")
+
+
+def _stranger(direct: bool) -> InboundEvent:
+    return InboundEvent(
+        event_id="e1",
+        kind=EventKind.MESSAGE,
+        channel="telegram",
+        thread=ThreadKey("telegram", "bot", "42" if direct else "-100777", ""),
+        user_id="42",
+        user_name="Stranger",
+        text="hello",
+        is_direct=direct,
+        mentions_bot=not direct,
+    )
+
+
+@pytest.mark.parametrize("policy", ["pairing", "allowlist"])
+async def test_stranger_refused_in_dm_is_refused_in_their_own_group(policy: str) -> None:
+    redis: Any = MagicMock()
+
+    async def not_member(*_a: Any) -> int:
+        return 0
+
+    redis.sismember = MagicMock(side_effect=not_member)
+    s = CoreSettings(dm_policy=policy, approver_ids="telegram:1", admin_ids="telegram:1")
+    assert s.group_policy == "pairing"  # the default
+    access = AccessControl(redis, s)
+    assert not await access.admits(_stranger(direct=True))
+    assert not await access.admits(_stranger(direct=False))  # was: let in
+
+
+async def test_stranger_cannot_run_a_tool_from_their_own_group(world: Any) -> None:
+    w = world(
+        FnModel(tools_then_answer(("MALLORY: count it", [call("counter", label="g")]))),
+        dm_policy="pairing",
+        group_policy="pairing",  # the default (the test world sets open)
+        approver_ids="telegram:boss",
+        admin_ids="telegram:boss",
+    )
+    await w.start()
+    await w.send(user_event(STRANGERS_DM, "count it", user="mallory"))
+    await w.settle(STRANGERS_DM)
+    assert any("pairing approve" in t for t in w.texts(STRANGERS_DM))
+    await w.send(user_event(GROUP, "count it", user="mallory", is_direct=False))
+    await w.settle(GROUP)
+    if w.prompts(GROUP):  # asked: mallory, as the requester, would approve it
+        await w.send(press(GROUP, f"ap:{approval_id(w, GROUP)}:a", user="mallory"))
+        await w.settle(GROUP)
+    assert await w.counter("g") == 0, w.texts(GROUP)
+    assert w.prompts(GROUP) == []
+    assert w.model.requests == []  # nothing reached the LLM either
+
+
+def _codes(texts: list[str]) -> list[str]:
+    return [t.split("parley pairing approve ")[1][:8] for t in texts if "pairing approve" in t]
+
+
+async def test_a_group_chat_is_let_in_by_approving_its_code(world: Any) -> None:
+    w = world(FnModel(tools_then_answer()), dm_policy="pairing", group_policy="pairing")
+    await w.start()
+    await w.send(user_event(GROUP, "hello", "mallory", is_direct=False))
+    await w.send(user_event(GROUP, "hello?", "bob", is_direct=False))
+    await w.settle(GROUP)
+    assert w.model.requests == []
+    codes = _codes(w.texts(GROUP))
+    assert len(codes) == 1, w.texts(GROUP)  # one notice per chat per hour, not per person
+    pending = await list_pairings(w.redis, ("telegram",))
+    assert [(p["code"], p["kind"], p["chat"]) for p in pending] == [
+        (codes[0], "chat", "telegram:bot:-777")
+    ]
+    rec = await approve_pairing(w.redis, codes[0])
+    assert rec is not None and rec["kind"] == "chat"
+    assert await approve_pairing(w.redis, codes[0]) is None  # one-time
+    assert await list_pairings(w.redis, ("telegram",)) == []
+    await w.send(user_event(GROUP, "hi again", "bob", is_direct=False))
+    await w.settle(GROUP)
+    assert w.texts(GROUP)[-1].startswith("echo"), w.texts(GROUP)
+    # the chat was approved, not bob: in another group, and in his DM, he is a stranger
+    await w.send(user_event(OTHER_GROUP, "hi", "bob", is_direct=False))
+    await w.settle(OTHER_GROUP)
+    assert len(_codes(w.texts(OTHER_GROUP))) == 1
+    assert not any(t.startswith("echo") for t in w.texts(OTHER_GROUP))
+
+
+async def test_an_admin_writing_in_a_group_approves_it(world: Any) -> None:
+    w = world(
+        FnModel(tools_then_answer()),
+        group_policy="pairing",
+        admin_ids="telegram:boss",
+        approver_ids="telegram:lead",
+        allowed_users="telegram:ok",
+    )
+    await w.start()
+    # someone on ALLOWED_USERS is answered anywhere, but does not approve the chat
+    await w.send(user_event(GROUP, "hi", "ok", is_direct=False))
+    await w.settle(GROUP)
+    assert w.texts(GROUP)[-1].startswith("echo")
+    await w.send(user_event(GROUP, "me too", "mallory", is_direct=False))
+    await w.settle(GROUP)
+    assert "pairing approve" in w.texts(GROUP)[-1]
+    await w.send(user_event(GROUP, "hello team", "boss", is_direct=False))
+    await w.settle(GROUP)
+    await w.send(user_event(GROUP, "me too", "mallory", is_direct=False))
+    await w.settle(GROUP)
+    assert w.texts(GROUP)[-1].startswith("echo"), w.texts(GROUP)
+    # an approver does the same
+    await w.send(user_event(OTHER_GROUP, "hello", "lead", is_direct=False))
+    await w.send(user_event(OTHER_GROUP, "me too", "mallory", is_direct=False))
+    await w.settle(OTHER_GROUP)
+    assert w.texts(OTHER_GROUP)[-1].startswith("echo"), w.texts(OTHER_GROUP)
+
+
+async def test_group_allowlist_answers_trusted_people_only(world: Any) -> None:
+    w = world(
+        FnModel(tools_then_answer()),
+        group_policy="allowlist",
+        admin_ids="telegram:boss",
+        allowed_users="telegram:ok",
+    )
+    await w.start()
+    await w.send(user_event(GROUP, "hello team", "boss", is_direct=False))
+    await w.send(user_event(GROUP, "hi", "mallory", is_direct=False))
+    await w.send(user_event(GROUP, "hi?", "mallory", is_direct=False))
+    await w.settle(GROUP)
+    texts = w.texts(GROUP)
+    assert len([t for t in texts if "allow list" in t]) == 1, texts
+    assert not any("pairing approve" in t for t in texts)  # no chat codes here
+    assert len([t for t in texts if t.startswith("echo")]) == 1  # the admin's
+    await w.send(user_event(GROUP, "hi", "ok", is_direct=False))
+    await w.settle(GROUP)
+    assert w.texts(GROUP)[-1].startswith("echo")
+
+
+async def test_group_open_answers_anyone_as_before(world: Any) -> None:
+    w = world(FnModel(tools_then_answer()), dm_policy="pairing", group_policy="open")
+    await w.start()
+    await w.send(user_event(GROUP, "hi", "mallory", is_direct=False))
+    await w.settle(GROUP)
+    assert w.texts(GROUP)[-1].startswith("echo")
+
+
+async def test_a_strangers_press_in_a_chat_not_approved_decides_nothing(world: Any) -> None:
+    """A prompt in a chat not approved (someone on ALLOWED_USERS asked); a stranger
+    presses Approve there: refused, and the prompt still waits for its requester."""
+    w = world(
+        FnModel(tools_then_answer(("OK: count it", [call("counter", label="p")]))),
+        group_policy="pairing",
+        allowed_users="telegram:ok",
+    )
+    await w.start()
+    await w.send(user_event(GROUP, "count it", "ok", is_direct=False))
+    await w.settle(GROUP)
+    aid = approval_id(w, GROUP)
+    await w.send(press(GROUP, f"ap:{aid}:a", user="stranger"))
+    await w.settle(GROUP)
+    assert await w.counter("p") == 0
+    await w.send(press(GROUP, f"ap:{aid}:a", user="ok"))
+    await w.settle(GROUP)
+    assert await w.counter("p") == 1
+
+
+async def test_a_routine_posting_into_a_group_not_approved_still_runs(world: Any) -> None:
+    """A full routine's job written as ``routine`` (created with `parley routines add`,
+    no admin on that channel) into a group nobody approved: the operator's own, so
+    GROUP_POLICY leaves it as before."""
+    w = world(FnModel(tools_then_answer()), group_policy="pairing")
+    await w.start()
+    job = InboundEvent(
+        event_id="routine:news:f1:1.0",
+        kind=EventKind.MESSAGE,
+        channel="telegram",
+        thread=GROUP,
+        user_id="routine",
+        user_name="routine news",
+        text="[routine news] Say hello.",
+        is_direct=False,
+        mentions_bot=True,
+    )
+    await w.send(job)
+    await w.settle(GROUP)
+    assert w.texts(GROUP) and w.texts(GROUP)[-1].startswith("echo"), w.texts(GROUP)
+    assert not await w.redis.sismember("parley:{access}:chats", "telegram:bot:-777")

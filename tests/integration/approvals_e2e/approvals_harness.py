@@ -42,9 +42,10 @@ def settings_for(
     approval_ttl_secs: int | None = None,
     **core: Any,
 ) -> Settings:
-    """Settings with one platform enabled, DM_POLICY=open, the demo model."""
+    """Settings with one platform enabled, DM_POLICY=open, GROUP_POLICY=open, the demo model."""
     core.setdefault("sweep_interval_secs", 0.2)
     core.setdefault("shutdown_grace_secs", 5.0)
+    core.setdefault("group_policy", "open")
     core_settings = CoreSettings(
         redis_url=valkey.url,  # type: ignore[arg-type]
         public_url="https://parley.example",

@@ -101,7 +101,9 @@ def published(redis: Redis) -> Published:
 def runtime_settings(
     valkey_url: str, slack: SlackSettings, llm_url: str, *, vision: bool = False, **core: Any
 ) -> Settings:
-    """Settings for a real Runtime: Slack on, the fake LLM server as an OpenAI model."""
+    """Settings for a real Runtime: Slack on, the fake LLM server as an OpenAI model;
+    channels answer anyone (GROUP_POLICY=open) unless the test says otherwise."""
+    core.setdefault("group_policy", "open")
     return Settings(
         core=CoreSettings(redis_url=valkey_url, **core),  # type: ignore[arg-type]
         llm=LLMSettings(
