@@ -411,6 +411,7 @@ class Box:
             LLM_MODEL="fake",
             LLM_MAX_RETRIES="0",
             DM_POLICY="open",
+            GROUP_POLICY="open",
             USER_RATE_LIMIT="",
             LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",
