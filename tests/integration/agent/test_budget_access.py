@@ -320,6 +320,12 @@ async def test_stranger_cannot_run_a_tool_from_their_own_group(world: Any) -> No
     assert w.model.requests == []  # nothing reached the LLM either
 
 
+async def _group_says(w: Any, thread: ThreadKey, text: str, user: str) -> None:
+    """``user`` writes ``text`` in the group ``thread``; the turn is settled."""
+    await w.send(user_event(thread, text, user, is_direct=False))
+    await w.settle(thread)
+
+
 def _codes(texts: list[str]) -> list[str]:
     return [t.split("parley pairing approve ")[1][:8] for t in texts if "pairing approve" in t]
 
@@ -341,12 +347,10 @@ async def test_a_group_chat_is_let_in_by_approving_its_code(world: Any) -> None:
     assert rec is not None and rec["kind"] == "chat"
     assert await approve_pairing(w.redis, codes[0]) is None  # one-time
     assert await list_pairings(w.redis, ("telegram",)) == []
-    await w.send(user_event(GROUP, "hi again", "bob", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "hi again", "bob")
     assert w.texts(GROUP)[-1].startswith("echo"), w.texts(GROUP)
     # the chat was approved, not bob: in another group, and in his DM, he is a stranger
-    await w.send(user_event(OTHER_GROUP, "hi", "bob", is_direct=False))
-    await w.settle(OTHER_GROUP)
+    await _group_says(w, OTHER_GROUP, "hi", "bob")
     assert len(_codes(w.texts(OTHER_GROUP))) == 1
     assert not any(t.startswith("echo") for t in w.texts(OTHER_GROUP))
 
@@ -361,16 +365,12 @@ async def test_an_admin_writing_in_a_group_approves_it(world: Any) -> None:
     )
     await w.start()
     # someone on ALLOWED_USERS is answered anywhere, but does not approve the chat
-    await w.send(user_event(GROUP, "hi", "ok", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "hi", "ok")
     assert w.texts(GROUP)[-1].startswith("echo")
-    await w.send(user_event(GROUP, "me too", "mallory", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "me too", "mallory")
     assert "pairing approve" in w.texts(GROUP)[-1]
-    await w.send(user_event(GROUP, "hello team", "boss", is_direct=False))
-    await w.settle(GROUP)
-    await w.send(user_event(GROUP, "me too", "mallory", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "hello team", "boss")
+    await _group_says(w, GROUP, "me too", "mallory")
     assert w.texts(GROUP)[-1].startswith("echo"), w.texts(GROUP)
     # an approver does the same
     await w.send(user_event(OTHER_GROUP, "hello", "lead", is_direct=False))
@@ -395,16 +395,14 @@ async def test_group_allowlist_answers_trusted_people_only(world: Any) -> None:
     assert len([t for t in texts if "allow list" in t]) == 1, texts
     assert not any("pairing approve" in t for t in texts)  # no chat codes here
     assert len([t for t in texts if t.startswith("echo")]) == 1  # the admin's
-    await w.send(user_event(GROUP, "hi", "ok", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "hi", "ok")
     assert w.texts(GROUP)[-1].startswith("echo")
 
 
 async def test_group_open_answers_anyone_as_before(world: Any) -> None:
     w = world(FnModel(tools_then_answer()), dm_policy="pairing", group_policy="open")
     await w.start()
-    await w.send(user_event(GROUP, "hi", "mallory", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "hi", "mallory")
     assert w.texts(GROUP)[-1].startswith("echo")
 
 
@@ -417,8 +415,7 @@ async def test_a_strangers_press_in_a_chat_not_approved_decides_nothing(world: A
         allowed_users="telegram:ok",
     )
     await w.start()
-    await w.send(user_event(GROUP, "count it", "ok", is_direct=False))
-    await w.settle(GROUP)
+    await _group_says(w, GROUP, "count it", "ok")
     aid = approval_id(w, GROUP)
     await w.send(press(GROUP, f"ap:{aid}:a", user="stranger"))
     await w.settle(GROUP)

@@ -156,6 +156,19 @@ async def limited_world(
     return w, outbox
 
 
+async def awaiting_counter_approval(
+    world: Any, monkeypatch: Any, thread: ThreadKey
+) -> tuple[Any, Limited]:
+    """A rate-limited world where ``thread`` said "go" and ``counter`` (call_c) now
+    waits for its approval."""
+    w, outbox = await limited_world(
+        world, monkeypatch, {"go": (ToolCall("call_c", "counter", {}),)}
+    )
+    await w.send(user_event(thread, "go"))
+    await w.settle(thread)
+    return w, outbox
+
+
 async def interrupt_the_wait(w: Any, outbox: Limited, thread: ThreadKey) -> None:
     await asyncio.wait_for(outbox.waiting.wait(), 10)
     outbox.edits = outbox.prompts = outbox.replies = False  # (the wait goes on: 600 s)
@@ -204,11 +217,7 @@ async def test_an_interrupted_prompt_close_ends_the_wait_once(
     still waited, and the next message ended the wait with a second result for each:
     every later model call was refused."""
     t = ThreadKey("web", "local", f"intr-close-{decision}")
-    w, outbox = await limited_world(
-        world, monkeypatch, {"go": (ToolCall("call_c", "counter", {}),)}
-    )
-    await w.send(user_event(t, "go"))
-    await w.settle(t)
+    w, outbox = await awaiting_counter_approval(world, monkeypatch, t)
     aid = w.prompts(t)[-1].message.buttons[0].payload.split(":")[1]
     outbox.edits = True
     await w.send(user_event(t, "", kind=EventKind.ACTION, token=f"ap:{aid}:{decision}"))
@@ -250,11 +259,7 @@ async def test_an_interrupted_command_reply_leaves_the_wait_to_its_prompt(
     queued /interrupt then cancels the approval, once, and says so: one notice (before,
     the stopped command's turn said "Stopped." as well)."""
     t = ThreadKey("web", "local", "intr-command")
-    w, outbox = await limited_world(
-        world, monkeypatch, {"go": (ToolCall("call_c", "counter", {}),)}
-    )
-    await w.send(user_event(t, "go"))
-    await w.settle(t)
+    w, outbox = await awaiting_counter_approval(world, monkeypatch, t)
     outbox.replies = True
     await w.send(user_event(t, "/status"))
     await interrupt_the_wait(w, outbox, t)
@@ -292,11 +297,7 @@ async def test_an_interrupted_cancel_ends_the_wait_once(world: Any, monkeypatch:
     rate limit and /interrupt ends it (the /new is stopped there): the wait ends once,
     the call cancelled."""
     t = ThreadKey("web", "local", "intr-cancel")
-    w, outbox = await limited_world(
-        world, monkeypatch, {"go": (ToolCall("call_c", "counter", {}),)}
-    )
-    await w.send(user_event(t, "go"))
-    await w.settle(t)
+    w, outbox = await awaiting_counter_approval(world, monkeypatch, t)
     outbox.edits = True
     await w.send(user_event(t, "/new"))
     await interrupt_the_wait(w, outbox, t)
@@ -310,11 +311,7 @@ async def test_an_interrupted_close_of_an_expired_prompt_ends_the_wait_once(
     """A message after the approval expired ends the wait; the edit marking its prompt
     expired waits for the rate limit and /interrupt ends it."""
     t = ThreadKey("web", "local", "intr-expired")
-    w, outbox = await limited_world(
-        world, monkeypatch, {"go": (ToolCall("call_c", "counter", {}),)}
-    )
-    await w.send(user_event(t, "go"))
-    await w.settle(t)
+    w, outbox = await awaiting_counter_approval(world, monkeypatch, t)
     w.clock.offset = w.settings.approval_ttl_secs + 60
     outbox.edits = True
     await w.send(user_event(t, "anyone there?"))

@@ -112,6 +112,17 @@ class Streams:
         yield c
 
 
+async def _wait_handed_back(w: Any, step: float, what: str) -> None:
+    """Until T's lock says the turn was handed back for later (500 looks ``step``
+    apart); fails with ``what`` and the lock's value if it never does."""
+    for _ in range(500):
+        held = await w.redis.get(keys.lock(T))
+        if held is not None and held.endswith(b"~later"):
+            return
+        await asyncio.sleep(step)
+    raise AssertionError(f"{what}: {held!r}")
+
+
 def use(w: Any, outbox: RecordingOutbox) -> None:
     w.outbox = outbox
     for name in list(w.outboxes):
@@ -234,13 +245,7 @@ async def test_a_send_rate_limited_that_reaches_the_worker_hands_the_message_bac
 
     worker.recovery.run_turn = limited_once
     await w.send(user_event(T, "hi"))
-    for _ in range(500):
-        held = await w.redis.get(keys.lock(T))
-        if held is not None and held.endswith(b"~later"):
-            break
-        await asyncio.sleep(0.01)
-    else:
-        raise AssertionError(f"not handed back for the wait: {held!r}")
+    await _wait_handed_back(w, 0.01, "not handed back for the wait")
     assert calls == 1  # no other turn while the platform's wait lasts
     assert await w.redis.llen(keys.mailbox(T)) == 1
     await w.settle(T, timeout=15)
@@ -480,13 +485,7 @@ async def test_an_endless_rate_limit_frees_the_worker_and_holds_the_thread(
     use(w, outbox)
     await w.start()
     await w.send(user_event(T, "hi"))
-    for _ in range(500):
-        held = await w.redis.get(keys.lock(T))
-        if held is not None and held.endswith(b"~later"):
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise AssertionError(f"not handed back at the cap: {held!r}")
+    await _wait_handed_back(w, 0.02, "not handed back at the cap")
     assert outbox.tried.count("send") <= round(0.3 / 0.05) + 1, outbox.tried
     assert await w.redis.llen(keys.mailbox(T)) == 1
     assert w.texts(T) == []

@@ -396,6 +396,13 @@ async def test_a_message_said_while_away_is_caught_up_when_the_person_writes_aga
         await gw.halt()
 
 
+async def _start_under_lease(gw: Gateway, held: list[bool]) -> None:
+    """Start ``gw`` with a lease that is ours while ``held[0]`` is true."""
+    await gw.channel.initialize()
+    gw.stop = LeaseStop(lambda: held[0])
+    gw.task = asyncio.create_task(gw.channel.run_gateway(gw.ingest, gw.stop))
+
+
 async def test_a_message_after_the_lease_is_gone_is_not_submitted(
     make_gateway: Callable[..., Gateway],
     fake_discord: FakeDiscord,
@@ -407,9 +414,7 @@ async def test_a_message_after_the_lease_is_gone_is_not_submitted(
     lease is not surely ours a message is dropped: the new holder's session has it."""
     gw = make_gateway()
     held = [True]
-    await gw.channel.initialize()
-    gw.stop = LeaseStop(lambda: held[0])
-    gw.task = asyncio.create_task(gw.channel.run_gateway(gw.ingest, gw.stop))
+    await _start_under_lease(gw, held)
     try:
         await wait_client_ready(gw)
         await fake_discord.user_message(DM_CHANNEL_ID, "held")
@@ -471,6 +476,47 @@ async def test_a_press_in_a_thread_missing_from_the_cache_keeps_the_threads_conv
 # --- a stop and a Redis outage lose no message -----------------------------------------
 
 
+def _refuse_submits_while_down(gw: Gateway) -> tuple[list[bool], list[str]]:
+    """Make ``gw``'s submits fail as Redis does while ``down[0]`` is true; the ids
+    refused are collected in ``refused``.  Returns ``(down, refused)``."""
+    real_submit = gw.ingest.submit
+    down = [False]
+    refused: list[str] = []
+
+    async def submit(event: Any) -> Any:
+        if down[0]:
+            refused.append(event.event_id)
+            raise StoreUnavailable("cannot publish event: ConnectionError")
+        return await real_submit(event)
+
+    gw.ingest.submit = submit  # type: ignore[method-assign]
+    return down, refused
+
+
+async def _start_and_queue_three(gw: Gateway, fake_discord: FakeDiscord) -> list[dict[str, Any]]:
+    """Start ``gw``, send it three DMs and wait until two of them are queued behind
+    the first (whose submit is held up).  Returns the messages sent."""
+    await gw.start()
+    await wait_client_ready(gw)
+    client = gw.channel.client
+    assert client is not None
+    sent = [await fake_discord.user_message(DM_CHANNEL_ID, f"hello {i}") for i in range(3)]
+    await fake_discord.wait(lambda: client._queue.qsize() == 2, 5, "two messages queued")
+    return sent
+
+
+async def _next_process_publishes(make_gateway: Callable[..., Gateway], count: int) -> list[str]:
+    """A next gateway process takes over: the ids of the first ``count`` events it
+    publishes (its catch-up)."""
+    gw2 = make_gateway()
+    await gw2.start()
+    try:
+        await wait_client_ready(gw2)
+        return [e.event_id for e in await gw2.wait_published(count)]
+    finally:
+        await gw2.halt()
+
+
 async def test_messages_received_before_a_stop_are_published_before_the_connection_closes(
     make_gateway: Callable[..., Gateway], fake_discord: FakeDiscord
 ) -> None:
@@ -488,12 +534,7 @@ async def test_messages_received_before_a_stop_are_published_before_the_connecti
         return await real_submit(event)
 
     gw.ingest.submit = slow_submit  # type: ignore[method-assign]
-    await gw.start()
-    await wait_client_ready(gw)
-    client = gw.channel.client
-    assert client is not None
-    sent = [await fake_discord.user_message(DM_CHANNEL_ID, f"hello {i}") for i in range(3)]
-    await fake_discord.wait(lambda: client._queue.qsize() == 2, 5, "two messages queued")
+    sent = await _start_and_queue_three(gw, fake_discord)
     halting = asyncio.create_task(gw.halt())  # the deploy's SIGTERM
     await fake_discord.wait(gw.stop.is_set, 5, "stop")
     redis_answers.set()
@@ -512,24 +553,12 @@ async def test_messages_left_unhandled_at_a_stop_are_caught_up_by_the_next_proce
         await asyncio.Event().wait()  # Redis never answers this process again
 
     gw.ingest.submit = stuck_submit  # type: ignore[method-assign]
-    await gw.start()
-    await wait_client_ready(gw)
-    client = gw.channel.client
-    assert client is not None
-    sent = [await fake_discord.user_message(DM_CHANNEL_ID, f"hello {i}") for i in range(3)]
-    await fake_discord.wait(lambda: client._queue.qsize() == 2, 5, "two messages queued")
+    sent = await _start_and_queue_three(gw, fake_discord)
     await gw.halt()
     assert await gw.published() == []
     assert await redis.hget("parley:discord:last", DM_CHANNEL_ID) is not None
     # the next gateway process takes over and catches up
-    gw2 = make_gateway()
-    await gw2.start()
-    try:
-        await wait_client_ready(gw2)
-        events = await gw2.wait_published(3)
-        assert [e.event_id for e in events] == [m["id"] for m in sent]
-    finally:
-        await gw2.halt()
+    assert await _next_process_publishes(make_gateway, 3) == [m["id"] for m in sent]
 
 
 async def test_a_message_redis_refuses_for_long_is_published_in_order_once_it_is_back(
@@ -546,17 +575,7 @@ async def test_a_message_redis_refuses_for_long_is_published_in_order_once_it_is
     monkeypatch.setattr(gateway_mod, "SUBMIT_RETRY_SECS", 0.3, raising=False)
     monkeypatch.setattr(gateway_mod, "SUBMIT_MAX_DELAY", 0.2, raising=False)
     gw = make_gateway()
-    real_submit = gw.ingest.submit
-    down = [False]
-    refused: list[str] = []
-
-    async def submit(event: Any) -> Any:
-        if down[0]:
-            refused.append(event.event_id)
-            raise StoreUnavailable("cannot publish event: ConnectionError")
-        return await real_submit(event)
-
-    gw.ingest.submit = submit  # type: ignore[method-assign]
+    down, refused = _refuse_submits_while_down(gw)
     await gw.start()
     try:
         await wait_client_ready(gw)
@@ -587,20 +606,8 @@ async def test_a_message_redis_refuses_until_the_lease_is_gone_is_left_to_the_ca
     catch-up reads it."""
     gw = make_gateway()
     held = [True]
-    real_submit = gw.ingest.submit
-    down = [False]
-    refused: list[str] = []
-
-    async def submit(event: Any) -> Any:
-        if down[0]:
-            refused.append(event.event_id)
-            raise StoreUnavailable("cannot publish event: ConnectionError")
-        return await real_submit(event)
-
-    gw.ingest.submit = submit  # type: ignore[method-assign]
-    await gw.channel.initialize()
-    gw.stop = LeaseStop(lambda: held[0])
-    gw.task = asyncio.create_task(gw.channel.run_gateway(gw.ingest, gw.stop))
+    down, refused = _refuse_submits_while_down(gw)
+    await _start_under_lease(gw, held)
     try:
         await wait_client_ready(gw)
         first = await fake_discord.user_message(DM_CHANNEL_ID, "first")
@@ -624,11 +631,4 @@ async def test_a_message_redis_refuses_until_the_lease_is_gone_is_left_to_the_ca
     down[0] = False
     assert [e.event_id for e in await gw.published()] == [first["id"]]
     assert await redis.hget("parley:discord:last", DM_CHANNEL_ID) == first["id"].encode()
-    gw2 = make_gateway()
-    await gw2.start()
-    try:
-        await wait_client_ready(gw2)
-        events = await gw2.wait_published(2)
-        assert [e.event_id for e in events] == [first["id"], lost["id"]]
-    finally:
-        await gw2.halt()
+    assert await _next_process_publishes(make_gateway, 2) == [first["id"], lost["id"]]

@@ -85,6 +85,32 @@ async def _inflight(w: Any) -> dict[bytes, bytes]:
     return dict(await w.redis.hgetall(keys.ROUTINE_INFLIGHT))
 
 
+async def _hourly_fire_dies(w: Any, clock: FakeClock) -> Dying:
+    """Leader "a" fires the hourly routine and dies in its model call (last fire and
+    claim written, the run never ends).  Returns the ``Dying`` to bury."""
+    a = w.proactive(clock, owner="a")
+    dying = Dying(a, "_light")
+    clock.advance(3600 + 1)
+    assert await a.scheduler.tick() == ["hourly"]
+    await dying.kill()
+    return dying
+
+
+def _hold_light(p: Any) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold ``p``'s model calls: each sets ``hanging`` and waits for ``gate``.
+    Returns ``(gate, hanging)``."""
+    gate, hanging = asyncio.Event(), asyncio.Event()
+    real = p.runner._light
+
+    async def slow(*args: Any, **kw: Any) -> str:
+        hanging.set()
+        await gate.wait()
+        return await real(*args, **kw)
+
+    p.runner._light = slow  # type: ignore[method-assign]
+    return gate, hanging
+
+
 async def _looks(*ps: Any, clock: FakeClock) -> None:
     """The leaders' first look at a dead owner's missing alive key: nothing is taken
     over yet (a living owner back from a Redis outage renews it first); lease/2
@@ -99,11 +125,7 @@ async def test_a_cron_fire_in_flight_on_a_killed_leader_runs_once_on_the_next(
     pworld: Any,
 ) -> None:
     w, clock = await _hourly(pworld)
-    a = w.proactive(clock, owner="a")
-    dying = Dying(a, "_light")
-    clock.advance(3600 + 1)
-    assert await a.scheduler.tick() == ["hourly"]
-    await dying.kill()  # last fire and claim written, the run never ends
+    dying = await _hourly_fire_dies(w, clock)  # the run never ends
 
     b = w.proactive(clock, owner="b")  # takes the lease
     clock.advance(30)
@@ -183,14 +205,7 @@ async def test_an_alive_leader_keeps_its_runs(pworld: Any) -> None:
     next leader does not run them beside it."""
     w, clock = await _hourly(pworld)
     a = w.proactive(clock, owner="a")
-    gate = asyncio.Event()
-    real = a.runner._light
-
-    async def slow(*args: Any, **kw: Any) -> str:
-        await gate.wait()
-        return await real(*args, **kw)
-
-    a.runner._light = slow  # type: ignore[method-assign]
+    gate, _ = _hold_light(a)
     clock.advance(3600 + 1)
     assert await a.scheduler.tick() == ["hourly"]
     b = w.proactive(clock, owner="b")
@@ -208,11 +223,7 @@ async def test_an_alive_leader_keeps_its_runs(pworld: Any) -> None:
 async def test_a_run_whose_process_dies_twice_is_given_up(pworld: Any) -> None:
     w, clock = await _hourly(pworld)
     await w.redis.set(keys.admin_thread(ADMIN), str(ADMIN_DM))
-    a = w.proactive(clock, owner="a")
-    first = Dying(a, "_light")
-    clock.advance(3600 + 1)
-    assert await a.scheduler.tick() == ["hourly"]
-    await first.kill()
+    first = await _hourly_fire_dies(w, clock)
 
     b = w.proactive(clock, owner="b")
     second = Dying(b, "_light")
@@ -241,11 +252,7 @@ async def test_a_run_whose_process_dies_twice_is_given_up(pworld: Any) -> None:
 
 async def test_two_new_leaders_overlapping_run_a_dead_run_once(pworld: Any) -> None:
     w, clock = await _hourly(pworld)
-    a = w.proactive(clock, owner="a")
-    dying = Dying(a, "_light")
-    clock.advance(3600 + 1)
-    assert await a.scheduler.tick() == ["hourly"]
-    await dying.kill()
+    dying = await _hourly_fire_dies(w, clock)
 
     b, c = w.proactive(clock, owner="b"), w.proactive(clock, owner="c")
     await _looks(b, c, clock=clock)
@@ -336,15 +343,7 @@ async def test_a_leader_that_lost_the_lease_keeps_its_runs_while_it_lives(
     a = w.proactive(clock, owner="a", **fast)
     b = w.proactive(clock, owner="b", **fast)
     b.scheduler.elapsed = time.monotonic  # (the clock does not move: b's looks would not)
-    gate, hanging = asyncio.Event(), asyncio.Event()
-    real = a.runner._light
-
-    async def slow(*args: Any, **kw: Any) -> str:
-        hanging.set()
-        await gate.wait()
-        return await real(*args, **kw)
-
-    a.runner._light = slow  # type: ignore[method-assign]
+    gate, hanging = _hold_light(a)
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     ta = asyncio.create_task(a.scheduler.run(stop_a))
     while not a.scheduler.leader:
@@ -481,11 +480,7 @@ async def test_a_rerun_whose_start_hit_a_redis_blip_is_started_by_its_new_owner(
     record: the run was lost, and a later leader gave it up (a false alert)."""
     w, clock = await _hourly(pworld)
     await w.redis.set(keys.admin_thread(ADMIN), str(ADMIN_DM))
-    a = w.proactive(clock, owner="a")
-    dying = Dying(a, "_light")
-    clock.advance(3600 + 1)
-    assert await a.scheduler.tick() == ["hourly"]
-    await dying.kill()
+    dying = await _hourly_fire_dies(w, clock)
 
     b = w.proactive(clock, owner="b")
     await _looks(b, clock=clock)
@@ -570,15 +565,7 @@ async def test_a_living_process_keeps_its_run_after_a_redis_outage_longer_than_a
     a = w.proactive(clock, owner="a", scheduler_lease_secs=0.6)
     outage = Outage(w.redis)
     a.scheduler.redis = outage  # type: ignore[assignment]  (the keeper's client)
-    gate, hanging = asyncio.Event(), asyncio.Event()
-    real = a.runner._light
-
-    async def slow(*args: Any, **kw: Any) -> str:
-        hanging.set()
-        await gate.wait()  # a long model call (it does not need Redis)
-        return await real(*args, **kw)
-
-    a.runner._light = slow  # type: ignore[method-assign]
+    gate, hanging = _hold_light(a)  # a long model call (it does not need Redis)
     keeper = asyncio.create_task(a.scheduler._keep_alive())  # as run() starts it
     try:
         await a.store.queue_run("manual")
@@ -618,15 +605,7 @@ async def _living(pworld: Any) -> tuple[Any, FakeClock, Any, asyncio.Event]:
     returned gate); its alive key is set and removed by hand (no keeper runs)."""
     w, clock = await _world(pworld, name="manual", trigger="manual")
     a = w.proactive(clock, owner="a")
-    gate, hanging = asyncio.Event(), asyncio.Event()
-    real = a.runner._light
-
-    async def slow(*args: Any, **kw: Any) -> str:
-        hanging.set()
-        await gate.wait()  # a long model call: a is alive and running it
-        return await real(*args, **kw)
-
-    a.runner._light = slow  # type: ignore[method-assign]
+    gate, hanging = _hold_light(a)  # a long model call: a is alive and running it
     await a.store.queue_run("manual")
     assert await a.scheduler.tick() == ["manual"]
     await hanging.wait()

@@ -39,26 +39,41 @@ from tests.integration.telegram.conftest import FAST, make_channel
 DM = ThreadKey("telegram", "123456", "42")
 
 
-async def test_a_retry_after_longer_than_the_turn_timeout_still_delivers_the_answer(
+def _model() -> FnModel:
+    return FnModel(lambda req: Completion("answer: " + last_user(req), usage=TokenUsage(1, 1)))
+
+
+def _sent(fake: FakeTelegram) -> list[str]:
+    """The texts of the messages Telegram took (sendMessage answered 200)."""
+    return [c.params["text"] for c in fake.calls_of("sendMessage") if c.status == 200]
+
+
+async def _answered_once_past_the_turn_timeout(
     world: Callable[..., Any],  # noqa: F811
     fake: FakeTelegram,
     channel: TelegramChannel,
 ) -> None:
-    model = FnModel(lambda req: Completion("answer: " + last_user(req), usage=TokenUsage(1, 1)))
-    # scaled down: TURN_TIMEOUT_SECS 600 and a retry_after of 3600 s
+    """A turn timeout of 1 s and a retry_after of 2 s on the answer: the answer is
+    still sent, once, from one model call."""
+    model = _model()
     w = world(model, turn_timeout_secs=1.0)
     w.outboxes["telegram"] = w.outbox = channel.outbox()
     fake.fail_next("sendMessage", 429, retry_after=2)
     await w.start()
     await w.send(user_event(DM, "hi", user="42"))
     await w.settle(DM, timeout=20.0)
-    texts = [c.params["text"] for c in fake.calls_of("sendMessage") if c.status == 200]
+    texts = _sent(fake)
     assert texts == ["answer: hi"], texts  # not "That took longer than 1 seconds…"
     assert len(model.requests) == 1
 
 
-def _model() -> FnModel:
-    return FnModel(lambda req: Completion("answer: " + last_user(req), usage=TokenUsage(1, 1)))
+async def test_a_retry_after_longer_than_the_turn_timeout_still_delivers_the_answer(
+    world: Callable[..., Any],  # noqa: F811
+    fake: FakeTelegram,
+    channel: TelegramChannel,
+) -> None:
+    # scaled down: TURN_TIMEOUT_SECS 600 and a retry_after of 3600 s
+    await _answered_once_past_the_turn_timeout(world, fake, channel)
 
 
 async def _limited(fake: FakeTelegram) -> None:
@@ -78,16 +93,7 @@ async def test_a_retry_after_beyond_the_senders_wait_is_waited_out_by_the_turn(
     of 1 s: the reply writer waits (off the turn's clock) and sends once."""
     ch = await make_channel(fake, redis, limits=dataclasses.replace(FAST, max_retry_wait=0.5))
     try:
-        model = _model()
-        w = world(model, turn_timeout_secs=1.0)
-        w.outboxes["telegram"] = w.outbox = ch.outbox()
-        fake.fail_next("sendMessage", 429, retry_after=2)
-        await w.start()
-        await w.send(user_event(DM, "hi", user="42"))
-        await w.settle(DM, timeout=20.0)
-        texts = [c.params["text"] for c in fake.calls_of("sendMessage") if c.status == 200]
-        assert texts == ["answer: hi"], texts
-        assert len(model.requests) == 1
+        await _answered_once_past_the_turn_timeout(world, fake, ch)
     finally:
         await ch.shutdown()
 
@@ -107,7 +113,7 @@ async def test_interrupt_ends_a_telegram_flood_wait(
     await _limited(fake)
     await w.send(user_event(DM, "/interrupt", user="42"))
     await w.settle(DM, timeout=15.0)  # not after the 300 s Telegram asked for
-    texts = [c.params["text"] for c in fake.calls_of("sendMessage") if c.status == 200]
+    texts = _sent(fake)
     assert not any(t.startswith("answer") for t in texts), texts
 
 
@@ -158,5 +164,5 @@ async def test_a_chat_paused_for_long_is_waited_out_where_interrupt_ends_it(
     await asyncio.sleep(0.3)  # (the answer waits for its slot)
     await w.send(user_event(DM, "/interrupt", user="42"))
     await w.settle(DM, timeout=15.0)
-    texts = [c.params["text"] for c in fake.calls_of("sendMessage") if c.status == 200]
+    texts = _sent(fake)
     assert not any(t.startswith("answer") for t in texts), texts

@@ -5,12 +5,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from agent_core.errors import SendForbidden
-from agent_core.events import Attachment, Button, ButtonStyle, OutboundMessage, ThreadKey
+from agent_core.events import (
+    Attachment,
+    Button,
+    ButtonStyle,
+    InboundEvent,
+    OutboundMessage,
+    ThreadKey,
+)
 from agent_core.outbox import watch_skips
 from channels.telegram import TelegramChannel, refs
 from tests.fakes.telegram import FakeTelegram
@@ -251,6 +260,32 @@ async def test_download_on_demand(fake: FakeTelegram, channel: TelegramChannel) 
     assert data == b"%PDF-1.4 fake"
 
 
+async def _pressed(
+    webhook: FakeTelegram,
+    out: Any,
+    published: Callable[[], Awaitable[list[InboundEvent]]],
+    n: int,
+    payload: str = "ap:k1:y",
+) -> tuple[list[dict[str, Any]], list[InboundEvent]]:
+    """A prompt in the DM with one button (``payload``), pressed ``n`` times by user
+    42 and delivered: the presses, and the events published for them."""
+    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", payload),)))
+    presses = [webhook.press(42, int(ref.message_id), payload, user_id=42) for _ in range(n)]
+    for p in presses:
+        assert await webhook.deliver(p) == 200
+    return presses, await published()
+
+
+def _answers_to(webhook: FakeTelegram, press: dict[str, Any]) -> list[Any]:
+    """The answerCallbackQuery calls made for ``press``, in order."""
+    cq = press["callback_query"]["id"]
+    return [
+        c
+        for c in webhook.calls
+        if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
+    ]
+
+
 async def test_a_waiting_press_gets_the_note_unless_its_own_answer_comes_first(
     webhook: FakeTelegram,
     channel: TelegramChannel,
@@ -263,20 +298,11 @@ async def test_a_waiting_press_gets_the_note_unless_its_own_answer_comes_first(
 
     monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.2)
     out = channel.outbox()
-    ref = await out.send(DM, OutboundMessage("Run it?", buttons=(Button("Approve", "ap:x:y"),)))
-    presses = [webhook.press(42, int(ref.message_id), "ap:x:y", user_id=42) for _ in range(3)]
-    for p in presses:
-        assert await webhook.deliver(p) == 200
-    late, early, stale = await published()
+    presses, (late, early, stale) = await _pressed(webhook, out, published, 3, "ap:x:y")
     stale = replace(stale, received_at=time.time() - 60)  # reclaimed long after a crash
 
-    def calls(press: dict) -> list[str | None]:  # type: ignore[type-arg]
-        cq = press["callback_query"]["id"]
-        return [
-            c.params.get("text")
-            for c in webhook.calls
-            if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
-        ]
+    def calls(press: dict[str, Any]) -> list[str | None]:
+        return [c.params.get("text") for c in _answers_to(webhook, press)]
 
     for ev in (late, early, stale):
         out.press_waiting(ev)
@@ -318,19 +344,10 @@ async def test_a_rate_limited_press_answer_is_given_again_within_the_window(
 
     monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.05)
     out = channel.outbox()
-    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:k1:y"),)))
-    presses = [webhook.press(42, int(ref.message_id), "ap:k1:y", user_id=42) for _ in range(3)]
-    for p in presses:
-        assert await webhook.deliver(p) == 200
-    answered, noted, late = await published()
+    presses, (answered, noted, late) = await _pressed(webhook, out, published, 3)
 
-    def statuses(press: dict) -> list[int]:  # type: ignore[type-arg]
-        cq = press["callback_query"]["id"]
-        return [
-            c.status
-            for c in webhook.calls
-            if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
-        ]
+    def statuses(press: dict[str, Any]) -> list[int]:
+        return [c.status for c in _answers_to(webhook, press)]
 
     webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
     await out.answer_action(answered, "already decided")  # the turn goes on meanwhile
@@ -371,10 +388,7 @@ async def test_a_waiting_press_note_that_met_a_429_is_cancelled_by_close(
 
     monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.0)
     out = channel.outbox()
-    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:k1:y"),)))
-    press = webhook.press(42, int(ref.message_id), "ap:k1:y", user_id=42)
-    assert await webhook.deliver(press) == 200
-    (noted,) = await published()
+    _, (noted,) = await _pressed(webhook, out, published, 1)
     webhook.fail_next("answerCallbackQuery", 429, retry_after=3)
     out.press_waiting(noted)
     (note,) = [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_note_press"]  # type: ignore[union-attr]
@@ -398,10 +412,7 @@ async def test_the_turns_answer_calls_off_a_note_waiting_out_a_429(
 
     monkeypatch.setattr(sender, "PRESS_NOTE_AFTER", 0.0)
     out = channel.outbox()
-    ref = await out.send(DM, OutboundMessage("Allow?", buttons=(Button("Approve", "ap:k1:y"),)))
-    press = webhook.press(42, int(ref.message_id), "ap:k1:y", user_id=42)
-    assert await webhook.deliver(press) == 200
-    (noted,) = await published()
+    (press,), (noted,) = await _pressed(webhook, out, published, 1)
     cq = press["callback_query"]["id"]
     webhook.fail_next("answerCallbackQuery", 429, retry_after=0.3)
     out.press_waiting(noted)
@@ -413,9 +424,5 @@ async def test_the_turns_answer_calls_off_a_note_waiting_out_a_429(
             await asyncio.sleep(0.02)
     assert webhook.answered[cq] == "already decided"
     await out.close()
-    texts = [
-        (c.status, c.params.get("text"))
-        for c in webhook.calls
-        if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == cq
-    ]
+    texts = [(c.status, c.params.get("text")) for c in _answers_to(webhook, press)]
     assert texts == [(429, sender.PRESS_NOTE), (429, "already decided"), (200, "already decided")]

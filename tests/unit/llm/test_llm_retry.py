@@ -27,6 +27,7 @@ from agent_core.llm.retry import MIN_DELAY, Retry
 from tests.fakes.llm_servers import (
     FakeClock,
     FakeLLMServer,
+    Reply,
     ScriptedProvider,
     anthropic_error,
     openai_error,
@@ -258,6 +259,22 @@ def test_the_wait_of_an_anthropic_429_from_its_reset_times() -> None:
     assert 17 <= exc.retry_after <= 20  # computed from the wall clock, to the second
 
 
+async def _retried_once_after(
+    server: FakeLLMServer, clock: FakeClock, reply: Reply, wait: float
+) -> None:
+    """OpenAI answers ``reply`` then the echo: Retry waits ``wait`` seconds, once,
+    and the second request gets the answer."""
+    server.push(reply)
+    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
+    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
+    await r.initialize()
+    out = await r.complete(REQ)
+    await r.shutdown()
+    assert out.text == "echo: hi"
+    assert clock.sleeps == [pytest.approx(wait)]
+    assert len(server.requests) == 2
+
+
 async def test_an_openai_429_without_retry_after_is_waited_out(
     server: FakeLLMServer, clock: FakeClock
 ) -> None:
@@ -271,15 +288,7 @@ async def test_an_openai_429_without_retry_after_is_waited_out(
             "x-ratelimit-reset-requests": "120ms",
         }
     )
-    server.push(reply)
-    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
-    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
-    await r.initialize()
-    out = await r.complete(REQ)
-    await r.shutdown()
-    assert out.text == "echo: hi"
-    assert clock.sleeps == [pytest.approx(41.724)]
-    assert len(server.requests) == 2
+    await _retried_once_after(server, clock, reply, 41.724)
 
 
 async def test_an_anthropic_429_without_retry_after_is_waited_out(
@@ -426,15 +435,7 @@ async def test_a_retry_after_0_in_front_of_the_bodys_wait_is_waited_out(
     after 20 s, not three into the limit at 1 s, 2 s, 4 s."""
     reply = openai_error(429, "rate_limit_exceeded", _TPM.format("20s"), kind="tokens")
     reply.headers["retry-after"] = "0"
-    server.push(reply)
-    backend = OpenAIProvider(config_for(server), PriceTable(), clock=clock)
-    r = Retry(backend, 3, sleep=clock.sleep, jitter=lambda: 1.0)
-    await r.initialize()
-    out = await r.complete(REQ)
-    await r.shutdown()
-    assert out.text == "echo: hi"
-    assert clock.sleeps == [pytest.approx(20.0)]
-    assert len(server.requests) == 2
+    await _retried_once_after(server, clock, reply, 20.0)
 
 
 @pytest.mark.parametrize(
