@@ -194,16 +194,17 @@ class AccessControl:
             "not allowed",
         )
 
-    async def _chat_pairing(self, event: InboundEvent) -> AccessVerdict:
-        """A stranger in a group chat not approved: the chat's code (one per chat,
-        1 h), told in the chat at most once an hour; nothing else runs."""
-        chat = chat_of(event.thread)
+    async def _issue(
+        self, event: InboundEvent, extra: dict[str, Any], owner_key: str, pending_key: str
+    ) -> tuple[int, str]:
+        """A pairing code for ``event``'s sender or chat (``owner_key``: its one
+        code), within the channel's pending list: (status, the code).  Status 0: the
+        list is full; 1: the code already issued; 2: a new one."""
         code = new_code()
         record = orjson.dumps(
             {
-                "kind": "chat",
+                **extra,
                 "channel": event.channel,
-                "chat": chat,
                 "user": event.qualified_user,
                 "name": event.user_name,
                 "thread": str(event.thread),
@@ -211,11 +212,7 @@ class AccessControl:
             }
         )
         res: Any = await self._pair(
-            keys=[
-                keys.pairing_code(code),
-                keys.pairing_chat(chat),
-                keys.pairing_pending_chats(event.channel),
-            ],
+            keys=[keys.pairing_code(code), owner_key, pending_key],
             args=[
                 code,
                 record,
@@ -224,8 +221,17 @@ class AccessControl:
                 MAX_PENDING_PER_CHANNEL,
             ],
         )
-        status = int(res[0])
         got = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
+        return int(res[0]), got
+
+    async def _chat_pairing(self, event: InboundEvent) -> AccessVerdict:
+        """A stranger in a group chat not approved: the chat's code (one per chat,
+        1 h), told in the chat at most once an hour; nothing else runs."""
+        chat = chat_of(event.thread)
+        extra = {"kind": "chat", "chat": chat}
+        status, got = await self._issue(
+            event, extra, keys.pairing_chat(chat), keys.pairing_pending_chats(event.channel)
+        )
         # a new code (at most one an hour) is always told; otherwise once an hour
         told = await self._first_notice(chat, "chat-pairing")
         if status != 2 and not told:
@@ -247,32 +253,9 @@ class AccessControl:
 
     async def _pairing(self, event: InboundEvent) -> AccessVerdict:
         user = event.qualified_user
-        code = new_code()
-        record = orjson.dumps(
-            {
-                "channel": event.channel,
-                "user": user,
-                "name": event.user_name,
-                "thread": str(event.thread),
-                "created": self.clock(),
-            }
+        status, got = await self._issue(
+            event, {}, keys.pairing_user(user), keys.pairing_pending(event.channel)
         )
-        res: Any = await self._pair(
-            keys=[
-                keys.pairing_code(code),
-                keys.pairing_user(user),
-                keys.pairing_pending(event.channel),
-            ],
-            args=[
-                code,
-                record,
-                int(self.clock() * 1000),
-                PAIRING_TTL_SECS * 1000,
-                MAX_PENDING_PER_CHANNEL,
-            ],
-        )
-        status = int(res[0])
-        got = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
         if status == 0:
             if not await self._first_notice(user, "pairing-full"):
                 return AccessVerdict(False, "", "pairing full")
