@@ -62,6 +62,25 @@ class Outbox(Protocol):
 # press's own ``answer_action`` still follows when its turn runs.
 
 
+# --- which messages a turn took in -------------------------------------------
+# A turn answers its first message and any plain messages that arrived while it
+# ran (read into the running loop).  A channel that waits for "its" turn to end
+# (the console) may define ``async turn_finished_with(thread, event, taken_in)``:
+# called instead of ``turn_finished``, with the ids of every message the turn
+# took in, ``event``'s first (see :func:`finish_turn`).
+
+
+async def finish_turn(
+    outbox: Outbox, thread: ThreadKey, event: InboundEvent | None, taken_in: Sequence[str]
+) -> None:
+    """End a turn on its channel: ``turn_finished_with`` when the channel has it."""
+    hook = getattr(outbox, "turn_finished_with", None)
+    if hook is not None:
+        await hook(thread, event, list(taken_in))
+    else:
+        await outbox.turn_finished(thread, event)
+
+
 # --- group text ---------------------------------------------------------------
 # A channel whose sender sets ``group_text_reaches = False`` says that in a group a
 # plain message not addressed to the bot (no mention, not a reply to one of its

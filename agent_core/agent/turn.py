@@ -78,6 +78,7 @@ from agent_core.llm.base import (
     ToolCall,
     ToolSpec,
 )
+from agent_core.outbox import finish_turn
 from agent_core.store import keys
 from agent_core.store.delivery import TurnState
 from agent_core.store.scripting import Call
@@ -221,7 +222,11 @@ class Turn:
             if self._typing is not None:
                 self._typing.cancel()
             with contextlib.suppress(Exception):
-                await outbox.turn_finished(self.thread, head)
+                taken_in = [
+                    head.event_id,
+                    *(e.event_id for e in self.state.mailbox[1 : self.consumed]),
+                ]
+                await finish_turn(outbox, self.thread, head, taken_in)
             await self.agent.hooks.run_after_turn(
                 TurnInfo(self.thread, head, outcome, self.session)
             )

@@ -33,6 +33,19 @@ def console_thread() -> ThreadKey:
     return ThreadKey("console", "local", f"{user}@{socket.gethostname()}", "")
 
 
+def _took_in(fields: dict[bytes, bytes], event_id: str) -> bool:
+    """Whether a "done" marker ends the turn that took ``event_id`` in: its first
+    message, or one folded into it while it ran (another terminal's turn on the
+    same conversation, say)."""
+    if fields.get(b"ev", b"").decode() == event_id:
+        return True
+    try:
+        taken = orjson.loads(fields.get(b"in") or b"[]")
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(taken, list) and event_id in taken
+
+
 def render_plain(message: dict[str, object]) -> str:
     text = str(message.get("tx", ""))
     buttons = message.get("b") or []
@@ -86,7 +99,7 @@ class ConsoleChat:
                         if mid not in texts:
                             order.append(mid)
                         texts[mid] = render_plain(m)
-                    elif kind == "done" and f.get(b"ev", b"").decode() == event.event_id:
+                    elif kind == "done" and _took_in(f, event.event_id):
                         return [texts[m] for m in order]
         return [*(texts[m] for m in order), "(no answer within the time limit)"]
 

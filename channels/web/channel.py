@@ -75,6 +75,8 @@ from channels.web.guard import (
 )
 from channels.web.outbox import LocalOutbox, read_transcript
 from channels.web.session import (
+    COOKIE,
+    COOKIE_MAX_AGE,
     MIN_TOKEN_CHARS,
     SESSION_ID,
     Conversations,
@@ -103,6 +105,8 @@ def _page() -> bytes:
 PAGE = _page()
 MAX_TEXT = 16_000
 SECRET_KEY = keys.PREFIX + "web:cookie-secret"
+RETIRED_KEY = keys.PREFIX + "web:cookie-secret:retired"  # earlier keys: verify only
+KEY_CHECK_SECS = 60.0  # how often a web process checks that its cookie key is Redis's
 SSE_BLOCK_MS = 1_000
 SSE_PING_SECS = 15.0
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
@@ -152,6 +156,8 @@ class WebChannel(Channel):
         self._sessions: Sessions | None = None
         self._closing = asyncio.Event()
         self._secret = b""
+        self._key_checked = 0.0
+        self._failure_checked = 0.0
         self._refused_hosts: set[str] = set()
 
     def outbox(self) -> Outbox:
@@ -163,13 +169,11 @@ class WebChannel(Channel):
     async def initialize(self) -> None:
         if self.settings.web_chat_secret is not None:
             secret = self.settings.web_chat_secret.get_secret_value()
+            self._sessions = Sessions(secret)
+            self._secret = secret.encode()
         else:
-            # One secret shared by every web process, created once.
-            await self.redis.set(SECRET_KEY, secrets.token_urlsafe(32), nx=True)
-            raw = await self.redis.get(SECRET_KEY)
-            secret = raw.decode() if raw else secrets.token_urlsafe(32)
-        self._sessions = Sessions(secret)
-        self._secret = secret.encode()
+            # One key shared by every web process, created once and kept in Redis.
+            await self.sync_key(secrets.token_urlsafe(32))
         token = self.settings.web_chat_token
         if token is not None and len(token.get_secret_value()) < MIN_TOKEN_CHARS:
             log.warning(
@@ -183,6 +187,75 @@ class WebChannel(Channel):
                 "the web chat answers only to localhost and IP addresses: set PUBLIC_URL "
                 "(or WEB_CHAT_TOKEN) to open it by a host name"
             )
+
+    async def sync_key(self, own: str | None = None) -> None:
+        """Take the cookie key Redis holds (setting ``own``, this process's, if none).
+
+        Every web process must sign with the same key.  The key in Redis has no TTL
+        but can still be lost (a wipe, a failover without persistence, eviction):
+        a process started before keeps its key, one started after makes another.
+        So each process does this again every :data:`KEY_CHECK_SECS` and when a
+        cookie fails to verify, and switches to what Redis holds; the key it had
+        goes to the retired keys (in Redis too, for :data:`COOKIE_MAX_AGE`), which
+        every process still verifies with: a switch logs no one out.  Raises
+        ``RedisError`` (or ``RuntimeError`` when the key cannot be read back).
+        """
+        own = own or self.sessions.secret
+        for _ in range(3):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(SECRET_KEY, own, nx=True)
+                pipe.get(SECRET_KEY)
+                pipe.smembers(RETIRED_KEY)
+                _, raw, retired_raw = await pipe.execute()
+            if raw:
+                break
+        else:
+            raise RuntimeError("the web chat's cookie key could not be stored in Redis")
+        current = raw.decode()
+        retired = {r.decode() for r in retired_raw or ()}
+        mine = self._sessions.secret if self._sessions is not None else None
+        if mine is not None and current != mine:
+            log.warning(
+                "web chat: the cookie key in Redis changed (was it wiped or failed over?); "
+                "switching to it, and still accepting cookies signed with the previous one"
+            )
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(RETIRED_KEY, mine)
+                pipe.expire(RETIRED_KEY, COOKIE_MAX_AGE)
+                await pipe.execute()
+            retired.add(mine)
+        if self._sessions is None or current != mine or retired != set(self._sessions.retired):
+            self._sessions = Sessions(current, sorted(retired))
+            self._secret = current.encode()
+        self._key_checked = time.monotonic()
+
+    async def _check_key(self, *, failed: bool = False) -> bool:
+        """Sync the cookie key when it is due (or, after a cookie failed to verify,
+        at most once a second).  Whether the key set changed."""
+        if self.settings.web_chat_secret is not None:
+            return False  # WEB_CHAT_SECRET is the key
+        now = time.monotonic()
+        if failed:
+            if now - self._failure_checked < 1.0:
+                return False  # a flood of bad cookies costs Redis one look a second
+            self._failure_checked = now
+        elif now - self._key_checked < KEY_CHECK_SECS:
+            return False
+        before = self._sessions
+        self._key_checked = now
+        try:
+            await self.sync_key()
+        except (RedisError, RuntimeError):
+            log.debug("web chat: could not check the cookie key", exc_info=True)
+            return False
+        return self._sessions is not before
+
+    async def _read(self, request: Request) -> tuple[dict[str, Any], bool]:
+        await self._check_key()
+        data, dirty = self.sessions.read(request)
+        if not data and request.cookies.get(COOKIE) and await self._check_key(failed=True):
+            data, dirty = self.sessions.read(request)  # signed with a key learnt just now
+        return data, dirty
 
     async def shutdown(self) -> None:
         self.close_streams()
@@ -240,9 +313,9 @@ class WebChannel(Channel):
     def _logged_in(self, data: dict[str, Any]) -> bool:
         return self.sessions.logged_in(data, self.settings.web_chat_token)
 
-    def _session(self, request: Request) -> tuple[dict[str, Any], bool]:
+    async def _session(self, request: Request) -> tuple[dict[str, Any], bool]:
         """(the cookie session, made or refreshed now: set the cookie)."""
-        data, dirty = self.sessions.read(request)
+        data, dirty = await self._read(request)
         if not isinstance(data.get("sid"), str):
             data = {"sid": secrets.token_urlsafe(12)}
             dirty = True
@@ -251,13 +324,13 @@ class WebChannel(Channel):
             dirty = True
         return data, dirty
 
-    def _existing(self, request: Request) -> dict[str, Any] | None:
+    async def _existing(self, request: Request) -> dict[str, Any] | None:
         """The cookie session, or None when the page was never loaded."""
-        return self._existing_signed(request)[0]
+        return (await self._existing_signed(request))[0]
 
-    def _existing_signed(self, request: Request) -> tuple[dict[str, Any] | None, bool]:
+    async def _existing_signed(self, request: Request) -> tuple[dict[str, Any] | None, bool]:
         """(the cookie session or None, whether the cookie should be signed again)."""
-        data, dirty = self.sessions.read(request)
+        data, dirty = await self._read(request)
         if not isinstance(data.get("sid"), str):
             return None, False
         data.setdefault("uid", data["sid"])
@@ -268,11 +341,13 @@ class WebChannel(Channel):
 
         Derived from the message id when the page gave one, so a resend of the same
         ``/new`` (a retry after a lost response) lands in the same new conversation.
+        Not from the cookie key, which may change between the two (``sync_key``):
+        from this browser's ``uid``, known only to its cookie.
         """
         if client_id is None:
             return secrets.token_urlsafe(12)
-        mac = hmac.new(self._secret, f"new:{uid}:{client_id}".encode(), hashlib.sha256)
-        return base64.urlsafe_b64encode(mac.digest()[:12]).decode()
+        digest = hashlib.sha256(f"parley-web-new\x00{uid}\x00{client_id}".encode()).digest()
+        return base64.urlsafe_b64encode(digest[:12]).decode()
 
     async def _shown(self, data: dict[str, Any], given: Any) -> str | Response:
         """The conversation the page shows (``thread``), if this browser has it.
@@ -311,14 +386,14 @@ class WebChannel(Channel):
     # -- routes ------------------------------------------------------------
     def routes(self, ingest: Ingest) -> list[BaseRoute]:
         async def page(request: Request) -> Response:
-            data, dirty = self._session(request)
+            data, dirty = await self._session(request)
             resp = Response(PAGE, media_type="text/html", headers={"Cache-Control": "no-store"})
             if dirty:
                 self.sessions.write(request, resp, data)
             return resp
 
         async def me(request: Request) -> Response:
-            data, dirty = self._session(request)
+            data, dirty = await self._session(request)
             resp = JSONResponse(
                 {"needs_token": not self._logged_in(data), "thread": str(thread_for(data["sid"]))}
             )
@@ -330,7 +405,7 @@ class WebChannel(Channel):
             body = await json_body(request)
             if isinstance(body, Response):
                 return body
-            data, _ = self._session(request)
+            data, _ = await self._session(request)
             token = self.settings.web_chat_token
             resp = JSONResponse({"ok": True})
             if token is None:  # nothing to prove, and nothing kept that a token would honour
@@ -364,7 +439,7 @@ class WebChannel(Channel):
             return resp
 
         async def history(request: Request) -> Response:
-            data = self._existing(request)
+            data = await self._existing(request)
             if data is None:
                 return JSONResponse({"messages": [], "last": "0-0"})
             if not self._logged_in(data):
@@ -381,7 +456,7 @@ class WebChannel(Channel):
             return JSONResponse({"messages": messages, "last": last, "thread": str(thread)})
 
         async def post_message(request: Request) -> Response:
-            data, dirty = self._existing_signed(request)
+            data, dirty = await self._existing_signed(request)
             if data is None:
                 return _no_session()
             if not self._logged_in(data):
@@ -435,7 +510,7 @@ class WebChannel(Channel):
             return resp
 
         async def post_action(request: Request) -> Response:
-            data, dirty = self._existing_signed(request)
+            data, dirty = await self._existing_signed(request)
             if data is None:
                 return _no_session()
             if not self._logged_in(data):
@@ -467,7 +542,7 @@ class WebChannel(Channel):
             return resp
 
         async def events(request: Request) -> Response:
-            data = self._existing(request)
+            data = await self._existing(request)
             if data is None:
                 return _no_session()
             if not self._logged_in(data):

@@ -51,7 +51,8 @@ MARK = b"~v"  # transcript hash field: the transcript exists (no legacy import n
 
 # KEYS: out stream, transcript order (LIST of ids), transcript messages (HASH id ->
 # "kind|entry id|m JSON").  ARGV: t, id, m ('' for none), ev ('' for none), stream
-# maxlen, stream ttl, transcript cap (0: no transcript), transcript ttl.  Returns {entry id, created,
+# maxlen, stream ttl, transcript cap (0: no transcript), transcript ttl, in (a
+# "done" marker's JSON list of the message ids its turn took in; '' for none).  Returns {entry id, created,
 # existed}: created = 1 when this call started the thread's transcript, existed = 1
 # when the transcript already held this id (a message sent again).
 _ADD = """
@@ -59,6 +60,7 @@ local t, id, m, ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local fields = {'t', t, 'id', id}
 if m ~= '' then fields[#fields + 1] = 'm'; fields[#fields + 1] = m end
 if ev ~= '' then fields[#fields + 1] = 'ev'; fields[#fields + 1] = ev end
+if ARGV[9] and ARGV[9] ~= '' then fields[#fields + 1] = 'in'; fields[#fields + 1] = ARGV[9] end
 local entry = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 local cap = tonumber(ARGV[7])
@@ -157,6 +159,7 @@ class LocalOutbox:
                 LIVE_TTL_SECS,
                 self.cap,
                 TRANSCRIPT_TTL_SECS,
+                orjson.dumps(fields["in"]) if fields.get("in") else "",
             ],
         )
         if created:
@@ -195,7 +198,18 @@ class LocalOutbox:
         await self._add(thread, {"t": "typing", "id": ""})
 
     async def turn_finished(self, thread: ThreadKey, event: InboundEvent | None) -> None:
-        await self._add(thread, {"t": "done", "id": "", "ev": event.event_id if event else ""})
+        await self.turn_finished_with(thread, event, [event.event_id] if event else [])
+
+    async def turn_finished_with(
+        self, thread: ThreadKey, event: InboundEvent | None, taken_in: list[str]
+    ) -> None:
+        """The end-of-turn marker: ``ev`` the turn's first message, ``in`` every
+        message it took in (a line folded into a running turn is answered there:
+        the console that sent it waits for this marker, not one of its own)."""
+        await self._add(
+            thread,
+            {"t": "done", "id": "", "ev": event.event_id if event else "", "in": taken_in},
+        )
 
     async def answer_action(self, event: InboundEvent, text: str) -> None:
         if not text:

@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeSerializer, URLSafeTimedSerializer
@@ -48,20 +49,44 @@ LEGACY_SALT = "parley-web"  # cookies from before the timestamp: read for their 
 
 
 class Sessions:
-    """Signs and reads the cookie; proves a login against the current token."""
+    """Signs and reads the cookie; proves a login against the current token.
 
-    def __init__(self, secret: str) -> None:
+    ``secret`` signs; ``retired`` keys (earlier ones, see ``WebChannel.sync_key``)
+    only verify: a cookie signed with one of them keeps its conversation and login.
+    """
+
+    def __init__(self, secret: str, retired: Sequence[str] = ()) -> None:
+        self.secret = secret
+        self.retired = tuple(k for k in dict.fromkeys(retired) if k != secret)
         self._key = secret.encode()
-        self._signer = URLSafeTimedSerializer(secret, salt=SALT)
-        self._legacy = URLSafeSerializer(secret, salt=LEGACY_SALT)
+        # itsdangerous signs with the last key and verifies with any of them
+        keys_ = [*self.retired, secret]
+        self._verify_keys = [k.encode() for k in keys_]
+        self._signer = URLSafeTimedSerializer(keys_, salt=SALT)
+        self._current = URLSafeTimedSerializer(secret, salt=SALT)
+        self._legacy = URLSafeSerializer(keys_, salt=LEGACY_SALT)
 
     def read(self, request: Request) -> tuple[dict[str, Any], bool]:
         """(cookie data, whether it should be signed again); ``{}`` when none is valid."""
         raw = request.cookies.get(COOKIE)
         if not raw:
             return {}, True
+        resign = False
         try:
-            data, signed = self._signer.loads(raw, max_age=COOKIE_MAX_AGE, return_timestamp=True)
+            try:
+                data, signed = self._current.loads(
+                    raw, max_age=COOKIE_MAX_AGE, return_timestamp=True
+                )
+            except SignatureExpired:
+                raise
+            except BadSignature:
+                if not self.retired:
+                    raise
+                # signed with a retired key: accepted, and signed again with the current one
+                data, signed = self._signer.loads(
+                    raw, max_age=COOKIE_MAX_AGE, return_timestamp=True
+                )
+                resign = True
         except SignatureExpired:
             return {}, True
         except BadSignature:
@@ -75,7 +100,7 @@ class Sessions:
             return {k: data[k] for k in ("sid", "uid") if isinstance(data.get(k), str)}, True
         if not isinstance(data, dict):
             return {}, True
-        return data, time.time() - signed.timestamp() > REFRESH_AFTER
+        return data, resign or time.time() - signed.timestamp() > REFRESH_AFTER
 
     def write(self, request: Request, response: Response, data: dict[str, Any]) -> None:
         response.set_cookie(
@@ -87,16 +112,21 @@ class Sessions:
             secure=is_https(request),
         )
 
-    def token_digest(self, token: str) -> str:
-        mac = hmac.new(self._key, b"web-chat-token\x00" + token.encode(), hashlib.sha256)
+    def token_digest(self, token: str, key: bytes | None = None) -> str:
+        mac = hmac.new(key or self._key, b"web-chat-token\x00" + token.encode(), hashlib.sha256)
         return base64.urlsafe_b64encode(mac.digest()[:18]).decode()
 
     def logged_in(self, data: dict[str, Any], token: SecretStr | None) -> bool:
         if token is None:
             return True
         given = data.get("tk")
-        want = self.token_digest(token.get_secret_value())
-        return isinstance(given, str) and hmac.compare_digest(given, want)
+        if not isinstance(given, str):
+            return False
+        # a login proven under a retired key still counts (one key switch logs no one out)
+        return any(
+            hmac.compare_digest(given, self.token_digest(token.get_secret_value(), key))
+            for key in self._verify_keys
+        )
 
 
 class LoginThrottle:

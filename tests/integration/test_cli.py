@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from agent_core.store import keys
 from agent_core.store.embedded import EmbeddedValkey
+from channels.console.chat import ConsoleChat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -480,3 +483,59 @@ async def test_pairing_list_and_approve_a_group_chat(
     assert await access.admits(dataclasses.replace(ev, user_id="43", thread=other_thread))
     other_chat = ThreadKey("telegram", "bot", "-888")
     assert not await access.admits(dataclasses.replace(ev, thread=other_chat))
+
+
+# ----------------------------------------------- the console, in process
+async def test_console_answered_by_another_worker(runtime: Any) -> None:
+    async with runtime("worker") as _w, runtime("web", serve_web=True) as front:
+        chat = ConsoleChat(front.clients.redis, front.clients.blocking, front.ingest)
+        answers = await asyncio.wait_for(chat.send("/help"), 30)
+        assert answers and "(no answer" not in answers[-1], answers
+
+
+async def test_console_message_joined_into_running_turn_gets_its_done(
+    runtime: Any, monkeypatch: Any
+) -> None:
+    """Two terminals of one user on one machine share the thread user@host.  A line
+    typed in the second while the first's turn runs is injected into that turn
+    (architecture.md: plain messages are read into the running loop).  The turn's
+    'done' named only its first message, so the second terminal waited TURN_TIMEOUT
+    (10 minutes) and then said '(no answer within the time limit)'; the marker now
+    lists every message the turn took in."""
+    from agent_core.llm.base import Completion
+    from channels.console import chat as console_mod
+    from tests.integration.agent.conftest import FnModel, call
+
+    monkeypatch.setattr(console_mod, "TURN_TIMEOUT", 8.0)  # instead of 600 s
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    class Gated(FnModel):
+        async def complete(self, request: Any) -> Completion:
+            self.requests.append(request)
+            last = request.messages[-1]
+            if last.content == "long question" and not gate.is_set():
+                entered.set()
+                await gate.wait()
+                return Completion("", tool_calls=(call("no_such_tool", x=1),))
+            return Completion("answer to: " + str(last.content)[:40])
+
+    async with (
+        runtime("worker", llm=Gated(lambda r: Completion(""))) as _w,
+        runtime("web", serve_web=True) as front,
+    ):
+        one = ConsoleChat(front.clients.redis, front.clients.blocking, front.ingest)
+        two = ConsoleChat(front.clients.redis, front.clients.blocking, front.ingest)
+        assert one.thread == two.thread  # same user@host
+        first = asyncio.create_task(one.send("long question"))
+        await asyncio.wait_for(entered.wait(), 10)
+        second = asyncio.create_task(two.send("second line"))
+        mailbox = keys.mailbox(one.thread)
+        for _ in range(200):  # the second line is queued behind the running turn's
+            if await front.clients.redis.llen(mailbox) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.wait_for(first, 20)
+        answers = await asyncio.wait_for(second, 20)
+        assert "(no answer within the time limit)" not in answers, answers

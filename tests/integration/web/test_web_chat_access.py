@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from agent_core.store import keys
 from agent_core.store.pacing import Pacer
 from channels.base import ChannelDeps
+from channels.web import channel as web_channel
 from channels.web.channel import WebChannel, WebSettings
 from channels.web.guard import HostPolicy, host_of
 from channels.web.session import COOKIE, COOKIE_MAX_AGE, LEGACY_SALT, LOGIN_MAX_FAILURES, SALT
@@ -375,3 +376,73 @@ async def test_x_forwarded_for_from_an_untrusted_address_is_ignored(
                 codes += await _fail_logins(client, 1, f"203.0.113.{i}")
             assert codes == [403] * LOGIN_MAX_FAILURES + [429], codes
             assert await redis.exists(f"{keys.PREFIX}web:login-attempts:127.0.0.1")
+
+
+# ------------------------------------------------------------ the cookie key
+async def test_web_processes_share_the_cookie_key_again_after_redis_lost_it(
+    runtime: Any, redis: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shared cookie key vanishes from Redis (a wipe, a failover without
+    persistence, eviction).  Web A, started before, still has the old key; web B,
+    started after, makes a new one.  Both used to sign with their own key for good,
+    so every request the router sent to the other one was "no session" / "token
+    required".  Now A checks the key (here on every request: KEY_CHECK_SECS 0),
+    switches to Redis's, and keeps the old one for verifying, as B learns it too:
+    a cookie signed by either works on both, logged in, in the same conversation."""
+    monkeypatch.setattr(web_channel, "KEY_CHECK_SECS", 0.0, raising=False)
+    async with runtime("web", serve_web=True) as a, _client(a) as ca:
+        a.channels["web"].settings.web_chat_token = SecretStr("a-long-enough-token-1234")
+        await ca.get("/")
+        assert (await ca.post("/api/login", json={"token": "a-long-enough-token-1234"})).is_success
+        thread = (await ca.get("/api/me")).json()["thread"]
+        old_cookie = next(c.value for c in ca.cookies.jar if c.name == COOKIE)
+        await redis.delete(keys.PREFIX + "web:cookie-secret")  # the shared key is gone
+        async with runtime("web", serve_web=True) as b, _client(b) as cb:
+            b.channels["web"].settings.web_chat_token = SecretStr("a-long-enough-token-1234")
+            with caplog.at_level(logging.WARNING, logger="channels.web.channel"):
+                me = await ca.get("/api/me")  # A notices, and switches to B's key
+            assert any("cookie key in Redis changed" in r.getMessage() for r in caplog.records)
+            assert me.json() == {"needs_token": False, "thread": thread}
+            assert a.channels["web"]._secret == b.channels["web"]._secret
+            cb.cookies.clear()
+            cb.cookies.set(COOKIE, old_cookie)  # the browser's cookie, signed by A's old key
+            r = await cb.post("/api/messages", json={"text": "hi", "id": "abcdefgh02"})
+            assert r.status_code == 202, (r.status_code, r.text)
+            assert r.json()["thread"] == thread
+            # signed again with the shared key: accepted by both, still logged in
+            resigned = r.cookies[COOKIE]
+            assert resigned != old_cookie
+            ca.cookies.clear()
+            ca.cookies.set(COOKIE, resigned)
+            r = await ca.post("/api/messages", json={"text": "again", "id": "abcdefgh03"})
+            assert r.status_code == 202, (r.status_code, r.text)
+            assert r.json()["thread"] == thread
+
+
+async def test_a_process_checks_the_cookie_key_when_a_cookie_fails_to_verify(
+    runtime: Any, redis: Any
+) -> None:
+    """A cookie another process signed after a key switch this one has not seen yet
+    (its periodic check is not due): the failed check makes it look at once."""
+    async with runtime("web", serve_web=True) as a, _client(a) as ca:
+        await ca.get("/")
+        thread = (await ca.get("/api/me")).json()["thread"]
+        await redis.set(keys.PREFIX + "web:cookie-secret", "a-key-another-process-switched-to")
+        other = URLSafeTimedSerializer("a-key-another-process-switched-to", salt=SALT)
+        sid = thread.split(":")[2]
+        ca.cookies.set(COOKIE, other.dumps({"sid": sid, "uid": sid}))
+        r = await ca.post("/api/messages", json={"text": "hi", "id": "abcdefgh04"})
+        assert r.status_code == 202, (r.status_code, r.text)
+        assert r.json()["thread"] == thread
+
+
+async def test_a_set_web_chat_secret_is_the_key_whatever_redis_holds(
+    runtime: Any, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEB_CHAT_SECRET", "a-configured-cookie-secret-0123456789")
+    monkeypatch.setattr(web_channel, "KEY_CHECK_SECS", 0.0, raising=False)
+    async with runtime("web", serve_web=True) as a, _client(a) as ca:
+        await ca.get("/")
+        await redis.set(keys.PREFIX + "web:cookie-secret", "something-else")
+        assert (await ca.post("/api/messages", json={"text": "hi"})).status_code == 202
+        assert a.channels["web"]._secret == b"a-configured-cookie-secret-0123456789"

@@ -331,3 +331,58 @@ async def test_history_when_redis_is_down_is_a_json_503(runtime: Any) -> None:
         assert r.status_code == 503, (r.status_code, r.text)
         assert "storage" in r.json()["error"]
         assert (await client.get("/api/history")).status_code == 200
+
+
+# ------------------------------------------------ several web processes
+async def _events_until(
+    client: httpx.AsyncClient, until: str, secs: float, headers=None, **params: str
+):
+    """(id, payload) pairs of the event stream until an entry with t == until."""
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    async def follow() -> None:
+        async with client.stream("GET", "/api/events", params=params, headers=headers or {}) as r:
+            assert r.status_code == 200, r.status_code
+            eid = ""
+            async for line in r.aiter_lines():
+                if line.startswith("id: "):
+                    eid = line[4:]
+                elif line.startswith("data: "):
+                    ev = orjson.loads(line[6:])
+                    got.append((eid, ev))
+                    eid = ""
+                    if ev.get("t") == until:
+                        return
+
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(follow(), secs)
+    return got
+
+
+async def test_post_on_a_answer_followed_on_b_and_resumed_on_b(runtime: Any) -> None:
+    """One browser, two web processes (the router picks either): a message posted to
+    A is followed on B's event stream, and a reconnect to A resumes without a gap."""
+    async with (
+        runtime("worker") as _w,
+        runtime("web", serve_web=True) as a,
+        runtime("web", serve_web=True) as b,
+        _client(a) as ca,
+        _client(b) as cb,
+    ):
+        await ca.get("/")
+        cb.cookies = ca.cookies  # one browser, two web processes
+        thread = (await cb.get("/api/me")).json()["thread"]
+        h = (await cb.get("/api/history", params={"thread": thread})).json()
+        r = await ca.post(
+            "/api/messages", json={"text": "hello", "id": "abcdefgh01", "thread": thread}
+        )
+        assert r.status_code == 202, r.text
+        got = await _events_until(cb, "done", 20, thread=thread, after=h["last"])
+        kinds = [ev["t"] for _, ev in got]
+        assert "user" in kinds and "done" in kinds, kinds
+        # resume on A from the first entry B delivered: the rest again, no gap
+        first_id = got[0][0]
+        again = await _events_until(
+            ca, "done", 5, headers={"Last-Event-ID": first_id}, thread=thread
+        )
+        assert [e for e, _ in again if e] == [e for e, _ in got[1:] if e]
