@@ -251,7 +251,7 @@ class Turn:
             verdict = await self.agent.access.check(head)
             if not verdict.allowed:
                 if verdict.notice:
-                    await self.say_notice(verdict.notice)
+                    await self.say_notice(verdict.notice, refusal=True)
                 return f"refused:{verdict.reason}"
         if isinstance(sub, Command):
             return await self.run_command(head, sub)
@@ -266,9 +266,11 @@ class Turn:
         return await self.run_text(head)
 
     # -- talking ---------------------------------------------------------------
-    async def say_notice(self, text: str, *, private_to: str = "") -> None:
+    async def say_notice(self, text: str, *, private_to: str = "", refusal: bool = False) -> None:
+        """A short notice (``refusal``: an access refusal's, OutboundMessage.refusal)."""
         try:
-            await self.writer.say(OutboundMessage(text, notice=True, private_to=private_to))
+            message = OutboundMessage(text, notice=True, private_to=private_to, refusal=refusal)
+            await self.writer.say(message)
         except ChannelError as exc:
             log.warning("[%s] could not send notice: %s", self.thread, exc)
         except Interrupted:  # during a wait for the platform's rate limit
