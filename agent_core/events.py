@@ -259,6 +259,9 @@ class OutboundMessage:
     final: bool = True  # False while a streamed answer is still growing
     notice: bool = False  # a short system notice (errors, hints), not an answer
     private_to: str = ""  # user id: show only to this user where the platform can
+    # an access refusal (not allowed, too fast, a pairing code): the message was not
+    # taken, its sender is not someone Parley talks with (a notice too)
+    refusal: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"tx": self.text}
@@ -272,6 +275,8 @@ class OutboundMessage:
             d["n"] = True
         if self.private_to:
             d["p"] = self.private_to
+        if self.refusal:
+            d["r"] = True
         return d
 
     @classmethod
@@ -284,4 +289,5 @@ class OutboundMessage:
             final=d.get("f", True),
             notice=d.get("n", False),
             private_to=d.get("p", ""),
+            refusal=d.get("r", False),
         )

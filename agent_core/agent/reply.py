@@ -540,7 +540,13 @@ class StreamingReply:
     argument that streams no text).  Only a made edit counts as shown; a
     SendRateLimited pushes the catch-up back by its Retry-After.  ``finish``
     calls a pending catch-up off (one under way is let end first);
-    ``abandon`` calls it off without a last edit.
+    ``abandon`` calls it off without a last edit.  A catch-up edit that fails
+    with anything but a ChannelError (a lost lock, Redis trouble: the turn meets
+    it too and ends) makes no more edits and is not armed again.
+
+    ``finished`` is set once ``finish`` has made its final edit, not before: a
+    turn cut off during that edit (its wait for the platform's rate limit ended
+    by /interrupt, the turn's timeout) still marks the preview as cut.
 
     A preview whose message id is unknown (its send timed out after leaving, or
     its sender died mid-request) cannot be edited: ``finish`` then sends the
@@ -560,7 +566,10 @@ class StreamingReply:
         self._preview = ""  # the text of the first (preview) send
         self._catch_up: asyncio.Task[None] | None = None
         self._catching_up = False  # the catch-up task is making its edit
-        self.finished = False
+        # no more streamed edits: finish() began, abandon(), or a catch-up edit failed
+        # with something other than a ChannelError
+        self._closed = False
+        self.finished = False  # finish() made its final edit
 
     @property
     def streaming(self) -> bool:
@@ -569,7 +578,7 @@ class StreamingReply:
     async def feed(self, delta: str) -> None:
         self.text += delta
         interval = self.w.outbox.stream_interval
-        if interval is None or not self.text.strip() or self.finished:
+        if interval is None or not self.text.strip() or self._closed:
             return
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(self.text, final=False))
@@ -585,7 +594,7 @@ class StreamingReply:
     def _schedule(self, interval: float) -> None:
         """Held-back text (or a skipped edit) is shown once the interval is over,
         whether or not more text comes: the stream may stall right after it."""
-        if self._catch_up is None and not self.finished and self.ref is not None:
+        if self._catch_up is None and not self._closed and self.ref is not None:
             # (at least CATCH_UP_MIN_WAIT: an edit skipped on a channel with no
             # interval is not tried again in a busy loop)
             wait = max(CATCH_UP_MIN_WAIT, self._last_edit + interval - time.monotonic())
@@ -596,8 +605,12 @@ class StreamingReply:
         self._catching_up = True
         try:
             await self._edit(interval, rearm=False)
-        except Exception as exc:  # LockLost, a Redis error: the turn meets it itself
+        except Exception as exc:
+            # LockLost, a Redis error (a ChannelError is _edit's own skip): the turn
+            # meets it itself and ends, maybe without finish() or abandon(); the
+            # catch-up is not armed again, or it would go on for good
             log.debug("[%s] catch-up edit failed: %s", self.w.thread, exc)
+            self._closed = True
         finally:
             self._catching_up = False
             self._catch_up = None
@@ -641,17 +654,22 @@ class StreamingReply:
             await task
 
     def abandon(self) -> None:
-        """The turn is going away without a last edit (a shutdown): no catch-up."""
-        self.finished = True
+        """The turn is going away without a last edit (a shutdown, a lost lock, an
+        error): no more catch-up edits.  ``finished`` is left as it is."""
+        self._closed = True
         if self._catch_up is not None:
             self._catch_up.cancel()
             self._catch_up = None
 
     async def finish(self, final_text: str | None = None) -> MessageRef | None:
-        self.finished = True
+        """The final edit with ``final_text`` (default: the text so far).
+        ``finished`` only once it is made: a finish cut short (/interrupt during its
+        wait for the platform, a cancel) may be made again, with a marker."""
+        self._closed = True
         await self._stop_catch_up()
         text = self.text if final_text is None else final_text
         if not text.strip():
+            self.finished = True
             return self.ref
         if self.ref is None:
             self.ref = await self.w.say(OutboundMessage(text))
@@ -664,4 +682,5 @@ class StreamingReply:
         else:
             self.ref = await self.w.edit(self.ref, OutboundMessage(text))
         self._shown = text
+        self.finished = True
         return self.ref

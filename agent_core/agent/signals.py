@@ -98,7 +98,7 @@ async def check_signals(self: Turn) -> Signals:
             if not verdict.allowed:
                 self.consumed += 1
                 if verdict.notice:
-                    await self.say_notice(verdict.notice)
+                    await self.say_notice(verdict.notice, refusal=True)
                 continue
         signals.injected.append(mid_turn(await self.user_message(ev)))  # this turn's
         self.consumed += 1

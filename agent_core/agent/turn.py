@@ -256,7 +256,7 @@ class Turn:
             verdict = await self.agent.access.check(head)
             if not verdict.allowed:
                 if verdict.notice:
-                    await self.say_notice(verdict.notice)
+                    await self.say_notice(verdict.notice, refusal=True)
                 return f"refused:{verdict.reason}"
         if isinstance(sub, Command):
             return await self.run_command(head, sub)
@@ -271,9 +271,11 @@ class Turn:
         return await self.run_text(head)
 
     # -- talking ---------------------------------------------------------------
-    async def say_notice(self, text: str, *, private_to: str = "") -> None:
+    async def say_notice(self, text: str, *, private_to: str = "", refusal: bool = False) -> None:
+        """A short notice (``refusal``: an access refusal's, OutboundMessage.refusal)."""
         try:
-            await self.writer.say(OutboundMessage(text, notice=True, private_to=private_to))
+            message = OutboundMessage(text, notice=True, private_to=private_to, refusal=refusal)
+            await self.writer.say(message)
         except ChannelError as exc:
             log.warning("[%s] could not send notice: %s", self.thread, exc)
         except Interrupted:  # during a wait for the platform's rate limit
@@ -512,6 +514,11 @@ class Turn:
                 start_over = "Send /new" if mine else "Ask an approver or an admin to send /new"
                 await self.say_notice(friendly_llm_error(exc, start_over=start_over))
             outcome = Stopped("llm-error")
+        finally:
+            # whatever ended the loop (LockLost, Redis trouble, a hand-back, ...): a
+            # preview not finished makes no more catch-up edits after the turn
+            if self._reply is not None and not self._reply.finished:
+                self._reply.abandon()
         if not isinstance(outcome, NeedApproval):
             repair_history(history)  # a stop mid-round leaves no call without a result
             self.session.state = ThreadState.IDLE
@@ -540,7 +547,9 @@ class Turn:
     async def _stop_streaming(self, tail: str) -> None:
         """A preview cut while streaming is finished with its text and ``tail``.
         A reply already finished (the text before a tool call, kept as a message
-        of its own) was not cut: it is left as it is."""
+        of its own) was not cut: it is left as it is.  One whose final edit was
+        itself cut short (``finished`` is set only once that edit is made) is
+        finished here, with the marker."""
         reply = self._reply
         if reply is not None and reply.ref is not None and not reply.finished:
             with contextlib.suppress(ChannelError):

@@ -377,22 +377,25 @@ class SlackOutbox:
                 raise
         except SendRateLimited as exc:
             if exc.partial_ref is not None:  # partly out: finished by an edit later
-                await self._joined(thread, notice=message.notice)
+                await self._joined(thread, refusal=message.refusal)
             raise
-        await self._joined(thread, notice=message.notice)
+        await self._joined(thread, refusal=message.refusal)
         return MessageRef(CHANNEL, channel, sent[0], thread=thread.thread, extra=",".join(sent[1:]))
 
-    async def _joined(self, thread: ThreadKey, *, notice: bool) -> None:
+    async def _joined(self, thread: ThreadKey, *, refusal: bool) -> None:
         """Parley takes part in the thread it answered in.  An answer in the channel's
         own conversation (/parley) is top level: the thread people may open under
         it is not one Parley joined (replies there need a mention, which starts
         that thread's own conversation; they would not continue the channel's).
-        A notice (an access refusal, say) is not an answer: the thread stays
-        pending, and is forgotten when the turn ends (turn_finished)."""
+        An access refusal (OutboundMessage.refusal: a stranger, someone too fast)
+        is not taking part: the thread stays pending, and is forgotten when the
+        turn ends (turn_finished).  Any other post, a notice included (an LLM
+        error's "try again", a budget refusal, "Stopped."), is: the person's plain
+        reply to it in the thread is a follow-up."""
         if thread.thread and not is_dm(thread.conversation):
             try:
                 await self.state.remember(
-                    join=(thread.tenant, thread.conversation, thread.thread), notice=notice
+                    join=(thread.tenant, thread.conversation, thread.thread), refusal=refusal
                 )
             except Exception as exc:  # follow-ups without mention suffer, the answer is out
                 log.warning(
@@ -705,8 +708,8 @@ class SlackOutbox:
         Those Slack refuses so are taken off in the background after the
         Retry-After (:meth:`_unreact_later`).
 
-        A channel thread that only ``event`` brought Parley into and that it did not
-        answer (the event was refused) is no longer followed."""
+        A channel thread that only ``event`` brought Parley into and where it posted
+        nothing but an access refusal (or nothing at all) is no longer followed."""
         await self._forget_unanswered(thread, event)
         if not self.reaction:
             return

@@ -2,11 +2,11 @@
 
 * ``parley:slack:thread:<team>:<channel>:<thread_ts>`` -- Parley takes part in
   this thread: plain replies in it are follow-ups (no mention needed). TTL.
-  ``1`` once Parley answered there (a post that is not a notice); ``p:<event id>``
-  while the mention (or other event) that brought Parley in waits for its turn:
-  followed meanwhile, forgotten when that turn ends without an answer (its sender
-  refused: off ALLOWED_USERS, too fast, ...), so a refused stranger's mention does
-  not make Parley follow the thread.
+  ``1`` once Parley posted there (an answer or a notice, anything but an access
+  refusal); ``p:<event id>`` while the mention (or other event) that brought
+  Parley in waits for its turn: followed meanwhile, forgotten when that turn ends
+  with no post but an access refusal (its sender off ALLOWED_USERS, too fast,
+  ...), so a refused stranger's mention does not make Parley follow the thread.
 * ``parley:slack:last:<thread key>`` -- "<channel> <ts>" of the newest user
   message of a thread, so the worker can put the working reaction on it. TTL.
 * ``parley:slack:reacted:<thread key>`` -- set of "<channel> <ts>": every message
@@ -61,21 +61,23 @@ class SlackState:
         join: tuple[str, str, str] | None = None,
         last: tuple[ThreadKey, str] | None = None,
         pending: str = "",
-        notice: bool = False,
+        refusal: bool = False,
     ) -> None:
         """Record thread participation and/or the newest user message (one round trip).
 
         ``pending``: the id of an accepted event in the thread, not yet answered: the
         thread is followed, marked as that event's (unless already followed; its time
-        starts again either way) until :meth:`forget_pending` or an answer.  Without
-        it, Parley posted there: ``notice`` (a refusal, an error, ...) leaves a
-        pending mark as it is, an answer makes the thread followed outright."""
+        starts again either way) until :meth:`forget_pending` or a post.  Without
+        it, Parley posted there: ``refusal`` (an access refusal) leaves the thread's
+        mark as it is (its time starts again; none is made), any other post (an
+        answer, a notice) makes the thread followed outright."""
         async with self.redis.pipeline(transaction=False) as pipe:
             if join is not None and join[2]:
                 key = thread_key(*join)
-                if pending or notice:
-                    mark = (PENDING + pending) if pending else "1"
-                    pipe.set(key, mark.encode(), ex=self.thread_ttl, nx=True)
+                if pending:
+                    pipe.set(key, (PENDING + pending).encode(), ex=self.thread_ttl, nx=True)
+                    pipe.expire(key, self.thread_ttl)
+                elif refusal:
                     pipe.expire(key, self.thread_ttl)
                 else:
                     pipe.set(key, b"1", ex=self.thread_ttl)

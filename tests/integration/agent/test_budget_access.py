@@ -179,6 +179,30 @@ async def test_local_channels_are_exempt_and_allowlist_refuses(world: Any) -> No
     assert w.texts(T)[-1] == "echo: hi"
 
 
+async def test_access_refusals_are_marked_as_such_and_other_notices_are_not(
+    world: Any,
+) -> None:
+    """A channel tells an access refusal (OutboundMessage.refusal: Slack then stops
+    following the thread) from the turn's other notices (a budget refusal: the
+    person may go on there)."""
+    w = world(
+        priced(),
+        dm_policy="allowlist",
+        allowed_users="telegram:u1",
+        user_daily_budget_usd=0.004,  # an answer costs 0.005: the second is refused
+    )
+    await w.start()
+    await w.send(user_event(T, "let me in", "stranger"))
+    await w.settle(T)
+    for text in ("one", "two"):
+        await w.send(user_event(T, text))
+        await w.settle(T)
+    notices = [(s.message.text, s.message.refusal) for s in w.outbox.sends(str(T))]
+    notices = [(text, refusal) for text, refusal in notices if "allow list" in text or
+               "budget" in text]  # fmt: skip
+    assert [r for _, r in notices] == [True, False], notices
+
+
 class TwoPrices(FnModel):
     """Answers as ``cheap-model`` (a smart route or a failover would); prices by name."""
 

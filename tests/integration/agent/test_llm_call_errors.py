@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from agent_core.agent.budget import BudgetGuard
 from agent_core.agent.fences import with_marker
+from agent_core.agent.reply import StreamingReply
 from agent_core.agent.tokens import tools_tokens
-from agent_core.events import ThreadKey
+from agent_core.errors import LockLost, SendFailed
+from agent_core.events import MessageRef, OutboundMessage, ThreadKey
 from agent_core.llm import errors as llm_errors
 from agent_core.llm.base import (
     Completion,
@@ -28,6 +31,7 @@ from agent_core.llm.base import (
     TextDelta,
     TokenUsage,
 )
+from tests.fakes.outbox import RecordingOutbox
 from tests.integration.agent.conftest import FnModel, user_event
 
 PRICED = ModelInfo("p", input_cost_per_token=0.001, output_cost_per_token=0.001)
@@ -188,3 +192,89 @@ async def test_text_received_before_a_stall_is_shown_during_the_stall(world: Any
     await w.settle(STALL_T)
     assert during == [STALL_FULL], during
     assert w.texts(STALL_T) == [STALL_FULL]
+
+
+class _PreviewsRefused(RecordingOutbox):
+    """Refuses every streamed (non-final) edit; counts the tries."""
+
+    def __init__(self) -> None:
+        super().__init__(stream_interval=0.05)
+        self.preview_tries = 0
+
+    async def edit(self, ref: MessageRef, message: OutboundMessage) -> MessageRef:
+        if not message.final:
+            self.preview_tries += 1
+            raise SendFailed("the platform refuses the edit")
+        return await super().edit(ref, message)
+
+
+class _BreaksAfterText(FnModel):
+    """Streams a preview and more text (held back by the interval: a catch-up edit
+    is due), then fails with something that is not an LLM error (a bug, Redis)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda req: Completion("unused"))
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
+        self.requests.append(request)
+        yield TextDelta("The answer is")
+        yield TextDelta(" 42.")
+        raise RuntimeError("something broke mid-stream")
+
+
+async def test_a_turn_that_fails_mid_stream_leaves_no_catch_up_edit_behind(world: Any) -> None:
+    # Before: only an LLM error, /interrupt or a cancel ended the preview's catch-up
+    # edits; after any other failure (a lost lock, Redis, a bug) a catch-up the
+    # channel skipped was armed again every stream interval, for good.
+    t = ThreadKey("web", "local", "catch-up-leak")
+    w = world(_BreaksAfterText())
+    outbox = _PreviewsRefused()
+    w.outbox = outbox
+    for name in list(w.outboxes):
+        w.outboxes[name] = outbox
+    await w.start()
+    await w.send(user_event(t, "what is it?"))
+    await w.settle(t)
+    assert any("went wrong" in x for x in w.texts(t)), w.texts(t)
+    tries = outbox.preview_tries
+    for _ in range(20):  # ~20 stream intervals after the turn
+        await asyncio.sleep(0.05)
+    assert outbox.preview_tries == tries, (tries, outbox.preview_tries)
+
+
+class _LosingWriter:
+    """A ReplyWriter stand-in whose edits meet LockLost once ``lost``."""
+
+    def __init__(self) -> None:
+        self.outbox = SimpleNamespace(stream_interval=0.05)
+        self.thread = ThreadKey("web", "local", "leak")
+        self.lost = False
+        self.edits = 0
+
+    async def say(self, message: OutboundMessage) -> MessageRef:  # the preview
+        return MessageRef("web", "local", "m1")
+
+    async def edit(
+        self, ref: MessageRef, message: OutboundMessage, *, droppable: bool = False
+    ) -> MessageRef:
+        self.edits += 1
+        if self.lost:
+            raise LockLost("thread lock lost")
+        return ref
+
+
+async def test_a_catch_up_edit_that_meets_a_lost_lock_is_not_armed_again() -> None:
+    # Before: every failure of a catch-up edit armed it again, so a turn gone with
+    # its lock (no finish, no abandon) left one trying every stream interval.
+    w = _LosingWriter()
+    reply = StreamingReply(w)  # type: ignore[arg-type]
+    await reply.feed("Hello")  # the preview is sent
+    await reply.feed(" world")  # held back by the interval: a catch-up is due
+    assert reply._catch_up is not None
+    w.lost = True  # the turn meets LockLost elsewhere and goes away
+    for _ in range(20):
+        await asyncio.sleep(0.05)
+    alive = reply._catch_up is not None and not reply._catch_up.done()
+    if reply._catch_up is not None:
+        reply._catch_up.cancel()
+    assert w.edits <= 1 and not alive, (w.edits, alive)

@@ -223,6 +223,32 @@ async def test_a_shutdown_while_the_final_edit_waits_never_sends_the_answer_twic
     assert len(outbox.sends(str(T))) == 1  # the rerun edited the preview, sent nothing new
 
 
+async def test_interrupt_during_the_final_edits_wait_marks_the_preview_stopped(
+    world: Callable[..., Any],
+) -> None:
+    """/interrupt lands while the final edit of a streamed answer waits for the
+    platform: the preview (cut short: its streamed edit was skipped) gets the
+    "(stopped)" marker like any preview cut while streaming.  It used to be left
+    as it was: the reply counted as finished before its final edit was made."""
+    model = Streams()
+    w = world(model)
+    outbox = LimitedOutbox(stream_interval=0.0, final_edits=1, retry_after=600, limit_previews=True)
+    use(w, outbox)
+    w.ingest.add_filter(interrupt_filter(w.redis))
+    await w.start()
+    await w.send(user_event(T, "streamed"))
+    for _ in range(1000):  # the final edit is refused: it waits the 600 s asked
+        if "final edit" in outbox.tried:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError(f"the final edit was never tried: {outbox.tried}")
+    await w.send(user_event(T, "/interrupt"))
+    await w.settle(T, timeout=15)
+    said = w.texts(T)
+    assert said == ["answer: streamed\n\n_(stopped)_", "⏹ Stopped."], said
+
+
 async def test_a_send_rate_limited_that_reaches_the_worker_hands_the_message_back(
     world: Callable[..., Any],
 ) -> None:

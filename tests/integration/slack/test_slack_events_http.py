@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -390,11 +391,43 @@ async def test_a_refused_mention_does_not_make_parley_follow_the_thread(
     ev = await _mention_in_thread(fake_slack, app, published, root, "USTRANGER")
     assert ev.thread == thread
     outbox = slack.outbox()
-    await outbox.send(thread, OutboundMessage(REFUSAL, notice=True))  # the worker refuses
+    await outbox.send(
+        thread, OutboundMessage(REFUSAL, notice=True, refusal=True)
+    )  # the worker refuses
     await outbox.turn_finished(thread, ev)
     aside = fake_slack.message("C5", "Bob, lunch at 1?", user="UALICE", thread_ts=root)
     assert (await fake_slack.deliver(app, aside)).status_code == 200
     assert [e.event_id for e in await published()] == [ev.event_id]
+
+
+@pytest.mark.parametrize(
+    "notice",
+    [
+        "The model is not answering right now. Try again in a minute.",  # an LLM error
+        "You have used today's AI budget.",  # a budget refusal (not an access one)
+        "⏹ Stopped.",
+        "I stopped after too many steps without an answer.",
+    ],
+)
+async def test_a_turn_that_ends_with_a_notice_keeps_the_thread_followed(
+    fake_slack: FakeSlack,
+    app: httpx.AsyncClient,
+    slack: SlackChannel,
+    published: Published,
+    notice: str,
+) -> None:
+    """An allowed person's mention whose turn's only post is a notice: their plain
+    reply to it there ("try again") is a follow-up.  Before, only an answer kept
+    the thread followed; any notice was taken for an access refusal's."""
+    root = fake_slack.add_user_message("C5", "deploy question").ts
+    thread = ThreadKey("slack", TEAM, "C5", root)
+    ev = await _mention_in_thread(fake_slack, app, published, root, "UALICE")
+    outbox = slack.outbox()
+    await outbox.send(thread, OutboundMessage(notice, notice=True))
+    await outbox.turn_finished(thread, ev)
+    retry = fake_slack.message("C5", "try again please", user="UALICE", thread_ts=root)
+    assert (await fake_slack.deliver(app, retry)).status_code == 200
+    assert [e.text for e in await published()][-1] == "try again please"
 
 
 async def test_an_answered_mention_makes_parley_follow_the_thread(
@@ -413,7 +446,7 @@ async def test_an_answered_mention_makes_parley_follow_the_thread(
     await outbox.send(thread, OutboundMessage("Here is how"))
     await outbox.turn_finished(thread, ev)
     stranger = await _mention_in_thread(fake_slack, app, published, root, "USTRANGER")
-    await outbox.send(thread, OutboundMessage(REFUSAL, notice=True))
+    await outbox.send(thread, OutboundMessage(REFUSAL, notice=True, refusal=True))
     await outbox.turn_finished(thread, stranger)
     later = fake_slack.message("C5", "thanks, go on", user="UALICE", thread_ts=root)
     await fake_slack.deliver(app, later)
