@@ -105,7 +105,10 @@ def _page() -> bytes:
 PAGE = _page()
 MAX_TEXT = 16_000
 SECRET_KEY = keys.PREFIX + "web:cookie-secret"
-RETIRED_KEY = keys.PREFIX + "web:cookie-secret:retired"  # earlier keys: verify only
+# earlier keys, verify only: a sorted set scored by when each was retired (ms), each
+# kept COOKIE_MAX_AGE from then (a later switch renews none), the last RETIRED_MAX
+RETIRED_KEY = keys.PREFIX + "web:cookie-secret:retired-at"
+RETIRED_MAX = 5
 KEY_CHECK_SECS = 60.0  # how often a web process checks that its cookie key is Redis's
 SSE_BLOCK_MS = 1_000
 SSE_PING_SECS = 15.0
@@ -202,11 +205,13 @@ class WebChannel(Channel):
         """
         own = own or self.sessions.secret
         for _ in range(3):
+            oldest = int((time.time() - COOKIE_MAX_AGE) * 1000)
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.set(SECRET_KEY, own, nx=True)
                 pipe.get(SECRET_KEY)
-                pipe.smembers(RETIRED_KEY)
-                _, raw, retired_raw = await pipe.execute()
+                pipe.zremrangebyscore(RETIRED_KEY, "-inf", f"({oldest}")
+                pipe.zrange(RETIRED_KEY, -RETIRED_MAX, -1)
+                _, raw, _, retired_raw = await pipe.execute()
             if raw:
                 break
         else:
@@ -220,8 +225,9 @@ class WebChannel(Channel):
                 "switching to it, and still accepting cookies signed with the previous one"
             )
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.sadd(RETIRED_KEY, mine)
-                pipe.expire(RETIRED_KEY, COOKIE_MAX_AGE)
+                pipe.zadd(RETIRED_KEY, {mine: int(time.time() * 1000)}, nx=True)
+                pipe.zremrangebyrank(RETIRED_KEY, 0, -RETIRED_MAX - 1)
+                pipe.expire(RETIRED_KEY, COOKIE_MAX_AGE)  # the newest member's time
                 await pipe.execute()
             retired.add(mine)
         if self._sessions is None or current != mine or retired != set(self._sessions.retired):
@@ -255,6 +261,8 @@ class WebChannel(Channel):
         data, dirty = self.sessions.read(request)
         if not data and request.cookies.get(COOKIE) and await self._check_key(failed=True):
             data, dirty = self.sessions.read(request)  # signed with a key learnt just now
+        if self.sessions.refresh_login(data, self.settings.web_chat_token):
+            dirty = True  # the login, proven under a retired key, signed again too
         return data, dirty
 
     async def shutdown(self) -> None:

@@ -116,6 +116,20 @@ class Sessions:
         mac = hmac.new(key or self._key, b"web-chat-token\x00" + token.encode(), hashlib.sha256)
         return base64.urlsafe_b64encode(mac.digest()[:18]).decode()
 
+    def refresh_login(self, data: dict[str, Any], token: SecretStr | None) -> bool:
+        """A login proven under a retired key is proven again under the current one
+        (``data["tk"]`` replaced): it outlives the retired key.  Whether it was."""
+        given = data.get("tk")
+        if token is None or not isinstance(given, str) or not self.retired:
+            return False
+        value = token.get_secret_value()
+        if hmac.compare_digest(given, self.token_digest(value)):
+            return False  # already the current key's
+        if not self.logged_in(data, token):
+            return False
+        data["tk"] = self.token_digest(value)
+        return True
+
     def logged_in(self, data: dict[str, Any], token: SecretStr | None) -> bool:
         if token is None:
             return True

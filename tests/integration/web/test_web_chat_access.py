@@ -446,3 +446,45 @@ async def test_a_set_web_chat_secret_is_the_key_whatever_redis_holds(
         await redis.set(keys.PREFIX + "web:cookie-secret", "something-else")
         assert (await ca.post("/api/messages", json={"text": "hi"})).status_code == 202
         assert a.channels["web"]._secret == b"a-configured-cookie-secret-0123456789"
+
+
+async def test_a_login_signed_again_after_a_switch_outlives_the_retired_key(
+    runtime: Any, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A login proven under a key that was then retired is proven again under the
+    current one with the next request: when the retired key is gone (30 days after
+    the switch), the browser is still logged in."""
+    token = "a-long-enough-token-1234"
+    monkeypatch.setattr(web_channel, "KEY_CHECK_SECS", 0.0, raising=False)
+    async with runtime("web", serve_web=True) as a, _client(a) as ca:
+        a.channels["web"].settings.web_chat_token = SecretStr(token)
+        await ca.get("/")
+        assert (await ca.post("/api/login", json={"token": token})).is_success
+        await redis.set(keys.PREFIX + "web:cookie-secret", "a-new-key-after-a-wipe-0123456")
+        r = await ca.post("/api/messages", json={"text": "hi", "id": "abcdefgh01"})
+        assert r.status_code == 202, r.text
+        await redis.delete(web_channel.RETIRED_KEY)  # its 30 days are over
+        await redis.set(keys.PREFIX + "web:cookie-secret", "a-new-key-after-a-wipe-0123456")
+        assert (await ca.get("/api/me")).json()["needs_token"] is False
+
+
+async def test_a_retired_key_is_dropped_after_its_30_days_whatever_switches_come_later(
+    runtime: Any, redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each retired key keeps its own 30 days from when it was retired: a later
+    switch renews none (a flapping failover would otherwise keep every old key
+    verifying forged cookies for good), and at most the last few are kept."""
+    monkeypatch.setattr(web_channel, "KEY_CHECK_SECS", 0.0, raising=False)
+    async with runtime("web", serve_web=True) as a, _client(a) as ca:
+        await ca.get("/")
+        long_ago = int((time.time() - COOKIE_MAX_AGE - 60) * 1000)
+        await redis.zadd(web_channel.RETIRED_KEY, {"a-key-retired-31-days-ago": long_ago})
+        await redis.set(keys.PREFIX + "web:cookie-secret", "a-newer-key-0123456789abcdef")
+        await ca.get("/api/me")  # this process checks the key: a switch
+        kept = [k.decode() for k in await redis.zrange(web_channel.RETIRED_KEY, 0, -1)]
+        assert "a-key-retired-31-days-ago" not in kept and len(kept) == 1, kept
+        assert "a-key-retired-31-days-ago" not in a.channels["web"].sessions.retired
+        for n in range(web_channel.RETIRED_MAX + 3):  # many switches: the last few kept
+            await redis.set(keys.PREFIX + "web:cookie-secret", f"switch-{n}-0123456789abcdef")
+            await ca.get("/api/me")
+        assert await redis.zcard(web_channel.RETIRED_KEY) == web_channel.RETIRED_MAX
