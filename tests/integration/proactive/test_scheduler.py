@@ -280,7 +280,8 @@ async def test_full_job_routine_asks_for_approval_in_the_target_chat(pworld: Any
     await w.settle(TG)
     prompts = w.prompts(TG)
     assert len(prompts) == 1, w.outbox.log
-    assert [b.label for b in prompts[0].message.buttons] == ["Approve", "Always", "Deny"]
+    # no "Always": no one's Always covers a routine's job (docs/agent.md)
+    assert [b.label for b in prompts[0].message.buttons] == ["Approve", "Deny"]
     assert await w.counter() == 0
     aid = prompts[0].message.buttons[0].payload.split(":")[1]
     # the routine's creator (an admin, on that channel) presses Approve in that chat
